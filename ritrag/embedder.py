@@ -2,19 +2,32 @@
 
 The model is named by an `EmbedderSpec`, which the build records in the manifest
 so that the server embeds queries with exactly the model, prefixes, length limit
-and normalization the documents were embedded with.
+and normalization the documents were embedded with (`check_compatible`).
+
+`SentenceEncoder` is the one embedding path for documents (the Beam embed step)
+and queries (`QueryEmbedder`, the server): texts are sorted by token length and
+cut into batches bounded by a padded-token budget, so a batch is padded only to
+neighbours of similar length; on an out-of-memory error the budget is halved
+and the rest replanned. The planning is done by pure functions
+(`token_budget_batches`, `embed_with_backoff`) that run without a model.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+import threading
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
 BUNDLED_PREFIX = "bundled:"
 DEFAULT_MODEL = "bundled:all-MiniLM-L6-v2"
 CHUNK_TOKEN_LIMIT = 512  # METHOD.md: chunks are at most 512 tokens
+# Padded tokens (rows x longest row) per forward pass. On CPU larger batches buy
+# nothing once the matrix products are big enough to keep the cores busy
+# (benchmarks/RESULTS.md); on a GPU the budget is the memory bound, and an
+# out-of-memory error halves it.
+DEFAULT_MAX_BATCH_TOKENS = {"cuda": 65536, "mps": 16384, "cpu": 8192}
 
 
 @dataclass(frozen=True)
@@ -114,3 +127,222 @@ def encode(model, texts: Sequence[str], prefix: str, normalize: bool, batch_size
         show_progress_bar=False,
     )
     return np.asarray(vectors, dtype=np.float32)
+
+
+class IncompatibleEmbedderError(ValueError):
+    """Queries would be embedded differently from the index's documents."""
+
+
+def check_compatible(manifest_spec: EmbedderSpec | dict[str, Any], spec: EmbedderSpec) -> None:
+    """Raise `IncompatibleEmbedderError` unless `spec` embeds exactly like the
+    spec an index recorded: vectors from another model, prefix, length limit or
+    normalization are not comparable with the index's, and search would quietly
+    return noise."""
+    if isinstance(manifest_spec, dict):
+        manifest_spec = EmbedderSpec.from_dict(manifest_spec)
+    differences = [
+        f"{f.name}: index {getattr(manifest_spec, f.name)!r}, configured {getattr(spec, f.name)!r}"
+        for f in fields(EmbedderSpec)
+        if getattr(manifest_spec, f.name) != getattr(spec, f.name)
+    ]
+    if differences:
+        raise IncompatibleEmbedderError(
+            "the configured embedder differs from the one the index was built with ("
+            + "; ".join(differences)
+            + "); use the manifest's embedder spec or rebuild the index"
+        )
+
+
+def token_budget_batches(lengths: Sequence[int], max_batch_tokens: int) -> list[list[int]]:
+    """Indices into `lengths`, longest first, cut into batches whose padded size
+    (rows x longest row) stays within `max_batch_tokens`. Sorting first means a
+    row is padded only up to neighbours of similar length. A row longer than the
+    budget on its own still gets a batch of one. The longest rows go first so
+    that a budget too large for the device fails on the first batch."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
+    batches: list[list[int]] = []
+    for i in order:
+        # Rows arrive longest first, so a batch's first row sets its padded width.
+        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= max_batch_tokens:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    import torch
+
+    return isinstance(exc, torch.OutOfMemoryError)
+
+
+class BackoffResult(NamedTuple):
+    vectors: np.ndarray  # one row per length, in input order
+    max_batch_tokens: int  # the budget that last succeeded, for the next call
+    oom_backoffs: int  # how many times the budget was halved
+
+
+def embed_with_backoff(
+    lengths: Sequence[int],
+    max_batch_tokens: int,
+    run_batch: Callable[[list[int]], np.ndarray],
+    is_oom: Callable[[BaseException], bool] = is_out_of_memory,
+    on_oom: Callable[[], None] | None = None,
+) -> BackoffResult:
+    """Run `run_batch` (indices -> one vector per index) over token-budget
+    batches of `lengths`. When a batch runs out of memory, halve the budget
+    below that batch's padded size and replan everything not yet embedded, so
+    that later batches do not hit the same wall; a single row that still does
+    not fit re-raises."""
+    vectors: np.ndarray | None = None
+    pending = token_budget_batches(lengths, max_batch_tokens)
+    backoffs = 0
+    while pending:
+        batch = pending[0]
+        try:
+            out = run_batch(batch)
+        except Exception as exc:
+            if len(batch) == 1 or not is_oom(exc):
+                raise
+            if on_oom is not None:
+                on_oom()
+            backoffs += 1
+            # The first pending batch holds the longest rows left, so a budget
+            # of half its padded size is sure to split it.
+            max_batch_tokens = min(max_batch_tokens, len(batch) * lengths[batch[0]]) // 2
+            remaining = [i for b in pending for i in b]
+            pending = [[remaining[j] for j in b]
+                       for b in token_budget_batches([lengths[i] for i in remaining], max_batch_tokens)]
+            continue
+        if vectors is None:
+            vectors = np.empty((len(lengths), out.shape[1]), dtype=np.float32)
+        vectors[batch] = out
+        pending.pop(0)
+    if vectors is None:
+        vectors = np.empty((0, 0), dtype=np.float32)
+    return BackoffResult(vectors, max_batch_tokens, backoffs)
+
+
+def resolve_dtype(device: str, dtype: str = "auto"):
+    """The torch dtype to run the model in. "auto" is float16 on CUDA (tensor
+    cores, half the memory; encoder models of the BERT family do not overflow
+    it, and its 10-bit mantissa keeps vectors closer to float32 than bfloat16
+    does) and float32 elsewhere (CPU half precision is slower on most hosts)."""
+    import torch
+
+    if dtype == "auto":
+        return torch.float16 if device.startswith("cuda") else torch.float32
+    if dtype not in ("float32", "float16", "bfloat16"):
+        raise ValueError(f"dtype must be auto, float32, float16 or bfloat16, not {dtype!r}")
+    return getattr(torch, dtype)
+
+
+def _least_used_gpu() -> str:
+    """The visible GPU with the least memory in use. Beam loads a handler's
+    `model_copies` one after another under a cross-process lock, so picking the
+    emptiest GPU at load time spreads the copies one per GPU. NVML answers
+    without creating a CUDA context on every device; without it, GPU 0."""
+    import torch
+
+    count = torch.cuda.device_count()
+    if count < 2:
+        return "cuda"
+    try:
+        used = [torch.cuda.device_memory_used(i) for i in range(count)]
+    except (ImportError, RuntimeError):  # no pynvml / NVML in this image
+        return "cuda"
+    return f"cuda:{used.index(min(used))}"
+
+
+class Embedded(NamedTuple):
+    vectors: np.ndarray  # float32, one row per text, in input order
+    oom_backoffs: int
+
+
+class SentenceEncoder:
+    """One loaded sentence-transformers model that embeds texts in
+    length-sorted, token-budget batches.
+
+    Safe to share between threads (Beam runs several in one worker process and,
+    with `share_model_across_processes`, serves other processes' calls from
+    threads too): tokenizing and running the model each take their own lock, so
+    one thread's tokenizing overlaps another's forward pass while neither the
+    tokenizer (whose Rust state is not re-entrant) nor the device is used twice
+    at once.
+    """
+
+    def __init__(self, spec: EmbedderSpec, device: str | None = None, dtype: str = "auto",
+                 max_batch_tokens: int | None = None):
+        device = choose_device(device)
+        self.device = _least_used_gpu() if device == "cuda" else device
+        self.model = load_sentence_transformer(spec, self.device)
+        self.model.to(resolve_dtype(self.device, dtype))
+        self.model.eval()
+        self.normalize = spec.normalize
+        self.max_batch_tokens = max_batch_tokens or DEFAULT_MAX_BATCH_TOKENS[self.device.split(":")[0]]
+        self._tokenizer_lock = threading.Lock()
+        self._device_lock = threading.Lock()
+
+    @property
+    def dimension(self) -> int:
+        return self.model.get_embedding_dimension()
+
+    def embed(self, texts: Sequence[str], prefix: str = "") -> Embedded:
+        """float32 vectors of `prefix + text` for each text, in input order."""
+        texts = list(texts)
+        if not texts:
+            return Embedded(np.empty((0, self.dimension), dtype=np.float32), 0)
+        with self._tokenizer_lock:
+            lengths = [len(ids) for ids in self.model.tokenizer(
+                [prefix + t for t in texts], truncation=True, max_length=self.model.max_seq_length,
+                return_attention_mask=False, return_token_type_ids=False)["input_ids"]]
+        result = embed_with_backoff(
+            lengths, self.max_batch_tokens,
+            lambda batch: self._forward([texts[i] for i in batch], prefix),
+            on_oom=self._release_cached_memory)
+        self.max_batch_tokens = result.max_batch_tokens
+        return Embedded(result.vectors, result.oom_backoffs)
+
+    def _forward(self, texts: list[str], prefix: str) -> np.ndarray:
+        import torch
+        from sentence_transformers.util import batch_to_device
+
+        # The prompt goes through preprocess, as in SentenceTransformer.encode,
+        # so that models whose pooling excludes prompt tokens still do so.
+        with self._tokenizer_lock:
+            features = self.model.preprocess(texts, prompt=prefix or None)
+        with self._device_lock, torch.inference_mode():
+            vectors = self.model(batch_to_device(features, self.device))["sentence_embedding"].float()
+            if self.normalize:
+                vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
+            return vectors.cpu().numpy()
+
+    def _release_cached_memory(self) -> None:
+        import gc
+
+        import torch
+
+        gc.collect()
+        if self.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+        elif self.device == "mps":
+            torch.mps.empty_cache()
+
+
+class QueryEmbedder:
+    """Embeds search queries for the server: the model loads once, and queries
+    take the same path as the documents did, with the spec's query prefix.
+    Build it from the manifest's spec (`EmbedderSpec.from_dict`) or pass a
+    configured spec through `check_compatible` first."""
+
+    def __init__(self, spec: EmbedderSpec, device: str | None = None):
+        self.spec = spec
+        self._encoder = SentenceEncoder(spec, device)
+
+    @property
+    def dimension(self) -> int:
+        return self._encoder.dimension
+
+    def embed(self, queries: Sequence[str]) -> np.ndarray:
+        """float32 array, one row per query."""
+        return self._encoder.embed(queries, self.spec.query_prefix).vectors

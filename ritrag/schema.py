@@ -59,6 +59,42 @@ class ParsedPage:
 
 
 @dataclass(frozen=True)
+class PageSkeleton:
+    """What the per-site forest step needs of a page: no body, so a whole site's
+    skeleton fits in one worker even at millions of pages."""
+
+    url: str
+    canonical_url: str
+    site: str
+    title: str
+    trail: tuple[Crumb, ...]
+    trail_method: str
+    nav_order: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, page: ParsedPage) -> "PageSkeleton":
+        return cls(page.url, page.canonical_url, page.site, page.title, page.trail,
+                   page.trail_method, page.nav_order)
+
+
+@dataclass(frozen=True)
+class NodePlacement:
+    """Where the forest put one node; joined with the page's text into a node row."""
+
+    node_id: str
+    parent_id: str | None
+    site: str
+    kind: str  # one of NODE_KINDS
+    position: int
+    depth: int
+    title: str
+    url: str | None
+    ancestor_ids: tuple[str, ...]
+    ancestor_titles: tuple[str, ...]
+    trail_method: str
+
+
+@dataclass(frozen=True)
 class DeadLetter:
     """An input that produced no node, and why; every input is accounted for."""
 
@@ -97,7 +133,6 @@ CHUNKS_SCHEMA = pa.schema(
         pa.field("ordinal", pa.int32(), nullable=False),
         pa.field("text", pa.string(), nullable=False),
         pa.field("n_tokens", pa.int32(), nullable=False),
-        pa.field("n_terms", pa.int32(), nullable=False),  # BM25 document length
     ]
 )
 
@@ -111,6 +146,7 @@ DEAD_LETTERS_SCHEMA = pa.schema(
 )
 
 # Sparse postings of one shard: one row per (term, chunk), sorted by term then chunk.
+# A chunk's BM25 length is the sum of its tf, so the chunks table need not carry it.
 POSTINGS_SCHEMA = pa.schema(
     [
         pa.field("term", pa.string(), nullable=False),

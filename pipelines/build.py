@@ -1,0 +1,305 @@
+"""The full build: a folder (or glob) of HTML pages -> a new published index version.
+
+    python -m pipelines.build --input DIR_OR_GLOB --out INDEX [--base_url URL]
+        [--site_depth N] [--granularity page|section] [--num_shards N]
+        [--embedding_model NAME_OR_PATH] [--dense_factory STRING] [runner options]
+
+Stages: read -> parse (dead letters aside) -> forest (per site, skeletons only)
+-> nodes (placements joined with page text) -> chunks -> sparse postings and
+embeddings -> dense shards; then, in the launching process, publish: the
+manifest, with a checksum of every file, is written last and CURRENT flipped.
+Without --runner, the job runs on Beam's in-process FnApiRunner.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from typing import Iterable
+
+import apache_beam as beam
+from apache_beam.io import fileio
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from ritrag.embedder import DEFAULT_MODEL, EmbedderSpec
+from ritrag.ids import site_of
+from ritrag.layout import IndexLayout, new_manifest
+from ritrag.schema import (DEAD_LETTERS_SCHEMA, NODES_SCHEMA, CHUNKS_SCHEMA, DeadLetter,
+                           NodePlacement, PageSkeleton, ParsedPage)
+from transforms.chunk import ChunkNodesFn
+from transforms.dense import DENSE_INFO_FILE, BuildDenseIndex
+from transforms.embed import EmbedChunks
+from transforms.forest import build_site_forest, expand_sections
+from transforms.parse import UnparseablePage, parse_page
+from transforms.sparse import BM25_STATS_FILE, BuildSparseIndex
+from transforms.tables import WriteParquetTable, parquet_bytes, write_bytes
+
+LOG = logging.getLogger("ritrag.build")
+COUNTERS = "ritrag.build"
+HTML_SUFFIXES = (".html", ".htm", ".xhtml", ".shtml")
+DEAD_LETTERS_FILE = "dead_letters.parquet"
+
+
+class BuildOptions(PipelineOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument("--input", required=True,
+                            help="directory or glob of HTML files (any Beam filesystem)")
+        parser.add_argument("--out", required=True, help="index directory (local path)")
+        parser.add_argument("--base_url", default="http://localhost/",
+                            help="URL that the input directory stands for")
+        parser.add_argument("--site_depth", type=int, default=0,
+                            help="URL path segments that name a site (1: one forest per <host>/<product>/)")
+        parser.add_argument("--granularity", choices=("page", "section"), default="page")
+        parser.add_argument("--num_shards", type=int, default=1)
+        parser.add_argument("--embedding_model", default=DEFAULT_MODEL)
+        parser.add_argument("--query_prefix", default="")
+        parser.add_argument("--document_prefix", default="")
+        parser.add_argument("--embed_device", default=None, help="cuda, mps or cpu (default: auto)")
+        parser.add_argument("--dense_factory", default=None,
+                            help="FAISS index factory string (default: chosen by corpus size)")
+        parser.add_argument("--max_page_bytes", type=int, default=20 * 1024 * 1024)
+
+
+def input_root_and_pattern(spec: str) -> tuple[str, str]:
+    """(directory that relative URLs start from, glob of the files to read)."""
+    if any(ch in spec for ch in "*?["):
+        root = spec[: min(spec.index(ch) for ch in "*?[" if ch in spec)]
+        return root.rsplit("/", 1)[0] + "/", spec
+    root = spec if spec.endswith("/") else spec + "/"
+    return root, root + "**"
+
+
+def page_url(path: str, root: str, base_url: str) -> str:
+    relative = path[len(root):] if path.startswith(root) else os.path.basename(path)
+    return base_url.rstrip("/") + "/" + relative.lstrip("/")
+
+
+class ParsePagesFn(beam.DoFn):
+    """(path, bytes) -> ParsedPage, or a DeadLetter on the 'dead' output."""
+
+    DEAD = "dead"
+
+    def __init__(self, root: str, base_url: str, site_depth: int, max_page_bytes: int):
+        self._root, self._base_url = root, base_url
+        self._site_depth, self._max_bytes = site_depth, max_page_bytes
+        self._read = beam.metrics.Metrics.counter(COUNTERS, "pages_read")
+        self._parsed = beam.metrics.Metrics.counter(COUNTERS, "pages_parsed")
+        self._dead = beam.metrics.Metrics.counter(COUNTERS, "pages_dead_lettered")
+
+    def process(self, readable: fileio.ReadableFile):
+        path = readable.metadata.path
+        self._read.inc()
+        if not path.lower().endswith(HTML_SUFFIXES):
+            self._dead.inc()
+            yield beam.pvalue.TaggedOutput(self.DEAD, DeadLetter(path, "read", "not_html"))
+            return
+        url = page_url(path, self._root, self._base_url)
+        try:
+            data = readable.read()
+            yield parse_page(data, url, site_of(url, self._site_depth), max_bytes=self._max_bytes)
+            self._parsed.inc()
+        except UnparseablePage as exc:
+            self._dead.inc()
+            yield beam.pvalue.TaggedOutput(self.DEAD, DeadLetter(path, "parse", exc.reason, exc.detail))
+        except Exception as exc:  # a parser bug must cost one page, not the job
+            LOG.exception("unexpected error parsing %s", path)
+            self._dead.inc()
+            yield beam.pvalue.TaggedOutput(
+                self.DEAD, DeadLetter(path, "parse", "parser_error", f"{type(exc).__name__}: {exc}"))
+
+
+def place_site(site_and_pages: tuple[str, Iterable[PageSkeleton]]) -> Iterable[NodePlacement]:
+    site, pages = site_and_pages
+    forest = build_site_forest(site, pages)
+    beam.metrics.Metrics.counter(COUNTERS, "cycles_broken").inc(forest.broken_cycles)
+    return forest.placements
+
+
+def placement_row(placement: NodePlacement, body: str = "", page: ParsedPage | None = None) -> dict:
+    return {
+        "node_id": placement.node_id,
+        "parent_id": placement.parent_id,
+        "site": placement.site,
+        "kind": placement.kind,
+        "position": placement.position,
+        "depth": placement.depth,
+        "title": placement.title,
+        "url": placement.url,
+        "ancestor_ids": list(placement.ancestor_ids),
+        "ancestor_titles": list(placement.ancestor_titles),
+        "body": body,
+        "summary": page.description if page else "",
+        "keywords": list(page.keywords) if page else [],
+        "content_hash": page.content_hash if page else "",
+        "trail_method": placement.trail_method,
+    }
+
+
+def node_rows(joined: tuple[str, dict], granularity: str) -> Iterable[dict]:
+    """Rows of one URL: its placement joined with the page(s) parsed at that URL."""
+    _, group = joined
+    placements, pages = list(group["placement"]), sorted(group["page"], key=lambda p: p.content_hash)
+    merged = beam.metrics.Metrics.counter(COUNTERS, "pages_merged_duplicates")
+    indexed = beam.metrics.Metrics.counter(COUNTERS, "pages_indexed")
+    if not placements:
+        merged.inc(len(pages))
+        return
+    placement = placements[0]
+    if not pages:  # a trail entry that is not a page of the corpus
+        yield placement_row(placement)
+        return
+    page, duplicates = pages[0], pages[1:]
+    merged.inc(len(duplicates))
+    indexed.inc()
+    if granularity == "page":
+        yield placement_row(placement, page.body, page)
+        return
+    for node, text in expand_sections(placement, page.sections):
+        yield placement_row(node, text, page)
+
+
+def write_dead_letters(out_dir: str, letters: list[DeadLetter]) -> None:
+    rows = sorted(({"source": d.source, "stage": d.stage, "reason": d.reason, "detail": d.detail}
+                   for d in letters), key=lambda r: (r["source"], r["stage"]))
+    write_bytes(os.path.join(out_dir, DEAD_LETTERS_FILE), parquet_bytes(rows, DEAD_LETTERS_SCHEMA))
+
+
+class ParsePages(beam.PTransform):
+    """File pattern -> parsed pages (main output) and dead letters ('dead')."""
+
+    def __init__(self, opts: BuildOptions):
+        super().__init__()
+        self._opts = opts
+
+    def expand(self, pbegin):
+        root, pattern = input_root_and_pattern(self._opts.input)
+        return (
+            pbegin
+            | "MatchFiles" >> fileio.MatchFiles(pattern)
+            | "ReadMatches" >> fileio.ReadMatches()
+            | "Parse" >> beam.ParDo(ParsePagesFn(root, self._opts.base_url, self._opts.site_depth,
+                                                 self._opts.max_page_bytes)
+                                    ).with_outputs(ParsePagesFn.DEAD, main="pages")
+        )
+
+
+class BuildForestNodes(beam.PTransform):
+    """Parsed pages -> node rows: placed per site from skeletons, joined with text by URL."""
+
+    def __init__(self, granularity: str):
+        super().__init__()
+        self._granularity = granularity
+
+    def expand(self, pages):
+        placements = (
+            pages
+            | "Skeleton" >> beam.Map(lambda p: (p.site, PageSkeleton.of(p)))
+            | "GroupBySite" >> beam.GroupByKey()
+            | "PlaceSite" >> beam.FlatMap(place_site)
+            | "KeyPlacementByLocation" >> beam.Map(lambda n: (n.url if n.kind == "page" else n.node_id, n))
+        )
+        keyed_pages = pages | "KeyPageByUrl" >> beam.Map(lambda p: (p.url, p))
+        return (
+            {"placement": placements, "page": keyed_pages}
+            | "JoinPlacementAndText" >> beam.CoGroupByKey()
+            | "NodeRows" >> beam.FlatMap(node_rows, granularity=self._granularity)
+        )
+
+
+def build_pipeline(p: beam.Pipeline, opts: BuildOptions, segment_dir: str, spec: EmbedderSpec) -> None:
+    parsed = p | "ParsePages" >> ParsePages(opts)
+    (parsed[ParsePagesFn.DEAD]
+     | "AllDeadLetters" >> beam.combiners.ToList()
+     | "WriteDeadLetters" >> beam.Map(lambda letters: write_dead_letters(segment_dir, letters)))
+
+    nodes = parsed["pages"] | "Forest" >> BuildForestNodes(opts.granularity)
+    nodes | "WriteNodes" >> WriteParquetTable(segment_dir, "nodes", NODES_SCHEMA, "node_id", opts.num_shards)
+
+    chunks = nodes | "Chunk" >> beam.ParDo(ChunkNodesFn(spec))
+    chunks | "WriteChunks" >> WriteParquetTable(segment_dir, "chunks", CHUNKS_SCHEMA, "chunk_id", opts.num_shards)
+    chunks | "Sparse" >> BuildSparseIndex(segment_dir, opts.num_shards)
+    (chunks
+     | "ChunkTexts" >> beam.Map(lambda c: (c["chunk_id"], c["text"]))
+     | "Embed" >> EmbedChunks(spec, device=opts.embed_device)
+     | "Dense" >> BuildDenseIndex(segment_dir, opts.num_shards, opts.dense_factory))
+
+
+def counter_values(result) -> dict[str, int]:
+    values: dict[str, int] = {}
+    for counter in result.metrics().query(MetricsFilter())["counters"]:
+        name = counter.key.metric.name
+        value = counter.committed if counter.committed is not None else counter.attempted
+        values[name] = values.get(name, 0) + int(value or 0)
+    return values
+
+
+def publish_build(layout: IndexLayout, segment_id: str, opts: BuildOptions, spec: EmbedderSpec,
+                  counts: dict[str, int], elapsed_s: float) -> str:
+    """Checksum the finished segment, write its manifest, flip CURRENT."""
+    segment_dir = layout.segment_dir(segment_id)
+    with open(os.path.join(segment_dir, BM25_STATS_FILE), encoding="utf-8") as fh:
+        bm25 = json.load(fh)
+    with open(os.path.join(segment_dir, DENSE_INFO_FILE), encoding="utf-8") as fh:
+        dense = json.load(fh)
+    segment = layout.describe_segment(segment_id, opts.num_shards, counts)
+    manifest = new_manifest(
+        layout,
+        segments=[segment],
+        stats={"bm25": bm25, "pages": counts, "build_seconds": round(elapsed_s, 1)},
+        config={
+            "embedder": {**spec.to_dict(), "dimension": dense["dim"]},
+            "dense": dense,
+            "bm25": {"k1": 1.2, "b": 0.75},
+            "granularity": opts.granularity,
+            "num_shards": opts.num_shards,
+            "base_url": opts.base_url,
+            "site_depth": opts.site_depth,
+        },
+    )
+    layout.publish(manifest)
+    return manifest.version
+
+
+def run(argv: list[str] | None = None) -> str:
+    """Run a full build; returns the published version name."""
+    options = PipelineOptions(argv)
+    opts = options.view_as(BuildOptions)
+    standard = options.view_as(StandardOptions)
+    if not standard.runner:
+        standard.runner = "FnApiRunner"  # in-process; never tries to download Prism
+    spec = EmbedderSpec(model=opts.embedding_model, query_prefix=opts.query_prefix,
+                        document_prefix=opts.document_prefix)
+    layout = IndexLayout(opts.out)
+    version = layout.next_version()
+    segment_id = f"seg-{version}"
+    segment_dir = layout.segment_dir(segment_id)
+    if FileSystems.exists(segment_dir):
+        raise FileExistsError(f"{segment_dir} exists: an earlier build of {version} did not publish; remove it")
+    os.makedirs(segment_dir, exist_ok=True)
+
+    started = time.time()
+    LOG.info("building %s from %s into %s", version, opts.input, segment_dir)
+    with beam.Pipeline(options=options) as p:
+        build_pipeline(p, opts, segment_dir, spec)
+    result = p.result
+    counts = counter_values(result)
+    elapsed = time.time() - started
+    accounted = (counts.get("pages_indexed", 0) + counts.get("pages_dead_lettered", 0)
+                 + counts.get("pages_merged_duplicates", 0))
+    if accounted != counts.get("pages_read", 0):
+        raise RuntimeError(f"page accounting mismatch: read {counts.get('pages_read', 0)} but "
+                           f"indexed + dead-lettered + merged = {accounted}; not publishing")
+    published = publish_build(layout, segment_id, opts, spec, counts, elapsed)
+    rate = counts.get("pages_read", 0) / elapsed if elapsed else 0.0
+    LOG.info("published %s in %.1f s (%.1f pages/s): %s", published, elapsed, rate,
+             ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+    return published
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    run()

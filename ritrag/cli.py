@@ -1,0 +1,80 @@
+"""`ritrag` command line: one sub-command per Python API entry point.
+
+    ritrag build INPUT --out INDEX [build options] [Beam runner options]
+    ritrag toc INDEX "query" [--k 200] [--n 50]         -> JSON on stdout
+    ritrag read INDEX NODE_ID... [--max_chars N] [--offset N]
+
+The CLI is the top of the dependency graph: it imports the jobs lazily, so the
+serving commands never load Beam.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+
+def _build(args: argparse.Namespace, extra: list[str]) -> int:
+    from pipelines import build
+
+    version = build.run(["--input", args.input, "--out", args.out, *extra])
+    print(json.dumps({"index": args.out, "version": version}))
+    return 0
+
+
+def _toc(args: argparse.Namespace, extra: list[str]) -> int:
+    from serving.api import RitragIndex
+
+    result = RitragIndex(args.index).get_toc(args.query, k=args.k, n=args.n)
+    json.dump(result, sys.stdout, ensure_ascii=False, indent=1)
+    print()
+    return 0
+
+
+def _read(args: argparse.Namespace, extra: list[str]) -> int:
+    from serving.api import RitragIndex
+
+    result = RitragIndex(args.index).read(args.node_ids, max_chars=args.max_chars, offset=args.offset)
+    json.dump(result, sys.stdout, ensure_ascii=False, indent=1)
+    print()
+    return 0 if not result["unknown_ids"] else 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    from serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N
+
+    top = argparse.ArgumentParser(prog="ritrag", description=__doc__.split("\n\n")[0])
+    top.add_argument("-v", "--verbose", action="store_true")
+    sub = top.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("build", help="full build of an index version (a Beam job)",
+                       description="Unknown options go to the Beam job (see pipelines/build.py).")
+    p.add_argument("input", help="directory or glob of HTML files")
+    p.add_argument("--out", required=True, help="index directory")
+    p.set_defaults(func=_build)
+
+    p = sub.add_parser("toc", help="GetToC: the query-induced sub-forest as JSON")
+    p.add_argument("index")
+    p.add_argument("query")
+    p.add_argument("--k", type=int, default=DEFAULT_K, help="chunks recalled per retriever")
+    p.add_argument("--n", type=int, default=DEFAULT_N, help="nodes kept")
+    p.set_defaults(func=_toc)
+
+    p = sub.add_parser("read", help="Read: node bodies as JSON")
+    p.add_argument("index")
+    p.add_argument("node_ids", nargs="+")
+    p.add_argument("--max_chars", type=int, default=DEFAULT_MAX_CHARS)
+    p.add_argument("--offset", type=int, default=0)
+    p.set_defaults(func=_read)
+
+    args, extra = top.parse_known_args(argv)
+    if extra and args.command != "build":
+        top.error(f"unrecognized arguments: {' '.join(extra)}")
+    logging.basicConfig(level=logging.INFO if args.verbose or args.command == "build" else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return args.func(args, extra)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

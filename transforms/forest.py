@@ -1,0 +1,223 @@
+"""The breadcrumb forest: place every page of a site under its parent.
+
+`build_site_forest` is pure and sees one site's skeletons (urls, titles,
+trails), never bodies. Only a page's *parent* is taken from its trail; its
+ancestors are those of the parent, so the result is always a tree even when
+pages disagree about the trail above them, and parent-only signals ("Up"
+links) resolve into full chains across pages for free.
+
+Rules, all deterministic:
+* The site root is the site's home page when the corpus has it, else a virtual
+  node named after the site.
+* Duplicates: pages with the same normalized URL keep the first in URL order;
+  a page whose canonical URL names another page of the corpus merges into it.
+* A trail entry that is not a page of the corpus becomes a virtual node (keyed
+  by its URL, or by the titles above it when it has no link), parented by the
+  entry before it in the trail that mentions it most often.
+* A cycle is broken by attaching its smallest member to the site root.
+* Siblings follow the parent's own in-page table of contents where it lists
+  them, then URL order.
+
+`expand_sections` turns one placed page into its heading-section nodes.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Iterable
+from urllib.parse import urlsplit
+
+from ritrag.ids import node_id_for
+from ritrag.schema import Crumb, NodePlacement, PageSkeleton, Section
+
+SITE_ROOT_METHOD = "site_root"
+VIRTUAL_METHOD = "virtual"
+
+
+@dataclass(frozen=True)
+class SiteForest:
+    placements: list[NodePlacement]
+    merged: dict[str, str]  # url of a page merged by its canonical link -> url kept
+    broken_cycles: int
+
+
+@dataclass
+class _Slot:
+    key: str
+    kind: str
+    title: str
+    url: str | None
+    trail_method: str
+    nav_order: tuple[str, ...] = ()
+    parent: str | None = None
+
+
+def _site_title(site: str) -> str:
+    parts = urlsplit(site)
+    segments = [s for s in parts.path.split("/") if s]
+    return segments[-1] if segments else (parts.netloc or site)
+
+
+def _dedupe(site: str, pages: Iterable[PageSkeleton]) -> tuple[dict[str, PageSkeleton], dict[str, str]]:
+    by_url: dict[str, PageSkeleton] = {}
+    merged: dict[str, str] = {}
+    # Two inputs with one normalized URL keep one skeleton here; the pipeline's
+    # join by URL counts the other input as a merged duplicate.
+    for page in sorted(pages, key=lambda p: (p.url, p.canonical_url, p.title)):
+        by_url.setdefault(page.url, page)
+    for url in sorted(by_url):
+        page = by_url[url]
+        target = by_url.get(page.canonical_url)
+        # Merge only into a page that calls itself canonical: chains and sites that
+        # point every page at their home page must not collapse the forest.
+        if target is not None and target.url != url and target.canonical_url == target.url:
+            merged[url] = target.url
+    for url in merged:
+        by_url.pop(url, None)
+    return by_url, merged
+
+
+def build_site_forest(site: str, pages: Iterable[PageSkeleton]) -> SiteForest:
+    """Place every page of `site` (skeletons only) into one tree."""
+    by_url, merged = _dedupe(site, pages)
+    slots: dict[str, _Slot] = {}
+    root_page = by_url.get(site)
+    root_key = site
+    if root_page is not None:
+        slots[root_key] = _Slot(root_key, "page", root_page.title, site, root_page.trail_method,
+                                root_page.nav_order)
+    else:
+        slots[root_key] = _Slot(root_key, "site", _site_title(site), site, SITE_ROOT_METHOD)
+
+    virtual_parent_votes: dict[str, Counter] = defaultdict(Counter)
+    virtual_titles: dict[str, Counter] = defaultdict(Counter)
+
+    def crumb_key(crumb: Crumb, labels: tuple[str, ...]) -> str:
+        if crumb.url:
+            return crumb.url
+        return site + "#" + "/".join(labels)
+
+    for url, page in by_url.items():
+        if url == site:
+            continue
+        slots[url] = _Slot(url, "page", page.title, url, page.trail_method, page.nav_order)
+        parent = root_key
+        labels: tuple[str, ...] = ()
+        for crumb in page.trail:
+            if crumb.url in (url, site):
+                continue
+            labels = labels + (crumb.title,)
+            key = crumb_key(crumb, labels)
+            if key not in by_url:
+                virtual_parent_votes[key][parent] += 1
+                virtual_titles[key][crumb.title] += 1
+            parent = key
+        slots[url].parent = parent
+
+    for key, votes in virtual_parent_votes.items():
+        best_parent = min(votes.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+        best_title = min(virtual_titles[key].items(), key=lambda kv: (-kv[1], kv[0]))[0]
+        url = key if "#" not in key.removeprefix(site) else None
+        slots[key] = _Slot(key, "virtual", best_title, url, VIRTUAL_METHOD, parent=best_parent)
+
+    broken = _break_cycles(slots, root_key)
+    return SiteForest(_placements(site, slots, root_key), merged, broken)
+
+
+def _break_cycles(slots: dict[str, _Slot], root_key: str) -> int:
+    """Re-parent to the root the smallest member of every cycle; count them."""
+    state: dict[str, int] = {root_key: 2}  # 1: on the current walk, 2: reaches the root
+    broken = 0
+    for start in sorted(slots):
+        walk = []
+        key = start
+        while state.get(key) is None:
+            state[key] = 1
+            walk.append(key)
+            key = slots[key].parent or root_key
+        if state[key] == 1:
+            cycle = walk[walk.index(key):]
+            slots[min(cycle)].parent = root_key
+            broken += 1
+        for k in walk:
+            state[k] = 2
+    return broken
+
+
+def _sibling_order(parent: _Slot, children: list[_Slot]) -> list[_Slot]:
+    nav_rank = {url: i for i, url in enumerate(parent.nav_order)}
+    return sorted(
+        children,
+        key=lambda c: (0, nav_rank[c.url], "") if c.url in nav_rank else (1, 0, c.url or "", c.title, c.key),
+    )
+
+
+def _placements(site: str, slots: dict[str, _Slot], root_key: str) -> list[NodePlacement]:
+    children: dict[str, list[_Slot]] = defaultdict(list)
+    for key, slot in slots.items():
+        if key != root_key:
+            children[slot.parent or root_key].append(slot)
+    # Page ids depend on the URL alone; non-page ids are scoped by site, since a
+    # trail may name a URL that is a page of another site.
+    ids = {key: node_id_for(key if slot.kind == "page" else f"{slot.kind}:{site}:{key}")
+           for key, slot in slots.items()}
+    if len(set(ids.values())) != len(ids):
+        raise ValueError(f"node id collision inside site {site}")
+
+    out = []
+    stack = [(slots[root_key], 0, 0, (), ())]
+    while stack:
+        slot, position, depth, anc_ids, anc_titles = stack.pop()
+        node_id = ids[slot.key]
+        out.append(NodePlacement(
+            node_id=node_id,
+            parent_id=ids[slot.parent] if slot.key != root_key else None,
+            site=site, kind=slot.kind, position=position, depth=depth,
+            title=slot.title, url=slot.url,
+            ancestor_ids=anc_ids, ancestor_titles=anc_titles,
+            trail_method=slot.trail_method,
+        ))
+        ordered = _sibling_order(slot, children.get(slot.key, []))
+        for pos in range(len(ordered) - 1, -1, -1):
+            stack.append((ordered[pos], pos, depth + 1, anc_ids + (node_id,), anc_titles + (slot.title,)))
+    return out
+
+
+def section_key(page_url: str, section: Section, ordinal: int) -> str:
+    """Location key of a section node: the page URL plus the section's anchor
+    (or its ordinal where the heading has no id)."""
+    return f"{page_url}#{section.anchor or f'section-{ordinal}'}"
+
+
+def expand_sections(page: NodePlacement, sections: tuple[Section, ...]) -> list[tuple[NodePlacement, str]]:
+    """Section nodes of one placed page, with each node's own text.
+
+    The page node keeps the text before the first heading; each heading section
+    becomes a child of the nearest enclosing heading section (or of the page),
+    so skipped heading levels lose no text.
+    """
+    out: list[tuple[NodePlacement, str]] = []
+    intro = sections[0].text if sections and sections[0].level == 0 else ""
+    out.append((page, intro))
+    open_sections: list[tuple[int, NodePlacement]] = []  # (level, node) of enclosing headings
+    next_position: dict[str, int] = defaultdict(int)
+    for ordinal, section in enumerate(sections):
+        if section.level == 0:
+            continue
+        while open_sections and open_sections[-1][0] >= section.level:
+            open_sections.pop()
+        parent = open_sections[-1][1] if open_sections else page
+        position = next_position[parent.node_id]
+        next_position[parent.node_id] += 1
+        node = NodePlacement(
+            node_id=node_id_for(section_key(page.url or page.node_id, section, ordinal)),
+            parent_id=parent.node_id, site=page.site, kind="section",
+            position=position, depth=parent.depth + 1,
+            title=section.title, url=f"{page.url}#{section.anchor}" if section.anchor and page.url else page.url,
+            ancestor_ids=parent.ancestor_ids + (parent.node_id,),
+            ancestor_titles=parent.ancestor_titles + (parent.title,),
+            trail_method=page.trail_method,
+        )
+        out.append((node, section.text))
+        open_sections.append((section.level, node))
+    return out
