@@ -210,7 +210,8 @@ class BuildForestNodes(beam.PTransform):
         )
 
 
-def build_pipeline(p: beam.Pipeline, opts: BuildOptions, segment_dir: str, spec: EmbedderSpec) -> None:
+def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str, spec: EmbedderSpec) -> None:
+    opts = options.view_as(BuildOptions)
     parsed = p | "ParsePages" >> ParsePages(opts)
     (parsed[ParsePagesFn.DEAD]
      | "AllDeadLetters" >> beam.combiners.ToList()
@@ -224,7 +225,7 @@ def build_pipeline(p: beam.Pipeline, opts: BuildOptions, segment_dir: str, spec:
     chunks | "Sparse" >> BuildSparseIndex(segment_dir, opts.num_shards)
     (chunks
      | "ChunkTexts" >> beam.Map(lambda c: (c["chunk_id"], c["text"]))
-     | "Embed" >> EmbedChunks(spec, device=opts.embed_device)
+     | "Embed" >> EmbedChunks.from_options(spec, options, device=opts.embed_device)
      | "Dense" >> BuildDenseIndex(segment_dir, opts.num_shards, opts.dense_factory))
 
 
@@ -284,7 +285,7 @@ def run(argv: list[str] | None = None) -> str:
     started = time.time()
     LOG.info("building %s from %s into %s", version, opts.input, segment_dir)
     with beam.Pipeline(options=options) as p:
-        build_pipeline(p, opts, segment_dir, spec)
+        build_pipeline(p, options, segment_dir, spec)
     result = p.result
     counts = counter_values(result)
     elapsed = time.time() - started

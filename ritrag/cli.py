@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         top.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.INFO if args.verbose or args.command == "build" else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if not args.verbose:  # keep a build's log to ritrag's own progress lines
+        for noisy in ("apache_beam", "sentence_transformers", "transformers", "httpx"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
     return args.func(args, extra)
 
 

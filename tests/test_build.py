@@ -1,0 +1,140 @@
+"""End-to-end: build an index with the Beam job, then ask it GetToC and Read."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ritrag.embedder import EmbedderSpec, load_tokenizer, model_token_limit
+from ritrag.layout import DamagedIndexError, IndexLayout
+from serving.api import RitragIndex
+from tests.conftest import BASE, build_index
+
+pytestmark = pytest.mark.slow
+
+
+def table(index_dir, kind):
+    layout = IndexLayout(str(index_dir))
+    manifest = layout.load_manifest()
+    seg = manifest.segments[0]
+    files = [os.path.join(layout.segment_dir(seg["id"]), n) for n in layout.segment_files(seg, kind)]
+    return pa.concat_tables([pq.read_table(f) for f in files])
+
+
+def walk(tree, parents=()):
+    yield tree, parents
+    for child in tree.get("children", []):
+        yield from walk(child, parents + (tree,))
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_index):
+    return RitragIndex(str(tiny_index))
+
+
+def test_pages_are_placed_under_their_breadcrumbs(tiny_index):
+    nodes = table(tiny_index, "nodes").to_pylist()
+    by_url = {n["url"]: n for n in nodes}
+    deploy = by_url[f"{BASE}/shop/v3/guide/deploy.html"]
+    assert deploy["ancestor_titles"] == ["Shop Server", "Version 3", "Guides"]
+    guides = [n for n in nodes if n["title"] == "Guides"][0]
+    assert guides["kind"] == "virtual" and guides["body"] == ""
+    configs = [n for n in nodes if n["title"] == "Configuring the server"]
+    assert sorted(c["ancestor_titles"][-1] for c in configs) == ["Version 2", "Version 3"]
+    for n in nodes:  # every ancestor chain is consistent with the parents
+        if n["parent_id"]:
+            parent = next(p for p in nodes if p["node_id"] == n["parent_id"])
+            assert n["ancestor_ids"] == parent["ancestor_ids"] + [parent["node_id"]]
+
+
+def test_every_input_page_is_accounted_for(tiny_index):
+    manifest = IndexLayout(str(tiny_index)).load_manifest()
+    pages = manifest.stats["pages"]
+    assert pages["pages_read"] == 7
+    assert pages["pages_indexed"] + pages["pages_dead_lettered"] + pages["pages_merged_duplicates"] == 7
+
+
+def test_chunks_stay_inside_their_node_and_under_the_limit(sample_index):
+    nodes = {n["node_id"]: n for n in table(sample_index, "nodes").to_pylist()}
+    chunks = table(sample_index, "chunks").to_pylist()
+    tokenizer = load_tokenizer(EmbedderSpec())
+    limit = model_token_limit(EmbedderSpec(), tokenizer)
+    assert len(chunks) > 300
+    squash = lambda s: "".join(s.split())
+    for c in chunks:
+        node = nodes[c["node_id"]]
+        title, _, passage = c["text"].partition("\n")
+        assert title == node["title"].strip()
+        assert squash(passage) in squash(node["body"])  # text of this node only
+        assert 0 < c["n_tokens"] <= limit
+    recount = tokenizer([c["text"] for c in chunks[:500]], add_special_tokens=False)["input_ids"]
+    assert max(map(len, recount)) <= limit
+
+
+def test_get_toc_hits_come_with_all_ancestors_and_no_body(tiny):
+    toc = tiny.get_toc("which port does version 3 listen on", n=5)
+    assert toc["hits"] == 5
+    seen_hits = 0
+    nodes = tiny.index.nodes
+    for tree in toc["trees"]:
+        for entry, parents in walk(tree):
+            assert set(entry) <= {"id", "title", "summary", "keywords", "hit", "score", "children"}
+            if entry["hit"]:
+                seen_hits += 1
+                row = tiny.index.node_row[entry["id"]]
+                assert [p["id"] for p in parents] == nodes["ancestor_ids"][row]
+    assert seen_hits == 5
+    best = max((e for t in toc["trees"] for e, _ in walk(t) if e["hit"]), key=lambda e: e["score"])
+    assert tiny.read([best["id"]])["nodes"][0]["path"][-1] == "Version 3"
+    assert "9443" not in json.dumps(toc)  # no body text in the ToC
+
+
+def test_children_keep_document_order(sample_index):
+    index = RitragIndex(str(sample_index))
+    toc = index.get_toc("server configuration directives", n=50)
+    nodes = index.index.nodes
+    for tree in toc["trees"]:
+        for entry, _ in walk(tree):
+            positions = [nodes["position"][index.index.node_row[c["id"]]] for c in entry.get("children", [])]
+            assert positions == sorted(positions)
+
+
+def test_read_returns_bodies_and_reports_unknown_ids(tiny):
+    toc = tiny.get_toc("log rotation", n=3)
+    hit = next(e for t in toc["trees"] for e, _ in walk(t) if e["hit"])
+    result = tiny.read([hit["id"], "nosuchnode00"], max_chars=20)
+    assert result["unknown_ids"] == ["nosuchnode00"]
+    (node,) = result["nodes"]
+    assert node["title"] and node["url"].startswith(BASE)
+    assert len(node["text"]) == 20 and node["next_offset"] == 20
+    rest = tiny.read([hit["id"]], max_chars=10_000, offset=20)["nodes"][0]
+    assert node["text"] + rest["text"] == tiny.read([hit["id"]])["nodes"][0]["text"]
+    assert "next_offset" not in rest
+
+
+def test_two_builds_of_the_same_input_are_identical(tiny_site, tiny_index, tmp_path):
+    build_index(tiny_site, tmp_path / "again")
+    for kind in ("nodes", "chunks", "postings"):
+        assert table(tiny_index, kind).equals(table(tmp_path / "again", kind)), kind
+    first = IndexLayout(str(tiny_index)).load_manifest().segments[0]["files"]
+    second = IndexLayout(str(tmp_path / "again")).load_manifest().segments[0]["files"]
+    for name in first:
+        if name.endswith(".parquet"):
+            assert first[name]["sha256"] == second[name]["sha256"], name
+
+
+def test_a_damaged_file_is_refused_with_its_name(tiny_index, tmp_path):
+    copy = tmp_path / "damaged"
+    shutil.copytree(tiny_index, copy)
+    layout = IndexLayout(str(copy))
+    seg = layout.load_manifest().segments[0]
+    victim = os.path.join(layout.segment_dir(seg["id"]), layout.segment_files(seg, "chunks")[0])
+    with open(victim, "r+b") as fh:
+        fh.seek(100)
+        fh.write(b"\xff\xff\xff\xff")
+    with pytest.raises(DamagedIndexError, match=os.path.basename(victim)):
+        RitragIndex(str(copy))
