@@ -34,6 +34,7 @@ from transforms.dense import DENSE_INFO_FILE, BuildDenseIndex
 from transforms.embed import EmbedChunks
 from transforms.forest import build_site_forest, expand_sections
 from transforms.parse import UnparseablePage, parse_page
+from transforms.progress import LogProgress
 from transforms.sparse import BM25_STATS_FILE, BuildSparseIndex
 from transforms.tables import WriteParquetTable, parquet_bytes, write_bytes
 
@@ -41,6 +42,9 @@ LOG = logging.getLogger("ritrag.build")
 COUNTERS = "ritrag.build"
 HTML_SUFFIXES = (".html", ".htm", ".xhtml", ".shtml")
 DEAD_LETTERS_FILE = "dead_letters.parquet"
+# pages_read = pages_indexed + pages_dead_lettered + pages_merged_duplicates
+PAGE_COUNTERS = ("pages_read", "pages_parsed", "pages_indexed", "pages_dead_lettered",
+                 "pages_merged_duplicates")
 
 
 class BuildOptions(PipelineOptions):
@@ -210,27 +214,39 @@ class BuildForestNodes(beam.PTransform):
         )
 
 
-def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str, spec: EmbedderSpec) -> None:
+def count_input_files(pattern: str) -> int:
+    """Files the job will read, for the ETA of progress lines."""
+    return sum(len(m.metadata_list) for m in FileSystems.match([pattern]))
+
+
+def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str, spec: EmbedderSpec,
+                   total_files: int | None = None) -> None:
     opts = options.view_as(BuildOptions)
     parsed = p | "ParsePages" >> ParsePages(opts)
     (parsed[ParsePagesFn.DEAD]
      | "AllDeadLetters" >> beam.combiners.ToList()
      | "WriteDeadLetters" >> beam.Map(lambda letters: write_dead_letters(segment_dir, letters)))
 
-    nodes = parsed["pages"] | "Forest" >> BuildForestNodes(opts.granularity)
+    pages = parsed["pages"] | "ParseProgress" >> LogProgress("parse (pages)", total_files)
+    nodes = (pages
+             | "Forest" >> BuildForestNodes(opts.granularity)
+             | "NodeProgress" >> LogProgress("forest (nodes)"))
     nodes | "WriteNodes" >> WriteParquetTable(segment_dir, "nodes", NODES_SCHEMA, "node_id", opts.num_shards)
 
-    chunks = nodes | "Chunk" >> beam.ParDo(ChunkNodesFn(spec))
+    chunks = (nodes
+              | "Chunk" >> beam.ParDo(ChunkNodesFn(spec))
+              | "ChunkProgress" >> LogProgress("chunk (chunks)"))
     chunks | "WriteChunks" >> WriteParquetTable(segment_dir, "chunks", CHUNKS_SCHEMA, "chunk_id", opts.num_shards)
     chunks | "Sparse" >> BuildSparseIndex(segment_dir, opts.num_shards)
     (chunks
      | "ChunkTexts" >> beam.Map(lambda c: (c["chunk_id"], c["text"]))
      | "Embed" >> EmbedChunks.from_options(spec, options, device=opts.embed_device)
+     | "EmbedProgress" >> LogProgress("embed (chunks)")
      | "Dense" >> BuildDenseIndex(segment_dir, opts.num_shards, opts.dense_factory))
 
 
 def counter_values(result) -> dict[str, int]:
-    values: dict[str, int] = {}
+    values = dict.fromkeys(PAGE_COUNTERS, 0)  # a counter never incremented is absent
     for counter in result.metrics().query(MetricsFilter())["counters"]:
         name = counter.key.metric.name
         value = counter.committed if counter.committed is not None else counter.attempted
@@ -283,19 +299,19 @@ def run(argv: list[str] | None = None) -> str:
     os.makedirs(segment_dir, exist_ok=True)
 
     started = time.time()
-    LOG.info("building %s from %s into %s", version, opts.input, segment_dir)
+    total_files = count_input_files(input_root_and_pattern(opts.input)[1])
+    LOG.info("building %s from %s (%d files) into %s", version, opts.input, total_files, segment_dir)
     with beam.Pipeline(options=options) as p:
-        build_pipeline(p, options, segment_dir, spec)
+        build_pipeline(p, options, segment_dir, spec, total_files)
     result = p.result
     counts = counter_values(result)
     elapsed = time.time() - started
-    accounted = (counts.get("pages_indexed", 0) + counts.get("pages_dead_lettered", 0)
-                 + counts.get("pages_merged_duplicates", 0))
-    if accounted != counts.get("pages_read", 0):
-        raise RuntimeError(f"page accounting mismatch: read {counts.get('pages_read', 0)} but "
+    accounted = counts["pages_indexed"] + counts["pages_dead_lettered"] + counts["pages_merged_duplicates"]
+    if accounted != counts["pages_read"]:
+        raise RuntimeError(f"page accounting mismatch: read {counts['pages_read']} but "
                            f"indexed + dead-lettered + merged = {accounted}; not publishing")
     published = publish_build(layout, segment_id, opts, spec, counts, elapsed)
-    rate = counts.get("pages_read", 0) / elapsed if elapsed else 0.0
+    rate = counts["pages_read"] / elapsed if elapsed else 0.0
     LOG.info("published %s in %.1f s (%.1f pages/s): %s", published, elapsed, rate,
              ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
     return published

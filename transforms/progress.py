@@ -1,0 +1,67 @@
+"""Progress lines for people watching a long job: counts, rates and an ETA.
+
+`LogProgress` is a pass-through step placed after a stage. Each worker process
+logs its own count at most every `every_s` seconds; where the stage's total is
+known (pages, counted when the input is matched) the line carries an ETA.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import apache_beam as beam
+
+LOG = logging.getLogger("ritrag.progress")
+
+
+def progress_line(stage: str, done: int, elapsed_s: float, total: int | None) -> str:
+    rate = done / elapsed_s if elapsed_s > 0 else 0.0
+    line = f"{stage}: {done:,} in {elapsed_s:,.0f} s ({rate:,.1f}/s)"
+    if total:
+        left = max(total - done, 0)
+        eta = left / rate if rate > 0 else float("inf")
+        line += f", {100.0 * done / total:.1f}% of {total:,}, ETA {format_duration(eta)}"
+    return line
+
+
+def format_duration(seconds: float) -> str:
+    if seconds == float("inf"):
+        return "unknown"
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+class _ProgressFn(beam.DoFn):
+    def __init__(self, stage: str, total: int | None, every_s: float):
+        self._stage, self._total, self._every_s = stage, total, every_s
+
+    def setup(self):
+        self._done = 0
+        self._started = self._last = None
+
+    def process(self, element):
+        now = time.monotonic()
+        if self._started is None:
+            self._started = self._last = now
+        self._done += 1
+        if now - self._last >= self._every_s:
+            self._last = now
+            LOG.info(progress_line(self._stage, self._done, now - self._started, self._total))
+        yield element
+
+    def teardown(self):
+        if self._started is not None:
+            LOG.info(progress_line(self._stage, self._done, time.monotonic() - self._started, self._total))
+
+
+class LogProgress(beam.PTransform):
+    """Pass elements through unchanged, logging how many went by and how fast."""
+
+    def __init__(self, stage: str, total: int | None = None, every_s: float = 30.0):
+        super().__init__()
+        self._stage, self._total, self._every_s = stage, total, every_s
+
+    def expand(self, pcoll):
+        return pcoll | beam.ParDo(_ProgressFn(self._stage, self._total, self._every_s))
