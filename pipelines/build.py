@@ -12,6 +12,7 @@ Without --runner, the job runs on Beam's in-process FnApiRunner.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -25,10 +26,10 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from ritrag.embedder import DEFAULT_MODEL, EmbedderSpec
-from ritrag.ids import site_of
+from ritrag.ids import raw_hash, site_of
 from ritrag.layout import IndexLayout, new_manifest
-from ritrag.schema import (DEAD_LETTERS_SCHEMA, NODES_SCHEMA, CHUNKS_SCHEMA, DeadLetter,
-                           NodePlacement, PageSkeleton, ParsedPage)
+from ritrag.schema import (CHUNKS_SCHEMA, DEAD_LETTERS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA, DeadLetter,
+                           NodePlacement, PageSkeleton, ParsedPage, page_row)
 from transforms.chunk import ChunkNodesFn
 from transforms.dense import DENSE_INFO_FILE, BuildDenseIndex
 from transforms.embed import EmbedChunks
@@ -104,8 +105,9 @@ class ParsePagesFn(beam.DoFn):
         url = page_url(path, self._root, self._base_url)
         try:
             data = readable.read()
-            yield parse_page(data, url, site_of(url, self._site_depth), max_bytes=self._max_bytes)
+            page = parse_page(data, url, site_of(url, self._site_depth), max_bytes=self._max_bytes)
             self._parsed.inc()
+            yield dataclasses.replace(page, source=path, raw_hash=raw_hash(data))
         except UnparseablePage as exc:
             self._dead.inc()
             yield beam.pvalue.TaggedOutput(self.DEAD, DeadLetter(path, "parse", exc.reason, exc.detail))
@@ -228,6 +230,10 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
      | "WriteDeadLetters" >> beam.Map(lambda letters: write_dead_letters(segment_dir, letters)))
 
     pages = parsed["pages"] | "ParseProgress" >> LogProgress("parse (pages)", total_files)
+    (pages
+     | "PageRows" >> beam.Map(page_row)
+     | "WritePages" >> WriteParquetTable(segment_dir, "pages", PAGES_SCHEMA, "url", opts.num_shards,
+                                          sort_columns=("url", "source")))
     nodes = (pages
              | "Forest" >> BuildForestNodes(opts.granularity)
              | "NodeProgress" >> LogProgress("forest (nodes)"))

@@ -3,6 +3,8 @@
     ritrag build INPUT --out INDEX [build options] [Beam runner options]
     ritrag toc INDEX "query" [--k 200] [--n 50]         -> JSON on stdout
     ritrag read INDEX NODE_ID... [--max_chars N] [--offset N]
+    ritrag inspect INDEX [--html REPORT.html]
+    ritrag synth --pages N --out DIR [--sites 4 --depth 4 --fanout 8 --words 400 --seed 0]
 
 The CLI is the top of the dependency graph: it imports the jobs lazily, so the
 serving commands never load Beam.
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 
 
@@ -41,6 +44,27 @@ def _read(args: argparse.Namespace, extra: list[str]) -> int:
     return 0 if not result["unknown_ids"] else 3
 
 
+def _synth(args: argparse.Namespace, extra: list[str]) -> int:
+    from ritrag.synth import SynthConfig, generate_corpus
+
+    config = SynthConfig(pages=args.pages, sites=args.sites, depth=args.depth, fanout=args.fanout,
+                         words=args.words, seed=args.seed, base_url=args.base_url)
+    print(json.dumps(generate_corpus(args.out, config)))
+    return 0
+
+
+def _inspect(args: argparse.Namespace, extra: list[str]) -> int:
+    from ritrag.forest_report import forest_report, render_html, render_text
+
+    report = forest_report(args.index)
+    print(render_text(report))
+    html_path = args.html or os.path.join(args.index, f"report-{report['version']}.html")
+    with open(html_path, "w", encoding="utf-8") as fh:
+        fh.write(render_html(report))
+    print(f"\nHTML report: {html_path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N
 
@@ -67,6 +91,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max_chars", type=int, default=DEFAULT_MAX_CHARS)
     p.add_argument("--offset", type=int, default=0)
     p.set_defaults(func=_read)
+
+    p = sub.add_parser("inspect", help="forest quality per site, as text and an HTML report")
+    p.add_argument("index")
+    p.add_argument("--html", help="where to write the HTML report (default: INDEX/report-VERSION.html)")
+    p.set_defaults(func=_inspect)
+
+    p = sub.add_parser("synth", help="write a deterministic synthetic corpus of documentation sites")
+    p.add_argument("--pages", type=int, required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--sites", type=int, default=4)
+    p.add_argument("--depth", type=int, default=4)
+    p.add_argument("--fanout", type=int, default=8)
+    p.add_argument("--words", type=int, default=400)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--base_url", default="https://synth.example")
+    p.set_defaults(func=_synth)
 
     args, extra = top.parse_known_args(argv)
     if extra and args.command != "build":

@@ -48,6 +48,11 @@ def content_hash(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
 
+def raw_hash(data: bytes) -> str:
+    """Hex digest of an input file's bytes: equal bytes need no re-parse."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
 def shard_of(chunk_or_node_id: int | str, num_shards: int) -> int:
     """Shard that owns an id; stable across runs and runners."""
     if isinstance(chunk_or_node_id, int):

@@ -52,6 +52,8 @@ class ParsedPage:
     language: str = ""
     content_hash: str = ""
     nav_order: tuple[str, ...] = field(default=())  # child URLs in the page's own nav order
+    source: str = ""  # the input file, set by the job that read it
+    raw_hash: str = ""  # hash of the input bytes: unchanged pages are found without parsing
 
     @property
     def body(self) -> str:
@@ -75,6 +77,23 @@ class PageSkeleton:
     def of(cls, page: ParsedPage) -> "PageSkeleton":
         return cls(page.url, page.canonical_url, page.site, page.title, page.trail,
                    page.trail_method, page.nav_order)
+
+    @classmethod
+    def from_row(cls, row: dict) -> "PageSkeleton":
+        """The skeleton of a PAGES_SCHEMA row."""
+        return cls(row["url"], row["canonical_url"], row["site"], row["title"],
+                   tuple(Crumb(c["title"], c["url"]) for c in row["trail"]), row["trail_method"],
+                   tuple(row["nav_order"]))
+
+
+def page_row(page: ParsedPage) -> dict:
+    """The PAGES_SCHEMA row of a parsed page."""
+    return {
+        "url": page.url, "source": page.source, "raw_hash": page.raw_hash,
+        "content_hash": page.content_hash, "canonical_url": page.canonical_url, "site": page.site,
+        "title": page.title, "trail": [{"title": c.title, "url": c.url} for c in page.trail],
+        "trail_method": page.trail_method, "nav_order": list(page.nav_order),
+    }
 
 
 @dataclass(frozen=True)
@@ -136,6 +155,25 @@ CHUNKS_SCHEMA = pa.schema(
     ]
 )
 
+CRUMB_TYPE = pa.struct([pa.field("title", pa.string()), pa.field("url", pa.string())])
+
+# One row per parsed input page: what an incremental update needs to diff the next
+# input by URL and raw hash, and to re-place unchanged pages without parsing them.
+PAGES_SCHEMA = pa.schema(
+    [
+        pa.field("url", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("raw_hash", pa.string(), nullable=False),
+        pa.field("content_hash", pa.string(), nullable=False),
+        pa.field("canonical_url", pa.string(), nullable=False),
+        pa.field("site", pa.string(), nullable=False),
+        pa.field("title", pa.string(), nullable=False),
+        pa.field("trail", pa.list_(CRUMB_TYPE), nullable=False),
+        pa.field("trail_method", pa.string(), nullable=False),
+        pa.field("nav_order", pa.list_(pa.string()), nullable=False),
+    ]
+)
+
 DEAD_LETTERS_SCHEMA = pa.schema(
     [
         pa.field("source", pa.string(), nullable=False),
@@ -166,6 +204,7 @@ VOCABULARY_SCHEMA = pa.schema(
 TABLE_SCHEMAS = {
     "nodes": NODES_SCHEMA,
     "chunks": CHUNKS_SCHEMA,
+    "pages": PAGES_SCHEMA,
     "dead_letters": DEAD_LETTERS_SCHEMA,
     "postings": POSTINGS_SCHEMA,
     "vocabulary": VOCABULARY_SCHEMA,

@@ -138,3 +138,33 @@ def test_a_damaged_file_is_refused_with_its_name(tiny_index, tmp_path):
         fh.write(b"\xff\xff\xff\xff")
     with pytest.raises(DamagedIndexError, match=os.path.basename(victim)):
         RitragIndex(str(copy))
+
+
+def test_section_granularity_makes_heading_sections_nodes(tiny_site, tmp_path):
+    build_index(tiny_site, tmp_path / "sections", "--granularity", "section")
+    nodes = table(tmp_path / "sections", "nodes").to_pylist()
+    config = [n for n in nodes if n["url"] == f"{BASE}/shop/v3/config.html"][0]
+    sections = sorted((n for n in nodes if n["parent_id"] == config["node_id"]), key=lambda n: n["position"])
+    assert [(s["kind"], s["title"]) for s in sections] == [("section", "Ports"), ("section", "TLS")]
+    assert sections[0]["body"] == "Version 3 listens on port 9443 with QUIC enabled."
+    assert sections[0]["ancestor_titles"] == ["Shop Server", "Version 3", "Configuring the server"]
+    assert sections[1]["url"] == f"{BASE}/shop/v3/config.html#s1"
+    assert "9443" not in config["body"]  # each piece of text belongs to exactly one node
+    toc = RitragIndex(str(tmp_path / "sections")).get_toc("QUIC port", n=1)
+    (hit,) = [e for t in toc["trees"] for e, _ in walk(t) if e["hit"]]
+    assert hit["title"] == "Ports"
+
+
+def test_inspect_reports_methods_depths_and_fanouts(tiny_index, tmp_path):
+    from ritrag.cli import main
+    from ritrag.forest_report import forest_report, render_html
+
+    report = forest_report(str(tiny_index))
+    (site,) = report["sites"].values()
+    assert site["pages"] == 7 and site["virtual"] == 1
+    assert site["methods"]["jsonld"] == 6 and site["placed_by_markup"] == 1.0
+    assert site["depths"] == {0: 1, 1: 2, 2: 3, 3: 1}
+    assert site["fanouts"][0][:2] == (3, "Version 3")
+    assert "<svg" in render_html(report)
+    assert main(["inspect", str(tiny_index), "--html", str(tmp_path / "r.html")]) == 0
+    assert (tmp_path / "r.html").read_text().startswith("<!doctype html>")

@@ -84,7 +84,7 @@ def build_site_forest(site: str, pages: Iterable[PageSkeleton]) -> SiteForest:
     root_page = by_url.get(site)
     root_key = site
     if root_page is not None:
-        slots[root_key] = _Slot(root_key, "page", root_page.title, site, root_page.trail_method,
+        slots[root_key] = _Slot(root_key, "page", root_page.title, site, SITE_ROOT_METHOD,
                                 root_page.nav_order)
     else:
         slots[root_key] = _Slot(root_key, "site", _site_title(site), site, SITE_ROOT_METHOD)

@@ -1,0 +1,134 @@
+"""`ritrag inspect`: how well the forest of a published index holds up, per site.
+
+Reads the node skeleton (no bodies) and the dead letters of the live version and
+reports, per site: pages by the trail method that placed them, the depth
+histogram, orphans (pages hung under the site root with no page markup to say
+where they belong), virtual nodes, the largest fan-outs, and dead letters by
+reason. Rendered as plain text and as one self-contained HTML file (inline SVG
+charts, no scripts, no external assets).
+"""
+from __future__ import annotations
+
+import html
+import os
+from collections import Counter, defaultdict
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ritrag.layout import IndexLayout
+
+SITE_ROOT_METHOD = "site_root"  # the method transforms.forest records for a site's root
+REPORT_COLUMNS = ["node_id", "parent_id", "site", "kind", "depth", "title", "url", "trail_method"]
+NO_MARKUP_METHODS = ("url", "none")
+TOP_FANOUTS = 10
+
+
+def forest_report(index_dir: str, version: str | None = None) -> dict:
+    """Per-site statistics of the forest of one index version."""
+    layout = IndexLayout(index_dir)
+    manifest = layout.load_manifest(version)
+    node_files, dead_files = [], []
+    for seg in manifest.segments:
+        node_files += [layout.verified_path(seg, n) for n in layout.segment_files(seg, "nodes")]
+        if "dead_letters.parquet" in seg["files"]:
+            dead_files.append(layout.verified_path(seg, "dead_letters.parquet"))
+    nodes = pa.concat_tables([pq.read_table(f, columns=REPORT_COLUMNS) for f in node_files]).to_pylist()
+
+    by_id = {n["node_id"]: n for n in nodes}
+    children = Counter(n["parent_id"] for n in nodes if n["parent_id"])
+    sites: dict[str, dict] = defaultdict(lambda: {
+        "pages": 0, "sections": 0, "virtual": 0, "methods": Counter(), "depths": Counter(),
+        "orphans": 0, "orphan_examples": [], "fanouts": []})
+    for n in nodes:
+        site = sites[n["site"]]
+        if n["kind"] == "virtual":
+            site["virtual"] += 1
+        elif n["kind"] == "section":
+            site["sections"] += 1
+        elif n["kind"] == "page":
+            site["pages"] += 1
+            site["methods"][n["trail_method"]] += 1
+            site["depths"][n["depth"]] += 1
+            parent = by_id.get(n["parent_id"]) if n["parent_id"] else None
+            if parent is not None and parent["parent_id"] is None and n["trail_method"] in NO_MARKUP_METHODS:
+                site["orphans"] += 1
+                if len(site["orphan_examples"]) < 5:
+                    site["orphan_examples"].append(n["url"])
+        if children[n["node_id"]]:
+            site["fanouts"].append((children[n["node_id"]], n["title"], n["node_id"]))
+    for site in sites.values():
+        site["fanouts"] = sorted(site["fanouts"], key=lambda f: (-f[0], f[2]))[:TOP_FANOUTS]
+        placed = sum(v for k, v in site["methods"].items() if k != SITE_ROOT_METHOD)
+        marked = sum(v for k, v in site["methods"].items() if k not in NO_MARKUP_METHODS + (SITE_ROOT_METHOD,))
+        site["placed_by_markup"] = marked / placed if placed else 0.0
+
+    dead = Counter()
+    dead_by_site: dict[str, Counter] = defaultdict(Counter)
+    for f in dead_files:
+        for row in pq.read_table(f).to_pylist():
+            dead[row["reason"]] += 1
+            dead_by_site[_site_dir(row["source"])][row["reason"]] += 1
+    return {"index": index_dir, "version": manifest.version, "sites": dict(sorted(sites.items())),
+            "dead_letters": dict(dead), "dead_letters_by_source_dir": {k: dict(v) for k, v in dead_by_site.items()}}
+
+
+def _site_dir(source: str) -> str:
+    return os.path.basename(os.path.dirname(source)) or source
+
+
+def render_text(report: dict) -> str:
+    lines = [f"index {report['index']} version {report['version']}"]
+    for name, s in report["sites"].items():
+        lines.append(f"\n== {name}: {s['pages']} pages, {s['sections']} sections, {s['virtual']} virtual, "
+                     f"{s['placed_by_markup']:.1%} placed by page markup, {s['orphans']} orphans")
+        lines.append("  trail methods: " + ", ".join(f"{k} {v}" for k, v in s["methods"].most_common()))
+        lines.append("  depth: " + ", ".join(f"{d}:{c}" for d, c in sorted(s["depths"].items())))
+        lines.append("  largest fan-outs: " + "; ".join(f"{t!r} {c}" for c, t, _ in s["fanouts"][:5]))
+        for url in s["orphan_examples"]:
+            lines.append(f"  orphan: {url}")
+    lines.append("\ndead letters: " + (", ".join(f"{k} {v}" for k, v in sorted(report["dead_letters"].items()))
+                                       or "none"))
+    return "\n".join(lines)
+
+
+def _bar_chart(counts: dict, title: str, width: int = 360) -> str:
+    items = sorted(counts.items(), key=lambda kv: str(kv[0]))
+    if not items:
+        return ""
+    top = max(v for _, v in items)
+    row_h, label_w = 18, 110
+    bars = []
+    for i, (label, value) in enumerate(items):
+        w = 0 if not top else int((width - label_w - 50) * value / top)
+        y = i * row_h + 20
+        bars.append(f'<text x="0" y="{y + 12}" font-size="11">{html.escape(str(label))}</text>'
+                    f'<rect x="{label_w}" y="{y}" width="{w}" height="{row_h - 4}" fill="#4a7bd0"/>'
+                    f'<text x="{label_w + w + 4}" y="{y + 12}" font-size="11">{value}</text>')
+    height = len(items) * row_h + 24
+    return (f'<svg width="{width}" height="{height}" role="img" aria-label="{html.escape(title)}">'
+            f'<text x="0" y="12" font-size="12" font-weight="bold">{html.escape(title)}</text>'
+            + "".join(bars) + "</svg>")
+
+
+def render_html(report: dict) -> str:
+    parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>ritrag forest report "
+             f"{html.escape(report['version'])}</title><style>body{{font-family:sans-serif;margin:2em}}"
+             f"section{{border-top:1px solid #ccc;padding:1em 0}}.charts{{display:flex;gap:2em;flex-wrap:wrap}}"
+             f"td,th{{padding:2px 8px;text-align:left}}</style></head><body>",
+             f"<h1>Forest report</h1><p>{html.escape(report['index'])}, version {html.escape(report['version'])}</p>"]
+    for name, s in report["sites"].items():
+        parts.append(f"<section><h2>{html.escape(name)}</h2><p>{s['pages']} pages, {s['sections']} sections, "
+                     f"{s['virtual']} virtual nodes, <b>{s['placed_by_markup']:.1%}</b> placed by page markup, "
+                     f"{s['orphans']} orphans</p><div class='charts'>"
+                     + _bar_chart(dict(s["methods"]), "pages by trail method")
+                     + _bar_chart(dict(s["depths"]), "pages by depth") + "</div>")
+        parts.append("<table><tr><th>children</th><th>node</th></tr>" + "".join(
+            f"<tr><td>{c}</td><td>{html.escape(t)} <code>{nid}</code></td></tr>" for c, t, nid in s["fanouts"])
+            + "</table>")
+        if s["orphan_examples"]:
+            parts.append("<p>orphans, e.g.: " + ", ".join(html.escape(u or "") for u in s["orphan_examples"]) + "</p>")
+        parts.append("</section>")
+    parts.append("<section><h2>Dead letters</h2>" + (_bar_chart(report["dead_letters"], "dead letters by reason")
+                                                     or "<p>none</p>") + "</section></body></html>")
+    return "".join(parts)
