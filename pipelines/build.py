@@ -125,10 +125,13 @@ def place_site(site_and_pages: tuple[str, Iterable[PageSkeleton]]) -> Iterable[N
     return forest.placements
 
 
-def placement_row(placement: NodePlacement, body: str = "", page: ParsedPage | None = None) -> dict:
+def placement_row(placement: NodePlacement, body: str = "", page: ParsedPage | None = None,
+                  page_id: str | None = None) -> dict:
+    """The NODES_SCHEMA row of a placed node; `page` and `page_id` for nodes holding page text."""
     return {
         "node_id": placement.node_id,
         "parent_id": placement.parent_id,
+        "page_id": page_id,
         "site": placement.site,
         "kind": placement.kind,
         "position": placement.position,
@@ -162,10 +165,10 @@ def node_rows(joined: tuple[str, dict], granularity: str) -> Iterable[dict]:
     merged.inc(len(duplicates))
     indexed.inc()
     if granularity == "page":
-        yield placement_row(placement, page.body, page)
+        yield placement_row(placement, page.body, page, placement.node_id)
         return
     for node, text in expand_sections(placement, page.sections):
-        yield placement_row(node, text, page)
+        yield placement_row(node, text, page, placement.node_id)
 
 
 def write_dead_letters(out_dir: str, letters: list[DeadLetter]) -> None:

@@ -129,6 +129,9 @@ NODES_SCHEMA = pa.schema(
     [
         pa.field("node_id", pa.string(), nullable=False),
         pa.field("parent_id", pa.string()),
+        # The page whose text this node holds (itself for a page, its page for a
+        # section, null for virtual and site nodes): updates work page by page.
+        pa.field("page_id", pa.string()),
         pa.field("site", pa.string(), nullable=False),
         pa.field("kind", pa.string(), nullable=False),
         pa.field("position", pa.int32(), nullable=False),
@@ -149,8 +152,10 @@ CHUNKS_SCHEMA = pa.schema(
     [
         pa.field("chunk_id", pa.int64(), nullable=False),
         pa.field("node_id", pa.string(), nullable=False),
+        pa.field("page_id", pa.string(), nullable=False),
         pa.field("ordinal", pa.int32(), nullable=False),
         pa.field("text", pa.string(), nullable=False),
+        pa.field("text_hash", pa.string(), nullable=False),  # key of the embedding cache
         pa.field("n_tokens", pa.int32(), nullable=False),
     ]
 )

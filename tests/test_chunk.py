@@ -56,9 +56,9 @@ def test_real_tokenizer_limit_holds_on_code_and_unbroken_runs(tokenizer):
 
 
 def test_chunk_ids_are_deterministic_and_text_sensitive():
-    rows = chunk_rows("node1", "T", "one.\n\ntwo.", words, 100)
-    assert rows == chunk_rows("node1", "T", "one.\n\ntwo.", words, 100)
+    rows = chunk_rows("node1", "page1", "T", "one.\n\ntwo.", words, 100)
+    assert rows == chunk_rows("node1", "page1", "T", "one.\n\ntwo.", words, 100)
     assert rows[0]["chunk_id"] == chunk_id_for("node1", 0, rows[0]["text"])
     assert 0 <= rows[0]["chunk_id"] < 2 ** 63
-    assert chunk_rows("node1", "T", "one!\n\ntwo.", words, 100)[0]["chunk_id"] != rows[0]["chunk_id"]
+    assert chunk_rows("node1", "page1", "T", "one!\n\ntwo.", words, 100)[0]["chunk_id"] != rows[0]["chunk_id"]
     assert {r["node_id"] for r in rows} == {"node1"}

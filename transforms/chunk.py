@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import apache_beam as beam
 
 from ritrag.embedder import EmbedderSpec, load_tokenizer, model_token_limit
-from ritrag.ids import chunk_id_for
+from ritrag.ids import chunk_id_for, content_hash
 
 TokenCounter = Callable[[Sequence[str]], list[int]]
 
@@ -86,16 +86,19 @@ def chunk_text(title: str, body: str, count: TokenCounter, limit: int) -> list[s
     return _fit(texts, limit, count)
 
 
-def chunk_rows(node_id: str, title: str, body: str, count: TokenCounter, limit: int) -> list[dict]:
-    """Rows of the chunks table (CHUNKS_SCHEMA) for one node."""
+def chunk_rows(node_id: str, page_id: str, title: str, body: str, count: TokenCounter, limit: int
+               ) -> list[dict]:
+    """Rows of the chunks table (CHUNKS_SCHEMA) for one node of page `page_id`."""
     texts = chunk_text(title, body, count, limit)
     rows = []
     for ordinal, (text, n_tokens) in enumerate(zip(texts, count(texts) if texts else [])):
         rows.append({
             "chunk_id": chunk_id_for(node_id, ordinal, text),
             "node_id": node_id,
+            "page_id": page_id,
             "ordinal": ordinal,
             "text": text,
+            "text_hash": content_hash(text),
             "n_tokens": n_tokens,
         })
     return rows
@@ -128,6 +131,7 @@ class ChunkNodesFn(beam.DoFn):
     def process(self, node: dict):
         if node["kind"] in ("site", "virtual"):
             return
-        rows = chunk_rows(node["node_id"], node["title"], node["body"], self._count, self._limit)
+        rows = chunk_rows(node["node_id"], node["page_id"], node["title"], node["body"], self._count,
+                          self._limit)
         self._chunks.inc(len(rows))
         yield from rows

@@ -1,0 +1,179 @@
+"""The embed step: (chunk_id, text) -> (chunk_id, float32 vector), on a GPU when
+the worker has one.
+
+`EmbedChunks` is Beam's RunInference over a `KeyedModelHandler`, so the chunk
+id travels with its text through batching and comes back with its vector. The
+handler is thin; `ritrag.embedder.SentenceEncoder` does the work (length-sorted
+token-budget batches, float16 on CUDA, `torch.inference_mode`, halving the
+budget on out-of-memory), so that the server embeds queries through the same
+code.
+
+How the step lands on GPU machines:
+
+- RunInference applies the handler's resource hints to its inference ParDo
+  only, so `--embed_accelerator` asks for a GPU for this step alone (Dataflow
+  right fitting); parsing and chunking stay on cheap CPU workers.
+- On a GPU, one model copy per GPU serves every SDK process and thread of the
+  worker (Beam's `share_model_across_processes`): N processes each loading a
+  copy would multiply device memory and fight over the device. On CPU each
+  process keeps its own copy, which keeps every core busy without the
+  cross-process hop.
+
+Metrics (namespace "ritrag.embed"): `chunks_embedded` counts texts that went
+through the model (the incremental update checks it to prove that cached
+chunks were not re-embedded), `oom_backoffs` counts budget halvings. RunInference
+reports its own batch and latency metrics under the same namespace.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunInference
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from ritrag.embedder import EmbedderSpec, SentenceEncoder, choose_device
+
+METRICS_NAMESPACE = "ritrag.embed"
+# Texts per RunInference batch: the pool that SentenceEncoder sorts by length
+# and cuts into token-budget batches. Bigger pools pad less; 1024 chunks of
+# text is a few MB, cheap to hold and to send through the shared-model proxy.
+DEFAULT_BATCH_SIZE = 1024
+
+
+class EmbedOptions(PipelineOptions):
+    """Options of the embed step. The device itself comes from the pipeline's
+    own `--embed_device`, passed to `EmbedChunks.from_options`."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument(
+            "--embed_accelerator", default=None,
+            help='Beam accelerator resource hint for the embed step only, e.g. '
+                 '"type:nvidia-l4;count:1;install-nvidia-driver" (docs/GPU.md)')
+        parser.add_argument("--embed_min_ram", default=None,
+                            help="Beam min_ram resource hint for the embed step, e.g. 16GB")
+        parser.add_argument("--embed_dtype", default="auto",
+                            choices=("auto", "float32", "float16", "bfloat16"),
+                            help="auto: float16 on CUDA, float32 elsewhere")
+        parser.add_argument("--embed_max_batch_tokens", type=int, default=None,
+                            help="padded tokens per forward pass (default: by device)")
+        parser.add_argument("--embed_batch_size", type=int, default=DEFAULT_BATCH_SIZE,
+                            help="texts per RunInference batch, sorted by length inside")
+        parser.add_argument("--embed_model_copies", type=int, default=None,
+                            help="model copies per worker (default: one per visible GPU)")
+
+
+class SentenceTransformerModelHandler(ModelHandler[str, np.ndarray, SentenceEncoder]):
+    """RunInference handler for a sentence-transformers model: a batch of
+    texts -> one float32 vector per text, in batch order."""
+
+    def __init__(
+        self,
+        spec: EmbedderSpec,
+        device: str | None = None,
+        *,
+        dtype: str = "auto",
+        max_batch_tokens: int | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        large_model: bool | None = None,
+        model_copies: int | None = None,
+        resource_hints: Mapping[str, str] | None = None,
+    ):
+        """`large_model` None: share one copy across processes exactly when the
+        worker's device is CUDA. `model_copies` None: one copy per visible GPU
+        when sharing. Both are decided on the worker, which is the machine that
+        knows its GPUs, not the one that builds the pipeline."""
+        super().__init__(min_batch_size=batch_size, max_batch_size=batch_size)
+        self._spec = spec
+        self._device = device
+        self._dtype = dtype
+        self._max_batch_tokens = max_batch_tokens
+        self._large_model = large_model
+        self._model_copies = model_copies
+        self._resource_hints = dict(resource_hints or {})
+        self._chunks_embedded = Metrics.counter(METRICS_NAMESPACE, "chunks_embedded")
+        self._oom_backoffs = Metrics.counter(METRICS_NAMESPACE, "oom_backoffs")
+
+    def load_model(self) -> SentenceEncoder:
+        return SentenceEncoder(self._spec, self._device, self._dtype, self._max_batch_tokens)
+
+    def run_inference(
+        self,
+        batch: Sequence[str],
+        model: SentenceEncoder,
+        inference_args: dict[str, Any] | None = None,
+    ) -> Iterable[np.ndarray]:
+        # With a shared model, `model` is a proxy to another process, where Beam
+        # metrics would be lost: the encoder returns its back-off count and the
+        # counters are bumped here, in the DoFn's own thread.
+        embedded = model.embed(batch, self._spec.document_prefix)
+        self._chunks_embedded.inc(len(batch))
+        if embedded.oom_backoffs:
+            self._oom_backoffs.inc(embedded.oom_backoffs)
+        return list(embedded.vectors)
+
+    def get_metrics_namespace(self) -> str:
+        return METRICS_NAMESPACE
+
+    def get_resource_hints(self) -> dict:
+        return dict(self._resource_hints)
+
+    def share_model_across_processes(self) -> bool:
+        if self._large_model is not None:
+            return self._large_model
+        return choose_device(self._device).startswith("cuda")
+
+    def model_copies(self) -> int:
+        if self._model_copies:
+            return self._model_copies
+        # An explicit "cuda:N" pins one device, so one copy.
+        if self.share_model_across_processes() and choose_device(self._device) == "cuda":
+            import torch
+
+            return max(1, torch.cuda.device_count())
+        return 1
+
+
+class EmbedChunks(beam.PTransform):
+    """(chunk_id, text) -> (chunk_id, float32 vector): the embedding of each
+    chunk's text with the spec's document prefix, L2-normalized when the spec
+    says so. Every chunk id keeps its own vector whatever order batching and
+    length sorting put the texts in.
+
+    `resource_hints` (e.g. {"accelerator": "type:nvidia-l4;count:1;install-nvidia-driver",
+    "min_ram": "16GB"}) apply to the inference step only; see
+    `EmbedChunks.from_options` for the command-line form.
+    """
+
+    def __init__(
+        self,
+        spec: EmbedderSpec,
+        device: str | None = None,
+        *,
+        dtype: str = "auto",
+        max_batch_tokens: int | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        large_model: bool | None = None,
+        model_copies: int | None = None,
+        resource_hints: Mapping[str, str] | None = None,
+    ):
+        super().__init__()
+        self._handler = KeyedModelHandler(SentenceTransformerModelHandler(
+            spec, device, dtype=dtype, max_batch_tokens=max_batch_tokens, batch_size=batch_size,
+            large_model=large_model, model_copies=model_copies, resource_hints=resource_hints))
+
+    @classmethod
+    def from_options(cls, spec: EmbedderSpec, options: PipelineOptions,
+                     device: str | None = None) -> "EmbedChunks":
+        """The embed step configured by `EmbedOptions` flags."""
+        opts = options.view_as(EmbedOptions)
+        hints = {"accelerator": opts.embed_accelerator, "min_ram": opts.embed_min_ram}
+        return cls(spec, device, dtype=opts.embed_dtype, max_batch_tokens=opts.embed_max_batch_tokens,
+                   batch_size=opts.embed_batch_size, model_copies=opts.embed_model_copies,
+                   resource_hints={k: v for k, v in hints.items() if v})
+
+    def expand(self, chunks: beam.PCollection[tuple[int, str]]) -> beam.PCollection[tuple[int, np.ndarray]]:
+        return chunks | "RunInference" >> RunInference(self._handler)

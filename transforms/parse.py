@@ -1,0 +1,1016 @@
+"""One HTML page -> `ParsedPage`: where it sits in its site, its title, its main text
+split by headings.
+
+Pure functions over lxml; no Beam. A page is decoded once and parsed once. It is
+read for its location first, then pruned of boilerplate and flattened to text by
+lxml's C serializer, with private-use marker characters standing in for block
+boundaries, headings and preformatted blocks; Python only touches block elements,
+headings and navigation markup, never every inline element.
+
+Where a page sits (its breadcrumb trail, root first, without the site root and the
+page itself) comes from the first rule of this cascade that names something other
+than the page itself:
+
+1. ``jsonld``       a schema.org BreadcrumbList in JSON-LD, also inside ``@graph`` or
+                    as a ``WebPage.breadcrumb``;
+2. ``microdata``    a BreadcrumbList in microdata (``itemtype`` / ``itemprop``);
+3. ``rdfa``         a BreadcrumbList in RDFa (``typeof`` / ``property``);
+4. ``breadcrumb``   the trail a reader sees: ``nav[aria-label*=breadcrumb]``, any
+                    element whose class or id says breadcrumb (Bootstrap, Read the
+                    Docs, pydata, Docusaurus), or a "path"/"trail" element (MkDocs
+                    Material, hand-written sites) that is a short chain of links;
+5. ``related_bar``  the top bar of Sphinx's classic themes ("Docs » Library »");
+6. ``toc_current``  the chain of ``li.current`` entries of a navigation tree, which
+                    most documentation themes highlight in their sidebar;
+7. ``up_link``      a parent-only signal: ``a[accesskey=u]`` (DocBook's navheader,
+                    Sphinx), ``a[rel=up]``, ``<link rel=up>``. The trail is just the
+                    parent; the forest step chains parents across pages;
+8. ``url``          every directory between the site root and the page.
+
+Structured data comes first because it is written for machines and states the
+hierarchy outright; the visible trail next because it is what a reader is shown;
+theme conventions, parent-only signals and the URL last because they are partial
+or merely implied. A rule whose trail is empty once the site root and anything
+outside the site are dropped still wins: it says the page sits under the root.
+"""
+from __future__ import annotations
+
+import codecs
+import dataclasses
+import json
+import re
+import threading
+from functools import lru_cache
+from html import unescape
+from typing import Iterable, Iterator, NamedTuple
+from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
+
+from lxml import etree
+
+from ritrag.ids import content_hash, normalize_url
+from ritrag.schema import Crumb, ParsedPage, Section
+
+DEFAULT_MAX_BYTES = 20 * 1024 * 1024
+
+
+class UnparseablePage(Exception):
+    """The input is not an HTML page that can be indexed; `reason` is a short code
+    ("empty", "binary", "too_large", "undecodable", "no_content") for dead letters."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+# ------------------------------------------------------------------------- decoding
+
+_BOMS = (
+    # UTF-32 before UTF-16: the UTF-32-LE mark starts with the UTF-16-LE one.
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+_BINARY_SIGNATURES = (b"%PDF-", b"\x1f\x8b", b"PK\x03\x04", b"\x89PNG", b"\xff\xd8\xff", b"GIF8")
+_CONTROL_BYTES = bytes([*range(0x00, 0x09), *range(0x0e, 0x1b), *range(0x1c, 0x20)])
+_NOT_CONTROL_BYTES = bytes(b for b in range(256) if b not in _CONTROL_BYTES)
+_MAX_CONTROL_RATIO = 0.05  # text has next to none; compressed or binary data ~10%
+_SNIFF_BYTES = 8192
+_DECLARED_CHARSET = re.compile(
+    rb"""<meta[^>]+?charset\s*=\s*["']?\s*([-\w.:]+)|<\?xml[^>]+encoding\s*=\s*["']([-\w.:]+)""",
+    re.IGNORECASE,
+)
+# Browsers read these labels as windows-1252 (WHATWG Encoding), and so do pages.
+_WINDOWS_1252_ALIASES = {"ascii", "latin-1", "iso8859-1"}
+
+
+def _declared_codec(head: bytes) -> str | None:
+    match = _DECLARED_CHARSET.search(head)
+    if not match:
+        return None
+    try:
+        name = codecs.lookup((match[1] or match[2]).decode("ascii")).name
+    except LookupError:
+        return None
+    return "cp1252" if name in _WINDOWS_1252_ALIASES else name
+
+
+def _utf8_html(data: bytes, max_bytes: int) -> bytes:
+    """The page as UTF-8 bytes for lxml: the input itself when it is UTF-8 already,
+    so that the common case copies nothing.
+
+    Trust goes to a byte-order mark, then the declared charset, then UTF-8, then
+    windows-1252; a declaration is believed only if the bytes decode under it,
+    because pages declared UTF-8 but saved as windows-1252 are common.
+    """
+    if len(data) > max_bytes:
+        raise UnparseablePage("too_large", f"{len(data)} bytes > {max_bytes}")
+    if data.isspace() or not data:
+        raise UnparseablePage("empty")
+    for bom, codec in _BOMS:
+        if data.startswith(bom):
+            return data[len(bom):].decode(codec, errors="replace").encode("utf-8")
+    sniff = data[:_SNIFF_BYTES]
+    if sniff.startswith(_BINARY_SIGNATURES) or (
+        len(sniff.translate(None, _NOT_CONTROL_BYTES)) > _MAX_CONTROL_RATIO * len(sniff)
+    ):
+        raise UnparseablePage("binary", "control bytes or a binary file signature")
+    declared = _declared_codec(data[:4096])
+    for codec in dict.fromkeys((declared or "utf-8", "utf-8")):
+        try:
+            text = data.decode(codec)
+        except UnicodeDecodeError:
+            continue
+        if codec == "utf-8" and b"\x00" not in data:
+            return data
+        break
+    else:
+        # A declared legacy codec with a few bad bytes is still the best guess;
+        # bytes that are not UTF-8 and declare nothing else are windows-1252.
+        fallback = declared if declared and declared != "utf-8" else "cp1252"
+        text = data.decode(fallback, errors="replace")
+        if text.count("\ufffd") > 0.01 * len(text):
+            raise UnparseablePage("undecodable", f"not {fallback}")
+    return text.replace("\x00", "").encode("utf-8")
+
+
+_thread_state = threading.local()  # an lxml parser must not be shared between threads
+
+
+def _parser() -> etree.HTMLParser:
+    parser = getattr(_thread_state, "parser", None)
+    if parser is None:
+        parser = etree.HTMLParser(encoding="utf-8", remove_comments=True, remove_pis=True,
+                                  no_network=True, huge_tree=True)
+        _thread_state.parser = parser
+    return parser
+
+
+# ------------------------------------------------------------------------- small helpers
+
+_string_value = etree.XPath("string()", smart_strings=False)
+# In C: collapses runs of ASCII whitespace, which is what an HTML text's source
+# line breaks and indentation are.
+_normalized_string = etree.XPath("normalize-space()", smart_strings=False)
+_SPACES = re.compile(r"[\s\u00a0\u2000-\u200a\u202f\u205f\u3000]+")
+_CRUMB_EDGE_CHARS = " »›>/|→«‹<·•:\\"
+_CRUMB_SEPARATOR = re.compile(r"\s*[»›→]\s*|\s+[>|/\\·•]\s+")
+
+
+def _collapse(text: str) -> str:
+    return _SPACES.sub(" ", text).strip()
+
+
+def _text_of(el: etree._Element) -> str:
+    text = _normalized_string(el)
+    return text if text.isascii() else _collapse(text)  # no-break and other Unicode spaces
+
+
+def _class_tokens(el: etree._Element) -> list[str]:
+    return (el.get("class") or "").lower().split()
+
+
+def _local_name(term: str) -> str:
+    """"https://schema.org/BreadcrumbList", "schema:name" -> "BreadcrumbList", "name"."""
+    return re.split(r"[/:#]", term)[-1]
+
+
+def _url_segment_title(url: str) -> str:
+    segments = [s for s in urlsplit(url).path.split("/") if s]
+    if not segments:
+        return urlsplit(url).hostname or url
+    return re.sub(r"\.(?:html?|php|aspx?)$", "", unquote(segments[-1]), flags=re.IGNORECASE)
+
+
+def _is_inside(el: etree._Element, container: etree._Element) -> bool:
+    return any(ancestor is container for ancestor in el.iterancestors())
+
+
+# ------------------------------------------------------------------------- one pass over the tree
+
+# What an element can be, by its tag, class, id or role; one bit each.
+(_CRUMBS, _PATH, _RELATED, _CURRENT, _TOC, _CONTAINER, _WRAPPER, _BOILERPLATE, _CHROME,
+ _MAIN, _ROLE_MAIN, _ARTICLE, _NAV, _HEAD) = (1 << bit for bit in range(14))
+
+_BREADCRUMB_NAME = re.compile(r"breadcrumb|crumbs")
+# "path" and "trail" name many things; such an element only counts as a trail
+# when it is a short chain of links.
+_PATH_NAME = re.compile(r"(?:^|[-_])(?:path|trail|navpath)(?:[-_]|$)")
+_CONTAINER_IDS = frozenset(("main-content", "maincontent", "content", "page-content", "main", "primary"))
+_CLASS_WORDS = {"related": _RELATED, "current": _CURRENT, "toc": _TOC, "toctree-wrapper": _TOC,
+                "body": _CONTAINER, "document": _WRAPPER}
+
+# Class and id words of boilerplate, matched per token at [-_] boundaries so that
+# "menuselection" or "guimenu" in running text survive. Always dropped:
+_BOILERPLATE_WORDS = (
+    "breadcrumb", "breadcrumbs", "headerlink", "permalink", "hash-link", "header-anchor",
+    "anchorjs-link", "anchor-link", "navheader", "navfooter", "sphinxsidebar", "related",
+    "skip-link", "skiplink", "skip-nav", "skip-to-content", "prev-next", "prevnext",
+    "pager", "pagination", "cookie-banner", "cookie-notice", "cookie-consent", "cookie-bar",
+    "consent",
+)
+# Dropped only around content that is not marked up as main, where they are the
+# page's frame; inside an <article> a "header" holds the article's own title.
+_CHROME_WORDS = ("header", "footer", "hd", "ft", "masthead", "sidebar", "menu", "navbar",
+                 "nav", "topbar")
+
+
+def _word_pattern(words: Iterable[str]) -> re.Pattern[str]:
+    alternatives = "|".join(sorted(map(re.escape, words), key=len, reverse=True))
+    return re.compile(rf"(?:^|[-_])(?:{alternatives})(?:[-_]|$)")
+
+
+_BOILERPLATE_NAME = _word_pattern(_BOILERPLATE_WORDS)
+_CHROME_NAME = _word_pattern(_CHROME_WORDS)
+_ROLE_KINDS = {
+    **dict.fromkeys(("navigation", "search", "menu", "menubar", "toolbar"), _BOILERPLATE),
+    **dict.fromkeys(("banner", "contentinfo", "complementary"), _CHROME),
+    "main": _ROLE_MAIN,
+    "doc-toc": _TOC,
+}
+_TAG_KINDS = {"main": _MAIN, "article": _ARTICLE, "nav": _NAV,
+              **dict.fromkeys(("title", "base", "link", "meta", "script"), _HEAD)}
+# The containers that can hold a trail, boilerplate or the main content, and the
+# head's elements. Paragraphs, cells, list items, links and phrase tags (the bulk
+# of a page) are left out: a Python loop costs about as much per element as
+# parsing it does.
+_SURVEYED_TAGS = ("div", "ul", "ol", "section", "nav", "header", "footer", "aside", "main",
+                  "article", "form", "body", *_TAG_KINDS)
+
+
+def _word_kinds(word: str) -> int:
+    kinds = _CRUMBS if _BREADCRUMB_NAME.search(word) else 0
+    if _PATH_NAME.search(word):
+        kinds |= _PATH
+    if _BOILERPLATE_NAME.search(word):
+        return kinds | _BOILERPLATE
+    return kinds | (_CHROME if _CHROME_NAME.search(word) else 0)
+
+
+@lru_cache(maxsize=1 << 16)
+def _class_kinds(value: str) -> int:
+    kinds = 0
+    for token in value.lower().split():
+        kinds |= _word_kinds(token) | _CLASS_WORDS.get(token, 0)
+    return kinds
+
+
+@lru_cache(maxsize=1 << 16)
+def _id_kinds(value: str) -> int:
+    value = value.strip().lower()
+    return _word_kinds(value) | (_CONTAINER if value in _CONTAINER_IDS else 0)
+
+
+@dataclasses.dataclass
+class _Survey:
+    """The elements that matter, found in one pass over the tree, in document order.
+
+    libxml2's XPath predicates cost about as much per element as a Python loop
+    does, so one loop over the block-level tags replaces a dozen XPath scans.
+    """
+
+    head: list[etree._Element] = dataclasses.field(default_factory=list)
+    breadcrumbs: list[tuple[etree._Element, bool]] = dataclasses.field(default_factory=list)
+    related_bars: list[etree._Element] = dataclasses.field(default_factory=list)
+    mains: list[tuple[int, etree._Element]] = dataclasses.field(default_factory=list)
+    containers: list[tuple[int, etree._Element]] = dataclasses.field(default_factory=list)
+    boilerplate: list[tuple[etree._Element, bool]] = dataclasses.field(default_factory=list)
+    tocs: list[etree._Element] = dataclasses.field(default_factory=list)
+
+    def add(self, el: etree._Element, kinds: int) -> None:
+        if kinds & _HEAD:
+            self.head.append(el)
+        if kinds & _NAV and "breadcrumb" in (el.get("aria-label") or "").lower():
+            kinds |= _CRUMBS
+        if kinds & (_CRUMBS | _PATH):
+            self.breadcrumbs.append((el, bool(kinds & _CRUMBS)))
+        if kinds & _RELATED and el.tag == "div":
+            self.related_bars.append(el)
+        for rank, kind in enumerate((_MAIN, _ROLE_MAIN, _ARTICLE)):
+            if kinds & kind:
+                self.mains.append((rank, el))
+                break
+        if kinds & (_CONTAINER | _WRAPPER):
+            self.containers.append((0 if kinds & _CONTAINER else 1, el))
+        if kinds & (_BOILERPLATE | _CHROME):
+            self.boilerplate.append((el, bool(kinds & _BOILERPLATE)))
+        if kinds & _TOC:
+            self.tocs.append(el)
+
+
+def _survey(root: etree._Element) -> _Survey:
+    survey = _Survey()
+    for el in root.iter(*_SURVEYED_TAGS):
+        kinds = _TAG_KINDS.get(el.tag, 0)
+        value = el.get("class")
+        if value is not None:
+            kinds |= _class_kinds(value)
+        value = el.get("id")
+        if value is not None:
+            kinds |= _id_kinds(value)
+        value = el.get("role")
+        if value is not None:
+            kinds |= _ROLE_KINDS.get(value.strip().lower(), 0)
+        if kinds:
+            survey.add(el, kinds)
+    return survey
+
+
+# ------------------------------------------------------------------------- the page's head
+
+class _Head(NamedTuple):
+    """What <head> (and <html>) say about the page."""
+
+    title: str
+    base_href: str | None
+    canonical: str | None
+    up: tuple[str, str] | None  # (title, href) of <link rel=up>
+    homes: tuple[str, ...]  # hrefs of <link rel=home|start>
+    description: str
+    og_title: str
+    keywords: tuple[str, ...]
+    language: str
+    jsonld: tuple[str, ...]
+
+
+def _read_head(root: etree._Element, elements: list[etree._Element]) -> _Head:
+    title = base_href = canonical = up = None
+    homes: list[str] = []
+    meta: dict[str, str] = {}
+    keywords: list[str] = []
+    jsonld: list[str] = []
+    for el in elements:
+        if el.tag == "title":
+            title = title or _text_of(el)
+        elif el.tag == "base":
+            base_href = base_href or el.get("href")
+        elif el.tag == "link" and el.get("href") is not None:
+            rel = (el.get("rel") or "").lower().split()
+            if "canonical" in rel:
+                canonical = canonical or el.get("href")
+            if "up" in rel:
+                up = up or (el.get("title") or "", el.get("href"))
+            if "home" in rel or "start" in rel:
+                homes.append(el.get("href"))
+        elif el.tag == "meta" and el.get("content") is not None:
+            key = (el.get("name") or el.get("property") or "").strip().lower()
+            if key == "keywords":
+                # Some generators (javadoc) write one meta element per keyword.
+                keywords.extend(k.strip() for k in el.get("content").split(","))
+            else:
+                meta.setdefault(key, el.get("content"))
+        elif el.tag == "script" and el.text and (el.get("type") or "").strip().lower() == "application/ld+json":
+            jsonld.append(el.text)
+    return _Head(
+        title=title or "",
+        base_href=base_href,
+        canonical=canonical,
+        up=up,
+        homes=tuple(homes),
+        description=_collapse(meta.get("description") or meta.get("og:description") or ""),
+        og_title=_collapse(meta.get("og:title", "")),
+        keywords=tuple(dict.fromkeys(k for k in keywords if k)),
+        language=(root.get("lang") or root.get("xml:lang") or "").strip(),
+        jsonld=tuple(jsonld),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Location:
+    """Where the page is: to resolve the links it contains and to judge them."""
+
+    url: str  # normalized page URL
+    canonical: str  # normalized <link rel=canonical>, else the URL
+    base: str  # what relative links resolve against (<base href> or the URL)
+    site: str
+    homes: frozenset[str] = frozenset()  # the site root and what the page calls home
+
+    @property
+    def self_urls(self) -> tuple[str, str]:
+        return self.url, self.canonical
+
+    def resolve(self, href: str | None) -> str | None:
+        if href is None:
+            return None
+        href = href.strip()
+        if not href or href.startswith("#"):
+            return self.url  # a link to "here", whatever <base> says
+        absolute = urljoin(self.base, href)
+        if urlsplit(absolute).scheme not in ("http", "https", "file"):
+            return None  # javascript:, mailto:, data: are not places
+        return normalize_url(absolute)
+
+    def inside_site(self, url: str) -> bool:
+        return url == self.site or url.startswith(self.site.rstrip("/") + "/")
+
+
+def _locate(head: _Head, url: str, site: str) -> _Location:
+    page_url = normalize_url(url)
+    base = urljoin(url, head.base_href) if head.base_href else url
+    canonical = normalize_url(urljoin(base, head.canonical)) if head.canonical else page_url
+    location = _Location(page_url, canonical, base, site)
+    homes = {site, *filter(None, map(location.resolve, head.homes))}
+    return dataclasses.replace(location, homes=frozenset(homes))
+
+
+# ------------------------------------------------------------------------- trails
+
+class _RawCrumb(NamedTuple):
+    title: str
+    url: str | None
+    current: bool = False  # marked as the page being shown (aria-current, .active)
+
+
+def _clean_crumb_title(title: str) -> str:
+    return _collapse(title).strip(_CRUMB_EDGE_CHARS)
+
+
+def _is_current(el: etree._Element | None) -> bool:
+    if el is None:
+        return False
+    aria = el.get("aria-current")
+    if aria is not None and aria.lower() != "false":
+        return True
+    return not {"active", "current"}.isdisjoint(_class_tokens(el))
+
+
+def _crumb(item: etree._Element, link: etree._Element | None, loc: _Location) -> _RawCrumb:
+    """The crumb an item shows: its visible text, or what an icon-only link says
+    for itself (an unlinked image is decoration, not a place)."""
+    title = _clean_crumb_title(_string_value(item))
+    if not title and link is not None:
+        img = link.find(".//img[@alt]")
+        label = link.get("aria-label") or link.get("title") or (img.get("alt") if img is not None else "")
+        title = _clean_crumb_title(label or "")
+    href = link.get("href") if link is not None else None
+    return _RawCrumb(title, loc.resolve(href), _is_current(item) or _is_current(link))
+
+
+def _finish_trail(raw: list[_RawCrumb], loc: _Location) -> tuple[Crumb, ...] | None:
+    """The trail as stored, or None when the markup named nothing but the page.
+
+    Drops the entry marked current and what follows it, the page itself at the end
+    (an unlinked last entry is the page, by convention, unless the page was found
+    already), then leading entries up to the last one that is the site root, a home
+    page or outside the site.
+    """
+    crumbs: list[_RawCrumb] = []
+    found_self = False
+    for crumb in raw:
+        if crumb.current:
+            found_self = True
+            break
+        # "You are here:" is a label, not a place.
+        if crumb.title and not (crumb.url is None and crumb.title.endswith(":")):
+            crumbs.append(crumb)
+    while crumbs and crumbs[-1].url in loc.self_urls:
+        crumbs.pop()
+        found_self = True
+    if crumbs and crumbs[-1].url is None and not found_self:
+        crumbs.pop()
+    crumbs = [c for c in crumbs if c.url not in loc.self_urls]
+    if not crumbs:
+        return None
+    start = 0
+    for index, crumb in enumerate(crumbs):
+        if crumb.url is None:
+            continue
+        if crumb.url not in loc.homes and loc.inside_site(crumb.url):
+            break
+        start = index + 1
+    trail: list[Crumb] = []
+    seen_urls: set[str] = set()
+    for crumb in crumbs[start:]:
+        if crumb.url in seen_urls or (trail and trail[-1] == (crumb.title, crumb.url)):
+            continue
+        if crumb.url is not None:
+            seen_urls.add(crumb.url)
+        trail.append(Crumb(crumb.title, crumb.url))
+    return tuple(trail)
+
+
+def _split_crumbs(text: str | None) -> list[_RawCrumb]:
+    """Unlinked crumbs of a separator-delimited text ("Docs > Guides")."""
+    titles = map(_clean_crumb_title, _CRUMB_SEPARATOR.split(text or ""))
+    return [_RawCrumb(title, None) for title in titles if title]
+
+
+# -- 1. JSON-LD
+
+def _schema_types(node: dict) -> set[str]:
+    types = node.get("@type")
+    return {_local_name(t) for t in (types if isinstance(types, list) else [types]) if isinstance(t, str)}
+
+
+def _find_breadcrumbs(node: object) -> dict | str | None:
+    """The first BreadcrumbList (or textual ``breadcrumb``) anywhere in a JSON-LD
+    document: top level, a list, ``@graph``, ``WebPage.breadcrumb``, any nesting."""
+    if isinstance(node, list):
+        for item in node:
+            found = _find_breadcrumbs(item)
+            if found is not None:
+                return found
+    elif isinstance(node, dict):
+        if "BreadcrumbList" in _schema_types(node):
+            return node
+        if isinstance(node.get("breadcrumb"), str):
+            return node["breadcrumb"]
+        for value in node.values():
+            found = _find_breadcrumbs(value)
+            if found is not None:
+                return found
+    return None
+
+
+def _position(value: object) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("inf")  # unnumbered items keep their order, after numbered ones
+
+
+def _jsonld_crumbs(breadcrumbs: dict | str, loc: _Location) -> list[_RawCrumb]:
+    if isinstance(breadcrumbs, str):
+        return _split_crumbs(unescape(breadcrumbs))
+    items = breadcrumbs.get("itemListElement") or []
+    items = [i for i in (items if isinstance(items, list) else [items]) if isinstance(i, dict)]
+    crumbs = []
+    for item in sorted(items, key=lambda i: _position(i.get("position"))):
+        target, name = item.get("item"), item.get("name")
+        if isinstance(target, dict):
+            name = name or target.get("name")
+            target = target.get("@id") or target.get("url")
+        href = target if isinstance(target, str) else None
+        crumbs.append(_RawCrumb(_clean_crumb_title(unescape(str(name or ""))), loc.resolve(href)))
+    return crumbs
+
+
+def _jsonld_trail(head: _Head, loc: _Location) -> list[_RawCrumb]:
+    for script in head.jsonld:
+        try:
+            document = json.loads(script.strip().removeprefix("<!--").removesuffix("-->"))
+        except ValueError:
+            continue  # malformed JSON-LD is common; the next rules may still work
+        found = _find_breadcrumbs(document)
+        if found is not None:
+            return _jsonld_crumbs(found, loc)
+    return []
+
+
+# -- 2. and 3. microdata and RDFa: one vocabulary under two sets of attribute names
+
+_URL_ATTRIBUTES = ("href", "itemid", "resource", "src", "content")
+
+
+def _with_property(scope: etree._Element, attr: str, name: str) -> Iterator[etree._Element]:
+    return (el for el in scope.iter() if name in map(_local_name, (el.get(attr) or "").split()))
+
+
+def _structured_trail(root: etree._Element, loc: _Location,
+                      type_attr: str, property_attr: str) -> list[_RawCrumb]:
+    for crumb_list in root.iterfind(f".//*[@{type_attr}]"):
+        if "BreadcrumbList" not in map(_local_name, crumb_list.get(type_attr).split()):
+            continue
+        positioned = []
+        for order, item in enumerate(_with_property(crumb_list, property_attr, "itemListElement")):
+            name_el = next(_with_property(item, property_attr, "name"), None)
+            target = next(_with_property(item, property_attr, "item"), None)
+            position = next(_with_property(item, property_attr, "position"), None)
+            name = "" if name_el is None else name_el.get("content") or _string_value(name_el)
+            href = None if target is None else next(filter(None, map(target.get, _URL_ATTRIBUTES)), None)
+            rank = float("inf") if position is None else _position(
+                position.get("content") or _string_value(position))
+            positioned.append((rank, order, _RawCrumb(_clean_crumb_title(name), loc.resolve(href))))
+        if positioned:
+            return [crumb for _, _, crumb in sorted(positioned)]
+    return []
+
+
+# -- 4. visible breadcrumbs
+
+_NOT_IN_A_TRAIL = ("p", "table", "pre", "h1", "h2", "h3", "h4", "h5", "h6", "form", "dl")
+_MAX_CRUMB_CHARS = 80
+# Items a trail container holds beside the trail: Sphinx's right-floated
+# index/next/previous links, Read the Docs' "View page source" aside.
+_ASIDE_ITEM = re.compile(r"(?:^|[-_])(?:aside|right|float-right|pull-right)$")
+
+
+def _top_level_items(container: etree._Element) -> list[etree._Element]:
+    items = []
+    for li in container.iter("li"):
+        parent = li.getparent()
+        while parent is not container and parent.tag != "li":
+            parent = parent.getparent()
+        if parent is container and not any(_ASIDE_ITEM.search(t) for t in _class_tokens(li)):
+            items.append(li)
+    return items
+
+
+def _inline_crumbs(container: etree._Element, loc: _Location) -> list[_RawCrumb]:
+    """Crumbs of a trail written as links and separators, without a list."""
+    crumbs = _split_crumbs(container.text)
+    for child in container:
+        link = child if child.tag == "a" and child.get("href") is not None else child.find(".//a[@href]")
+        if link is not None:
+            crumbs.append(_crumb(child, link, loc))
+        else:
+            crumbs.extend(c._replace(current=_is_current(child)) for c in _split_crumbs(_string_value(child)))
+        crumbs.extend(_split_crumbs(child.tail))
+    return crumbs
+
+
+def _container_crumbs(container: etree._Element, loc: _Location) -> list[_RawCrumb]:
+    items = _top_level_items(container)
+    if not items:
+        return _inline_crumbs(container, loc)
+    return [_crumb(li, li.find(".//a[@href]"), loc) for li in items]
+
+
+def _looks_like_trail(container: etree._Element, crumbs: list[_RawCrumb]) -> bool:
+    return (
+        len(crumbs) >= 2
+        and any(c.url for c in crumbs)
+        and all(len(c.title) <= _MAX_CRUMB_CHARS for c in crumbs)
+        and next(container.iter(*_NOT_IN_A_TRAIL), None) is None
+    )
+
+
+def _breadcrumb_trail(survey: _Survey, loc: _Location) -> list[_RawCrumb]:
+    for container, declared in survey.breadcrumbs:
+        crumbs = _container_crumbs(container, loc)
+        if crumbs and (declared or _looks_like_trail(container, crumbs)):
+            return crumbs
+    return []
+
+
+# -- 5. and 6. documentation themes
+
+def _related_bar_trail(survey: _Survey, loc: _Location) -> list[_RawCrumb]:
+    return _container_crumbs(survey.related_bars[0], loc) if survey.related_bars else []
+
+
+def _toc_current_trail(root: etree._Element, loc: _Location) -> list[_RawCrumb]:
+    # Document order is outermost first; a theme that shows the chain twice (a
+    # top bar and a sidebar, a mobile and a desktop menu) repeats URLs, which the
+    # trail keeps once.
+    crumbs = []
+    for li in root.iter("li"):
+        if not _class_kinds(li.get("class") or "") & _CURRENT:
+            continue
+        link = li.find("a")
+        if link is None:
+            link = li.find("*/a")  # <li><p><a>, <li><span><a>
+        if link is not None and link.get("href") is not None:
+            crumbs.append(_crumb(link, link, loc)._replace(current=False))
+    return crumbs
+
+
+# -- 7. parent-only signals
+
+def _up_link_trail(root: etree._Element, head: _Head, loc: _Location) -> list[_RawCrumb]:
+    for link in root.iter("a"):
+        if link.get("href") is None or not (
+            (link.get("accesskey") or "").lower() == "u" or "up" in (link.get("rel") or "").lower().split()
+        ):
+            continue
+        # The visible text is often just "Up"; the title attribute names the parent.
+        title = _clean_crumb_title(link.get("title") or "") or _crumb(link, link, loc).title
+        return [_RawCrumb(title, loc.resolve(link.get("href")))]
+    if head.up:
+        title, href = head.up
+        return [_RawCrumb(_clean_crumb_title(title) or _url_segment_title(href), loc.resolve(href))]
+    return []
+
+
+# -- 8. the URL
+
+def _url_trail(loc: _Location) -> tuple[Crumb, ...]:
+    site, page = urlsplit(loc.site), urlsplit(loc.url)
+    site_path = site.path.rstrip("/")
+    if (site.scheme, site.netloc) != (page.scheme, page.netloc) or not page.path.startswith(site_path + "/"):
+        return ()
+    directories = page.path[len(site_path) + 1:].split("/")[:-1]
+    return tuple(
+        Crumb(unquote(name),
+              urlunsplit((site.scheme, site.netloc, "/".join([site_path, *directories[:depth + 1]]), "", "")))
+        for depth, name in enumerate(directories)
+    )
+
+
+def _find_trail(root: etree._Element, survey: _Survey, head: _Head, loc: _Location,
+                names_breadcrumb_list: bool) -> tuple[tuple[Crumb, ...], str]:
+    """The first trail of the cascade (module doc). `names_breadcrumb_list`: whether
+    the page's bytes contain "BreadcrumbList" at all; a byte search is far cheaper
+    than scanning the tree for microdata and RDFa that almost no page has."""
+    rules = (
+        ("jsonld", lambda: _jsonld_trail(head, loc)),
+        ("microdata", lambda: names_breadcrumb_list and _structured_trail(root, loc, "itemtype", "itemprop")),
+        ("rdfa", lambda: names_breadcrumb_list and _structured_trail(root, loc, "typeof", "property")),
+        ("breadcrumb", lambda: _breadcrumb_trail(survey, loc)),
+        ("related_bar", lambda: _related_bar_trail(survey, loc)),
+        ("toc_current", lambda: _toc_current_trail(root, loc)),
+        ("up_link", lambda: _up_link_trail(root, head, loc)),
+    )
+    for method, rule in rules:
+        trail = _finish_trail(rule() or [], loc)
+        if trail is not None:
+            return trail, method
+    return _url_trail(loc), "url"
+
+
+# ------------------------------------------------------------------------- main content
+
+# Never body text, wherever they are.
+_DROP_TAGS = ("script", "style", "noscript", "template", "nav", "footer", "button",
+              "svg", "iframe", "object", "select", "textarea", "dialog")
+# The frame around the content of a page that does not mark its main region.
+_CHROME_TAGS = ("header", "aside", "form")
+
+
+def _find_main(root: etree._Element, survey: _Survey) -> tuple[etree._Element, bool]:
+    """The element holding the page's own content, and whether the page marked it
+    up as its main region (<main>, role=main, a single <article>)."""
+    mains = survey.mains
+    # Several top-level articles are a listing (a blog index), not one main text.
+    articles = [el for rank, el in mains if el.tag == "article" and next(el.iterancestors("article"), None) is None]
+    if len(articles) > 1:
+        mains = [(rank, el) for rank, el in mains if el.tag != "article"]
+    if mains:
+        return min(mains, key=lambda ranked: ranked[0])[1], True
+    if survey.containers:
+        return min(survey.containers, key=lambda ranked: ranked[0])[1], False
+    body = root.find("body")
+    return (root if body is None else body), False
+
+
+def _drop(el: etree._Element) -> None:
+    """Remove an element but keep the text that follows it."""
+    parent = el.getparent()
+    if parent is None:
+        return
+    if el.tail:
+        previous = el.getprevious()
+        if previous is not None:
+            previous.tail = (previous.tail or "") + el.tail
+        else:
+            parent.text = (parent.text or "") + el.tail
+    parent.remove(el)
+
+
+def _strip_boilerplate(main: etree._Element, marked_main: bool, survey: _Survey) -> None:
+    etree.strip_elements(main, *(_DROP_TAGS if marked_main else _DROP_TAGS + _CHROME_TAGS),
+                         with_tail=False)
+    for el, always in survey.boilerplate:
+        # Inside a marked-up main region, a "header" or "sidebar" is the text's own.
+        if (always or not marked_main) and _is_inside(el, main):
+            _drop(el)
+    # Permalink glyphs and skip links (links are not in the survey: too many).
+    for link in [a for a in main.iter("a") if _class_kinds(a.get("class") or "") & _BOILERPLATE]:
+        _drop(link)
+
+
+def _find_nav_order(main: etree._Element, survey: _Survey, loc: _Location) -> tuple[str, ...]:
+    """Same-site pages linked from the page's own table of contents, in order."""
+    order: dict[str, None] = {}
+    resolved: dict[str, str | None] = {}
+    for toc in survey.tocs:
+        if toc is not main and not _is_inside(toc, main):
+            continue
+        for link in toc.iter("a"):
+            page_href = (link.get("href") or "").split("#", 1)[0]
+            if page_href not in resolved:
+                resolved[page_href] = loc.resolve(page_href) if page_href.strip() else None
+            url = resolved[page_href]
+            if url and url not in loc.self_urls and loc.inside_site(url):
+                order[url] = None
+    return tuple(order)
+
+
+# ------------------------------------------------------------------------- text and sections
+
+# Private-use characters stand for structure in the flattened text: lxml's text
+# serializer passes them through, and real text does not use them as markup.
+_PARAGRAPH, _LINE = "\ue000", "\ue001"
+_HEADING, _RESUME, _PRE = "\ue003", "\ue004", "\ue005"
+_HEADING_TAGS = ("h1", "h2", "h3", "h4", "h5", "h6")
+_PARAGRAPH_TAGS = ("p", "div", "section", "article", "main", "header", "aside", "pre",
+                   "blockquote", "table", "ul", "ol", "dl", "figure", "figcaption", "details",
+                   "summary", "address", "hr", "caption", "fieldset", "center") + _HEADING_TAGS
+_BLOCK_MARKS: dict[str, tuple[str, str]] = {  # tag -> (before its text, after it)
+    **{tag: (_PARAGRAPH, _PARAGRAPH) for tag in _PARAGRAPH_TAGS},
+    # A list item, row or term only ever follows its list's start or a sibling,
+    # both of which end in a mark already.
+    **{tag: ("", _LINE) for tag in ("li", "tr", "dt", "dd")},
+    "br": ("", _LINE),
+    "td": (" | ", ""),  # rows read "| cell | cell"
+    "th": (" | ", ""),
+}
+_BREAK_RUN = re.compile(r"[\ue000\ue001][ \ue000\ue001]*")
+_STRUCTURE_MARK = re.compile(r"\ue003(\d+)\ue003|\ue004(\d+)\ue004")
+_PRE_MARK = re.compile(r"\ue005(\d+)\ue005")
+_PERMALINK_GLYPHS = re.compile(r"(?:\s*[¶§🔗]|\s+#)+$")
+# A <div> that is a section of the document: docutils' "section", DocBook's
+# "sect1", "refsect2", "section".
+_SECTION_DIV_CLASS = re.compile(r"^(?:ref)?sect(?:ion|\d+)?$")
+
+
+class _Heading(NamedTuple):
+    title: str
+    level: int
+    anchor: str
+
+
+def _opens(heading: etree._Element) -> bool:
+    """Whether `heading` is the first heading among its siblings: it then titles
+    (opens) its parent element."""
+    return not any(sibling.tag in _HEADING_TAGS for sibling in heading.itersiblings(preceding=True))
+
+
+def _heading_anchor(heading: etree._Element, opened: etree._Element | None) -> str:
+    """The fragment that scrolls to the heading: its id, a named anchor inside it
+    (DocBook), or the id of the element it opens (Sphinx puts ids on sections)."""
+    if heading.get("id"):
+        return heading.get("id")
+    for link in heading.iter("a"):
+        if link.get("id") or link.get("name"):
+            return link.get("id") or link.get("name")
+    return (opened.get("id") or "") if opened is not None else ""
+
+
+def _is_section(el: etree._Element) -> bool:
+    return el.tag in ("section", "article") or (
+        el.tag == "div" and any(_SECTION_DIV_CLASS.match(t) for t in _class_tokens(el)))
+
+
+def _mark_headings(main: etree._Element) -> list[_Heading]:
+    """Replace each heading by a marker; where a sectioning element opened by a
+    heading closes, mark that the text after it belongs to the enclosing heading."""
+    headings = []
+    for index, heading in enumerate(list(main.iter(*_HEADING_TAGS))):
+        parent = heading.getparent()
+        opened = parent if parent is not None and _opens(heading) else None
+        title = _PERMALINK_GLYPHS.sub("", _text_of(heading))
+        headings.append(_Heading(title, int(heading.tag[1]), _heading_anchor(heading, opened)))
+        if opened is not None and opened is not main and _is_section(opened):
+            opened.tail = f"{_RESUME}{index}{_RESUME}{opened.tail or ''}"
+        heading.clear(keep_tail=True)
+        heading.text = f"{_HEADING}{index}{_HEADING}"
+    return headings
+
+
+def _mark_pre_blocks(main: etree._Element) -> list[str]:
+    """Set preformatted text aside: its spaces and line breaks are content."""
+    blocks = []
+    for pre in list(main.iter("pre")):
+        blocks.append(etree.tostring(pre, method="text", encoding=str, with_tail=False).strip("\n"))
+        pre.clear(keep_tail=True)
+        pre.text = f"{_PRE}{len(blocks) - 1}{_PRE}"
+    return blocks
+
+
+def _mark_blocks(main: etree._Element) -> None:
+    for el in main.iter(*_BLOCK_MARKS):
+        before, after = _BLOCK_MARKS[el.tag]
+        if before == _PARAGRAPH and el.getparent().tag in ("td", "th"):
+            continue  # a cell's paragraphs (docutils wraps every cell in <p>) stay on its row
+        if before:
+            el.text = before + (el.text or "")
+        if after:
+            el.tail = after + (el.tail or "")
+
+
+def _break(run: re.Match[str]) -> str:
+    return "\n\n" if _PARAGRAPH in run.group() else "\n"
+
+
+def _normalize_text(text: str) -> str:
+    """Text whose spaces normalize-space() collapsed, with each run of marks made
+    the strongest break it holds."""
+    return _BREAK_RUN.sub(_break, text).replace(" \n", "\n")
+
+
+def _section_text(pieces: list[str], pre_blocks: list[str]) -> str:
+    text = "\n\n".join(filter(None, (piece.strip() for piece in pieces)))
+    if _PRE in text:
+        text = _PRE_MARK.sub(lambda m: pre_blocks[int(m[1])], text)
+    return text
+
+
+_SITE_SUFFIX = re.compile(r"^(.*\S)\s+(?:[-–—|·•:»]|::)\s+\S.*$")
+
+
+def _page_title(headings: list[_Heading], head: _Head, url: str) -> tuple[str, int | None]:
+    """The page title, and the index of the heading that shows it (which opens no
+    section of its own: the text under it is the page's first section)."""
+    for index, heading in enumerate(headings):
+        if heading.level == 1 and heading.title:
+            return heading.title, index
+    # <title> usually ends with the site's name: "json — Python 3.11 documentation".
+    suffix = _SITE_SUFFIX.match(head.title)
+    title = head.og_title or (suffix[1] if suffix else head.title) or _url_segment_title(url)
+    first = next((i for i, h in enumerate(headings) if h.title), None)
+    if first is not None and headings[first].title.casefold() == title.casefold():
+        return title, first
+    return title, None
+
+
+def _split_sections(text: str, headings: list[_Heading], title: str, title_index: int | None,
+                    pre_blocks: list[str]) -> tuple[Section, ...]:
+    page = -1  # the page itself: section 0
+    pieces: dict[int, list[str]] = {page: []}
+    parent: dict[int, int] = {}
+    paths: dict[int, tuple[str, ...]] = {page: ()}
+    open_headings: list[tuple[int, int]] = []  # (level, heading index), outermost first
+    parts = _STRUCTURE_MARK.split(_normalize_text(text))
+    # Split with two groups: text, heading index or None, resume index or None, text, ...
+    current = page
+    pieces[page].append(parts[0])
+    for heading_mark, resume_mark, following in zip(parts[1::3], parts[2::3], parts[3::3]):
+        if heading_mark is not None:
+            index = int(heading_mark)
+            heading = headings[index]
+            if index == title_index:
+                parent[index], current, open_headings = page, page, [(heading.level, page)]
+            elif heading.title:
+                while open_headings and open_headings[-1][0] >= heading.level:
+                    open_headings.pop()
+                parent[index] = open_headings[-1][1] if open_headings else page
+                paths[index] = paths[parent[index]] + (heading.title,)
+                pieces[index] = []
+                open_headings.append((heading.level, index))
+                current = index
+        elif int(resume_mark) in parent:
+            current = parent[int(resume_mark)]
+            while open_headings and open_headings[-1][1] != current:
+                open_headings.pop()
+        pieces[current].append(following)
+    return tuple(
+        Section(title, 0, "", _section_text(chunks, pre_blocks), ()) if index == page else
+        Section(headings[index].title, headings[index].level, headings[index].anchor,
+                _section_text(chunks, pre_blocks), paths[index])
+        for index, chunks in pieces.items()
+    )
+
+
+# ------------------------------------------------------------------------- the page
+
+def _page_hash(page: ParsedPage) -> str:
+    # Everything the index stores of the page (the URL is its key), so that a page
+    # whose hash is unchanged needs no re-indexing. Section texts are appended
+    # raw: JSON-escaping the bulk of the page would cost more than hashing it.
+    record = json.dumps([page.title, page.canonical_url, page.trail_method, page.description,
+                         page.keywords, page.language, page.nav_order,
+                         [(c.title, c.url) for c in page.trail],
+                         [(s.title, s.level, s.anchor, s.path, len(s.text)) for s in page.sections]],
+                        ensure_ascii=False)
+    return content_hash("\x1f".join([record, *(s.text for s in page.sections)]))
+
+
+def parse_page(data: bytes, url: str, site: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ParsedPage:
+    """Parse one HTML page found at `url`, a page of the site rooted at `site` (a
+    normalized URL). Raises `UnparseablePage` for input that is not a page.
+
+    A page with a title but no text is still a page (a section index, a redirect
+    stub): it gives its children a parent. One with neither is "no_content".
+    """
+    utf8 = _utf8_html(data, max_bytes)
+    try:
+        root = etree.fromstring(utf8, _parser())
+    except etree.XMLSyntaxError as exc:
+        raise UnparseablePage("no_content", str(exc)) from exc
+    if root is None:
+        raise UnparseablePage("no_content", "no elements")
+
+    survey = _survey(root)
+    head = _read_head(root, survey.head)
+    loc = _locate(head, url, site)
+    trail, trail_method = _find_trail(root, survey, head, loc, b"BreadcrumbList" in utf8)
+
+    main, marked_main = _find_main(root, survey)
+    nav_order = _find_nav_order(main, survey, loc)
+    _strip_boilerplate(main, marked_main, survey)
+    pre_blocks = _mark_pre_blocks(main)
+    headings = _mark_headings(main)
+    _mark_blocks(main)
+    text = _normalized_string(main)
+
+    title, title_index = _page_title(headings, head, loc.url)
+    sections = _split_sections(text, headings, title, title_index, pre_blocks)
+    if not any(s.text for s in sections) and not (any(h.title for h in headings) or head.og_title or head.title):
+        raise UnparseablePage("no_content", "neither text nor a title")
+    page = ParsedPage(
+        url=loc.url,
+        canonical_url=loc.canonical,
+        site=site,
+        title=title,
+        trail=trail,
+        trail_method=trail_method,
+        sections=sections,
+        description=head.description,
+        keywords=head.keywords,
+        language=head.language,
+        nav_order=nav_order,
+    )
+    return dataclasses.replace(page, content_hash=_page_hash(page))
