@@ -16,6 +16,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import time
 from typing import Iterable
 
@@ -88,16 +89,19 @@ class ParsePagesFn(beam.DoFn):
 
     DEAD = "dead"
 
-    def __init__(self, root: str, base_url: str, site_depth: int, max_page_bytes: int):
+    def __init__(self, root: str, base_url: str, site_depth: int, max_page_bytes: int,
+                 count_read: bool = True):
         self._root, self._base_url = root, base_url
         self._site_depth, self._max_bytes = site_depth, max_page_bytes
+        self._count_read = count_read  # an update counts its reads when it diffs the input
         self._read = beam.metrics.Metrics.counter(COUNTERS, "pages_read")
         self._parsed = beam.metrics.Metrics.counter(COUNTERS, "pages_parsed")
         self._dead = beam.metrics.Metrics.counter(COUNTERS, "pages_dead_lettered")
 
     def process(self, readable: fileio.ReadableFile):
         path = readable.metadata.path
-        self._read.inc()
+        if self._count_read:
+            self._read.inc()
         if not path.lower().endswith(HTML_SUFFIXES):
             self._dead.inc()
             yield beam.pvalue.TaggedOutput(self.DEAD, DeadLetter(path, "read", "not_html"))
@@ -148,8 +152,12 @@ def placement_row(placement: NodePlacement, body: str = "", page: ParsedPage | N
     }
 
 
+PAGES_OUTPUT = "pages"
+
+
 def node_rows(joined: tuple[str, dict], granularity: str) -> Iterable[dict]:
-    """Rows of one URL: its placement joined with the page(s) parsed at that URL."""
+    """Rows of one URL: its placement joined with the page(s) parsed at that URL;
+    the pages-table row of the page indexed goes to the PAGES_OUTPUT output."""
     _, group = joined
     placements, pages = list(group["placement"]), sorted(group["page"], key=lambda p: p.content_hash)
     merged = beam.metrics.Metrics.counter(COUNTERS, "pages_merged_duplicates")
@@ -161,14 +169,19 @@ def node_rows(joined: tuple[str, dict], granularity: str) -> Iterable[dict]:
     if not pages:  # a trail entry that is not a page of the corpus
         yield placement_row(placement)
         return
-    page, duplicates = pages[0], pages[1:]
-    merged.inc(len(duplicates))
+    merged.inc(len(pages) - 1)
     indexed.inc()
+    yield beam.pvalue.TaggedOutput(PAGES_OUTPUT, page_row(pages[0]))
+    yield from page_node_rows(placement, pages[0], granularity)
+
+
+def page_node_rows(placement: NodePlacement, page: ParsedPage, granularity: str) -> list[dict]:
+    """Node rows holding one placed page's text: the page, and its sections when
+    the granularity is "section"."""
     if granularity == "page":
-        yield placement_row(placement, page.body, page, placement.node_id)
-        return
-    for node, text in expand_sections(placement, page.sections):
-        yield placement_row(node, text, page, placement.node_id)
+        return [placement_row(placement, page.body, page, placement.node_id)]
+    return [placement_row(node, text, page, placement.node_id)
+            for node, text in expand_sections(placement, page.sections)]
 
 
 def write_dead_letters(out_dir: str, letters: list[DeadLetter]) -> None:
@@ -197,7 +210,8 @@ class ParsePages(beam.PTransform):
 
 
 class BuildForestNodes(beam.PTransform):
-    """Parsed pages -> node rows: placed per site from skeletons, joined with text by URL."""
+    """Parsed pages -> node rows ("nodes"), placed per site from skeletons and joined
+    with their text by URL, and the pages-table rows of the pages indexed ("pages")."""
 
     def __init__(self, granularity: str):
         super().__init__()
@@ -215,7 +229,8 @@ class BuildForestNodes(beam.PTransform):
         return (
             {"placement": placements, "page": keyed_pages}
             | "JoinPlacementAndText" >> beam.CoGroupByKey()
-            | "NodeRows" >> beam.FlatMap(node_rows, granularity=self._granularity)
+            | "NodeRows" >> beam.FlatMap(node_rows, granularity=self._granularity
+                                         ).with_outputs(PAGES_OUTPUT, main="nodes")
         )
 
 
@@ -233,13 +248,10 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
      | "WriteDeadLetters" >> beam.Map(lambda letters: write_dead_letters(segment_dir, letters)))
 
     pages = parsed["pages"] | "ParseProgress" >> LogProgress("parse (pages)", total_files)
-    (pages
-     | "PageRows" >> beam.Map(page_row)
-     | "WritePages" >> WriteParquetTable(segment_dir, "pages", PAGES_SCHEMA, "url", opts.num_shards,
-                                          sort_columns=("url", "source")))
-    nodes = (pages
-             | "Forest" >> BuildForestNodes(opts.granularity)
-             | "NodeProgress" >> LogProgress("forest (nodes)"))
+    forest = pages | "Forest" >> BuildForestNodes(opts.granularity)
+    forest[PAGES_OUTPUT] | "WritePages" >> WriteParquetTable(segment_dir, "pages", PAGES_SCHEMA, "url",
+                                                             opts.num_shards)
+    nodes = forest["nodes"] | "NodeProgress" >> LogProgress("forest (nodes)")
     nodes | "WriteNodes" >> WriteParquetTable(segment_dir, "nodes", NODES_SCHEMA, "node_id", opts.num_shards)
 
     chunks = (nodes
@@ -254,8 +266,9 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
      | "Dense" >> BuildDenseIndex(segment_dir, opts.num_shards, opts.dense_factory))
 
 
-def counter_values(result) -> dict[str, int]:
-    values = dict.fromkeys(PAGE_COUNTERS, 0)  # a counter never incremented is absent
+def counter_values(result, expected: Iterable[str] = PAGE_COUNTERS) -> dict[str, int]:
+    """The job's counters by name; `expected` ones are present even if never incremented."""
+    values = dict.fromkeys(expected, 0)
     for counter in result.metrics().query(MetricsFilter())["counters"]:
         name = counter.key.metric.name
         value = counter.committed if counter.committed is not None else counter.attempted
@@ -290,6 +303,14 @@ def publish_build(layout: IndexLayout, segment_id: str, opts: BuildOptions, spec
     return manifest.version
 
 
+def remove_unpublished(segment_dir: str) -> None:
+    """A segment of a version not yet published is debris of a crashed run: no
+    manifest names it, so it is safe to delete."""
+    if os.path.exists(segment_dir):
+        LOG.warning("removing %s, left by a run that did not publish", segment_dir)
+        shutil.rmtree(segment_dir)
+
+
 def run(argv: list[str] | None = None) -> str:
     """Run a full build; returns the published version name."""
     options = PipelineOptions(argv)
@@ -303,9 +324,8 @@ def run(argv: list[str] | None = None) -> str:
     version = layout.next_version()
     segment_id = f"seg-{version}"
     segment_dir = layout.segment_dir(segment_id)
-    if FileSystems.exists(segment_dir):
-        raise FileExistsError(f"{segment_dir} exists: an earlier build of {version} did not publish; remove it")
-    os.makedirs(segment_dir, exist_ok=True)
+    remove_unpublished(segment_dir)
+    os.makedirs(segment_dir)
 
     started = time.time()
     total_files = count_input_files(input_root_and_pattern(opts.input)[1])

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 FORMAT_VERSION = 1
+TOMBSTONES_FILE = "tombstones.parquet"
 _VERSION_RE = re.compile(r"^v(\d{6})$")
 _SHARD_RE = re.compile(r"^(?P<kind>[a-z_]+)-(?P<shard>\d{5})-of-(?P<num>\d{5})\.(?P<ext>\w+)$")
 
@@ -92,7 +93,7 @@ class Manifest:
     parent: str | None
     created: float
     segments: list[dict[str, Any]]  # {"id", "files": {name: {"sha256", "bytes"}}, "num_shards", "counts"}
-    tombstones: dict[str, list]  # {"node_ids": [...], "chunk_ids": [...]}
+    tombstones: dict[str, int]  # live counts by column; the ids are in each segment's tombstones.parquet
     stats: dict[str, Any]
     config: dict[str, Any]
     format_version: int = FORMAT_VERSION
@@ -196,19 +197,53 @@ class IndexLayout:
         return [name for _, name in sorted(found)]
 
 
+@dataclass(frozen=True)
+class DeadIds:
+    """Ids of one segment's rows that later segments superseded or deleted."""
+
+    node_ids: frozenset
+    chunk_ids: frozenset
+    urls: frozenset
+
+    def __bool__(self) -> bool:
+        return bool(self.node_ids or self.chunk_ids or self.urls)
+
+
+def read_tombstones(path: str) -> DeadIds:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    def column(name):
+        return frozenset(v for v in table[name].to_pylist() if v is not None)
+    return DeadIds(column("node_id"), column("chunk_id"), column("url"))
+
+
+def dead_ids_per_segment(layout: IndexLayout, manifest: Manifest) -> list[DeadIds]:
+    """For each segment of `manifest`, the ids that any later segment tombstoned."""
+    out: list[DeadIds] = []
+    later = DeadIds(frozenset(), frozenset(), frozenset())
+    for segment in reversed(manifest.segments):
+        out.append(later)
+        if TOMBSTONES_FILE in segment["files"]:
+            own = read_tombstones(layout.verified_path(segment, TOMBSTONES_FILE))
+            later = DeadIds(later.node_ids | own.node_ids, later.chunk_ids | own.chunk_ids,
+                            later.urls | own.urls)
+    return out[::-1]
+
+
 def new_manifest(
     layout: IndexLayout,
     segments: Iterable[dict[str, Any]],
     stats: dict[str, Any],
     config: dict[str, Any],
-    tombstones: dict[str, list] | None = None,
+    tombstones: dict[str, int] | None = None,
 ) -> Manifest:
     return Manifest(
         version=layout.next_version(),
         parent=layout.current_version(),
         created=time.time(),
         segments=list(segments),
-        tombstones=tombstones or {"node_ids": [], "chunk_ids": []},
+        tombstones=tombstones or {"node_id": 0, "chunk_id": 0, "url": 0},
         stats=stats,
         config=config,
     )

@@ -206,6 +206,16 @@ VOCABULARY_SCHEMA = pa.schema(
     ]
 )
 
+# Ids that a segment supersedes or deletes in the segments before it (one id per row,
+# the other columns null). Later segments win; compaction drops the dead rows.
+TOMBSTONES_SCHEMA = pa.schema(
+    [
+        pa.field("node_id", pa.string()),
+        pa.field("chunk_id", pa.int64()),
+        pa.field("url", pa.string()),  # a pages-table row
+    ]
+)
+
 TABLE_SCHEMAS = {
     "nodes": NODES_SCHEMA,
     "chunks": CHUNKS_SCHEMA,
@@ -213,4 +223,5 @@ TABLE_SCHEMAS = {
     "dead_letters": DEAD_LETTERS_SCHEMA,
     "postings": POSTINGS_SCHEMA,
     "vocabulary": VOCABULARY_SCHEMA,
+    "tombstones": TOMBSTONES_SCHEMA,
 }

@@ -66,23 +66,34 @@ class _SumPairs(beam.CombineFn):
 
 
 class BuildSparseIndex(beam.PTransform):
-    """Chunk rows -> postings shards, vocabulary.parquet and bm25.json in `out_dir`."""
+    """Chunk rows -> postings shards, vocabulary.parquet and bm25.json in `out_dir`.
 
-    def __init__(self, out_dir: str, num_shards: int):
+    `removed`, for a delta segment, holds the (chunk_id, term -> tf) of the chunks
+    it tombstones: its vocabulary and bm25.json then hold signed differences, so
+    that the sums over a version's segments stay the exact global statistics.
+    """
+
+    def __init__(self, out_dir: str, num_shards: int, removed=None):
         super().__init__()
         self._out_dir = out_dir
         self._num_shards = num_shards
+        self._removed = removed
 
     def expand(self, chunks):
         out_dir = self._out_dir
         terms = chunks | "AnalyzeChunks" >> beam.Map(chunk_terms)
-        (terms
-         | "TermsOncePerChunk" >> beam.FlatMap(lambda ct: ct[1].keys())
-         | "DocumentFrequency" >> beam.combiners.Count.PerElement()
+        signed = terms | "Added" >> beam.Map(lambda ct: (ct[1], 1))
+        if self._removed is not None:
+            signed = ((signed, self._removed | "Removed" >> beam.Map(lambda ct: (ct[1], -1)))
+                      | "AddedAndRemoved" >> beam.Flatten())
+        (signed
+         | "TermsOncePerChunk" >> beam.FlatMap(lambda tf_sign: ((t, tf_sign[1]) for t in tf_sign[0]))
+         | "DocumentFrequency" >> beam.CombinePerKey(sum)
+         | "NonZero" >> beam.Filter(lambda term_df: term_df[1] != 0)
          | "AllTerms" >> beam.combiners.ToList()
          | "WriteVocabulary" >> beam.Map(lambda dfs: write_vocabulary(out_dir, dfs)))
-        (terms
-         | "ChunkLengths" >> beam.Map(lambda ct: (1, sum(ct[1].values())))
+        (signed
+         | "ChunkLengths" >> beam.Map(lambda tf_sign: (tf_sign[1], tf_sign[1] * sum(tf_sign[0].values())))
          | "CorpusTotals" >> beam.CombineGlobally(_SumPairs())
          | "WriteBm25Stats" >> beam.Map(lambda stats: write_bm25_stats(out_dir, stats)))
         return terms | "WritePostings" >> WriteShards(

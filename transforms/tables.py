@@ -37,8 +37,8 @@ def parquet_bytes(rows: list[dict], schema: pa.Schema) -> bytes:
     return sink.getvalue()
 
 
-def write_table_file(path: str, rows: list[dict], schema: pa.Schema, sort_columns: tuple[str, ...]) -> int:
-    rows.sort(key=lambda r: tuple(r[c] for c in sort_columns))
+def write_table_file(path: str, rows: list[dict], schema: pa.Schema, id_column: str) -> int:
+    rows.sort(key=lambda r: r[id_column])
     write_bytes(path, parquet_bytes(rows, schema))
     return len(rows)
 
@@ -95,13 +95,11 @@ class WriteShards(beam.PTransform):
 
 
 class WriteParquetTable(beam.PTransform):
-    """Rows (dicts of `schema`) -> Parquet files sharded by `id_column`, sorted by
-    `sort_columns` (default: the id column alone, which must then be unique)."""
+    """Rows (dicts of `schema`) -> Parquet files sharded by and sorted on the
+    unique `id_column`."""
 
-    def __init__(self, out_dir: str, kind: str, schema: pa.Schema, id_column: str, num_shards: int,
-                 sort_columns: tuple[str, ...] | None = None):
+    def __init__(self, out_dir: str, kind: str, schema: pa.Schema, id_column: str, num_shards: int):
         super().__init__()
-        self._sort_columns = sort_columns or (id_column,)
         self._out_dir = out_dir
         self._kind = kind
         self._schema = schema
@@ -109,9 +107,9 @@ class WriteParquetTable(beam.PTransform):
         self._num_shards = num_shards
 
     def expand(self, rows):
-        schema, id_column, sort_columns = self._schema, self._id_column, self._sort_columns
+        schema, id_column = self._schema, self._id_column
         return rows | WriteShards(
             self._out_dir, self._kind, self._num_shards,
             shard_key=lambda r: r[id_column],
-            write=lambda path, shard_rows: write_table_file(path, shard_rows, schema, sort_columns),
+            write=lambda path, shard_rows: write_table_file(path, shard_rows, schema, id_column),
         )

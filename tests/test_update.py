@@ -1,0 +1,167 @@
+"""Incremental update: build(A) + update(B) must answer like build(B)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pipelines import update
+from pipelines.update import LiveIndex, live_rows, plan_page_update, replaced_rows
+from ritrag.layout import IndexLayout
+from ritrag.schema import NodePlacement
+from tests.conftest import BASE, TINY_SITE, build_index, tiny_page, write_tiny_site
+
+QUERIES = ["which port does version 3 listen on", "log rotation", "deploy containers replicas",
+           "metrics endpoint prometheus", "TLS certificates"]
+
+
+def make_snapshot_b(directory: Path) -> Path:
+    """A with an edited page, a new page, a deleted page, a deleted parent (its
+    children re-attach to a virtual node) and a page moved to another parent."""
+    write_tiny_site(directory)
+    title, trail, _ = TINY_SITE["shop/v3/logging.html"]
+    (directory / "shop/v3/logging.html").write_text(tiny_page(
+        title, trail, [("Rotation", "Logs rotate hourly; keep thirty files."),
+                       ("Levels", "Set the log level with SHOP_LOG=debug.")]))
+    (directory / "shop/v3/metrics.html").write_text(tiny_page(
+        "Metrics", [("Shop Server", "shop/"), ("Version 3", "shop/v3/")],
+        [("Endpoint", "Prometheus scrapes /metrics on the admin port.")]))
+    (directory / "shop/v2/config.html").unlink()
+    (directory / "shop/v3/index.html").unlink()
+    title, _, sections = TINY_SITE["shop/v3/guide/deploy.html"]
+    (directory / "shop/v3/guide/deploy.html").write_text(tiny_page(
+        title, [("Shop Server", "shop/"), ("Version 2", "shop/v2/")], sections))
+    return directory
+
+
+def live_table(index_dir: Path, kind: str) -> dict:
+    live = LiveIndex.open(IndexLayout(str(index_dir)))
+    key = {"nodes": "node_id", "chunks": "chunk_id", "pages": "url"}[kind]
+    rows = {}
+    for f in live.files.get(kind, []):
+        for row in live_rows(f, kind):
+            row.pop("_file")
+            if kind == "pages":
+                row.pop("source")
+            assert row[key] not in rows, f"{kind} {row[key]} live twice"
+            rows[row[key]] = row
+    return rows
+
+
+@pytest.fixture(scope="module")
+def snapshots(tmp_path_factory):
+    root = tmp_path_factory.mktemp("update")
+    a = write_tiny_site(root / "a")
+    b = make_snapshot_b(root / "b")
+    updated = root / "updated"
+    build_index(a, updated)
+    update.run(["--input", str(b), "--index", str(updated)])
+    fresh = root / "fresh"
+    build_index(b, fresh)
+    return a, b, updated, fresh
+
+
+@pytest.mark.slow
+def test_update_matches_a_fresh_build(snapshots):
+    _, _, updated, fresh = snapshots
+    for kind in ("nodes", "chunks", "pages"):
+        assert live_table(updated, kind) == live_table(fresh, kind), kind
+
+
+@pytest.mark.slow
+def test_update_embeds_exactly_the_chunks_with_new_text(snapshots):
+    a, _, updated, fresh = snapshots
+    layout = IndexLayout(str(updated))
+    first = layout.load_manifest("v000001")
+    counts = layout.load_manifest().stats["pages"]
+    old_texts = {c["text_hash"] for c in live_table_version(updated, first).values()}
+    new_texts = [c for c in live_table(fresh, "chunks").values() if c["text_hash"] not in old_texts]
+    assert counts["chunks_embedded"] == len(new_texts) > 0
+    assert counts["pages_unchanged"] >= 2 and counts["pages_deleted"] == 2
+
+
+def live_table_version(index_dir: Path, manifest) -> dict:
+    layout = IndexLayout(str(index_dir))
+    rows = {}
+    for seg in manifest.segments:
+        for name in layout.segment_files(seg, "chunks"):
+            for row in live_rows(update.LiveFile(layout.verified_path(seg, name), _no_dead()), "chunks"):
+                rows[row["chunk_id"]] = row
+    return rows
+
+
+def _no_dead():
+    from ritrag.layout import DeadIds
+    return DeadIds(frozenset(), frozenset(), frozenset())
+
+
+@pytest.mark.slow
+def test_update_serves_like_a_fresh_build(snapshots):
+    from serving.api import RitragIndex
+
+    _, _, updated, fresh = snapshots
+    a, b = RitragIndex(str(updated)), RitragIndex(str(fresh))
+    for query in QUERIES:
+        assert a.get_toc(query)["trees"] == b.get_toc(query)["trees"], query
+    ids = list(live_table(fresh, "nodes"))
+    assert a.read(ids)["nodes"] == b.read(ids)["nodes"]
+
+
+def failing_on_call(n: int, real):
+    calls = []
+
+    def write(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == n:
+            raise RuntimeError("injected failure")
+        return real(*args, **kwargs)
+    return write
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fail_at", ["pipeline", "manifest", "current"])
+def test_a_failed_update_leaves_the_previous_version_served(snapshots, tmp_path, monkeypatch, fail_at):
+    from ritrag import layout as layout_module
+    from serving.api import RitragIndex
+
+    a, b, _, fresh = snapshots
+    index = tmp_path / "index"
+    build_index(a, index)
+    with monkeypatch.context() as m:
+        if fail_at == "pipeline":  # after the segment's tables, before its tombstones
+            m.setattr(update, "write_tombstones", failing_on_call(1, update.write_tombstones))
+        else:  # publication writes the manifest (call 1), then CURRENT (call 2)
+            m.setattr(layout_module, "write_atomic",
+                      failing_on_call(1 if fail_at == "manifest" else 2, layout_module.write_atomic))
+        with pytest.raises(Exception, match="injected failure"):
+            update.run(["--input", str(b), "--index", str(index)])
+    assert IndexLayout(str(index)).current_version() == "v000001"
+    assert RitragIndex(str(index)).get_toc("log rotation")["hits"] > 0
+    update.run(["--input", str(b), "--index", str(index)])
+    assert live_table(index, "nodes") == live_table(fresh, "nodes")
+
+
+def test_replaced_rows_move_sections_with_their_page():
+    old = [
+        {"node_id": "p", "parent_id": "x", "page_id": "p", "site": "s", "kind": "page", "position": 0,
+         "depth": 2, "title": "P", "url": "u", "ancestor_ids": ["r", "x"], "ancestor_titles": ["R", "X"],
+         "trail_method": "jsonld"},
+        {"node_id": "s1", "parent_id": "p", "page_id": "p", "site": "s", "kind": "section", "position": 0,
+         "depth": 3, "title": "S1", "url": "u#a", "ancestor_ids": ["r", "x", "p"],
+         "ancestor_titles": ["R", "X", "P"], "trail_method": "jsonld"},
+    ]
+    moved = NodePlacement("p", "r", "s", "page", 4, 1, "P", "u", ("r",), ("R",), "jsonld")
+    rows = {r["node_id"]: r for r in replaced_rows(moved, old)}
+    assert rows["p"]["parent_id"] == "r" and rows["p"]["position"] == 4
+    assert rows["s1"]["ancestor_ids"] == ["r", "p"] and rows["s1"]["depth"] == 2
+    unmoved = NodePlacement("p", "x", "s", "page", 0, 2, "P", "u", ("r", "x"), ("R", "X"), "jsonld")
+    assert replaced_rows(unmoved, old) == []
+
+
+def test_plan_of_a_deleted_page_tombstones_its_rows_chunks_and_url():
+    old_rows = [{"node_id": "p", "page_id": "p", "kind": "page", "url": "u"}]
+    old_chunks = [{"chunk_id": 7, "_file": "f"}]
+    plan = plan_page_update(None, [], old_rows, old_chunks, "page", chunker=lambda row: [])
+    assert (plan.dead_nodes, plan.dead_chunks, plan.dead_urls) == (["p"], [("f", 7)], ["u"])
+    assert plan.rows == [] and plan.chunks == []
