@@ -16,7 +16,6 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
 import time
 from typing import Iterable
 
@@ -28,7 +27,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from ritrag.embedder import DEFAULT_MODEL, EmbedderSpec
 from ritrag.ids import raw_hash, site_of
-from ritrag.layout import IndexLayout, new_manifest
+from ritrag.layout import IndexLayout, new_manifest, open_read
 from ritrag.schema import (CHUNKS_SCHEMA, DEAD_LETTERS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA, DeadLetter,
                            NodePlacement, PageSkeleton, ParsedPage, page_row)
 from transforms.chunk import ChunkNodesFn
@@ -280,9 +279,9 @@ def publish_build(layout: IndexLayout, segment_id: str, opts: BuildOptions, spec
                   counts: dict[str, int], elapsed_s: float) -> str:
     """Checksum the finished segment, write its manifest, flip CURRENT."""
     segment_dir = layout.segment_dir(segment_id)
-    with open(os.path.join(segment_dir, BM25_STATS_FILE), encoding="utf-8") as fh:
+    with open_read(os.path.join(segment_dir, BM25_STATS_FILE)) as fh:
         bm25 = json.load(fh)
-    with open(os.path.join(segment_dir, DENSE_INFO_FILE), encoding="utf-8") as fh:
+    with open_read(os.path.join(segment_dir, DENSE_INFO_FILE)) as fh:
         dense = json.load(fh)
     segment = layout.describe_segment(segment_id, opts.num_shards, counts)
     manifest = new_manifest(
@@ -303,12 +302,13 @@ def publish_build(layout: IndexLayout, segment_id: str, opts: BuildOptions, spec
     return manifest.version
 
 
-def remove_unpublished(segment_dir: str) -> None:
-    """A segment of a version not yet published is debris of a crashed run: no
-    manifest names it, so it is safe to delete."""
-    if os.path.exists(segment_dir):
+def fresh_segment_dir(segment_dir: str) -> None:
+    """Create the segment directory of a new version. One left there is debris of
+    a run that crashed before publishing (no manifest names it): delete it."""
+    if FileSystems.exists(segment_dir):
         LOG.warning("removing %s, left by a run that did not publish", segment_dir)
-        shutil.rmtree(segment_dir)
+        FileSystems.delete([segment_dir])
+    FileSystems.mkdirs(segment_dir)
 
 
 def run(argv: list[str] | None = None) -> str:
@@ -324,8 +324,7 @@ def run(argv: list[str] | None = None) -> str:
     version = layout.next_version()
     segment_id = f"seg-{version}"
     segment_dir = layout.segment_dir(segment_id)
-    remove_unpublished(segment_dir)
-    os.makedirs(segment_dir)
+    fresh_segment_dir(segment_dir)
 
     started = time.time()
     total_files = count_input_files(input_root_and_pattern(opts.input)[1])

@@ -42,7 +42,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from pipelines.build import (COUNTERS, DEAD_LETTERS_FILE, PAGE_COUNTERS, ParsePagesFn, counter_values,
                              count_input_files, input_root_and_pattern, page_node_rows, page_url,
-                             place_site, placement_row, remove_unpublished, write_dead_letters)
+                             fresh_segment_dir, place_site, placement_row, write_dead_letters)
 from ritrag.embedder import EmbedderSpec, load_tokenizer, model_token_limit
 from ritrag.ids import node_id_for, raw_hash
 from ritrag.layout import (TOMBSTONES_FILE, DeadIds, IndexLayout, Manifest, dead_ids_per_segment,
@@ -494,8 +494,7 @@ def run(argv: list[str] | None = None) -> str:
     version = layout.next_version()
     segment_id = f"seg-{version}"
     segment_dir = layout.segment_dir(segment_id)
-    remove_unpublished(segment_dir)
-    os.makedirs(segment_dir)
+    fresh_segment_dir(segment_dir)
     started = time.time()
     total_files = count_input_files(input_root_and_pattern(opts.input)[1])
     LOG.info("updating %s (live %s) from %s (%d files) into %s", opts.index, live.manifest.version,

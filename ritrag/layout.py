@@ -10,8 +10,9 @@ INDEX/
      dense-SSSSS-of-NNNNN.faiss       dead_letters.parquet
 ```
 
-Paths go through Beam's FileSystems when it is importable so the same code writes
-to local disk, GCS or S3; the serving process only reads local paths.
+Jobs reach remote paths (gs://, s3://, ...) through Beam's FileSystems, so the same
+code publishes to local disk or an object store; the serving process reads a
+local copy (a synced prefix or a mount) and never imports Beam.
 A manifest is published only after every file it names is complete, and CURRENT
 is replaced after the manifest: a crash at any point leaves the previous version
 fully servable.
@@ -60,16 +61,47 @@ def version_name(number: int) -> str:
     return f"v{number:06d}"
 
 
+def is_remote(path: str) -> bool:
+    """gs://, s3://, hdfs://...: reached through Beam's FileSystems (jobs only)."""
+    return "://" in path
+
+
+def _remote_fs():
+    from apache_beam.io.filesystems import FileSystems  # only the jobs write remote indexes
+
+    return FileSystems
+
+
+def open_read(path: str):
+    return _remote_fs().open(path) if is_remote(path) else open(path, "rb")
+
+
+def list_files(directory: str) -> list[tuple[str, int]]:
+    """(name, size) of the plain files directly in `directory`."""
+    if is_remote(directory):
+        found = _remote_fs().match([directory.rstrip("/") + "/*"])[0].metadata_list
+        return sorted((m.path.rsplit("/", 1)[1], m.size_in_bytes) for m in found)
+    if not os.path.isdir(directory):
+        return []
+    return sorted((n, os.path.getsize(os.path.join(directory, n))) for n in os.listdir(directory)
+                  if os.path.isfile(os.path.join(directory, n)))
+
+
 def sha256_file(path: str, block: int = 1 << 20) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with open_read(path) as fh:
         while chunk := fh.read(block):
             h.update(chunk)
     return h.hexdigest()
 
 
 def write_atomic(path: str, data: bytes) -> None:
-    """Write via a temporary file in the same directory and an atomic rename."""
+    """Write via a temporary file in the same directory and an atomic rename (an
+    object store writes a whole object atomically by itself)."""
+    if is_remote(path):
+        with _remote_fs().create(path) as fh:
+            fh.write(data)
+        return
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
@@ -126,10 +158,7 @@ class IndexLayout:
         return os.path.join(self.root, "CURRENT")
 
     def versions(self) -> list[str]:
-        directory = os.path.join(self.root, "versions")
-        if not os.path.isdir(directory):
-            return []
-        names = (n[:-5] for n in os.listdir(directory) if n.endswith(".json"))
+        names = (n[:-5] for n, _ in list_files(os.path.join(self.root, "versions")) if n.endswith(".json"))
         return sorted(n for n in names if _VERSION_RE.match(n))
 
     def next_version(self) -> str:
@@ -139,9 +168,9 @@ class IndexLayout:
 
     def current_version(self) -> str | None:
         try:
-            with open(self.current_path, encoding="utf-8") as fh:
-                name = fh.read().strip()
-        except FileNotFoundError:
+            with open_read(self.current_path) as fh:
+                name = fh.read().decode("ascii").strip()
+        except (FileNotFoundError, OSError):
             return None
         return name or None
 
@@ -151,7 +180,7 @@ class IndexLayout:
             raise MissingIndexError(f"{self.root}: no published version (CURRENT is missing)")
         path = self.manifest_path(version)
         try:
-            with open(path, "rb") as fh:
+            with open_read(path) as fh:
                 return Manifest.from_json(fh.read())
         except FileNotFoundError as exc:
             raise MissingIndexError(f"{path}: manifest of version {version} is missing") from exc
@@ -161,11 +190,8 @@ class IndexLayout:
     def describe_segment(self, segment_id: str, num_shards: int, counts: dict[str, int]) -> dict[str, Any]:
         """Checksum every file of a finished segment, for its manifest entry."""
         directory = self.segment_dir(segment_id)
-        files = {}
-        for name in sorted(os.listdir(directory)):
-            path = os.path.join(directory, name)
-            if os.path.isfile(path) and not name.startswith("."):
-                files[name] = {"sha256": sha256_file(path), "bytes": os.path.getsize(path)}
+        files = {name: {"sha256": sha256_file(os.path.join(directory, name)), "bytes": size}
+                 for name, size in list_files(directory) if not name.startswith(".")}
         return {"id": segment_id, "num_shards": num_shards, "files": files, "counts": counts}
 
     def publish(self, manifest: Manifest) -> None:

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Full build on Google Cloud Dataflow. Workers install the project from setup.py;
+# the embed step can go to GPU workers (docs/GPU.md), everything else stays on CPU.
+#   PROJECT=my-proj REGION=europe-west1 BUCKET=gs://my-bucket INPUT='gs://my-bucket/crawl/**' \
+#     infra/runners/dataflow.sh --base_url https://docs.example.com/ --site_depth 1
+set -euo pipefail
+: "${PROJECT:?}" "${REGION:?}" "${BUCKET:?}" "${INPUT:?}"
+INDEX=${INDEX:-/mnt/index}          # the launcher publishes here; mount shared storage for serving
+exec python -m pipelines.build \
+  --runner DataflowRunner --project "$PROJECT" --region "$REGION" \
+  --temp_location "$BUCKET/tmp" --staging_location "$BUCKET/staging" \
+  --setup_file ./setup.py --experiments use_runner_v2 \
+  --num_workers "${NUM_WORKERS:-32}" --max_num_workers "${MAX_WORKERS:-32}" \
+  --machine_type "${MACHINE_TYPE:-n2-standard-8}" \
+  --input "$INPUT" --out "$INDEX" --num_shards "${NUM_SHARDS:-32}" "$@"
