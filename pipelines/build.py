@@ -2,7 +2,8 @@
 
     python -m pipelines.build --input DIR_OR_GLOB --out INDEX [--base_url URL]
         [--site_depth N] [--granularity page|section] [--num_shards N]
-        [--embedding_model NAME_OR_PATH] [--dense_factory STRING] [runner options]
+        [--embedding_model NAME_OR_PATH] [--dense_factory STRING] [--dense_nprobe N]
+        [--dense_rerank N] [runner options]
 
 Stages: read -> parse (dead letters aside) -> forest (per site, skeletons only)
 -> nodes (placements joined with page text) -> chunks -> sparse postings and
@@ -27,7 +28,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from ritrag.embedder import DEFAULT_MODEL, EmbedderSpec
 from ritrag.ids import raw_hash, site_of
-from ritrag.layout import IndexLayout, new_manifest, open_read
+from ritrag.layout import IndexLayout, is_remote, new_manifest, open_read, prune_versions, segment_id_for
 from ritrag.schema import (CHUNKS_SCHEMA, DEAD_LETTERS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA, DeadLetter,
                            NodePlacement, PageSkeleton, ParsedPage, page_row)
 from transforms.chunk import ChunkNodesFn
@@ -48,6 +49,26 @@ PAGE_COUNTERS = ("pages_read", "pages_parsed", "pages_indexed", "pages_dead_lett
                  "pages_merged_duplicates")
 
 
+class PublishOptions(PipelineOptions):
+    """Options of every job that publishes a version."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument("--keep_versions", type=int, default=10,
+                            help="after publishing, delete older versions beyond this many "
+                                 "(and the segments only they used)")
+
+
+def publish_and_prune(layout: IndexLayout, manifest, options: PipelineOptions) -> str:
+    layout.publish(manifest)
+    if is_remote(layout.root):  # retention of object-store indexes is the bucket's lifecycle rules
+        return manifest.version
+    deleted = prune_versions(layout, options.view_as(PublishOptions).keep_versions)
+    if deleted:
+        LOG.info("retention: deleted %s", ", ".join(deleted))
+    return manifest.version
+
+
 class BuildOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
@@ -66,6 +87,11 @@ class BuildOptions(PipelineOptions):
         parser.add_argument("--embed_device", default=None, help="cuda, mps or cpu (default: auto)")
         parser.add_argument("--dense_factory", default=None,
                             help="FAISS index factory string (default: chosen by corpus size)")
+        parser.add_argument("--dense_nprobe", type=int, default=None,
+                            help="IVF lists the server probes per query (default: chosen by corpus size)")
+        parser.add_argument("--dense_rerank", type=int, default=None,
+                            help="the server re-ranks N x k' index candidates exactly; 1: off "
+                                 "(default: chosen by corpus size)")
         parser.add_argument("--max_page_bytes", type=int, default=20 * 1024 * 1024)
 
 
@@ -262,7 +288,8 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
      | "ChunkTexts" >> beam.Map(lambda c: (c["chunk_id"], c["text"]))
      | "Embed" >> EmbedChunks.from_options(spec, options, device=opts.embed_device)
      | "EmbedProgress" >> LogProgress("embed (chunks)")
-     | "Dense" >> BuildDenseIndex(segment_dir, opts.num_shards, opts.dense_factory))
+     | "Dense" >> BuildDenseIndex(segment_dir, opts.num_shards, opts.dense_factory,
+                                  opts.dense_nprobe, opts.dense_rerank))
 
 
 def counter_values(result, expected: Iterable[str] = PAGE_COUNTERS) -> dict[str, int]:
@@ -275,9 +302,10 @@ def counter_values(result, expected: Iterable[str] = PAGE_COUNTERS) -> dict[str,
     return values
 
 
-def publish_build(layout: IndexLayout, segment_id: str, opts: BuildOptions, spec: EmbedderSpec,
+def publish_build(layout: IndexLayout, segment_id: str, options: PipelineOptions, spec: EmbedderSpec,
                   counts: dict[str, int], elapsed_s: float) -> str:
     """Checksum the finished segment, write its manifest, flip CURRENT."""
+    opts = options.view_as(BuildOptions)
     segment_dir = layout.segment_dir(segment_id)
     with open_read(os.path.join(segment_dir, BM25_STATS_FILE)) as fh:
         bm25 = json.load(fh)
@@ -298,8 +326,7 @@ def publish_build(layout: IndexLayout, segment_id: str, opts: BuildOptions, spec
             "site_depth": opts.site_depth,
         },
     )
-    layout.publish(manifest)
-    return manifest.version
+    return publish_and_prune(layout, manifest, options)
 
 
 def fresh_segment_dir(segment_dir: str) -> None:
@@ -322,7 +349,7 @@ def run(argv: list[str] | None = None) -> str:
                         document_prefix=opts.document_prefix)
     layout = IndexLayout(opts.out)
     version = layout.next_version()
-    segment_id = f"seg-{version}"
+    segment_id = segment_id_for(version)
     segment_dir = layout.segment_dir(segment_id)
     fresh_segment_dir(segment_dir)
 
@@ -338,7 +365,7 @@ def run(argv: list[str] | None = None) -> str:
     if accounted != counts["pages_read"]:
         raise RuntimeError(f"page accounting mismatch: read {counts['pages_read']} but "
                            f"indexed + dead-lettered + merged = {accounted}; not publishing")
-    published = publish_build(layout, segment_id, opts, spec, counts, elapsed)
+    published = publish_build(layout, segment_id, options, spec, counts, elapsed)
     rate = counts["pages_read"] / elapsed if elapsed else 0.0
     LOG.info("published %s in %.1f s (%.1f pages/s): %s", published, elapsed, rate,
              ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))

@@ -42,11 +42,12 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from pipelines.build import (COUNTERS, DEAD_LETTERS_FILE, PAGE_COUNTERS, ParsePagesFn, counter_values,
                              count_input_files, input_root_and_pattern, page_node_rows, page_url,
-                             fresh_segment_dir, place_site, placement_row, write_dead_letters)
+                             fresh_segment_dir, place_site, placement_row, publish_and_prune,
+                             write_dead_letters)
 from ritrag.embedder import EmbedderSpec, load_tokenizer, model_token_limit
 from ritrag.ids import node_id_for, raw_hash
 from ritrag.layout import (TOMBSTONES_FILE, DeadIds, IndexLayout, Manifest, dead_ids_per_segment,
-                           new_manifest)
+                           new_manifest, segment_id_for)
 from ritrag.schema import (CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA, TOMBSTONES_SCHEMA, NodePlacement,
                            PageSkeleton, ParsedPage, page_row)
 from transforms.chunk import chunk_rows, tokenizer_counter
@@ -462,7 +463,7 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: LiveIndex,
 
 
 def publish_update(layout: IndexLayout, live: LiveIndex, segment_id: str, counts: dict[str, int],
-                   tombstones: dict[str, int], elapsed_s: float) -> str:
+                   tombstones: dict[str, int], elapsed_s: float, options: PipelineOptions) -> str:
     import json
 
     segment_dir = layout.segment_dir(segment_id)
@@ -478,8 +479,7 @@ def publish_update(layout: IndexLayout, live: LiveIndex, segment_id: str, counts
         layout, segments=[*live.manifest.segments, segment],
         stats={"bm25": bm25, "pages": counts, "update_seconds": round(elapsed_s, 1)},
         config=live.manifest.config, tombstones=totals)
-    layout.publish(manifest)
-    return manifest.version
+    return publish_and_prune(layout, manifest, options)
 
 
 def run(argv: list[str] | None = None) -> str:
@@ -492,7 +492,7 @@ def run(argv: list[str] | None = None) -> str:
     layout = IndexLayout(opts.index)
     live = LiveIndex.open(layout)
     version = layout.next_version()
-    segment_id = f"seg-{version}"
+    segment_id = segment_id_for(version)
     segment_dir = layout.segment_dir(segment_id)
     fresh_segment_dir(segment_dir)
     started = time.time()
@@ -508,7 +508,7 @@ def run(argv: list[str] | None = None) -> str:
         raise RuntimeError(f"page accounting mismatch: read {counts['pages_read']} but unchanged + indexed + "
                            f"dead-lettered + merged = {accounted}; not publishing")
     dead = tombstone_counts(os.path.join(segment_dir, TOMBSTONES_FILE))
-    published = publish_update(layout, live, segment_id, counts, dead, time.time() - started)
+    published = publish_update(layout, live, segment_id, counts, dead, time.time() - started, options)
     LOG.info("published %s in %.1f s: %s", published, time.time() - started,
              ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
     return published

@@ -3,6 +3,9 @@
     ritrag build INPUT --out INDEX [build options] [Beam runner options]
     ritrag toc INDEX "query" [--k 200] [--n 50]         -> JSON on stdout
     ritrag read INDEX NODE_ID... [--max_chars N] [--offset N]
+    ritrag update INPUT --index INDEX [Beam runner options]
+    ritrag compact INDEX | ritrag versions INDEX | ritrag rollback INDEX VERSION
+    ritrag prune INDEX [--keep 5]
     ritrag inspect INDEX [--html REPORT.html]
     ritrag synth --pages N --out DIR [--sites 4 --depth 4 --fanout 8 --words 400 --seed 0]
 
@@ -16,6 +19,7 @@ import json
 import logging
 import os
 import sys
+import time
 
 
 def _build(args: argparse.Namespace, extra: list[str]) -> int:
@@ -42,6 +46,51 @@ def _read(args: argparse.Namespace, extra: list[str]) -> int:
     json.dump(result, sys.stdout, ensure_ascii=False, indent=1)
     print()
     return 0 if not result["unknown_ids"] else 3
+
+
+def _update(args: argparse.Namespace, extra: list[str]) -> int:
+    from pipelines import update
+
+    version = update.run(["--input", args.input, "--index", args.index, *extra])
+    print(json.dumps({"index": args.index, "version": version}))
+    return 0
+
+
+def _compact(args: argparse.Namespace, extra: list[str]) -> int:
+    from pipelines import compact
+
+    version = compact.run(["--index", args.index, *extra])
+    print(json.dumps({"index": args.index, "version": version}))
+    return 0
+
+
+def _versions(args: argparse.Namespace, extra: list[str]) -> int:
+    from ritrag.layout import IndexLayout
+
+    layout = IndexLayout(args.index)
+    current = layout.current_version()
+    for version in layout.versions():
+        m = layout.load_manifest(version)
+        pages = m.stats.get("pages", {})
+        print(f"{'*' if version == current else ' '} {version}  parent={m.parent or '-'}  "
+              f"segments={len(m.segments)}  chunks={m.stats.get('bm25', {}).get('n_chunks', '?')}  "
+              f"pages_read={pages.get('pages_read', '?')}  created={time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(m.created))}Z")
+    return 0
+
+
+def _rollback(args: argparse.Namespace, extra: list[str]) -> int:
+    from ritrag.layout import IndexLayout, rollback
+
+    rollback(IndexLayout(args.index), args.version)
+    print(json.dumps({"index": args.index, "current": args.version}))
+    return 0
+
+
+def _prune(args: argparse.Namespace, extra: list[str]) -> int:
+    from ritrag.layout import IndexLayout, prune_versions
+
+    print(json.dumps({"deleted": prune_versions(IndexLayout(args.index), args.keep)}))
+    return 0
 
 
 def _synth(args: argparse.Namespace, extra: list[str]) -> int:
@@ -92,6 +141,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--offset", type=int, default=0)
     p.set_defaults(func=_read)
 
+    p = sub.add_parser("update", help="incremental re-index from a new snapshot (a Beam job)",
+                       description="Unknown options go to the Beam job (see pipelines/update.py).")
+    p.add_argument("input", help="directory or glob of the new snapshot's HTML files")
+    p.add_argument("--index", required=True, help="index directory with a published version")
+    p.set_defaults(func=_update)
+
+    p = sub.add_parser("compact", help="merge a version's segments into one, dropping dead rows (a Beam job)")
+    p.add_argument("index")
+    p.set_defaults(func=_compact)
+
+    p = sub.add_parser("versions", help="list published versions (* = live)")
+    p.add_argument("index")
+    p.set_defaults(func=_versions)
+
+    p = sub.add_parser("rollback", help="make an earlier version live again")
+    p.add_argument("index")
+    p.add_argument("version")
+    p.set_defaults(func=_rollback)
+
+    p = sub.add_parser("prune", help="delete all but the newest versions and unreferenced segments")
+    p.add_argument("index")
+    p.add_argument("--keep", type=int, default=5)
+    p.set_defaults(func=_prune)
+
     p = sub.add_parser("inspect", help="forest quality per site, as text and an HTML report")
     p.add_argument("index")
     p.add_argument("--html", help="where to write the HTML report (default: INDEX/report-VERSION.html)")
@@ -109,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_synth)
 
     args, extra = top.parse_known_args(argv)
-    if extra and args.command != "build":
+    if extra and args.command not in ("build", "update", "compact"):
         top.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.INFO if args.verbose or args.command == "build" else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")

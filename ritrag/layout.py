@@ -61,6 +61,11 @@ def version_name(number: int) -> str:
     return f"v{number:06d}"
 
 
+def segment_id_for(version: str) -> str:
+    """The segment a job writes for the version it will publish."""
+    return f"seg-{version}"
+
+
 def is_remote(path: str) -> bool:
     """gs://, s3://, hdfs://...: reached through Beam's FileSystems (jobs only)."""
     return "://" in path
@@ -273,3 +278,39 @@ def new_manifest(
         stats=stats,
         config=config,
     )
+
+
+def rollback(layout: IndexLayout, version: str) -> Manifest:
+    """Make `version` live again, after checking that every file it names is intact."""
+    manifest = layout.load_manifest(version)
+    for segment in manifest.segments:
+        for name in segment["files"]:
+            layout.verified_path(segment, name)
+    write_atomic(layout.current_path, (version + "\n").encode("ascii"))
+    return manifest
+
+
+def prune_versions(layout: IndexLayout, keep: int) -> list[str]:
+    """Delete all but the `keep` newest manifests (never the live one) and every
+    segment no remaining manifest names; returns what was deleted."""
+    import shutil
+
+    if keep < 1:
+        raise ValueError("keep at least one version")
+    versions = layout.versions()
+    current = layout.current_version()
+    kept = set(versions[-keep:]) | ({current} if current else set())
+    deleted = []
+    for version in versions:
+        if version not in kept:
+            os.unlink(layout.manifest_path(version))
+            deleted.append(f"versions/{version}.json")
+    referenced = {seg["id"] for v in kept for seg in layout.load_manifest(v).segments}
+    # A job in flight writes the segment of a version newer than any manifest: spare it.
+    finished = {segment_id_for(v) for v in versions}
+    segments_dir = os.path.join(layout.root, "segments")
+    for segment_id in sorted(os.listdir(segments_dir)) if os.path.isdir(segments_dir) else []:
+        if segment_id in finished and segment_id not in referenced:
+            shutil.rmtree(os.path.join(segments_dir, segment_id))
+            deleted.append(f"segments/{segment_id}")
+    return deleted

@@ -1,36 +1,76 @@
-"""Sharded FAISS indexes over chunk vectors.
+"""Sharded FAISS indexes over chunk vectors, and the vectors themselves.
 
-The index type is an index factory string. By default it is chosen from the
-number of vectors (`choose_factory`): exact inner product below
-`EXACT_MAX_VECTORS`, IVF-PQ above. The index is trained once, on a sample
-(Beam's `Sample`), and the trained empty index travels to every shard as a side
-input; each shard adds its vectors under their 63-bit chunk ids.
+The index is an index factory string, with the lists probed per query and the
+depth of exact re-ranking, chosen from the number of vectors (`choose_params`,
+a table measured in benchmarks/RESULTS.md, "Dense recall"): exact inner product
+up to `EXACT_MAX_VECTORS`, above it IVF with 4-bit fast-scan PQ. PQ alone loses
+too much recall at this scale, so the server takes `rerank` x k' candidates from
+the index and re-ranks them exactly against the stored vectors (ritrag.vectors).
+
+The index is trained once, on the `TRAIN_SAMPLE_SIZE` smallest chunk ids: chunk
+ids are hashes, so that is a uniform sample, and unlike Beam's `Sample` a rerun
+picks the same one. The trained empty index reaches every shard as a side input.
+Each shard writes its vectors (float16, `vectors-SSSSS-of-NNNNN.zip`) and a FAISS
+index built from exactly those float16 vectors, so `rebuild_index` from the
+vectors file alone gives the same index, without re-embedding.
 Vectors are L2-normalized by the embedder, so inner product is cosine.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 import os
+from typing import Iterable
 
 import apache_beam as beam
 import faiss
 import numpy as np
+from apache_beam.io.filesystems import FileSystems
 
+from ritrag.layout import open_read, parse_shard_file_name, shard_file_name
+from ritrag.vectors import CHUNK_ROWS, VECTORS_EXTENSION, VECTORS_KIND, VectorShard, write_vectors
 from transforms.tables import WriteShards, write_bytes
 
 DENSE_INFO_FILE = "dense.json"
+DENSE_TRAINED_FILE = "dense_trained.faiss"  # the trained empty index: rebuilds need no retraining
 EXACT_MAX_VECTORS = 50_000
-TRAIN_SAMPLE_SIZE = 100_000
+TRAIN_SAMPLE_SIZE = 200_000  # 48 points per list at 4096 lists (FAISS asks for 39)
+PQ_SUB_DIMS = 8  # dimensions per 4-bit PQ code: 48 codes (24 bytes) at 384 dims
 
 
-def choose_factory(n_vectors: int, dim: int) -> str:
-    """Index factory string for a corpus of `n_vectors` vectors of `dim` dims."""
+@dataclasses.dataclass(frozen=True)
+class DenseParams:
+    """How the dense index is built and searched (recorded in dense.json)."""
+
+    factory: str  # FAISS index factory string
+    nprobe: int  # inverted lists probed per query; ignored by exact indexes
+    rerank: int  # the server re-ranks rerank x k' index candidates exactly; 1: no re-ranking
+
+
+# (most vectors, IVF lists, nprobe, rerank) above EXACT_MAX_VECTORS. Measured on
+# synthetic 384-d embeddings (benchmarks/dense_recall.py, RESULTS.md "Dense
+# recall"): recall@200 against exact search >= 0.95 with re-ranking on.
+IVF_TABLE: tuple[tuple[float, int, int, int], ...] = (
+    (300_000, 1024, 32, 4),
+    (3_000_000, 4096, 64, 4),
+    (float("inf"), 8192, 64, 4),
+)
+
+
+def pq_codes(dim: int) -> int:
+    """Number of 4-bit PQ codes for `dim` dims: sub-vectors of about PQ_SUB_DIMS dims
+    (PQ needs the number of codes to divide the dimension)."""
+    width = next(w for w in range(min(PQ_SUB_DIMS, dim), dim + 1) if dim % w == 0)
+    return dim // width
+
+
+def choose_params(n_vectors: int, dim: int) -> DenseParams:
+    """The table's index parameters for a corpus of `n_vectors` vectors of `dim` dims."""
     if n_vectors <= EXACT_MAX_VECTORS:
-        return "IDMap2,Flat"
-    nlist = 2 ** round(math.log2(4 * math.sqrt(n_vectors)))
-    m = dim // 4 if dim % 4 == 0 else dim // 2
-    return f"IVF{nlist},PQ{m}"
+        return DenseParams("IDMap2,Flat", nprobe=1, rerank=1)
+    nlist, nprobe, rerank = next((lists, probe, depth) for most, lists, probe, depth in IVF_TABLE
+                                 if n_vectors <= most)
+    return DenseParams(f"IVF{nlist},PQ{pq_codes(dim)}x4fs", nprobe=nprobe, rerank=rerank)
 
 
 def train_empty_index(factory: str, sample: np.ndarray) -> bytes:
@@ -42,53 +82,95 @@ def train_empty_index(factory: str, sample: np.ndarray) -> bytes:
     return faiss.serialize_index(index).tobytes()
 
 
-def index_bytes(trained: bytes, ids: np.ndarray, vectors: np.ndarray) -> bytes:
+def shard_index(trained: bytes, batches: Iterable[tuple[np.ndarray, np.ndarray]]) -> bytes:
+    """The trained index with every (ids, float16 vectors) batch added, serialized."""
     index = faiss.deserialize_index(np.frombuffer(trained, dtype=np.uint8))
-    if len(ids):
-        index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), ids.astype(np.int64))
+    for ids, vectors in batches:
+        index.add_with_ids(vectors.astype(np.float32), ids.astype(np.int64))
     return faiss.serialize_index(index).tobytes()
 
 
-def write_dense_file(path: str, items: list[tuple[int, np.ndarray]], trained: bytes) -> int:
-    items = sorted(items, key=lambda kv: kv[0])
+def rebuild_index(trained: bytes, vectors_path: str) -> bytes:
+    """A shard's index rebuilt from its vectors file alone (no re-embedding)."""
+    return shard_index(trained, VectorShard(vectors_path).batches())
+
+
+def trained_empty_index_of(dense_path: str) -> bytes:
+    """The trained index of an existing dense shard, emptied: new shards added to it
+    share the live shards' lists and codebooks."""
+    with open_read(dense_path) as fh:
+        index = faiss.deserialize_index(np.frombuffer(fh.read(), dtype=np.uint8))
+    index.reset()
+    return faiss.serialize_index(index).tobytes()
+
+
+def vectors_path_for(dense_path: str) -> str:
+    """The vectors file that goes with a dense shard file."""
+    directory, name = os.path.split(dense_path)
+    _, shard, num_shards = parse_shard_file_name(name)
+    return os.path.join(directory, shard_file_name(VECTORS_KIND, shard, num_shards, VECTORS_EXTENSION))
+
+
+def write_dense_shard(path: str, items: list[tuple[int, np.ndarray]], trained: bytes) -> int:
+    """Write one shard's vectors file and, from the same float16 vectors, its index."""
     dim = faiss.deserialize_index(np.frombuffer(trained, dtype=np.uint8)).d
+    items.sort(key=lambda kv: kv[0])
     ids = np.fromiter((k for k, _ in items), dtype=np.int64, count=len(items))
-    vectors = np.stack([v for _, v in items]) if items else np.zeros((0, dim), np.float32)
-    write_bytes(path, index_bytes(trained, ids, vectors))
+    vectors = np.empty((len(items), dim), np.float16)
+    for row, (_, vector) in enumerate(items):
+        vectors[row] = vector
+    with FileSystems.create(vectors_path_for(path)) as fh:
+        write_vectors(fh, ids, vectors)
+    batches = ((ids[s: s + CHUNK_ROWS], vectors[s: s + CHUNK_ROWS]) for s in range(0, len(ids), CHUNK_ROWS))
+    write_bytes(path, shard_index(trained, batches))
     return len(items)
 
 
-def _train(sample: list[np.ndarray], n_vectors: int, factory: str | None, out_dir: str) -> bytes:
+def _train(sample: list[tuple[int, np.ndarray]], n_vectors: int, overrides: dict, out_dir: str) -> bytes:
     if not sample:
         raise ValueError("no vectors to index: every page was empty or dead-lettered")
-    matrix = np.stack(sample).astype(np.float32)
-    chosen = factory or choose_factory(n_vectors, matrix.shape[1])
-    info = {"factory": chosen, "dim": int(matrix.shape[1]), "n_vectors": int(n_vectors),
-            "metric": "inner_product", "train_sample": len(sample)}
+    matrix = np.stack([v for _, v in sorted(sample, key=lambda kv: kv[0])]).astype(np.float32)
+    params = dataclasses.replace(choose_params(n_vectors, matrix.shape[1]), **overrides)
+    info = {**dataclasses.asdict(params), "dim": int(matrix.shape[1]), "n_vectors": int(n_vectors),
+            "metric": "inner_product", "train_sample": len(sample),
+            "vectors": {"kind": VECTORS_KIND, "dtype": "float16", "format": "zarr v3 in an uncompressed zip"}}
     write_bytes(os.path.join(out_dir, DENSE_INFO_FILE), json.dumps(info, sort_keys=True).encode())
-    return train_empty_index(chosen, matrix)
+    trained = train_empty_index(params.factory, matrix)
+    write_bytes(os.path.join(out_dir, DENSE_TRAINED_FILE), trained)
+    return trained
 
 
 class BuildDenseIndex(beam.PTransform):
-    """(chunk_id, vector) pairs -> dense shard files and dense.json (factory, dim)."""
+    """(chunk_id, vector) pairs -> dense and vectors shard files, dense.json and the
+    trained empty index.
 
-    def __init__(self, out_dir: str, num_shards: int, factory: str | None = None):
+    `factory`, `nprobe` and `rerank` override the table's choice (`choose_params`).
+    Given `trained` (a serialized trained index, e.g. `trained_empty_index_of` a
+    live shard), nothing is trained and neither dense.json nor the trained index is
+    written: the shards join the index that was trained before.
+    """
+
+    def __init__(self, out_dir: str, num_shards: int, factory: str | None = None,
+                 nprobe: int | None = None, rerank: int | None = None, trained: bytes | None = None):
         super().__init__()
         self._out_dir = out_dir
         self._num_shards = num_shards
-        self._factory = factory
+        self._trained = trained
+        self._overrides = {k: v for k, v in {"factory": factory, "nprobe": nprobe, "rerank": rerank}.items()
+                           if v is not None}
 
     def expand(self, vectors):
-        n_vectors = vectors | "CountVectors" >> beam.combiners.Count.Globally()
-        trained = (
-            vectors
-            | "Vectors" >> beam.Values()
-            | "TrainingSample" >> beam.combiners.Sample.FixedSizeGlobally(TRAIN_SAMPLE_SIZE)
-            | "Train" >> beam.Map(_train, n_vectors=beam.pvalue.AsSingleton(n_vectors),
-                                  factory=self._factory, out_dir=self._out_dir)
-        )
-
+        if self._trained is not None:
+            trained = vectors.pipeline | "Trained" >> beam.Create([self._trained])
+        else:
+            n_vectors = vectors | "CountVectors" >> beam.combiners.Count.Globally()
+            trained = (
+                vectors
+                | "TrainingSample" >> beam.combiners.Top.Smallest(TRAIN_SAMPLE_SIZE, key=lambda kv: kv[0])
+                | "Train" >> beam.Map(_train, n_vectors=beam.pvalue.AsSingleton(n_vectors),
+                                      overrides=self._overrides, out_dir=self._out_dir)
+            )
         return vectors | "WriteDense" >> WriteShards(
             self._out_dir, "dense", self._num_shards, shard_key=lambda kv: kv[0],
-            write=write_dense_file, extension="faiss",
+            write=write_dense_shard, extension="faiss",
             side_inputs={"trained": beam.pvalue.AsSingleton(trained)})
