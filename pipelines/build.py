@@ -69,12 +69,30 @@ def publish_and_prune(layout: IndexLayout, manifest, options: PipelineOptions) -
     return manifest.version
 
 
-class BuildOptions(PipelineOptions):
+class InputOptions(PipelineOptions):
+    """Options of every job that reads HTML input (build, update). Beam parses the
+    options of all jobs together, so each flag is defined in exactly one class."""
+
     @classmethod
     def _add_argparse_args(cls, parser):
-        parser.add_argument("--input", required=True,
-                            help="directory or glob of HTML files (any Beam filesystem)")
-        parser.add_argument("--out", required=True, help="index directory (local path)")
+        parser.add_argument("--input", help="directory or glob of HTML files (any Beam filesystem)")
+        parser.add_argument("--embed_device", default=None, help="cuda, mps or cpu (default: auto)")
+        parser.add_argument("--max_page_bytes", type=int, default=20 * 1024 * 1024)
+
+
+def required(options: PipelineOptions, view: type, *names: str):
+    """The view of `options`, after checking that flags `names` were given."""
+    opts = options.view_as(view)
+    missing = [f"--{n}" for n in names if not getattr(opts, n)]
+    if missing:
+        raise ValueError(f"missing required option(s): {', '.join(missing)}")
+    return opts
+
+
+class BuildOptions(InputOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument("--out", help="index directory (local path or object-store prefix)")
         parser.add_argument("--base_url", default="http://localhost/",
                             help="URL that the input directory stands for")
         parser.add_argument("--site_depth", type=int, default=0,
@@ -84,7 +102,6 @@ class BuildOptions(PipelineOptions):
         parser.add_argument("--embedding_model", default=DEFAULT_MODEL)
         parser.add_argument("--query_prefix", default="")
         parser.add_argument("--document_prefix", default="")
-        parser.add_argument("--embed_device", default=None, help="cuda, mps or cpu (default: auto)")
         parser.add_argument("--dense_factory", default=None,
                             help="FAISS index factory string (default: chosen by corpus size)")
         parser.add_argument("--dense_nprobe", type=int, default=None,
@@ -92,7 +109,6 @@ class BuildOptions(PipelineOptions):
         parser.add_argument("--dense_rerank", type=int, default=None,
                             help="the server re-ranks N x k' index candidates exactly; 1: off "
                                  "(default: chosen by corpus size)")
-        parser.add_argument("--max_page_bytes", type=int, default=20 * 1024 * 1024)
 
 
 def input_root_and_pattern(spec: str) -> tuple[str, str]:
@@ -341,7 +357,7 @@ def fresh_segment_dir(segment_dir: str) -> None:
 def run(argv: list[str] | None = None) -> str:
     """Run a full build; returns the published version name."""
     options = PipelineOptions(argv)
-    opts = options.view_as(BuildOptions)
+    opts = required(options, BuildOptions, "input", "out")
     standard = options.view_as(StandardOptions)
     if not standard.runner:
         standard.runner = "FnApiRunner"  # in-process; never tries to download Prism

@@ -40,7 +40,8 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines.build import (COUNTERS, DEAD_LETTERS_FILE, PAGE_COUNTERS, ParsePagesFn, counter_values,
+from pipelines.build import (COUNTERS, DEAD_LETTERS_FILE, PAGE_COUNTERS, InputOptions, ParsePagesFn,
+                             counter_values, required,
                              count_input_files, input_root_and_pattern, page_node_rows, page_url,
                              fresh_segment_dir, place_site, placement_row, publish_and_prune,
                              write_dead_letters)
@@ -64,13 +65,16 @@ NODE_SKELETON_COLUMNS = [f.name for f in NODES_SCHEMA if f.name != "body"]
 CHUNK_REF_COLUMNS = ["chunk_id", "node_id", "page_id", "text_hash"]
 
 
-class UpdateOptions(PipelineOptions):
+class IndexOptions(PipelineOptions):
+    """Options of every job that changes a published index (update, compact)."""
+
     @classmethod
     def _add_argparse_args(cls, parser):
-        parser.add_argument("--input", required=True, help="the new snapshot: directory or glob of HTML files")
-        parser.add_argument("--index", required=True, help="index directory with a published version")
-        parser.add_argument("--embed_device", default=None, help="cuda, mps or cpu (default: auto)")
-        parser.add_argument("--max_page_bytes", type=int, default=20 * 1024 * 1024)
+        parser.add_argument("--index", help="index directory with a published version")
+
+
+class UpdateOptions(InputOptions, IndexOptions):
+    """--input (the new snapshot) and --index."""
 
 
 @dataclass(frozen=True)
@@ -485,7 +489,7 @@ def publish_update(layout: IndexLayout, live: LiveIndex, segment_id: str, counts
 def run(argv: list[str] | None = None) -> str:
     """Run an incremental update; returns the published version name."""
     options = PipelineOptions(argv)
-    opts = options.view_as(UpdateOptions)
+    opts = required(options, UpdateOptions, "input", "index")
     standard = options.view_as(StandardOptions)
     if not standard.runner:
         standard.runner = "FnApiRunner"

@@ -1,6 +1,7 @@
 """Incremental update: build(A) + update(B) must answer like build(B)."""
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -165,3 +166,37 @@ def test_plan_of_a_deleted_page_tombstones_its_rows_chunks_and_url():
     plan = plan_page_update(None, [], old_rows, old_chunks, "page", chunker=lambda row: [])
     assert (plan.dead_nodes, plan.dead_chunks, plan.dead_urls) == (["p"], [("f", 7)], ["u"])
     assert plan.rows == [] and plan.chunks == []
+
+
+@pytest.mark.slow
+def test_compaction_keeps_the_answers_and_drops_dead_rows(snapshots, tmp_path):
+    from pipelines import compact
+
+    _, _, updated, fresh = snapshots
+    copy = tmp_path / "compacted"
+    shutil.copytree(updated, copy)
+    compact.run(["--index", str(copy)])
+    manifest = IndexLayout(str(copy)).load_manifest()
+    assert len(manifest.segments) == 1
+    for kind in ("nodes", "chunks", "pages"):
+        assert live_table(copy, kind) == live_table(fresh, kind), kind
+    assert manifest.stats["bm25"] == IndexLayout(str(fresh)).load_manifest().stats["bm25"]
+
+
+@pytest.mark.slow
+def test_versions_rollback_and_retention(tiny_index, tmp_path):
+    from ritrag.layout import prune_versions, rollback
+
+    index = tmp_path / "idx"
+    shutil.copytree(tiny_index, index)
+    layout = IndexLayout(str(index))
+    manifest = layout.load_manifest()
+    for version in ("v000002", "v000003"):  # republish the same segment as newer versions
+        layout.publish(dataclasses.replace(manifest, version=version, parent=layout.current_version()))
+    assert layout.versions() == ["v000001", "v000002", "v000003"]
+    rollback(layout, "v000001")
+    assert layout.current_version() == "v000001"
+    deleted = prune_versions(layout, keep=1)
+    assert deleted == ["versions/v000002.json"]  # the live one is never pruned
+    assert layout.versions() == ["v000001", "v000003"]
+    assert (index / "segments" / manifest.segments[0]["id"]).is_dir()  # still referenced

@@ -1,0 +1,94 @@
+"""Compaction: the live version's segments merged into one, dead rows dropped.
+
+    python -m pipelines.compact --index INDEX [runner options]
+
+Every live row of the nodes, pages and chunks tables is rewritten into one new
+segment; postings and BM25 statistics are recomputed from the live chunks; the
+dense shards are rebuilt from the stored vectors into the live trained index, so
+nothing is re-parsed or re-embedded. The result is published as a new version
+that answers exactly like the one it compacts.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from typing import Iterable
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from pipelines.build import fresh_segment_dir, publish_and_prune, required
+from pipelines.update import IndexOptions, LiveFile, LiveIndex, ReadLiveRows
+from ritrag.layout import IndexLayout, new_manifest, open_read, segment_id_for
+from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA
+from ritrag.vectors import VectorShard
+from transforms.dense import BuildDenseIndex, trained_empty_index_of
+from transforms.sparse import BM25_STATS_FILE, BuildSparseIndex
+from transforms.tables import WriteParquetTable
+
+LOG = logging.getLogger("ritrag.compact")
+TABLES = (("nodes", NODES_SCHEMA, "node_id"), ("pages", PAGES_SCHEMA, "url"), ("chunks", CHUNKS_SCHEMA, "chunk_id"))
+
+
+def without_file(row: dict) -> dict:
+    return {k: v for k, v in row.items() if k != "_file"}
+
+
+def live_vectors(live_file: LiveFile) -> Iterable[tuple[int, np.ndarray]]:
+    """(chunk id, float16 vector) of one vectors file, but for the dead chunks."""
+    dead = live_file.dead.chunk_ids
+    for ids, vectors in VectorShard(live_file.path).batches():
+        for chunk_id, vector in zip(ids.tolist(), vectors):
+            if chunk_id not in dead:
+                yield chunk_id, vector
+
+
+def compact_pipeline(p: beam.Pipeline, live: LiveIndex, segment_dir: str) -> None:
+    num_shards = live.manifest.config["num_shards"]
+    rows = {}
+    for kind, schema, id_column in TABLES:
+        rows[kind] = (p | f"Live{kind.title()}" >> ReadLiveRows(live, kind)
+                      | f"Strip{kind.title()}" >> beam.Map(without_file))
+        rows[kind] | f"Write{kind.title()}" >> WriteParquetTable(segment_dir, kind, schema, id_column, num_shards)
+    rows["chunks"] | "Sparse" >> BuildSparseIndex(segment_dir, num_shards)
+    (p
+     | "VectorFiles" >> beam.Create(live.files.get("vectors", []))
+     | "LiveVectors" >> beam.FlatMap(live_vectors)
+     | "Dense" >> BuildDenseIndex(segment_dir, num_shards, trained=trained_empty_index_of(live.files["dense"][0].path)))
+
+
+def run(argv: list[str] | None = None) -> str:
+    """Compact the live version; returns the published version name."""
+    options = PipelineOptions(argv)
+    opts = required(options, IndexOptions, "index")
+    standard = options.view_as(StandardOptions)
+    if not standard.runner:
+        standard.runner = "FnApiRunner"
+    layout = IndexLayout(opts.index)
+    live = LiveIndex.open(layout)
+    version = layout.next_version()
+    segment_id = segment_id_for(version)
+    segment_dir = layout.segment_dir(segment_id)
+    fresh_segment_dir(segment_dir)
+    started = time.time()
+    LOG.info("compacting %s (%d segments) into %s", live.manifest.version, len(live.manifest.segments), segment_dir)
+    with beam.Pipeline(options=options) as p:
+        compact_pipeline(p, live, segment_dir)
+    with open_read(os.path.join(segment_dir, BM25_STATS_FILE)) as fh:
+        bm25 = json.load(fh)
+    segment = layout.describe_segment(segment_id, live.manifest.config["num_shards"], {})
+    manifest = new_manifest(layout, segments=[segment],
+                            stats={**live.manifest.stats, "bm25": bm25,
+                                   "compact_seconds": round(time.time() - started, 1)},
+                            config=live.manifest.config)
+    published = publish_and_prune(layout, manifest, options)
+    LOG.info("published %s in %.1f s", published, time.time() - started)
+    return published
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    run()
