@@ -168,3 +168,21 @@ def test_inspect_reports_methods_depths_and_fanouts(tiny_index, tmp_path):
     assert "<svg" in render_html(report)
     assert main(["inspect", str(tiny_index), "--html", str(tmp_path / "r.html")]) == 0
     assert (tmp_path / "r.html").read_text().startswith("<!doctype html>")
+
+
+def bm25_scores(index: RitragIndex, query: str) -> dict[int, float]:
+    from ritrag.analyzer import analyze
+    from serving.retrieval import bm25_top_k
+
+    rows, scores = bm25_top_k(analyze(query), index.index.postings, 200)
+    return {int(index.index.chunk_ids[r]): round(float(s), 5) for r, s in zip(rows, scores)}
+
+
+def test_four_shards_answer_like_one(tiny_site, tiny_index, tmp_path):
+    build_index(tiny_site, tmp_path / "sharded", "--num_shards", "4")
+    one, four = RitragIndex(str(tiny_index)), RitragIndex(str(tmp_path / "sharded"))
+    layout = IndexLayout(str(tmp_path / "sharded"))
+    assert len(layout.segment_files(layout.load_manifest().segments[0], "postings")) == 4
+    for query in ("which port does version 3 listen on", "log rotation", "TLS certificates vault"):
+        assert bm25_scores(one, query) == bm25_scores(four, query)
+        assert one.get_toc(query)["trees"] == four.get_toc(query)["trees"]
