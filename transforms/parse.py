@@ -1,11 +1,14 @@
 """One HTML page -> `ParsedPage`: where it sits in its site, its title, its main text
 split by headings.
 
-Pure functions over lxml; no Beam. A page is decoded once and parsed once. It is
-read for its location first, then pruned of boilerplate and flattened to text by
-lxml's C serializer, with private-use marker characters standing in for block
-boundaries, headings and preformatted blocks; Python only touches block elements,
-headings and navigation markup, never every inline element.
+Pure functions over lxml; no Beam. A page is decoded once and parsed once. One
+pass over its container elements finds what matters (trail markup, main region,
+boilerplate); the page is read for its location, its main region pruned of
+boilerplate, and flattened to text by libxml2 (XPath normalize-space) with
+private-use marker characters standing in for block boundaries, headings and
+preformatted blocks. Python touches containers, blocks and headings, never the
+inline elements that make up most of a page: speed is a requirement (at least
+40% of a bare `lxml.html.fromstring(data).text_content()`).
 
 Where a page sits (its breadcrumb trail, root first, without the site root and the
 page itself) comes from the first rule of this cascade that names something other
@@ -41,6 +44,7 @@ import json
 import re
 import threading
 from functools import lru_cache
+from itertools import islice
 from html import unescape
 from typing import Iterable, Iterator, NamedTuple
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
@@ -74,7 +78,9 @@ _BOMS = (
     (codecs.BOM_UTF16_BE, "utf-16-be"),
 )
 _BINARY_SIGNATURES = (b"%PDF-", b"\x1f\x8b", b"PK\x03\x04", b"\x89PNG", b"\xff\xd8\xff", b"GIF8")
-_CONTROL_BYTES = bytes([*range(0x00, 0x09), *range(0x0e, 0x1b), *range(0x1c, 0x20)])
+# C0 controls other than tab and line breaks: neither text nor XML has them (and
+# in UTF-8 these bytes are never part of a longer character).
+_CONTROL_BYTES = bytes([*range(0x00, 0x09), 0x0b, 0x0c, *range(0x0e, 0x20)])
 _NOT_CONTROL_BYTES = bytes(b for b in range(256) if b not in _CONTROL_BYTES)
 _MAX_CONTROL_RATIO = 0.05  # text has next to none; compressed or binary data ~10%
 _SNIFF_BYTES = 8192
@@ -97,17 +103,31 @@ def _declared_codec(head: bytes) -> str | None:
     return "cp1252" if name in _WINDOWS_1252_ALIASES else name
 
 
+def _decode(data: bytes, declared: str | None) -> tuple[str, str]:
+    """The text and the codec that decoded it. A declaration is believed only if
+    the bytes decode under it: pages declared UTF-8 but saved as windows-1252 are
+    common."""
+    for codec in dict.fromkeys((declared or "utf-8", "utf-8")):
+        try:
+            return data.decode(codec), codec
+        except UnicodeDecodeError:
+            pass
+    # A declared legacy codec with a few bad bytes is still the best guess; bytes
+    # that are not UTF-8 and declare nothing else are windows-1252.
+    fallback = declared if declared not in (None, "utf-8") else "cp1252"
+    text = data.decode(fallback, errors="replace")
+    if text.count("\ufffd") > 0.01 * len(text):
+        raise UnparseablePage("undecodable", f"not {fallback}")
+    return text, fallback
+
+
 def _utf8_html(data: bytes, max_bytes: int) -> bytes:
     """The page as UTF-8 bytes for lxml: the input itself when it is UTF-8 already,
-    so that the common case copies nothing.
-
-    Trust goes to a byte-order mark, then the declared charset, then UTF-8, then
-    windows-1252; a declaration is believed only if the bytes decode under it,
-    because pages declared UTF-8 but saved as windows-1252 are common.
-    """
+    so that the common case copies nothing. Trust goes to a byte-order mark, then
+    the declared charset, then UTF-8, then windows-1252."""
     if len(data) > max_bytes:
         raise UnparseablePage("too_large", f"{len(data)} bytes > {max_bytes}")
-    if data.isspace() or not data:
+    if not data or data.isspace():
         raise UnparseablePage("empty")
     for bom, codec in _BOMS:
         if data.startswith(bom):
@@ -117,22 +137,12 @@ def _utf8_html(data: bytes, max_bytes: int) -> bytes:
         len(sniff.translate(None, _NOT_CONTROL_BYTES)) > _MAX_CONTROL_RATIO * len(sniff)
     ):
         raise UnparseablePage("binary", "control bytes or a binary file signature")
-    declared = _declared_codec(data[:4096])
-    for codec in dict.fromkeys((declared or "utf-8", "utf-8")):
-        try:
-            text = data.decode(codec)
-        except UnicodeDecodeError:
-            continue
-        if codec == "utf-8" and b"\x00" not in data:
-            return data
-        break
-    else:
-        # A declared legacy codec with a few bad bytes is still the best guess;
-        # bytes that are not UTF-8 and declare nothing else are windows-1252.
-        fallback = declared if declared and declared != "utf-8" else "cp1252"
-        text = data.decode(fallback, errors="replace")
-        if text.count("\ufffd") > 0.01 * len(text):
-            raise UnparseablePage("undecodable", f"not {fallback}")
+    has_nul = b"\x00" in data  # a stray NUL would end libxml2's text early
+    if data.isascii() and not has_nul:
+        return data  # valid UTF-8, and the same text in any ASCII-based charset it declares
+    text, codec = _decode(data, _declared_codec(data[:4096]))
+    if codec == "utf-8" and not has_nul:
+        return data
     return text.replace("\x00", "").encode("utf-8")
 
 
@@ -143,7 +153,7 @@ def _parser() -> etree.HTMLParser:
     parser = getattr(_thread_state, "parser", None)
     if parser is None:
         parser = etree.HTMLParser(encoding="utf-8", remove_comments=True, remove_pis=True,
-                                  no_network=True, huge_tree=True)
+                                  no_network=True, huge_tree=True, collect_ids=False)
         _thread_state.parser = parser
     return parser
 
@@ -192,75 +202,101 @@ def _is_inside(el: etree._Element, container: etree._Element) -> bool:
 
 # What an element can be, by its tag, class, id or role; one bit each.
 (_CRUMBS, _PATH, _RELATED, _CURRENT, _TOC, _CONTAINER, _WRAPPER, _BOILERPLATE, _CHROME,
- _MAIN, _ROLE_MAIN, _ARTICLE, _NAV, _HEAD) = (1 << bit for bit in range(14))
+ _SECTION, _MAIN, _ROLE_MAIN, _ARTICLE, _NAV, _HEAD) = (1 << bit for bit in range(15))
 
-_BREADCRUMB_NAME = re.compile(r"breadcrumb|crumbs")
-# "path" and "trail" name many things; such an element only counts as a trail
-# when it is a short chain of links.
-_PATH_NAME = re.compile(r"(?:^|[-_])(?:path|trail|navpath)(?:[-_]|$)")
 _CONTAINER_IDS = frozenset(("main-content", "maincontent", "content", "page-content", "main", "primary"))
 _CLASS_WORDS = {"related": _RELATED, "current": _CURRENT, "toc": _TOC, "toctree-wrapper": _TOC,
                 "body": _CONTAINER, "document": _WRAPPER}
+# A <div> that is a section of the document: docutils' "section", DocBook's
+# "sect1", "refsect2", "section".
+_SECTION_CLASS = re.compile(r"^(?:ref)?sect(?:ion|\d+)?$")
 
-# Class and id words of boilerplate, matched per token at [-_] boundaries so that
-# "menuselection" or "guimenu" in running text survive. Always dropped:
+_BREADCRUMB_WORDS = ("breadcrumb", "breadcrumbs", "crumbs")
+# "path" and "trail" name many things; such an element only counts as a trail
+# when it is a short chain of links.
+_PATH_WORDS = ("path", "trail", "navpath")
+# Boilerplate, always dropped:
 _BOILERPLATE_WORDS = (
-    "breadcrumb", "breadcrumbs", "headerlink", "permalink", "hash-link", "header-anchor",
-    "anchorjs-link", "anchor-link", "navheader", "navfooter", "sphinxsidebar", "related",
-    "skip-link", "skiplink", "skip-nav", "skip-to-content", "prev-next", "prevnext",
-    "pager", "pagination", "cookie-banner", "cookie-notice", "cookie-consent", "cookie-bar",
-    "consent",
+    *_BREADCRUMB_WORDS, "navheader", "navfooter", "sphinxsidebar", "related", "skip-link",
+    "skip-links", "skiplink", "skip-nav", "skip-to-content", "prev-next", "prevnext", "pager",
+    "pagination",
 )
+# Cookie and consent banners go by many compound names ("cookieConsent",
+# "gdpr-cookie-notice", "cookie-law-info-bar"), in classes and ids alike.
+_CONSENT_NAME = re.compile(r"consent|cookie-?(?:banner|bar|notice|dialog|popup|law)")
 # Dropped only around content that is not marked up as main, where they are the
 # page's frame; inside an <article> a "header" holds the article's own title.
 _CHROME_WORDS = ("header", "footer", "hd", "ft", "masthead", "sidebar", "menu", "navbar",
                  "nav", "topbar")
 
 
-def _word_pattern(words: Iterable[str]) -> re.Pattern[str]:
-    alternatives = "|".join(sorted(map(re.escape, words), key=len, reverse=True))
-    return re.compile(rf"(?:^|[-_])(?:{alternatives})(?:[-_]|$)")
+class _NamePatterns(NamedTuple):
+    breadcrumb: re.Pattern[str]
+    path: re.Pattern[str]
+    boilerplate: re.Pattern[str]
+    chrome: re.Pattern[str]
 
 
-_BOILERPLATE_NAME = _word_pattern(_BOILERPLATE_WORDS)
-_CHROME_NAME = _word_pattern(_CHROME_WORDS)
+def _alternatives(words: Iterable[str]) -> str:
+    return "|".join(sorted(map(re.escape, words), key=len, reverse=True))
+
+
+def _class_pattern(words: Iterable[str]) -> re.Pattern[str]:
+    # A class token holding the word between [-_] boundaries ("wy-breadcrumbs",
+    # "md-path__list"), so that "menuselection" or "guimenu" in running text survive.
+    return re.compile(rf"(?:^|[-_])(?:{_alternatives(words)})(?:[-_]|$)")
+
+
+def _id_pattern(words: Iterable[str]) -> re.Pattern[str]:
+    # An id must be the word itself, give or take a common prefix or suffix: ids
+    # are often slugs of the text ("topics-pagination", "related-calls").
+    return re.compile(rf"^(?:(?:site|page|main|top|bottom|global|left|right)[-_])?"
+                      rf"(?:{_alternatives(words)})(?:[-_](?:wrapper|container|inner|area|links|box))?$")
+
+
+_CLASS_NAMES = _NamePatterns(re.compile("breadcrumb|crumbs"), *map(
+    _class_pattern, (_PATH_WORDS, _BOILERPLATE_WORDS, _CHROME_WORDS)))
+_ID_NAMES = _NamePatterns(*map(
+    _id_pattern, (_BREADCRUMB_WORDS, _PATH_WORDS, _BOILERPLATE_WORDS, _CHROME_WORDS)))
 _ROLE_KINDS = {
     **dict.fromkeys(("navigation", "search", "menu", "menubar", "toolbar"), _BOILERPLATE),
     **dict.fromkeys(("banner", "contentinfo", "complementary"), _CHROME),
     "main": _ROLE_MAIN,
     "doc-toc": _TOC,
 }
-_TAG_KINDS = {"main": _MAIN, "article": _ARTICLE, "nav": _NAV,
+_TAG_KINDS = {"main": _MAIN, "article": _ARTICLE, "nav": _NAV, "section": _SECTION,
               **dict.fromkeys(("title", "base", "link", "meta", "script"), _HEAD)}
 # The containers that can hold a trail, boilerplate or the main content, and the
 # head's elements. Paragraphs, cells, list items, links and phrase tags (the bulk
 # of a page) are left out: a Python loop costs about as much per element as
 # parsing it does.
 _SURVEYED_TAGS = ("div", "ul", "ol", "section", "nav", "header", "footer", "aside", "main",
-                  "article", "form", "body", *_TAG_KINDS)
+                  "article", "form", *_TAG_KINDS)
 
 
-def _word_kinds(word: str) -> int:
-    kinds = _CRUMBS if _BREADCRUMB_NAME.search(word) else 0
-    if _PATH_NAME.search(word):
+def _name_kinds(name: str, patterns: _NamePatterns) -> int:
+    kinds = _CRUMBS if patterns.breadcrumb.search(name) else 0
+    if patterns.path.search(name):
         kinds |= _PATH
-    if _BOILERPLATE_NAME.search(word):
+    if patterns.boilerplate.search(name) or _CONSENT_NAME.search(name):
         return kinds | _BOILERPLATE
-    return kinds | (_CHROME if _CHROME_NAME.search(word) else 0)
+    return kinds | (_CHROME if patterns.chrome.search(name) else 0)
 
 
 @lru_cache(maxsize=1 << 16)
 def _class_kinds(value: str) -> int:
     kinds = 0
     for token in value.lower().split():
-        kinds |= _word_kinds(token) | _CLASS_WORDS.get(token, 0)
+        kinds |= _name_kinds(token, _CLASS_NAMES) | _CLASS_WORDS.get(token, 0)
+        if _SECTION_CLASS.match(token):
+            kinds |= _SECTION
     return kinds
 
 
 @lru_cache(maxsize=1 << 16)
 def _id_kinds(value: str) -> int:
     value = value.strip().lower()
-    return _word_kinds(value) | (_CONTAINER if value in _CONTAINER_IDS else 0)
+    return _name_kinds(value, _ID_NAMES) | (_CONTAINER if value in _CONTAINER_IDS else 0)
 
 
 @dataclasses.dataclass
@@ -268,7 +304,7 @@ class _Survey:
     """The elements that matter, found in one pass over the tree, in document order.
 
     libxml2's XPath predicates cost about as much per element as a Python loop
-    does, so one loop over the block-level tags replaces a dozen XPath scans.
+    does, so one loop over the container tags replaces a dozen XPath scans.
     """
 
     head: list[etree._Element] = dataclasses.field(default_factory=list)
@@ -308,7 +344,9 @@ def _survey(root: etree._Element) -> _Survey:
         if value is not None:
             kinds |= _class_kinds(value)
         value = el.get("id")
-        if value is not None:
+        # A section's id is a slug of its heading ("s-pagination", "related-calls"):
+        # it says what the text is about, not what the element is.
+        if value is not None and not kinds & _SECTION:
             kinds |= _id_kinds(value)
         value = el.get("role")
         if value is not None:
@@ -333,6 +371,9 @@ class _Head(NamedTuple):
     keywords: tuple[str, ...]
     language: str
     jsonld: tuple[str, ...]
+
+
+_JSON_LD = "application/ld+json"
 
 
 def _read_head(root: etree._Element, elements: list[etree._Element]) -> _Head:
@@ -361,7 +402,7 @@ def _read_head(root: etree._Element, elements: list[etree._Element]) -> _Head:
                 keywords.extend(k.strip() for k in el.get("content").split(","))
             else:
                 meta.setdefault(key, el.get("content"))
-        elif el.tag == "script" and el.text and (el.get("type") or "").strip().lower() == "application/ld+json":
+        elif el.tag == "script" and el.text and (el.get("type") or "").strip().lower() == _JSON_LD:
             jsonld.append(el.text)
     return _Head(
         title=title or "",
@@ -384,6 +425,7 @@ class _Location:
     url: str  # normalized page URL
     canonical: str  # normalized <link rel=canonical>, else the URL
     base: str  # what relative links resolve against (<base href> or the URL)
+    directory: str  # the base without its file name, query and fragment
     site: str
     homes: frozenset[str] = frozenset()  # the site root and what the page calls home
 
@@ -397,22 +439,52 @@ class _Location:
         href = href.strip()
         if not href or href.startswith("#"):
             return self.url  # a link to "here", whatever <base> says
-        absolute = urljoin(self.base, href)
-        if urlsplit(absolute).scheme not in ("http", "https", "file"):
-            return None  # javascript:, mailto:, data: are not places
-        return normalize_url(absolute)
+        # Only a query-only link depends on more than the base's directory; keying
+        # the cache by directory lets the pages of one directory share it.
+        return _resolve(self.base if href.startswith("?") else self.directory, href)
 
     def inside_site(self, url: str) -> bool:
         return url == self.site or url.startswith(self.site.rstrip("/") + "/")
 
 
+_WEB_SCHEMES = ("http", "https", "file")
+
+
+@lru_cache(maxsize=1 << 16)
+def _resolve(base: str, href: str) -> str | None:
+    try:
+        absolute = urljoin(base, href)
+        if urlsplit(absolute).scheme not in _WEB_SCHEMES:
+            return None  # javascript:, mailto:, data: are not places
+        return normalize_url(absolute)
+    except ValueError:  # "http://[broken", "http://host:port/"
+        return None
+
+
+def _base_url(url: str, base_href: str | None) -> str:
+    """<base href> resolved against the page URL; a broken or non-web one is ignored."""
+    if base_href and base_href.strip():
+        try:
+            base = urljoin(url, base_href.strip())
+            if urlsplit(base).scheme in _WEB_SCHEMES:
+                return base
+        except ValueError:
+            pass
+    return url
+
+
 def _locate(head: _Head, url: str, site: str) -> _Location:
     page_url = normalize_url(url)
-    base = urljoin(url, head.base_href) if head.base_href else url
-    canonical = normalize_url(urljoin(base, head.canonical)) if head.canonical else page_url
-    location = _Location(page_url, canonical, base, site)
-    homes = {site, *filter(None, map(location.resolve, head.homes))}
-    return dataclasses.replace(location, homes=frozenset(homes))
+    base = _base_url(url, head.base_href)
+    parts = urlsplit(base)
+    directory_path = parts.path[: parts.path.rfind("/") + 1] or "/"
+    directory = urlunsplit((parts.scheme, parts.netloc, directory_path, "", ""))
+    location = _Location(page_url, page_url, base, directory, site)
+    return dataclasses.replace(
+        location,
+        canonical=location.resolve(head.canonical) or page_url,
+        homes=frozenset({site, *filter(None, map(location.resolve, head.homes))}),
+    )
 
 
 # ------------------------------------------------------------------------- trails
@@ -462,8 +534,7 @@ def _finish_trail(raw: list[_RawCrumb], loc: _Location) -> tuple[Crumb, ...] | N
         if crumb.current:
             found_self = True
             break
-        # "You are here:" is a label, not a place.
-        if crumb.title and not (crumb.url is None and crumb.title.endswith(":")):
+        if crumb.title:
             crumbs.append(crumb)
     while crumbs and crumbs[-1].url in loc.self_urls:
         crumbs.pop()
@@ -483,7 +554,7 @@ def _finish_trail(raw: list[_RawCrumb], loc: _Location) -> tuple[Crumb, ...] | N
     trail: list[Crumb] = []
     seen_urls: set[str] = set()
     for crumb in crumbs[start:]:
-        if crumb.url in seen_urls or (trail and trail[-1] == (crumb.title, crumb.url)):
+        if crumb.url in seen_urls or (trail and trail[-1] == Crumb(crumb.title, crumb.url)):
             continue
         if crumb.url is not None:
             seen_urls.add(crumb.url)
@@ -492,8 +563,10 @@ def _finish_trail(raw: list[_RawCrumb], loc: _Location) -> tuple[Crumb, ...] | N
 
 
 def _split_crumbs(text: str | None) -> list[_RawCrumb]:
-    """Unlinked crumbs of a separator-delimited text ("Docs > Guides")."""
-    titles = map(_clean_crumb_title, _CRUMB_SEPARATOR.split(text or ""))
+    """Unlinked crumbs of a separator-delimited text ("Docs > Guides"), without
+    labels ("You are here:")."""
+    parts = (part.strip() for part in _CRUMB_SEPARATOR.split(text or ""))
+    titles = (_clean_crumb_title(part) for part in parts if not part.endswith(":"))
     return [_RawCrumb(title, None) for title in titles if title]
 
 
@@ -551,9 +624,9 @@ def _jsonld_trail(head: _Head, loc: _Location) -> list[_RawCrumb]:
     for script in head.jsonld:
         try:
             document = json.loads(script.strip().removeprefix("<!--").removesuffix("-->"))
-        except ValueError:
+            found = _find_breadcrumbs(document)
+        except (ValueError, RecursionError):
             continue  # malformed JSON-LD is common; the next rules may still work
-        found = _find_breadcrumbs(document)
         if found is not None:
             return _jsonld_crumbs(found, loc)
     return []
@@ -628,19 +701,17 @@ def _container_crumbs(container: etree._Element, loc: _Location) -> list[_RawCru
     return [_crumb(li, li.find(".//a[@href]"), loc) for li in items]
 
 
-def _looks_like_trail(container: etree._Element, crumbs: list[_RawCrumb]) -> bool:
-    return (
-        len(crumbs) >= 2
-        and any(c.url for c in crumbs)
-        and all(len(c.title) <= _MAX_CRUMB_CHARS for c in crumbs)
-        and next(container.iter(*_NOT_IN_A_TRAIL), None) is None
-    )
+def _looks_like_trail(crumbs: list[_RawCrumb]) -> bool:
+    return (len(crumbs) >= 2 and any(c.url for c in crumbs)
+            and all(len(c.title) <= _MAX_CRUMB_CHARS for c in crumbs))
 
 
 def _breadcrumb_trail(survey: _Survey, loc: _Location) -> list[_RawCrumb]:
     for container, declared in survey.breadcrumbs:
+        if not declared and next(container.iter(*_NOT_IN_A_TRAIL), None) is not None:
+            continue  # a "path" section of the text, not a trail; skip reading it
         crumbs = _container_crumbs(container, loc)
-        if crumbs and (declared or _looks_like_trail(container, crumbs)):
+        if crumbs and (declared or _looks_like_trail(crumbs)):
             return crumbs
     return []
 
@@ -648,7 +719,17 @@ def _breadcrumb_trail(survey: _Survey, loc: _Location) -> list[_RawCrumb]:
 # -- 5. and 6. documentation themes
 
 def _related_bar_trail(survey: _Survey, loc: _Location) -> list[_RawCrumb]:
-    return _container_crumbs(survey.related_bars[0], loc) if survey.related_bars else []
+    if not survey.related_bars:
+        return []
+    items = _top_level_items(survey.related_bars[0])
+    # Sphinx chains its entries with "»"; a "related" box of links elsewhere on
+    # the web (related articles) does not.
+    if not any(_string_value(li).rstrip().endswith(_CHAIN_ENDINGS) for li in items):
+        return []
+    return [_crumb(li, li.find(".//a[@href]"), loc) for li in items]
+
+
+_CHAIN_ENDINGS = ("»", "›", ">", "→")
 
 
 def _toc_current_trail(root: etree._Element, loc: _Location) -> list[_RawCrumb]:
@@ -669,19 +750,24 @@ def _toc_current_trail(root: etree._Element, loc: _Location) -> list[_RawCrumb]:
 
 # -- 7. parent-only signals
 
-def _up_link_trail(root: etree._Element, head: _Head, loc: _Location) -> list[_RawCrumb]:
+_UP_LINK_HINTS = (b"accesskey", b'rel="up')
+
+
+def _up_anchor_trail(root: etree._Element, loc: _Location) -> list[_RawCrumb]:
     for link in root.iter("a"):
-        if link.get("href") is None or not (
-            (link.get("accesskey") or "").lower() == "u" or "up" in (link.get("rel") or "").lower().split()
-        ):
-            continue
-        # The visible text is often just "Up"; the title attribute names the parent.
-        title = _clean_crumb_title(link.get("title") or "") or _crumb(link, link, loc).title
-        return [_RawCrumb(title, loc.resolve(link.get("href")))]
-    if head.up:
-        title, href = head.up
-        return [_RawCrumb(_clean_crumb_title(title) or _url_segment_title(href), loc.resolve(href))]
+        key, rel = (link.get("accesskey") or "").lower(), (link.get("rel") or "").lower().split()
+        if link.get("href") is not None and (key == "u" or "up" in rel):
+            # The visible text is often just "Up"; the title attribute names the parent.
+            title = _clean_crumb_title(link.get("title") or "") or _crumb(link, link, loc).title
+            return [_RawCrumb(title, loc.resolve(link.get("href")))]
     return []
+
+
+def _link_rel_up_trail(head: _Head, loc: _Location) -> list[_RawCrumb]:
+    if head.up is None:
+        return []
+    title, href = head.up
+    return [_RawCrumb(_clean_crumb_title(title) or _url_segment_title(href), loc.resolve(href))]
 
 
 # -- 8. the URL
@@ -700,21 +786,24 @@ def _url_trail(loc: _Location) -> tuple[Crumb, ...]:
 
 
 def _find_trail(root: etree._Element, survey: _Survey, head: _Head, loc: _Location,
-                names_breadcrumb_list: bool) -> tuple[tuple[Crumb, ...], str]:
-    """The first trail of the cascade (module doc). `names_breadcrumb_list`: whether
-    the page's bytes contain "BreadcrumbList" at all; a byte search is far cheaper
-    than scanning the tree for microdata and RDFa that almost no page has."""
+                source: bytes) -> tuple[tuple[Crumb, ...], str]:
+    """The first trail of the cascade (module doc). Rules that must scan elements
+    the survey skips run only if the page's bytes hold the word they look for: a
+    byte search runs at GB/s, a Python loop at a microsecond per element."""
+    structured = b"BreadcrumbList" in source
     rules = (
         ("jsonld", lambda: _jsonld_trail(head, loc)),
-        ("microdata", lambda: names_breadcrumb_list and _structured_trail(root, loc, "itemtype", "itemprop")),
-        ("rdfa", lambda: names_breadcrumb_list and _structured_trail(root, loc, "typeof", "property")),
+        ("microdata", lambda: structured and _structured_trail(root, loc, "itemtype", "itemprop")),
+        ("rdfa", lambda: structured and _structured_trail(root, loc, "typeof", "property")),
         ("breadcrumb", lambda: _breadcrumb_trail(survey, loc)),
         ("related_bar", lambda: _related_bar_trail(survey, loc)),
-        ("toc_current", lambda: _toc_current_trail(root, loc)),
-        ("up_link", lambda: _up_link_trail(root, head, loc)),
+        ("toc_current", lambda: b"current" in source and _toc_current_trail(root, loc)),
+        ("up_link", lambda: any(hint in source for hint in _UP_LINK_HINTS) and _up_anchor_trail(root, loc)),
+        ("up_link", lambda: _link_rel_up_trail(head, loc)),
     )
     for method, rule in rules:
-        trail = _finish_trail(rule() or [], loc)
+        raw = rule()
+        trail = _finish_trail(raw, loc) if raw else None
         if trail is not None:
             return trail, method
     return _url_trail(loc), "url"
@@ -734,8 +823,9 @@ def _find_main(root: etree._Element, survey: _Survey) -> tuple[etree._Element, b
     up as its main region (<main>, role=main, a single <article>)."""
     mains = survey.mains
     # Several top-level articles are a listing (a blog index), not one main text.
-    articles = [el for rank, el in mains if el.tag == "article" and next(el.iterancestors("article"), None) is None]
-    if len(articles) > 1:
+    top_articles = [el for _, el in mains
+                    if el.tag == "article" and next(el.iterancestors("article"), None) is None]
+    if len(top_articles) > 1:
         mains = [(rank, el) for rank, el in mains if el.tag != "article"]
     if mains:
         return min(mains, key=lambda ranked: ranked[0])[1], True
@@ -759,6 +849,16 @@ def _drop(el: etree._Element) -> None:
     parent.remove(el)
 
 
+_SKIP_LINK_WINDOW = 5
+
+
+def _is_skip_link(link: etree._Element) -> bool:
+    if not (link.get("href") or "").startswith("#"):
+        return False
+    return bool(_class_kinds(link.get("class") or "") & _BOILERPLATE) or (
+        (link.text or "").lstrip().lower().startswith(("skip to", "jump to")))
+
+
 def _strip_boilerplate(main: etree._Element, marked_main: bool, survey: _Survey) -> None:
     etree.strip_elements(main, *(_DROP_TAGS if marked_main else _DROP_TAGS + _CHROME_TAGS),
                          with_tail=False)
@@ -766,8 +866,9 @@ def _strip_boilerplate(main: etree._Element, marked_main: bool, survey: _Survey)
         # Inside a marked-up main region, a "header" or "sidebar" is the text's own.
         if (always or not marked_main) and _is_inside(el, main):
             _drop(el)
-    # Permalink glyphs and skip links (links are not in the survey: too many).
-    for link in [a for a in main.iter("a") if _class_kinds(a.get("class") or "") & _BOILERPLATE]:
+    # Links are not surveyed (too many); a skip link is, by its purpose, among the
+    # first links of a page.
+    for link in [a for a in islice(main.iter("a"), _SKIP_LINK_WINDOW) if _is_skip_link(a)]:
         _drop(link)
 
 
@@ -790,36 +891,45 @@ def _find_nav_order(main: etree._Element, survey: _Survey, loc: _Location) -> tu
 
 # ------------------------------------------------------------------------- text and sections
 
-# Private-use characters stand for structure in the flattened text: lxml's text
-# serializer passes them through, and real text does not use them as markup.
-_PARAGRAPH, _LINE = "\ue000", "\ue001"
-_HEADING, _RESUME, _PRE = "\ue003", "\ue004", "\ue005"
+# Private-use characters stand for structure in the flattened text: lxml passes
+# them through, and Python finds them with str.split (fast) where a regex over
+# the whole text would cost as much as parsing the page. Paragraph and line marks
+# stand alone; headings, section ends and preformatted blocks are numbered
+# between an opening and a closing mark.
+_PARAGRAPH, _LINE, _OPEN, _CLOSE = "\ue000", "\ue001", "\ue002", "\ue003"
 _HEADING_TAGS = ("h1", "h2", "h3", "h4", "h5", "h6")
-_PARAGRAPH_TAGS = ("p", "div", "section", "article", "main", "header", "aside", "pre",
-                   "blockquote", "table", "ul", "ol", "dl", "figure", "figcaption", "details",
-                   "summary", "address", "hr", "caption", "fieldset", "center") + _HEADING_TAGS
-_BLOCK_MARKS: dict[str, tuple[str, str]] = {  # tag -> (before its text, after it)
-    **{tag: (_PARAGRAPH, _PARAGRAPH) for tag in _PARAGRAPH_TAGS},
-    # A list item, row or term only ever follows its list's start or a sibling,
-    # both of which end in a mark already.
-    **{tag: ("", _LINE) for tag in ("li", "tr", "dt", "dd")},
-    "br": ("", _LINE),
-    "td": (" | ", ""),  # rows read "| cell | cell"
-    "th": (" | ", ""),
+_BLOCK_MARKS: dict[str, tuple[str, str]] = {  # tag -> (mark before its text, mark after it)
+    # Blocks that often follow running text ("see:<pre>", "<li>item<ul>") are
+    # marked on both sides; wrappers (div, section, ...) only after themselves, as
+    # what precedes them nearly always ends in a mark already. Every mark set is
+    # a Python call, and there is one or two per block.
+    **dict.fromkeys(("p", "pre", "table", "ul", "ol", "dl", "blockquote"), (_PARAGRAPH, _PARAGRAPH)),
+    **dict.fromkeys(("div", "section", "article", "main", "header", "aside", "figure", "figcaption",
+                     "details", "summary", "address", "hr", "caption", "fieldset", "center",
+                     *_HEADING_TAGS), ("", _PARAGRAPH)),
+    **dict.fromkeys(("li", "tr", "dt", "dd", "br"), ("", _LINE)),
+    **dict.fromkeys(("td", "th"), (" | ", "")),  # rows read "| cell | cell"
 }
-_BREAK_RUN = re.compile(r"[\ue000\ue001][ \ue000\ue001]*")
-_STRUCTURE_MARK = re.compile(r"\ue003(\d+)\ue003|\ue004(\d+)\ue004")
-_PRE_MARK = re.compile(r"\ue005(\d+)\ue005")
+_CELL_TAGS = ("td", "th")
+_PERMALINK_CHARS = "¶ "
 _PERMALINK_GLYPHS = re.compile(r"(?:\s*[¶§🔗]|\s+#)+$")
-# A <div> that is a section of the document: docutils' "section", DocBook's
-# "sect1", "refsect2", "section".
-_SECTION_DIV_CLASS = re.compile(r"^(?:ref)?sect(?:ion|\d+)?$")
+_PERMALINK_ENDINGS = ("¶", "§", "🔗", " #")
+
+
+def _mark(kind: str, index: int) -> str:
+    """"h": heading `index` starts; "r": the section it opened ended; "v": verbatim
+    (preformatted) block `index`."""
+    return f"{_OPEN}{kind}{index}{_CLOSE}"
 
 
 class _Heading(NamedTuple):
     title: str
     level: int
     anchor: str
+
+
+class _Verbatim(str):
+    """Preformatted text: its spaces and line breaks are content."""
 
 
 def _opens(heading: etree._Element) -> bool:
@@ -829,73 +939,82 @@ def _opens(heading: etree._Element) -> bool:
 
 
 def _heading_anchor(heading: etree._Element, opened: etree._Element | None) -> str:
-    """The fragment that scrolls to the heading: its id, a named anchor inside it
-    (DocBook), or the id of the element it opens (Sphinx puts ids on sections)."""
-    if heading.get("id"):
-        return heading.get("id")
+    """The fragment that scrolls to the heading: its id, the id of the element it
+    opens (Sphinx puts ids on sections), or a named anchor inside it (DocBook)."""
+    anchor = heading.get("id") or (opened.get("id") if opened is not None else None)
+    if anchor:
+        return anchor
     for link in heading.iter("a"):
         if link.get("id") or link.get("name"):
             return link.get("id") or link.get("name")
-    return (opened.get("id") or "") if opened is not None else ""
+    return ""
 
 
 def _is_section(el: etree._Element) -> bool:
     return el.tag in ("section", "article") or (
-        el.tag == "div" and any(_SECTION_DIV_CLASS.match(t) for t in _class_tokens(el)))
+        el.tag == "div" and bool(_class_kinds(el.get("class") or "") & _SECTION))
 
 
 def _mark_headings(main: etree._Element) -> list[_Heading]:
-    """Replace each heading by a marker; where a sectioning element opened by a
+    """Replace each heading by a mark; where a sectioning element opened by a
     heading closes, mark that the text after it belongs to the enclosing heading."""
     headings = []
     for index, heading in enumerate(list(main.iter(*_HEADING_TAGS))):
         parent = heading.getparent()
         opened = parent if parent is not None and _opens(heading) else None
-        title = _PERMALINK_GLYPHS.sub("", _text_of(heading))
+        title = _text_of(heading)
+        if _LINE in title or _PARAGRAPH in title:  # "Uses of Class<br>java.lang.Object"
+            title = " ".join(title.replace(_LINE, " ").replace(_PARAGRAPH, " ").split())
+        if title.endswith(_PERMALINK_ENDINGS):
+            title = _PERMALINK_GLYPHS.sub("", title)
         headings.append(_Heading(title, int(heading.tag[1]), _heading_anchor(heading, opened)))
         if opened is not None and opened is not main and _is_section(opened):
-            opened.tail = f"{_RESUME}{index}{_RESUME}{opened.tail or ''}"
+            opened.tail = _mark("r", index) + (opened.tail or "")
         heading.clear(keep_tail=True)
-        heading.text = f"{_HEADING}{index}{_HEADING}"
+        heading.text = _mark("h", index)
     return headings
 
 
-def _mark_pre_blocks(main: etree._Element) -> list[str]:
-    """Set preformatted text aside: its spaces and line breaks are content."""
+def _mark_pre_blocks(main: etree._Element) -> list[_Verbatim]:
+    """Set preformatted text aside, leaving a mark in its place."""
     blocks = []
     for pre in list(main.iter("pre")):
-        blocks.append(etree.tostring(pre, method="text", encoding=str, with_tail=False).strip("\n"))
+        text = etree.tostring(pre, method="text", encoding=str, with_tail=False)
         pre.clear(keep_tail=True)
-        pre.text = f"{_PRE}{len(blocks) - 1}{_PRE}"
+        pre.text = _mark("v", len(blocks))
+        blocks.append(_Verbatim(text.strip("\n")))
     return blocks
 
 
 def _mark_blocks(main: etree._Element) -> None:
     for el in main.iter(*_BLOCK_MARKS):
         before, after = _BLOCK_MARKS[el.tag]
-        if before == _PARAGRAPH and el.getparent().tag in ("td", "th"):
-            continue  # a cell's paragraphs (docutils wraps every cell in <p>) stay on its row
         if before:
-            el.text = before + (el.text or "")
+            if before == _PARAGRAPH and el.getparent().tag in _CELL_TAGS:
+                continue  # a cell's paragraphs (docutils wraps every cell in <p>) stay on its row
+            text = el.text
+            el.text = before + text if text else before
         if after:
-            el.tail = after + (el.tail or "")
+            tail = el.tail
+            el.tail = after + tail if tail else after
 
 
-def _break(run: re.Match[str]) -> str:
-    return "\n\n" if _PARAGRAPH in run.group() else "\n"
+def _paragraphs(text: str) -> list[str]:
+    """The paragraphs of flattened text (its spaces already collapsed), each with
+    its lines on lines of their own. A "¶" ending a line is a permalink (Sphinx
+    puts one after every definition); finding those links in the tree would cost
+    a Python step per link of the page."""
+    blocks = [block.strip().rstrip(_PERMALINK_CHARS) for block in text.split(_PARAGRAPH)]
+    blocks = [
+        "\n".join(filter(None, (line.strip().rstrip(_PERMALINK_CHARS) for line in block.split(_LINE))))
+        if _LINE in block else block
+        for block in blocks if block
+    ]
+    return [block for block in blocks if block]
 
 
-def _normalize_text(text: str) -> str:
-    """Text whose spaces normalize-space() collapsed, with each run of marks made
-    the strongest break it holds."""
-    return _BREAK_RUN.sub(_break, text).replace(" \n", "\n")
-
-
-def _section_text(pieces: list[str], pre_blocks: list[str]) -> str:
-    text = "\n\n".join(filter(None, (piece.strip() for piece in pieces)))
-    if _PRE in text:
-        text = _PRE_MARK.sub(lambda m: pre_blocks[int(m[1])], text)
-    return text
+def _section_text(pieces: list[str]) -> str:
+    return "\n\n".join(filter(None, (p if isinstance(p, _Verbatim) else p.strip() for p in pieces)))
 
 
 _SITE_SUFFIX = re.compile(r"^(.*\S)\s+(?:[-–—|·•:»]|::)\s+\S.*$")
@@ -917,39 +1036,48 @@ def _page_title(headings: list[_Heading], head: _Head, url: str) -> tuple[str, i
 
 
 def _split_sections(text: str, headings: list[_Heading], title: str, title_index: int | None,
-                    pre_blocks: list[str]) -> tuple[Section, ...]:
+                    pre_blocks: list[_Verbatim]) -> tuple[Section, ...]:
+    """Cut the marked text of the main content into sections (see `Section`)."""
     page = -1  # the page itself: section 0
     pieces: dict[int, list[str]] = {page: []}
     parent: dict[int, int] = {}
     paths: dict[int, tuple[str, ...]] = {page: ()}
     open_headings: list[tuple[int, int]] = []  # (level, heading index), outermost first
-    parts = _STRUCTURE_MARK.split(_normalize_text(text))
-    # Split with two groups: text, heading index or None, resume index or None, text, ...
     current = page
+    # Paragraphs are cut once for the whole page; the marks survive as text.
+    parts = "\n\n".join(_paragraphs(text)).split(_OPEN)
     pieces[page].append(parts[0])
-    for heading_mark, resume_mark, following in zip(parts[1::3], parts[2::3], parts[3::3]):
-        if heading_mark is not None:
-            index = int(heading_mark)
-            heading = headings[index]
-            if index == title_index:
-                parent[index], current, open_headings = page, page, [(heading.level, page)]
-            elif heading.title:
-                while open_headings and open_headings[-1][0] >= heading.level:
+    numbered = {"h": headings, "r": headings, "v": pre_blocks}
+    for part in parts[1:]:
+        mark, closed, following = part.partition(_CLOSE)
+        kind, number = mark[:1], mark[1:]
+        if not (closed and kind in numbered and number.isdigit() and int(number) < len(numbered[kind])):
+            pieces[current].append(part)  # a private-use character of the page itself
+            continue
+        index = int(number)
+        if kind == "v":
+            pieces[current].append(pre_blocks[index])
+        elif kind == "r":
+            if index in parent:
+                current = parent[index]
+                while open_headings and open_headings[-1][1] != current:
                     open_headings.pop()
-                parent[index] = open_headings[-1][1] if open_headings else page
-                paths[index] = paths[parent[index]] + (heading.title,)
-                pieces[index] = []
-                open_headings.append((heading.level, index))
-                current = index
-        elif int(resume_mark) in parent:
-            current = parent[int(resume_mark)]
-            while open_headings and open_headings[-1][1] != current:
+        elif index == title_index:
+            parent[index], current, open_headings = page, page, [(headings[index].level, page)]
+        elif headings[index].title:
+            level = headings[index].level
+            while open_headings and open_headings[-1][0] >= level:
                 open_headings.pop()
+            parent[index] = open_headings[-1][1] if open_headings else page
+            paths[index] = paths[parent[index]] + (headings[index].title,)
+            pieces[index] = []
+            open_headings.append((level, index))
+            current = index
         pieces[current].append(following)
     return tuple(
-        Section(title, 0, "", _section_text(chunks, pre_blocks), ()) if index == page else
+        Section(title, 0, "", _section_text(chunks), ()) if index == page else
         Section(headings[index].title, headings[index].level, headings[index].anchor,
-                _section_text(chunks, pre_blocks), paths[index])
+                _section_text(chunks), paths[index])
         for index, chunks in pieces.items()
     )
 
@@ -977,6 +1105,19 @@ def parse_page(data: bytes, url: str, site: str, *, max_bytes: int = DEFAULT_MAX
     """
     utf8 = _utf8_html(data, max_bytes)
     try:
+        return _parse_utf8(utf8, url, site)
+    except ValueError as exc:
+        # lxml keeps characters XML forbids (stray control bytes) in the text it
+        # parses but refuses them in text written back, as the marks are. Such
+        # pages are rare; cleaning every page up front would cost more than this.
+        if "XML compatible" not in str(exc):
+            raise
+        clean = utf8.translate(None, _CONTROL_BYTES)
+        return _parse_utf8(clean.replace(b"\xef\xbf\xbe", b"").replace(b"\xef\xbf\xbf", b""), url, site)
+
+
+def _parse_utf8(utf8: bytes, url: str, site: str) -> ParsedPage:
+    try:
         root = etree.fromstring(utf8, _parser())
     except etree.XMLSyntaxError as exc:
         raise UnparseablePage("no_content", str(exc)) from exc
@@ -986,19 +1127,20 @@ def parse_page(data: bytes, url: str, site: str, *, max_bytes: int = DEFAULT_MAX
     survey = _survey(root)
     head = _read_head(root, survey.head)
     loc = _locate(head, url, site)
-    trail, trail_method = _find_trail(root, survey, head, loc, b"BreadcrumbList" in utf8)
+    trail, trail_method = _find_trail(root, survey, head, loc, utf8)
 
     main, marked_main = _find_main(root, survey)
     nav_order = _find_nav_order(main, survey, loc)
     _strip_boilerplate(main, marked_main, survey)
     pre_blocks = _mark_pre_blocks(main)
-    headings = _mark_headings(main)
     _mark_blocks(main)
+    headings = _mark_headings(main)
     text = _normalized_string(main)
 
     title, title_index = _page_title(headings, head, loc.url)
     sections = _split_sections(text, headings, title, title_index, pre_blocks)
-    if not any(s.text for s in sections) and not (any(h.title for h in headings) or head.og_title or head.title):
+    has_title = any(h.title for h in headings) or head.og_title or head.title
+    if not has_title and not any(s.text for s in sections):
         raise UnparseablePage("no_content", "neither text nor a title")
     page = ParsedPage(
         url=loc.url,
