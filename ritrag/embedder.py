@@ -15,19 +15,20 @@ from __future__ import annotations
 
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import numpy as np
 
 BUNDLED_PREFIX = "bundled:"
+HASHING_PREFIX = "hashing:"  # "hashing:384": the benchmarks' stand-in for a model (HashingEncoder)
 DEFAULT_MODEL = "bundled:all-MiniLM-L6-v2"
 CHUNK_TOKEN_LIMIT = 512  # METHOD.md: chunks are at most 512 tokens
-# Padded tokens (rows x longest row) per forward pass. On CPU larger batches buy
-# nothing once the matrix products are big enough to keep the cores busy
-# (benchmarks/RESULTS.md); on a GPU the budget is the memory bound, and an
-# out-of-memory error halves it.
-DEFAULT_MAX_BATCH_TOKENS = {"cuda": 65536, "mps": 16384, "cpu": 8192}
+# Padded tokens (rows x longest row) per forward pass. On CPU, batches past a
+# few thousand tokens only fall out of cache (benchmarks/RESULTS.md); on a GPU
+# the budget is bounded by memory, and an out-of-memory error halves it.
+DEFAULT_MAX_BATCH_TOKENS = {"cuda": 65536, "mps": 16384, "cpu": 2048}
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,11 @@ class EmbedderSpec:
 
 def resolve_model_path(model: str) -> str:
     """A local directory for bundled models; other names pass through unchanged
-    (a path, or a hub name that sentence-transformers resolves from its cache)."""
+    (a path, or a hub name that sentence-transformers resolves from its cache).
+    `hashing:N` has no weights: its tokens are counted with the bundled model's
+    tokenizer, so its chunks are cut exactly like the default model's."""
+    if model.startswith(HASHING_PREFIX):
+        model = DEFAULT_MODEL
     if not model.startswith(BUNDLED_PREFIX):
         return model
     name = model[len(BUNDLED_PREFIX):]
@@ -186,48 +191,55 @@ def embed_with_backoff(
     lengths: Sequence[int],
     max_batch_tokens: int,
     run_batch: Callable[[list[int]], np.ndarray],
+    *,
+    map_batches: Callable[..., Iterable[np.ndarray]] = map,
     is_oom: Callable[[BaseException], bool] = is_out_of_memory,
     on_oom: Callable[[], None] | None = None,
 ) -> BackoffResult:
-    """Run `run_batch` (indices -> one vector per index) over token-budget
-    batches of `lengths`. When a batch runs out of memory, halve the budget
-    below that batch's padded size and replan everything not yet embedded, so
-    that later batches do not hit the same wall; a single row that still does
-    not fit re-raises."""
-    vectors: np.ndarray | None = None
+    """Run `run_batch` (indices -> one vector per index) over the token-budget
+    batches of `lengths` and put every vector back at its input position.
+
+    `map_batches` runs the batches: the builtin `map` one after another, an
+    executor's `map` several at once; results are taken in order either way.
+    When a batch runs out of memory, the budget drops to half that batch's
+    padded size and everything not yet embedded is replanned, so later batches
+    do not hit the same wall; a single row that still does not fit re-raises.
+    """
+    vectors = np.empty((len(lengths), 0), dtype=np.float32)
     pending = token_budget_batches(lengths, max_batch_tokens)
     backoffs = 0
     while pending:
-        batch = pending[0]
+        done = 0
         try:
-            out = run_batch(batch)
+            for batch, out in zip(pending, map_batches(run_batch, pending)):
+                if not vectors.shape[1]:
+                    vectors = np.empty((len(lengths), out.shape[1]), dtype=np.float32)
+                vectors[batch] = out
+                done += 1
+            break
         except Exception as exc:
-            if len(batch) == 1 or not is_oom(exc):
+            if len(pending[done]) == 1 or not is_oom(exc):
                 raise
-            if on_oom is not None:
-                on_oom()
-            backoffs += 1
-            # The first pending batch holds the longest rows left, so a budget
-            # of half its padded size is sure to split it.
-            max_batch_tokens = min(max_batch_tokens, len(batch) * lengths[batch[0]]) // 2
-            remaining = [i for b in pending for i in b]
-            pending = [[remaining[j] for j in b]
-                       for b in token_budget_batches([lengths[i] for i in remaining], max_batch_tokens)]
-            continue
-        if vectors is None:
-            vectors = np.empty((len(lengths), out.shape[1]), dtype=np.float32)
-        vectors[batch] = out
-        pending.pop(0)
-    if vectors is None:
-        vectors = np.empty((0, 0), dtype=np.float32)
+        # Recover outside the except clause: until it ends, the exception's
+        # traceback keeps the failed batch's tensors alive.
+        if on_oom is not None:
+            on_oom()
+        backoffs += 1
+        failed = pending[done]
+        # `failed` holds the longest rows left, so half its padded size is sure
+        # to split it.
+        max_batch_tokens = min(max_batch_tokens, len(failed) * lengths[failed[0]]) // 2
+        remaining = [i for b in pending[done:] for i in b]
+        pending = [[remaining[j] for j in b]
+                   for b in token_budget_batches([lengths[i] for i in remaining], max_batch_tokens)]
     return BackoffResult(vectors, max_batch_tokens, backoffs)
 
 
 def resolve_dtype(device: str, dtype: str = "auto"):
     """The torch dtype to run the model in. "auto" is float16 on CUDA (tensor
-    cores, half the memory; encoder models of the BERT family do not overflow
-    it, and its 10-bit mantissa keeps vectors closer to float32 than bfloat16
-    does) and float32 elsewhere (CPU half precision is slower on most hosts)."""
+    cores, half the memory; BERT-family encoders do not overflow it, and its
+    10-bit mantissa keeps vectors closer to float32 than bfloat16 does) and
+    float32 elsewhere."""
     import torch
 
     if dtype == "auto":
@@ -235,6 +247,10 @@ def resolve_dtype(device: str, dtype: str = "auto"):
     if dtype not in ("float32", "float16", "bfloat16"):
         raise ValueError(f"dtype must be auto, float32, float16 or bfloat16, not {dtype!r}")
     return getattr(torch, dtype)
+
+
+def available_cpus() -> int:
+    return len(os.sched_getaffinity(0))
 
 
 def _least_used_gpu() -> str:
@@ -263,16 +279,25 @@ class SentenceEncoder:
     """One loaded sentence-transformers model that embeds texts in
     length-sorted, token-budget batches.
 
-    Safe to share between threads (Beam runs several in one worker process and,
-    with `share_model_across_processes`, serves other processes' calls from
-    threads too): tokenizing and running the model each take their own lock, so
-    one thread's tokenizing overlaps another's forward pass while neither the
-    tokenizer (whose Rust state is not re-entrant) nor the device is used twice
-    at once.
+    `cpu_parallelism` (CPU only) runs that many batches at once, each on a
+    single torch thread, and switches the whole process to one intra-op thread.
+    For throughput that beats one batch split across all threads, which waits at
+    every operator's barrier for its slowest thread and collapses when another
+    process takes a core. None keeps torch's own threading and one batch at a
+    time, which is what a latency-bound caller (one query) wants.
+
+    The encoder may be shared between threads (Beam runs several per worker
+    process and, with `share_model_across_processes`, serves other processes'
+    calls from threads too). Tokenizing takes a lock, because the Rust
+    tokenizer's state is not re-entrant; forward passes take one of
+    `parallelism` slots, so a GPU runs one at a time while another thread
+    tokenizes, and a CPU runs no more than it has threads for.
     """
 
     def __init__(self, spec: EmbedderSpec, device: str | None = None, dtype: str = "auto",
-                 max_batch_tokens: int | None = None):
+                 max_batch_tokens: int | None = None, cpu_parallelism: int | None = None):
+        import torch
+
         device = choose_device(device)
         self.device = _least_used_gpu() if device == "cuda" else device
         self.model = load_sentence_transformer(spec, self.device)
@@ -280,8 +305,13 @@ class SentenceEncoder:
         self.model.eval()
         self.normalize = spec.normalize
         self.max_batch_tokens = max_batch_tokens or DEFAULT_MAX_BATCH_TOKENS[self.device.split(":")[0]]
+        self.parallelism = 1
+        if self.device == "cpu" and cpu_parallelism:
+            torch.set_num_threads(1)
+            self.parallelism = cpu_parallelism
+        self._pool = ThreadPoolExecutor(self.parallelism) if self.parallelism > 1 else None
         self._tokenizer_lock = threading.Lock()
-        self._device_lock = threading.Lock()
+        self._device_slots = threading.BoundedSemaphore(self.parallelism)
 
     @property
     def dimension(self) -> int:
@@ -299,8 +329,11 @@ class SentenceEncoder:
         result = embed_with_backoff(
             lengths, self.max_batch_tokens,
             lambda batch: self._forward([texts[i] for i in batch], prefix),
+            map_batches=self._pool.map if self._pool else map,
             on_oom=self._release_cached_memory)
-        self.max_batch_tokens = result.max_batch_tokens
+        # Only ever lowered: a concurrent call that started from the old budget
+        # must not undo another's back-off.
+        self.max_batch_tokens = min(self.max_batch_tokens, result.max_batch_tokens)
         return Embedded(result.vectors, result.oom_backoffs)
 
     def _forward(self, texts: list[str], prefix: str) -> np.ndarray:
@@ -308,36 +341,73 @@ class SentenceEncoder:
         from sentence_transformers.util import batch_to_device
 
         # The prompt goes through preprocess, as in SentenceTransformer.encode,
-        # so that models whose pooling excludes prompt tokens still do so.
+        # so that models whose pooling leaves out prompt tokens still do so.
         with self._tokenizer_lock:
             features = self.model.preprocess(texts, prompt=prefix or None)
-        with self._device_lock, torch.inference_mode():
+        with self._device_slots, torch.inference_mode():
             vectors = self.model(batch_to_device(features, self.device))["sentence_embedding"].float()
             if self.normalize:
                 vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
             return vectors.cpu().numpy()
 
     def _release_cached_memory(self) -> None:
-        import gc
-
         import torch
 
-        gc.collect()
+        # Hands the allocator's cached blocks back so that the retry (and other
+        # processes on the GPU) start from unfragmented memory.
         if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
         elif self.device == "mps":
             torch.mps.empty_cache()
 
 
+class HashingEncoder:
+    """A deterministic, model-free stand-in for `SentenceEncoder`: signed feature
+    hashing of lowercased word tokens into `dimension` buckets, L2-normalized.
+    Lexical, not semantic: it lets scale benchmarks measure every other stage
+    of a build without paying for model inference (they say so in their output)."""
+
+    def __init__(self, dimension: int, normalize: bool = True):
+        self._dimension = dimension
+        self.normalize = normalize
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    def embed(self, texts: Sequence[str], prefix: str = "") -> Embedded:
+        import re
+        import zlib
+
+        vectors = np.zeros((len(texts), self._dimension), dtype=np.float32)
+        for row, text in enumerate(texts):
+            codes = np.fromiter((zlib.crc32(t.encode()) for t in re.findall(r"\w+", (prefix + text).lower())),
+                                dtype=np.int64)
+            signs = np.where(codes & (1 << 31), -1.0, 1.0).astype(np.float32)
+            np.add.at(vectors[row], codes % self._dimension, signs)
+        if self.normalize:
+            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+            vectors /= np.where(norms > 0, norms, 1.0)
+        return Embedded(vectors, 0)
+
+
+def load_encoder(spec: EmbedderSpec, device: str | None = None, **options) -> "SentenceEncoder | HashingEncoder":
+    """The encoder of `spec`: a `SentenceEncoder`, or a `HashingEncoder` for
+    `hashing:N` (then `device` and `options` do not apply)."""
+    if spec.model.startswith(HASHING_PREFIX):
+        return HashingEncoder(int(spec.model[len(HASHING_PREFIX):]), spec.normalize)
+    return SentenceEncoder(spec, device, **options)
+
+
 class QueryEmbedder:
     """Embeds search queries for the server: the model loads once, and queries
-    take the same path as the documents did, with the spec's query prefix.
-    Build it from the manifest's spec (`EmbedderSpec.from_dict`) or pass a
-    configured spec through `check_compatible` first."""
+    take the documents' code path with the spec's query prefix. Build it from
+    the manifest's spec (`EmbedderSpec.from_dict`), or pass a configured spec
+    through `check_compatible` first."""
 
     def __init__(self, spec: EmbedderSpec, device: str | None = None):
         self.spec = spec
-        self._encoder = SentenceEncoder(spec, device)
+        self._encoder = load_encoder(spec, device)
 
     @property
     def dimension(self) -> int:

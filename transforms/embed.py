@@ -34,7 +34,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunInference
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from ritrag.embedder import EmbedderSpec, SentenceEncoder, choose_device
+from ritrag.embedder import EmbedderSpec, SentenceEncoder, available_cpus, choose_device, load_encoder
 
 METRICS_NAMESPACE = "ritrag.embed"
 # Texts per RunInference batch: the pool that SentenceEncoder sorts by length
@@ -64,6 +64,10 @@ class EmbedOptions(PipelineOptions):
                             help="texts per RunInference batch, sorted by length inside")
         parser.add_argument("--embed_model_copies", type=int, default=None,
                             help="model copies per worker (default: one per visible GPU)")
+        parser.add_argument("--embed_cpu_threads", type=int, default=None,
+                            help="CPU workers: batches embedded at once per SDK process, one torch "
+                                 "thread each (default: the process's CPUs; 1 where the runner "
+                                 "starts one SDK process per core)")
 
 
 class SentenceTransformerModelHandler(ModelHandler[str, np.ndarray, SentenceEncoder]):
@@ -80,12 +84,16 @@ class SentenceTransformerModelHandler(ModelHandler[str, np.ndarray, SentenceEnco
         batch_size: int = DEFAULT_BATCH_SIZE,
         large_model: bool | None = None,
         model_copies: int | None = None,
+        cpu_threads: int | None = None,
         resource_hints: Mapping[str, str] | None = None,
     ):
-        """`large_model` None: share one copy across processes exactly when the
-        worker's device is CUDA. `model_copies` None: one copy per visible GPU
-        when sharing. Both are decided on the worker, which is the machine that
-        knows its GPUs, not the one that builds the pipeline."""
+        """`batch_size` texts go to each `run_inference` call, where they are
+        sorted by length and cut into batches of at most `max_batch_tokens`
+        padded tokens. `large_model` None shares one copy across processes
+        exactly when the worker's device is CUDA; `model_copies` None loads one
+        per visible GPU when sharing: both are decided on the worker, the
+        machine that knows its GPUs. `cpu_threads` (CPU only): batches run at
+        once, one torch thread each; default all of the process's CPUs."""
         super().__init__(min_batch_size=batch_size, max_batch_size=batch_size)
         self._spec = spec
         self._device = device
@@ -93,12 +101,15 @@ class SentenceTransformerModelHandler(ModelHandler[str, np.ndarray, SentenceEnco
         self._max_batch_tokens = max_batch_tokens
         self._large_model = large_model
         self._model_copies = model_copies
+        self._cpu_threads = cpu_threads
         self._resource_hints = dict(resource_hints or {})
         self._chunks_embedded = Metrics.counter(METRICS_NAMESPACE, "chunks_embedded")
         self._oom_backoffs = Metrics.counter(METRICS_NAMESPACE, "oom_backoffs")
 
     def load_model(self) -> SentenceEncoder:
-        return SentenceEncoder(self._spec, self._device, self._dtype, self._max_batch_tokens)
+        return load_encoder(self._spec, self._device, dtype=self._dtype,
+                            max_batch_tokens=self._max_batch_tokens,
+                            cpu_parallelism=self._cpu_threads or available_cpus())
 
     def run_inference(
         self,
@@ -158,12 +169,14 @@ class EmbedChunks(beam.PTransform):
         batch_size: int = DEFAULT_BATCH_SIZE,
         large_model: bool | None = None,
         model_copies: int | None = None,
+        cpu_threads: int | None = None,
         resource_hints: Mapping[str, str] | None = None,
     ):
         super().__init__()
         self._handler = KeyedModelHandler(SentenceTransformerModelHandler(
             spec, device, dtype=dtype, max_batch_tokens=max_batch_tokens, batch_size=batch_size,
-            large_model=large_model, model_copies=model_copies, resource_hints=resource_hints))
+            large_model=large_model, model_copies=model_copies, cpu_threads=cpu_threads,
+            resource_hints=resource_hints))
 
     @classmethod
     def from_options(cls, spec: EmbedderSpec, options: PipelineOptions,
@@ -173,7 +186,7 @@ class EmbedChunks(beam.PTransform):
         hints = {"accelerator": opts.embed_accelerator, "min_ram": opts.embed_min_ram}
         return cls(spec, device, dtype=opts.embed_dtype, max_batch_tokens=opts.embed_max_batch_tokens,
                    batch_size=opts.embed_batch_size, model_copies=opts.embed_model_copies,
-                   resource_hints={k: v for k, v in hints.items() if v})
+                   cpu_threads=opts.embed_cpu_threads, resource_hints={k: v for k, v in hints.items() if v})
 
     def expand(self, chunks: beam.PCollection[tuple[int, str]]) -> beam.PCollection[tuple[int, np.ndarray]]:
         return chunks | "RunInference" >> RunInference(self._handler)
