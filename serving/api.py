@@ -2,17 +2,19 @@
 
 `get_toc` runs hybrid retrieval against the whole index (every call starts
 afresh) and returns the query-induced sub-forest with no body text; `read`
-returns node bodies, capped per node with a continuation offset. The CLI, HTTP
-and MCP faces all call these two methods.
+returns node bodies, capped per node with a continuation offset. The CLI calls
+these two methods directly; the HTTP and MCP faces call them through
+`serving.tools.ToolService`, which adds limits, episode budgets and rendering.
 """
 from __future__ import annotations
 
+import threading
 from typing import Sequence
 
 import numpy as np
 
 from ritrag.analyzer import analyze
-from ritrag.embedder import EmbedderSpec, encode, load_sentence_transformer
+from ritrag.embedder import EmbedderSpec, QueryEmbedder
 from serving.index import LoadedIndex
 from serving.retrieval import (bm25_top_k, build_subforest, dense_top_k, node_scores,
                                reciprocal_rank_fusion, top_nodes)
@@ -23,37 +25,61 @@ DEFAULT_MAX_CHARS = 20_000  # per node and Read call
 TOC_FIELDS = ("title", "summary", "keywords")
 
 
-class RitragIndex:
-    """A loaded index version answering get_toc and read."""
+def one_thread_per_query() -> None:
+    """Embed and search each query on one thread, process-wide: a server gets
+    its parallelism from concurrent requests, and intra-query threads only
+    add barrier waits (on 2 busy cores: query embedding p50 102 -> 12 ms,
+    a flat FAISS search 13x faster; benchmarks/RESULTS.md)."""
+    import faiss
+    import torch
 
-    def __init__(self, index_dir: str, version: str | None = None, device: str | None = None):
-        self.index = LoadedIndex(index_dir, version)
+    faiss.omp_set_num_threads(1)
+    torch.set_num_threads(1)
+
+
+class RitragIndex:
+    """A loaded index version answering get_toc and read; safe to share
+    between threads."""
+
+    def __init__(self, index_dir: str, version: str | None = None, device: str | None = None,
+                 cache_dir: str | None = None):
+        self.index = LoadedIndex(index_dir, version, cache_dir)
         self._spec = EmbedderSpec.from_dict(self.index.manifest.config["embedder"])
         self._device = device
-        self._model = None
+        self._embedder: QueryEmbedder | None = None
+        self._embedder_lock = threading.Lock()
 
     @property
     def version(self) -> str:
         return self.index.version
 
     def embed_query(self, query: str) -> np.ndarray:
-        if self._model is None:
-            self._model = load_sentence_transformer(self._spec, self._device)
-        return encode(self._model, [query], self._spec.query_prefix, self._spec.normalize)[0]
+        """The query's vector, embedded exactly as the index's documents were
+        (the model loads on first use)."""
+        if self._embedder is None:
+            with self._embedder_lock:
+                if self._embedder is None:
+                    self._embedder = QueryEmbedder(self._spec, self._device)
+        return self._embedder.embed([query])[0]
 
-    def recall_chunks(self, query: str, k: int = DEFAULT_K) -> dict[int, float]:
+    def recall_chunks(self, query: str, k: int = DEFAULT_K, query_vector: np.ndarray | None = None
+                      ) -> dict[int, float]:
         """Chunk row -> fused score for the top-k' chunks of BM25 and of dense."""
         idx = self.index
-        bm25 = self.index.manifest.config.get("bm25", {})
+        bm25 = idx.manifest.config.get("bm25", {})
         sparse_rows, _ = bm25_top_k(analyze(query), idx.postings, k, bm25.get("k1", 1.2), bm25.get("b", 0.75))
-        dense_ids, _ = dense_top_k(self.embed_query(query), idx.dense_shards, k)
+        vector = self.embed_query(query) if query_vector is None else query_vector
+        dense_ids, _ = dense_top_k(vector, idx.dense_shards, k)
         dense_rows = idx.chunk_rows(dense_ids)
         return reciprocal_rank_fusion([sparse_rows, dense_rows[dense_rows >= 0]])
 
-    def get_toc(self, query: str, k: int = DEFAULT_K, n: int = DEFAULT_N) -> dict:
-        """GetToC: the query-induced sub-forest, as JSON-ready dicts, no body text."""
+    def get_toc(self, query: str, k: int = DEFAULT_K, n: int = DEFAULT_N,
+                query_vector: np.ndarray | None = None) -> dict:
+        """GetToC: the query-induced sub-forest, as JSON-ready dicts, no body
+        text. `query_vector`: the query already embedded (by `embed_query`),
+        for callers that batch or cache embeddings."""
         idx = self.index
-        hits = top_nodes(node_scores(self.recall_chunks(query, k), idx.chunk_node), n)
+        hits = top_nodes(node_scores(self.recall_chunks(query, k, query_vector), idx.chunk_node), n)
         trees = build_subforest(hits, idx.nodes, idx.node_row, TOC_FIELDS)
         return {"query": query, "version": self.version, "hits": len(hits), "trees": trees}
 
@@ -62,22 +88,21 @@ class RitragIndex:
         reported, not fatal. Bodies longer than `max_chars` from `offset` are cut
         and carry `next_offset` to continue."""
         idx = self.index
-        rows = {nid: idx.node_row.get(nid) for nid in node_ids}
-        bodies = idx.node_bodies([r for r in rows.values() if r is not None])
+        rows = {nid: idx.node_row.get(nid) for nid in dict.fromkeys(node_ids)}
+        records = idx.node_records([r for r in rows.values() if r is not None])
         nodes, unknown = [], []
         for nid, row in rows.items():
             if row is None:
                 unknown.append(nid)
                 continue
-            body = bodies.get(row, "")
-            text = body[offset: offset + max_chars]
+            body = records[row]["body"] or ""
             entry = {
                 "id": nid,
                 "title": idx.nodes["title"][row],
-                "path": [idx.nodes["title"][idx.node_row[a]] for a in idx.nodes["ancestor_ids"][row]
-                         if a in idx.node_row],
-                "url": idx.nodes["url"][row],
-                "text": text,
+                "path": [idx.nodes["title"][a] for a in map(idx.node_row.get, idx.nodes["ancestor_ids"][row])
+                         if a is not None],
+                "url": records[row]["url"],
+                "text": body[offset: offset + max_chars],
                 "total_chars": len(body),
             }
             if offset + max_chars < len(body):

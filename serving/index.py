@@ -1,15 +1,26 @@
 """Loading one published version of an index for serving.
 
 Every file is checked against the manifest's sha256 before it is used; a damaged
-file is refused with an error that names it. The node skeleton, the chunk ->
-node map, the postings and the dense shards are held in memory; node bodies are
-read from the node table on demand.
+file is refused with an error that names it.
+
+What stays in memory is what every GetToC touches: the node skeleton (ids,
+parents, ancestors, titles, optional summary and keywords, sibling positions)
+as Arrow arrays and numpy, the chunk -> node map, the BM25 postings and the
+dense shards. Bodies and URLs, the bulk of the node table, stay on disk and are
+fetched by point lookups: a node's row locates its file and row group, and
+only that row group is read.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import faiss
 import numpy as np
@@ -17,42 +28,102 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ritrag.layout import IndexLayout, Manifest
+from ritrag.layout import IndexLayout, Manifest, parse_shard_file_name
 
 LOG = logging.getLogger("ritrag.serving")
 
-SKELETON_COLUMNS = ["node_id", "parent_id", "site", "kind", "position", "depth", "title", "url",
-                    "summary", "keywords", "ancestor_ids"]
+SKELETON_COLUMNS = ["node_id", "parent_id", "position", "title", "summary", "keywords", "ancestor_ids"]
+RECORD_COLUMNS = ["url", "body"]  # read per node, on demand
+POSTINGS_ARRAYS = ("indptr", "chunk_index", "tf", "chunk_length")
 
 
 @dataclass
 class Postings:
-    """All postings of the index as CSR over terms: rows of `term_ids`' entries."""
+    """All postings of the index as CSR over terms: the postings of term
+    `term_row[t]` are entries indptr[row]:indptr[row + 1]."""
 
     term_row: dict[str, int]
     indptr: np.ndarray  # int64, len(terms) + 1
     chunk_index: np.ndarray  # int32 row in the chunk arrays
-    tf: np.ndarray  # float32
+    tf: np.ndarray  # term frequency (float32 or uint16)
     chunk_length: np.ndarray  # float32, terms per chunk
-    df: dict[str, int]
+    df: Mapping[str, int]
     n_chunks: int
     avg_length: float
 
 
-class LoadedIndex:
-    """One version of an index, ready for retrieval."""
+class Column(Sequence):
+    """Row access to an Arrow array, as Python values."""
 
-    def __init__(self, root: str, version: str | None = None):
+    def __init__(self, array: pa.Array):
+        self._array = array
+
+    def __getitem__(self, row: int) -> Any:
+        return self._array[row].as_py()
+
+    def __len__(self) -> int:
+        return len(self._array)
+
+
+class NodeRows(Mapping):
+    """Node id -> row, by binary search over the ids sorted once at load: a
+    fixed-width bytes array takes a fraction of a dict's memory and start time
+    for millions of ids."""
+
+    def __init__(self, ids: np.ndarray):
+        self._order = np.argsort(ids, kind="stable")
+        self._sorted = ids[self._order]
+        self._width = ids.dtype.itemsize
+
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        """Rows of an array of ids (bytes); -1 where unknown."""
+        if not len(self._sorted):
+            return np.full(len(ids), -1, np.int64)
+        pos = np.clip(np.searchsorted(self._sorted, ids), 0, len(self._sorted) - 1)
+        return np.where(self._sorted[pos] == ids, self._order[pos], -1)
+
+    def __getitem__(self, node_id: str) -> int:
+        try:
+            key = node_id.encode("ascii")
+        except (AttributeError, UnicodeEncodeError):
+            raise KeyError(node_id) from None
+        # numpy compares fixed-width bytes with trailing NULs stripped and
+        # would truncate a longer key, so neither may reach the search.
+        if not key or len(key) > self._width or b"\0" in key:
+            raise KeyError(node_id)
+        row = int(self.rows(np.array([key]))[0])
+        if row < 0:
+            raise KeyError(node_id)
+        return row
+
+    def __iter__(self) -> Iterator[str]:
+        return (k.decode("ascii") for k in self._sorted)
+
+    def __len__(self) -> int:
+        return len(self._sorted)
+
+
+def _fixed_width(array: pa.Array) -> np.ndarray:
+    return np.asarray(array.to_numpy(zero_copy_only=False), dtype=object).astype(bytes)
+
+
+class LoadedIndex:
+    """One version of an index, ready for retrieval. With a `cache_dir`, the
+    postings arrays built at the first load are saved there and memory-mapped
+    by later loads: a restart skips their assembly, and pages of postings no
+    query touches are never read."""
+
+    def __init__(self, root: str, version: str | None = None, cache_dir: str | None = None):
         self.layout = IndexLayout(root)
         self.manifest: Manifest = self.layout.load_manifest(version)
         self.version = self.manifest.version
+        self.cache_dir = cache_dir
         self._load_nodes()
-        self._load_chunks()
-        self.postings = self._load_postings()
+        self.postings = self._load_postings(self._load_chunks())
         self.dense_shards = self._load_dense()
-        LOG.info("loaded %s: %d nodes, %d chunks, %d terms, %d dense shards",
-                 self.version, len(self.node_ids), len(self.chunk_ids), len(self.postings.term_row),
-                 len(self.dense_shards))
+        LOG.info("loaded %s: %d nodes, %d chunks, %d terms, %d postings, %d dense shards",
+                 self.version, len(self.node_row), len(self.chunk_ids), len(self.postings.term_row),
+                 len(self.postings.chunk_index), len(self.dense_shards))
 
     def _files(self, kind: str) -> list[str]:
         return [self.layout.verified_path(seg, name)
@@ -63,24 +134,49 @@ class LoadedIndex:
 
     def _load_nodes(self) -> None:
         self._node_files = self._files("nodes")
+        self._node_metadata = [pq.read_metadata(f) for f in self._node_files]
         table = pa.concat_tables([pq.read_table(f, columns=SKELETON_COLUMNS) for f in self._node_files])
-        self.nodes = table.to_pydict()
-        self.node_ids: list[str] = self.nodes["node_id"]
-        self.node_row = {nid: i for i, nid in enumerate(self.node_ids)}
-        self.node_file_of = np.concatenate([
-            np.full(pq.ParquetFile(f).metadata.num_rows, i, dtype=np.int32)
-            for i, f in enumerate(self._node_files)
-        ]) if self._node_files else np.zeros(0, np.int32)
+        columns = {name: table[name].combine_chunks() for name in SKELETON_COLUMNS}
+        self.node_row = NodeRows(_fixed_width(columns["node_id"]))
+        self.nodes: dict[str, Sequence] = {name: Column(array) for name, array in columns.items()}
+        self.nodes["position"] = columns["position"].to_numpy()
+        # Rows are the node files concatenated; a row's file and row group
+        # come from these cumulative starts.
+        file_rows = [md.num_rows for md in self._node_metadata]
+        self._file_start = np.concatenate([[0], np.cumsum(file_rows)]).astype(np.int64)
+        self._group_start = [np.concatenate([[0], np.cumsum([md.row_group(g).num_rows
+                                                             for g in range(md.num_row_groups)])])
+                             for md in self._node_metadata]
 
-    def _load_chunks(self) -> None:
-        table = pa.concat_tables([pq.read_table(f, columns=["chunk_id", "node_id"])
-                                  for f in self._files("chunks")])
-        self.chunk_ids = table["chunk_id"].to_numpy()
-        order = np.argsort(self.chunk_ids, kind="stable")
-        self.chunk_ids = self.chunk_ids[order]
-        node_ids = np.asarray(table["node_id"].to_pylist(), dtype=object)[order]
-        self.chunk_node = np.fromiter((self.node_row[n] for n in node_ids), dtype=np.int32,
-                                      count=len(node_ids))
+    def _load_chunks(self) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
+        shards = self._shard_files("chunks")
+        tables = [pq.read_table(path, columns=["chunk_id", "node_id"]) for _, path in shards]
+        ids = np.concatenate([t["chunk_id"].to_numpy() for t in tables]) if tables else np.zeros(0, np.int64)
+        order = np.argsort(ids, kind="stable")
+        self.chunk_ids = ids[order]
+        node_ids = pa.chunked_array([t["node_id"] for t in tables], pa.string()).combine_chunks()
+        node_rows = self.node_row.rows(_fixed_width(node_ids)[order])
+        if (node_rows < 0).any():
+            raise RuntimeError(f"{self.layout.root}: chunks point at nodes the node table lacks")
+        self.chunk_node = node_rows.astype(np.int32)
+        # Per chunk shard, its ids sorted and their rows: a postings shard holds
+        # the chunks of the chunk shard of the same number, and a search in a
+        # shard's ids stays in the CPU cache where one in all ids would not.
+        row_of = np.empty(len(ids), np.int64)
+        row_of[order] = np.arange(len(ids))
+        start = 0
+        chunk_shards = {}
+        for (key, _), table in zip(shards, tables):
+            shard = slice(start, start + table.num_rows)
+            start += table.num_rows
+            by_id = np.argsort(ids[shard], kind="stable")
+            chunk_shards[key] = (ids[shard][by_id], row_of[shard][by_id])
+        return chunk_shards
+
+    def _shard_files(self, kind: str) -> list[tuple[tuple, str]]:
+        """((segment, shard, num_shards), verified path) of each shard file of `kind`."""
+        return [((seg["id"], *parse_shard_file_name(name)[1:]), self.layout.verified_path(seg, name))
+                for seg in self.manifest.segments for name in self.layout.segment_files(seg, kind)]
 
     def chunk_rows(self, chunk_ids: np.ndarray) -> np.ndarray:
         """Rows in the chunk arrays of known chunk ids; -1 for unknown ones."""
@@ -89,32 +185,74 @@ class LoadedIndex:
         found = (len(self.chunk_ids) > 0) & (self.chunk_ids[pos] == chunk_ids)
         return np.where(found, pos, -1)
 
-    def _load_postings(self) -> Postings:
-        table = pa.concat_tables([pq.read_table(f) for f in self._files("postings")])
-        terms = table["term"].combine_chunks().dictionary_encode()
-        vocabulary = terms.dictionary.to_pylist()
-        term_codes = terms.indices.to_numpy(zero_copy_only=False)
-        rows = self.chunk_rows(table["chunk_id"].to_numpy())
-        tf = table["tf"].to_numpy().astype(np.float32)
-        order = np.argsort(term_codes, kind="stable")
-        term_codes, rows, tf = term_codes[order], rows[order], tf[order]
-        indptr = np.zeros(len(vocabulary) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(term_codes, minlength=len(vocabulary)), out=indptr[1:])
-        chunk_length = np.bincount(rows, weights=tf, minlength=len(self.chunk_ids)).astype(np.float32)
-
+    def _load_postings(self, chunk_shards: dict[tuple, tuple[np.ndarray, np.ndarray]]) -> Postings:
+        vocabulary: list[str] = []
         df: dict[str, int] = {}
         for f in self._file("vocabulary.parquet"):
             vocab = pq.read_table(f)
             for term, n in zip(vocab["term"].to_pylist(), vocab["df"].to_pylist()):
+                if term not in df:
+                    vocabulary.append(term)
                 df[term] = df.get(term, 0) + n
+        cache = self._cache_path("postings")
+        if cache and os.path.isdir(cache):
+            arrays = {name: np.load(os.path.join(cache, f"{name}.npy"), mmap_mode="r") for name in POSTINGS_ARRAYS}
+        else:
+            arrays = self._assemble_postings(pa.array(vocabulary, pa.string()), chunk_shards)
+            if cache:
+                _save_arrays(cache, arrays)
         stats = [json.load(open(f, encoding="utf-8")) for f in self._file("bm25.json")]
         n_chunks = sum(s["n_chunks"] for s in stats)
         n_terms = sum(s["n_terms"] for s in stats)
-        return Postings(
-            term_row={t: i for i, t in enumerate(vocabulary)},
-            indptr=indptr, chunk_index=rows.astype(np.int32), tf=tf, chunk_length=chunk_length,
-            df=df, n_chunks=n_chunks, avg_length=(n_terms / n_chunks) if n_chunks else 0.0,
-        )
+        return Postings(term_row={t: i for i, t in enumerate(vocabulary)}, **arrays, df=df, n_chunks=n_chunks,
+                        avg_length=(n_terms / n_chunks) if n_chunks else 0.0)
+
+    def _assemble_postings(self, terms: pa.Array, chunk_shards: dict[tuple, tuple[np.ndarray, np.ndarray]]
+                           ) -> dict[str, np.ndarray]:
+        """The CSR arrays of all postings shards. Each shard is sorted by term,
+        so its term column is a few runs, one per distinct term: runs map to
+        vocabulary rows without touching the per-posting strings, and their
+        lengths place the shard's postings in the CSR without sorting."""
+        def shard_runs(key: tuple, path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+            table = pq.read_table(path)
+            runs = pc.run_end_encode(table["term"].combine_chunks())
+            run_terms = pc.index_in(runs.values, value_set=terms)
+            if run_terms.null_count:
+                raise RuntimeError(f"{path}: postings of terms that vocabulary.parquet lacks")
+            chunk_ids = table["chunk_id"].to_numpy()
+            shard_ids, shard_rows = chunk_shards.get(key, (self.chunk_ids, np.arange(len(self.chunk_ids))))
+            pos = np.clip(np.searchsorted(shard_ids, chunk_ids), 0, max(len(shard_ids) - 1, 0))
+            if len(chunk_ids) and not np.array_equal(shard_ids[pos], chunk_ids):
+                raise RuntimeError(f"{path}: postings of chunks that its chunk shard lacks")
+            tf = np.minimum(table["tf"].to_numpy(), np.iinfo(np.uint16).max).astype(np.uint16)
+            return (run_terms.to_numpy().astype(np.int64), np.diff(runs.run_ends.to_numpy(), prepend=0),
+                    shard_rows[pos].astype(np.int32), tf)
+
+        with ThreadPoolExecutor(max_workers=2) as pool:  # numpy and Arrow release the GIL here
+            shards = list(pool.map(lambda item: shard_runs(*item), self._shard_files("postings")))
+        counts = np.zeros(len(terms), np.int64)
+        for run_terms, lengths, _, _ in shards:
+            np.add.at(counts, run_terms, lengths)
+        indptr = np.zeros(len(terms) + 1, np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        chunk_index = np.empty(indptr[-1], np.int32)
+        tf = np.empty(indptr[-1], np.uint16)
+        cursor = indptr[:-1].copy()
+        for run_terms, lengths, rows, shard_tf in shards:
+            run_start = np.cumsum(lengths) - lengths
+            dest = np.repeat(cursor[run_terms] - run_start, lengths) + np.arange(len(rows))
+            chunk_index[dest], tf[dest] = rows, shard_tf
+            cursor[run_terms] += lengths
+        chunk_length = np.bincount(chunk_index, weights=tf, minlength=len(self.chunk_ids)).astype(np.float32)
+        return {"indptr": indptr, "chunk_index": chunk_index, "tf": tf, "chunk_length": chunk_length}
+
+    def _cache_path(self, name: str) -> str | None:
+        """Where arrays derived from this version's files are kept, named by
+        the version and the checksums of its files, so they never go stale."""
+        if not self.cache_dir:
+            return None
+        files = json.dumps([seg["files"] for seg in self.manifest.segments], sort_keys=True).encode()
+        return os.path.join(self.cache_dir, f"{self.version}-{hashlib.sha256(files).hexdigest()[:16]}", name)
 
     def _load_dense(self) -> list:
         shards = []
@@ -134,17 +272,37 @@ class LoadedIndex:
                     pass  # not an IVF index: exact search has no nprobe
         return shards
 
-    def node_bodies(self, rows: list[int]) -> dict[int, str]:
-        """Bodies of the given node rows, read from their node files."""
-        out: dict[int, str] = {}
-        by_file: dict[int, list[int]] = {}
+    def node_records(self, rows: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """{"url", "body"} of the given node rows, each read from the one row
+        group that holds it (a group is read once however many rows it holds)."""
+        wanted: dict[tuple[int, int], list[tuple[int, int]]] = {}
         for row in rows:
-            by_file.setdefault(int(self.node_file_of[row]), []).append(row)
-        for file_index, file_rows in by_file.items():
-            wanted = pa.array([self.node_ids[r] for r in file_rows])
-            table = pq.read_table(self._node_files[file_index], columns=["node_id", "body"],
-                                  filters=pc.field("node_id").isin(wanted))
-            found = dict(zip(table["node_id"].to_pylist(), table["body"].to_pylist()))
-            for r in file_rows:
-                out[r] = found.get(self.node_ids[r], "")
+            f = int(np.searchsorted(self._file_start, row, side="right")) - 1
+            in_file = row - int(self._file_start[f])
+            g = int(np.searchsorted(self._group_start[f], in_file, side="right")) - 1
+            wanted.setdefault((f, g), []).append((row, in_file - int(self._group_start[f][g])))
+        out: dict[int, dict[str, Any]] = {}
+        for (f, g), members in wanted.items():
+            # A fresh reader per lookup (over the footer parsed at load) is
+            # safe to use from many request threads at once.
+            reader = pq.ParquetFile(self._node_files[f], metadata=self._node_metadata[f])
+            group = reader.read_row_group(g, columns=RECORD_COLUMNS)
+            for row, offset in members:
+                out[row] = {name: group[name][offset].as_py() for name in RECORD_COLUMNS}
         return out
+
+
+def _save_arrays(directory: str, arrays: dict[str, np.ndarray]) -> None:
+    """Write .npy files into a fresh directory renamed into place, so a
+    reader never sees a half-written cache; a concurrent writer's copy wins."""
+    tmp = f"{directory}.tmp-{os.getpid()}"
+    os.makedirs(tmp, exist_ok=True)
+    try:
+        for name, array in arrays.items():
+            np.save(os.path.join(tmp, f"{name}.npy"), array)
+        os.replace(tmp, directory)
+    except OSError:
+        LOG.warning("could not cache derived arrays in %s", directory, exc_info=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+

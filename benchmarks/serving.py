@@ -1,0 +1,210 @@
+"""Serving latency, memory and a load test, on one index.
+
+    python -m benchmarks.serving INDEX --label NAME [--queries 200] [--load_s 60] [--concurrency 16]
+
+1. Python API in this process: load time and RSS growth; GetToC p50/p99 with the
+   query embedded on the call and with the vector given (retrieval alone), the
+   embedding alone, and Read of the 5 best hits; JSON vs outline token counts
+   (o200k_base) of the same ToCs.
+2. `ritrag serve INDEX` as a subprocess on loopback: time to ready and RSS;
+   then `--concurrency` clients for `--load_s` seconds, each looping GetToC then
+   Read of two hits (every request bounded by a timeout); errors, throughput,
+   HTTP p50/p99 and the server's peak RSS.
+
+Queries are node titles drawn with a fixed seed, so runs are comparable. The
+section "serving: NAME" of benchmarks/RESULTS.md is replaced by this run's.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shlex
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import numpy as np
+import psutil
+
+from benchmarks.results import cpu_description, write_section
+from serving.api import RitragIndex, one_thread_per_query
+from serving.outline import count_tokens, render_outline, toc_json_text
+
+
+def percentiles(seconds: list[float]) -> str:
+    ms = np.asarray(seconds) * 1000
+    return f"p50 {np.percentile(ms, 50):.1f} ms, p99 {np.percentile(ms, 99):.1f} ms"
+
+
+def hits(toc: dict) -> list[str]:
+    found, stack = [], list(toc["trees"])
+    while stack:
+        node = stack.pop()
+        if node["hit"]:
+            found.append((node["score"], node["id"]))
+        stack.extend(node.get("children", ()))
+    return [node_id for _, node_id in sorted(found, reverse=True)]
+
+
+def sample_queries(index: RitragIndex, count: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    titles = index.index.nodes["title"]
+    picked = [titles[rng.randrange(len(titles))] for _ in range(count * 2)]
+    return [t for t in dict.fromkeys(picked) if t.strip()][:count]
+
+
+def in_process(index_dir: str, count: int, cache_dir: str | None) -> tuple[list[str], list[str]]:
+    one_thread_per_query()  # as `ritrag serve` does
+    process = psutil.Process()
+    rss_before = process.memory_info().rss
+    start = time.perf_counter()
+    index = RitragIndex(index_dir, cache_dir=cache_dir)
+    load_s = time.perf_counter() - start
+    rss_loaded = process.memory_info().rss
+    index.embed_query("warm up")
+    queries = sample_queries(index, count)
+
+    embed, full, bare, read, json_tokens, outline_tokens = [], [], [], [], [], []
+    for query in queries:
+        t0 = time.perf_counter()
+        vector = index.embed_query(query)
+        t1 = time.perf_counter()
+        index.get_toc(query, query_vector=vector)
+        t2 = time.perf_counter()
+        toc = index.get_toc(query)
+        t3 = time.perf_counter()
+        index.read(hits(toc)[:5])
+        t4 = time.perf_counter()
+        embed.append(t1 - t0)
+        bare.append(t2 - t1)
+        full.append(t3 - t2)
+        read.append(t4 - t3)
+        json_tokens.append(count_tokens(toc_json_text(toc)))
+        outline_tokens.append(count_tokens(render_outline(toc["trees"])))
+    ratio = np.asarray(outline_tokens) / np.asarray(json_tokens)
+    lines = [
+        f"- Python API load{' (builds the --cache_dir)' if cache_dir else ''}: {load_s:.1f} s, "
+        f"RSS +{(rss_loaded - rss_before) / 2**30:.2f} GiB "
+        f"({len(index.index.node_row):,} nodes, {len(index.index.chunk_ids):,} chunks, "
+        f"{len(index.index.postings.chunk_index):,} postings)",
+        f"- GetToC (k=200, n=50), query embedded in the call: {percentiles(full)}",
+        f"- GetToC with the query vector given (retrieval only): {percentiles(bare)}",
+        f"- query embedding alone: {percentiles(embed)}",
+        f"- Read of the 5 best hits: {percentiles(read)}",
+        f"- ToC size, o200k_base tokens: JSON median {np.median(json_tokens):.0f}, outline median "
+        f"{np.median(outline_tokens):.0f}; outline/JSON median {np.median(ratio):.2f} "
+        f"(min {ratio.min():.2f}, max {ratio.max():.2f}) over {len(queries)} queries",
+    ]
+    return lines, queries
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def load_test(index_dir: str, queries: list[str], seconds: float, concurrency: int, cache_dir: str | None
+              ) -> list[str]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    start = time.perf_counter()
+    cache = ["--cache_dir", cache_dir] if cache_dir else []
+    server = subprocess.Popen([sys.executable, "-m", "ritrag.cli", "serve", index_dir, "--port", str(port), *cache],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with httpx.Client(base_url=url, timeout=5) as probe:
+            while True:
+                if server.poll() is not None:
+                    raise RuntimeError("the server exited while loading")
+                try:
+                    if probe.get("/readyz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.2)
+        ready_s = time.perf_counter() - start
+        proc = psutil.Process(server.pid)
+        rss_ready = proc.memory_info().rss
+
+        latencies: dict[str, list[float]] = {"toc": [], "read": []}
+        errors: list[str] = []
+        peak = [rss_ready]
+        stop = time.perf_counter() + seconds
+        lock = threading.Lock()
+
+        def client(worker: int) -> None:
+            rng = random.Random(worker)
+            with httpx.Client(base_url=url, timeout=30) as http:
+                while time.perf_counter() < stop:
+                    t0 = time.perf_counter()
+                    toc = http.post("/v1/toc", json={"query": rng.choice(queries)})
+                    t1 = time.perf_counter()
+                    if toc.status_code != 200:
+                        with lock:
+                            errors.append(f"toc {toc.status_code}")
+                        continue
+                    ids = hits(toc.json())[:2] or [toc.json()["trees"][0]["id"]]
+                    read = http.post("/v1/read", json={"node_ids": ids})
+                    t2 = time.perf_counter()
+                    with lock:
+                        latencies["toc"].append(t1 - t0)
+                        if read.status_code == 200:
+                            latencies["read"].append(t2 - t1)
+                        else:
+                            errors.append(f"read {read.status_code}")
+
+        def sample_rss() -> None:
+            while time.perf_counter() < stop:
+                peak[0] = max(peak[0], proc.memory_info().rss)
+                time.sleep(0.5)
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(concurrency)]
+        threads.append(threading.Thread(target=sample_rss))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        requests = len(latencies["toc"]) + len(latencies["read"]) + len(errors)
+        return [
+            f"- `ritrag serve`{' --cache_dir (mapping the cache)' if cache_dir else ''}: ready (index loaded, "
+            f"query model warm) in {ready_s:.1f} s; "
+            f"RSS {rss_ready / 2**30:.2f} GiB",
+            f"- load test, {concurrency} concurrent clients for {seconds:.0f} s on loopback: {requests} requests "
+            f"({requests / seconds:.1f}/s), {len(errors)} errors{': ' + ', '.join(errors[:5]) if errors else ''}",
+            f"- under load, HTTP GetToC {percentiles(latencies['toc'])}; HTTP Read of 2 nodes "
+            f"{percentiles(latencies['read'])}; server peak RSS {peak[0] / 2**30:.2f} GiB",
+        ]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("index")
+    parser.add_argument("--label", required=True, help="names this run's section of RESULTS.md")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--load_s", type=float, default=60)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--cache_dir", help="the in-process load builds it, the server then maps it")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+    load_before = os.getloadavg()[0]
+    api_lines, queries = in_process(args.index, args.queries, args.cache_dir)
+    http_lines = load_test(args.index, queries, args.load_s, args.concurrency, args.cache_dir)
+    command = "python -m benchmarks.serving " + shlex.join(argv or sys.argv[1:])
+    # Other jobs may share the machine; their load inflates every figure.
+    machine = f"Machine: {cpu_description()}; load average {load_before:.1f} at start, {os.getloadavg()[0]:.1f} at end"
+    body = "\n".join([f"## Serving: {args.label}", "", f"`{command}`", "", machine, "", *api_lines, *http_lines])
+    print(body)
+    write_section("serving", args.label, body)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+"""The HTTP face: a FastAPI app over one `ToolService`.
+
+    POST /v1/toc        GetToC (TocRequest -> TocResult)
+    POST /v1/read       Read (ReadRequest -> ReadResult)
+    GET  /v1/tools      the tool definitions (?format=openai|anthropic|mcp)
+    GET  /healthz       liveness: the process serves (500 once loading failed)
+    GET  /readyz        readiness: the index is loaded and the query model warm
+    GET  /metrics       Prometheus
+    GET  /docs, /openapi.json
+    GET  /              a page to try queries, browse the sub-forest and read nodes
+
+Every error is a JSON body {"error": {"reason", "message", ...}} with the status
+`serving.errors.STATUS` gives its reason; nothing else reaches the client.
+The index loads in a background thread so that liveness answers at once.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import asdict, dataclass
+from importlib.resources import files
+from typing import Any, Callable, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector,
+                               generate_latest)
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from serving.auth import UNAUTHORIZED, header_map, key_matches, send_error
+from serving.errors import ToolError
+from serving.schemas import ErrorResult, ReadRequest, ReadResult, TocRequest, TocResult, tool_definitions
+from serving.tools import ToolService, invalid_arguments
+
+LOG = logging.getLogger("ritrag.serving.http")
+OPEN_PATHS = ("/healthz", "/readyz", "/", "/docs", "/openapi.json")  # no data behind them
+ROUTES = ("/v1/toc", "/v1/read", "/v1/tools", "/healthz", "/readyz", "/metrics", "/")
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResult} for status in (401, 404, 413, 422, 429, 503)}
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    api_key: str | None = None  # when set, /v1 and /metrics need "Authorization: Bearer <key>" or X-API-Key
+    cors_origins: tuple[str, ...] = ()  # none: no CORS headers, browsers allow same-origin only
+    max_request_bytes: int = 64 * 1024
+
+
+class _Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)  # RSS, CPU, open files
+        self.requests = Counter("ritrag_http_requests_total", "HTTP requests", ["route", "status"],
+                                registry=self.registry)
+        self.latency = Histogram("ritrag_http_request_seconds", "HTTP request latency", ["route"],
+                                 buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10), registry=self.registry)
+        self.tool_errors = Counter("ritrag_tool_errors_total", "Refused or failed calls", ["reason"],
+                                   registry=self.registry)
+        self.ready = Gauge("ritrag_ready", "1 once the index is loaded", registry=self.registry)
+        self.episodes = Gauge("ritrag_episodes", "Episodes with a budget in memory", registry=self.registry)
+
+
+class _Guard:
+    """The ASGI layer in front of the app (inside CORS only): metrics for
+    every request, the API key, and the body size limit (a body is read whole, at most the limit, before the app
+    sees it; ours are small JSON documents)."""
+
+    def __init__(self, app: Callable, settings: HttpSettings, metrics: _Metrics):
+        self.app = app
+        self.settings = settings
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        route = scope["path"] if scope["path"] in ROUTES else "other"
+        status = {"code": 500}
+
+        async def send_recording(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        start = time.perf_counter()
+        try:
+            await self._guarded(scope, receive, send_recording)
+        finally:
+            self.metrics.requests.labels(route, str(status["code"])).inc()
+            self.metrics.latency.labels(route).observe(time.perf_counter() - start)
+
+    async def _guarded(self, scope: dict, receive: Callable, send: Callable) -> None:
+        headers = header_map(scope)
+        if self.settings.api_key and scope["path"] not in OPEN_PATHS and scope["method"] != "OPTIONS":
+            if not key_matches(headers, self.settings.api_key):
+                return await self._refuse(send, UNAUTHORIZED)
+        limit = self.settings.max_request_bytes
+        too_large = ToolError("request_too_large", f"request body over {limit} bytes", limit=limit)
+        if int(headers.get("content-length") or 0) > limit:
+            return await self._refuse(send, too_large)
+        if scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            return await self.app(scope, receive, send)
+        body, more = b"", True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > limit:
+                return await self._refuse(send, too_large)
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Callable, error: ToolError) -> None:
+        self.metrics.tool_errors.labels(error.reason).inc()
+        await send_error(send, error)
+
+
+def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSettings()) -> FastAPI:
+    """The app; `load` builds the service (loads the index) in a background
+    thread started with the app, after which the query model is warmed."""
+    metrics = _Metrics()
+    state: dict[str, Any] = {"service": None, "failed": None}
+
+    def load_in_background() -> None:
+        try:
+            service = load()
+            service.index.embed_query("warm up")
+            state["service"] = service
+            metrics.ready.set(1)
+            LOG.info("ready: index %s", service.index.version)
+        except Exception as exc:  # reported by /healthz and /readyz; the trace goes to the log only
+            LOG.exception("loading the index failed")
+            state["failed"] = f"{type(exc).__name__}: {exc}"
+
+    async def lifespan(_: FastAPI):
+        threading.Thread(target=load_in_background, name="ritrag-load", daemon=True).start()
+        yield
+
+    app = FastAPI(title="ritrag", version="1", lifespan=lifespan, description=(
+        "GetToC and Read over a breadcrumb-forest index (the RIT-RAG tools). Pass an `episode_id` to count "
+        "calls against that episode's budget."))
+
+    def service() -> ToolService:
+        if state["service"] is None:
+            raise ToolError("not_ready", state["failed"] or "the index is still loading; retry shortly")
+        return state["service"]
+
+    @app.exception_handler(ToolError)
+    async def tool_error(_: Request, exc: ToolError) -> JSONResponse:
+        metrics.tool_errors.labels(exc.reason).inc()
+        return JSONResponse(exc.to_dict(), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return await tool_error(request, invalid_arguments(exc.errors()))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        reason = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "invalid_arguments")
+        return await tool_error(request, ToolError(reason, str(exc.detail)))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        LOG.exception("internal error on %s", request.url.path)
+        return await tool_error(request, ToolError("internal_error", "internal error; see the server log"))
+
+    @app.post("/v1/toc", response_model=TocResult, response_model_exclude_none=True, responses=ERROR_RESPONSES,
+              summary="GetToC: the query-induced sub-forest, no body text")
+    def get_toc(request: TocRequest) -> dict[str, Any]:
+        result = service().get_toc(request.query, k=request.k, n=request.n, format=request.format,
+                                   episode_id=request.episode_id)
+        metrics.episodes.set(len(service().budgets))
+        return result
+
+    @app.post("/v1/read", response_model=ReadResult, response_model_exclude_none=True, responses=ERROR_RESPONSES,
+              summary="Read: node bodies, with a continuation offset")
+    def read(request: ReadRequest) -> dict[str, Any]:
+        result = service().read(request.node_ids, offset=request.offset, max_chars=request.max_chars,
+                                episode_id=request.episode_id)
+        metrics.episodes.set(len(service().budgets))
+        return result
+
+    @app.get("/v1/tools", summary="The tool definitions, for wiring an agent")
+    def tools(format: Literal["openai", "anthropic", "mcp"] = "openai") -> list[dict[str, Any]]:
+        return tool_definitions(format)
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> JSONResponse:
+        if state["failed"]:
+            return JSONResponse({"status": "failed", "error": state["failed"]}, status_code=500)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/readyz", include_in_schema=False)
+    def readyz() -> dict[str, Any]:
+        ready = service()
+        return {"status": "ready", "version": ready.index.version, "limits": asdict(ready.limits),
+                "budget": asdict(ready.budgets.budget)}
+
+    @app.get("/metrics", include_in_schema=False)
+    def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    page = (files("serving") / "web" / "index.html").read_text(encoding="utf-8")
+
+    @app.get("/", include_in_schema=False)
+    def index_page() -> HTMLResponse:
+        return HTMLResponse(page)
+
+    app.add_middleware(_Guard, settings=settings, metrics=metrics)
+    if settings.cors_origins:  # outside the guard: preflights and refusals carry CORS headers too
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "X-API-Key", "Content-Type"])
+    return app

@@ -1,0 +1,167 @@
+"""The tools' contract: argument and result models, and the tool definitions
+every face publishes from them.
+
+The argument models are what an agent fills in; `strict_schema` turns them into
+JSON Schemas valid for OpenAI strict function calling (every property
+required, optional ones nullable, no additional properties), which Anthropic's
+tool use and MCP accept as they are. The HTTP request models extend the
+argument models with what a program, not a model, sets (k, n, output format,
+episode id), so the two cannot drift apart.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from serving.budget import GET_TOC, READ
+
+EPISODE_META_KEY = "ritrag/episode_id"  # MCP: the request's _meta key naming the episode
+
+
+class GetTocArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(description="What to look for: a question or keywords. Each call searches the whole "
+                                   "corpus afresh, so rewrite the query to look somewhere else.")
+
+
+class ReadArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    node_ids: list[str] = Field(description="Ids of the nodes to read, as GetToC listed them.")
+    offset: int | None = Field(default=None, ge=0,
+                               description="Character offset to start at: a node's next_offset from an "
+                                           "earlier Read, to continue a cut text; null to read from the start.")
+
+
+TOOLS: dict[str, tuple[type[BaseModel], str]] = {
+    GET_TOC: (GetTocArgs, (
+        "Find where the answer is. Returns a table of contents of the documentation: the sections that best "
+        "match the query (hit: true, with a score; best first) inside their trees of ancestors (product, "
+        "version, chapter), each with an id and a title. No text: choose the ids worth reading and pass them "
+        "to Read.")),
+    READ: (ReadArgs, (
+        "Read the text of nodes chosen from GetToC: for each id its title, ancestor path, URL and text. A "
+        "text cut at the size limit carries next_offset: call Read again with that id and offset to continue. "
+        "Ids that do not exist are listed in unknown_ids.")),
+}
+
+
+class EpisodeField(BaseModel):
+    episode_id: str | None = Field(default=None, min_length=1, max_length=128,
+                                   description="Counts the call against this episode's budget; none: not counted.")
+
+
+class TocRequest(GetTocArgs, EpisodeField):
+    k: int | None = Field(default=None, ge=1, description="Chunks recalled per retriever (default: the server's).")
+    n: int | None = Field(default=None, ge=1, description="Nodes kept (default: the server's).")
+    format: Literal["json", "outline", "both"] = Field(
+        default="json", description="json: the sub-forest as trees; outline: an indented text outline; both: "
+                                    "both, with their token counts.")
+
+
+class ReadRequest(ReadArgs, EpisodeField):
+    max_chars: int | None = Field(default=None, ge=1, description="Characters per node (default: the server's).")
+
+
+class BudgetLeft(BaseModel):
+    episode_id: str
+    calls_left: int
+    get_toc_left: int
+
+
+class TocNode(BaseModel):
+    id: str
+    title: str
+    summary: str | None = None
+    keywords: list[str] | None = None
+    hit: bool
+    score: float | None = None
+    children: list[TocNode] | None = None
+
+
+class TokenCounts(BaseModel):
+    tokenizer: str
+    json_: int = Field(alias="json")
+    outline: int
+
+
+class TocResult(BaseModel):
+    query: str
+    version: str
+    hits: int
+    trees: list[TocNode] | None = None
+    outline: str | None = None
+    tokens: TokenCounts | None = None
+    budget: BudgetLeft | None = None
+
+
+class ReadNode(BaseModel):
+    id: str
+    title: str
+    path: list[str]
+    url: str | None
+    text: str
+    total_chars: int
+    next_offset: int | None = None
+
+
+class ReadResult(BaseModel):
+    version: str
+    nodes: list[ReadNode]
+    unknown_ids: list[str]
+    budget: BudgetLeft | None = None
+
+
+class ErrorDetail(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    reason: str
+    message: str
+
+
+class ErrorResult(BaseModel):
+    error: ErrorDetail
+
+
+RESULTS: dict[str, type[BaseModel]] = {GET_TOC: TocResult, READ: ReadResult}
+
+
+def strict_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """`model`'s JSON Schema in the form OpenAI strict mode requires: every
+    object lists all its properties as required and allows no others; an
+    optional property stays nullable instead; titles and defaults go."""
+    def walk(node: Any) -> Any:
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        if not isinstance(node, dict):
+            return node
+        out = {}
+        for key, value in node.items():
+            if key in ("properties", "$defs"):  # maps of names, whatever the names are
+                out[key] = {name: walk(sub) for name, sub in value.items()}
+            elif key not in ("title", "default"):
+                out[key] = walk(value)
+        if out.get("type") == "object":
+            out["required"] = list(out.get("properties", {}))
+            out["additionalProperties"] = False
+        return out
+
+    return walk(model.model_json_schema())
+
+
+def tool_definitions(fmt: Literal["openai", "anthropic", "mcp"] = "mcp") -> list[dict[str, Any]]:
+    """GetToC and Read as `fmt` expects them: OpenAI chat-completions function
+    tools with strict mode, Anthropic tools, or MCP tools (with output schemas)."""
+    out = []
+    for name, (args, description) in TOOLS.items():
+        schema = strict_schema(args)
+        if fmt == "openai":
+            out.append({"type": "function", "function": {"name": name, "description": description,
+                                                         "parameters": schema, "strict": True}})
+        elif fmt == "anthropic":
+            out.append({"name": name, "description": description, "input_schema": schema})
+        elif fmt == "mcp":
+            out.append({"name": name, "description": description, "inputSchema": schema,
+                        "outputSchema": RESULTS[name].model_json_schema(by_alias=True)})
+        else:
+            raise ValueError(f"unknown tool format {fmt!r}: openai, anthropic or mcp")
+    return out

@@ -1,0 +1,147 @@
+"""GetToC and Read as served to agents: the one implementation behind the HTTP
+and MCP faces.
+
+`ToolService` checks a call against the server's `Limits`, charges the
+episode's budget, runs the Python API (`RitragIndex`) and renders the result;
+anything it refuses raises a `ToolError` with a reason. The faces only move
+arguments in and results or errors out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, Sequence
+
+from pydantic import BaseModel, ValidationError
+
+from serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N, RitragIndex
+from serving.budget import GET_TOC, READ, EpisodeBudgets
+from serving.errors import ToolError
+from serving.outline import TOKENIZER, count_tokens, render_outline, toc_json_text
+from serving.schemas import TOOLS
+
+TocFormat = Literal["json", "outline", "both"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one call may ask for; a call over a limit is refused, not cut."""
+
+    max_query_chars: int = 1_000
+    max_ids_per_read: int = 20
+    max_id_chars: int = 64
+    max_chars_per_node: int = DEFAULT_MAX_CHARS  # also Read's default max_chars
+    max_k: int = 1_000
+    max_n: int = 200
+    max_request_bytes: int = 64 * 1024  # HTTP bodies, MCP included
+
+
+def invalid_arguments(errors: Sequence[Mapping[str, Any]]) -> ToolError:
+    """Pydantic's errors (`loc`, `msg`) as `invalid_arguments`, without
+    echoing the input, which may be huge."""
+    fields = [{"field": "(body)" if e["type"] == "json_invalid"
+               else ".".join(str(p) for p in e["loc"] if p != "body") or "(body)", "message": e["msg"]}
+              for e in errors][:20]
+    return ToolError("invalid_arguments", "; ".join(f"{e['field']}: {e['message']}" for e in fields),
+                     errors=fields)
+
+
+class ToolService:
+    """GetToC and Read over one loaded index, with limits and episode budgets."""
+
+    def __init__(self, index: RitragIndex, limits: Limits = Limits(), budgets: EpisodeBudgets | None = None,
+                 k: int = DEFAULT_K, n: int = DEFAULT_N, toc_format: TocFormat = "json"):
+        self.index = index
+        self.limits = limits
+        self.budgets = budgets if budgets is not None else EpisodeBudgets()
+        self.k = k
+        self.n = n
+        self.toc_format = toc_format
+
+    def get_toc(self, query: str, *, k: int | None = None, n: int | None = None,
+                format: TocFormat | None = None, episode_id: str | None = None) -> dict[str, Any]:
+        """GetToC with the server's defaults for what is not given; `format`
+        json (trees), outline (text) or both (with token counts of each)."""
+        lim = self.limits
+        if not query.strip():
+            raise ToolError("invalid_arguments", "query is empty", errors=[{"field": "query", "message": "empty"}])
+        try:
+            query.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates ("\udc80") pass JSON parsing but no tokenizer
+            raise ToolError("invalid_arguments", "query is not valid Unicode text",
+                            errors=[{"field": "query", "message": "invalid Unicode"}]) from None
+        _check_limit("query", len(query), lim.max_query_chars, "characters")
+        k, n = k or self.k, n or self.n
+        _check_limit("k", k, lim.max_k)
+        _check_limit("n", n, lim.max_n)
+        budget = self._charge(episode_id, GET_TOC)
+        toc = self.index.get_toc(query, k=k, n=n)
+        fmt = format or self.toc_format
+        if fmt != "json":
+            toc["outline"] = render_outline(toc["trees"])
+        if fmt == "both":
+            toc["tokens"] = {"tokenizer": TOKENIZER, "outline": count_tokens(toc["outline"]),
+                             "json": count_tokens(toc_json_text({key: v for key, v in toc.items()
+                                                                 if key != "outline"}))}
+        elif fmt == "outline":
+            del toc["trees"]
+        if budget:
+            toc["budget"] = budget
+        return toc
+
+    def read(self, node_ids: Sequence[str], *, offset: int | None = None, max_chars: int | None = None,
+             episode_id: str | None = None) -> dict[str, Any]:
+        """Read; refused with `unknown_ids` when none of the ids exist (a mix
+        of known and unknown ids answers the known ones and lists the rest)."""
+        lim = self.limits
+        if not node_ids:
+            raise ToolError("invalid_arguments", "node_ids is empty",
+                            errors=[{"field": "node_ids", "message": "empty"}])
+        _check_limit("node_ids", len(node_ids), lim.max_ids_per_read, "ids")
+        too_long = [i for i in node_ids if len(i) > lim.max_id_chars]
+        if too_long:
+            raise ToolError("invalid_arguments", f"node ids are at most {lim.max_id_chars} characters",
+                            errors=[{"field": "node_ids", "message": "id too long"}])
+        max_chars = max_chars or lim.max_chars_per_node
+        _check_limit("max_chars", max_chars, lim.max_chars_per_node, "characters")
+        budget = self._charge(episode_id, READ)
+        result = self.index.read(node_ids, max_chars=max_chars, offset=offset or 0)
+        if not result["nodes"]:
+            raise ToolError("unknown_ids", "none of these node ids exist in the index; take ids from GetToC",
+                            unknown_ids=result["unknown_ids"][:20], **({"budget": budget} if budget else {}))
+        if budget:
+            result["budget"] = budget
+        return result
+
+    def call(self, tool: str, arguments: Mapping[str, Any], episode_id: str | None = None) -> dict[str, Any]:
+        """A tool call as an agent makes it: the tool's name and its arguments
+        (validated against the tool's schema)."""
+        if tool not in TOOLS:
+            raise ToolError("unknown_tool", f"no tool {tool!r}; the tools are {', '.join(TOOLS)}")
+        model: type[BaseModel] = TOOLS[tool][0]
+        try:
+            args = model.model_validate(arguments)
+        except ValidationError as exc:
+            raise invalid_arguments(exc.errors()) from None
+        if tool == GET_TOC:
+            return self.get_toc(args.query, episode_id=episode_id)
+        return self.read(args.node_ids, offset=args.offset, episode_id=episode_id)
+
+    def text_of(self, result: dict[str, Any]) -> str:
+        """What a model reads of a result: the outline of a ToC when the result
+        has one and no trees, else the JSON."""
+        if "outline" in result and "trees" not in result:
+            header = f"GetToC {result['version']}: {result['hits']} hits (*rank), ids in brackets"
+            if "budget" in result:
+                header += f"; budget left: {result['budget']['calls_left']} calls, " \
+                          f"{result['budget']['get_toc_left']} GetToC"
+            return header + "\n" + result["outline"]
+        return toc_json_text(result)
+
+    def _charge(self, episode_id: str | None, tool: str) -> dict[str, Any] | None:
+        return self.budgets.charge(episode_id, tool) if episode_id else None
+
+
+def _check_limit(field: str, value: int, limit: int, unit: str = "") -> None:
+    if value > limit:
+        amount = f"{value} {unit}" if unit else str(value)
+        raise ToolError("limit_exceeded", f"{field}: {amount}, over the limit of {limit}", field=field, limit=limit)

@@ -1,0 +1,96 @@
+"""Memory-aware loading: the skeleton in memory, bodies by point lookups, and
+postings assembled shard by shard, checked against plain reads of the tables."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from benchmarks.synthetic_index import write_synthetic_index
+from ritrag.analyzer import analyze
+from ritrag.layout import IndexLayout
+from serving.index import LoadedIndex, Postings
+from serving.retrieval import bm25_top_k
+
+
+def files(index_dir: str, kind: str) -> list[str]:
+    layout = IndexLayout(index_dir)
+    seg = layout.load_manifest().segments[0]
+    return [os.path.join(layout.segment_dir(seg["id"]), name) for name in layout.segment_files(seg, kind)]
+
+
+def table(index_dir: str, kind: str) -> pa.Table:
+    return pa.concat_tables([pq.read_table(f) for f in files(index_dir, kind)])
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory) -> str:
+    out = str(tmp_path_factory.mktemp("synthetic_index"))
+    # 9,000 nodes in 2 shards: more than one 4,096-row group per node file.
+    write_synthetic_index(out, nodes=9_000, sites=3, num_shards=2, vocabulary_size=3_000, factory="IDMap2,Flat")
+    return out
+
+
+@pytest.fixture(scope="module")
+def loaded(synthetic) -> LoadedIndex:
+    return LoadedIndex(synthetic)
+
+
+def test_bodies_stay_on_disk_and_come_by_point_lookup(synthetic, loaded):
+    assert "body" not in loaded.nodes and "url" not in loaded.nodes
+    nodes = table(synthetic, "nodes").to_pydict()
+    rows = [loaded.node_row[nid] for nid in nodes["node_id"][::97]]
+    records = loaded.node_records(rows)
+    by_id = dict(zip(nodes["node_id"], zip(nodes["body"], nodes["url"])))
+    for row in rows:
+        assert (records[row]["body"], records[row]["url"]) == by_id[loaded.nodes["node_id"][row]]
+    assert all(pq.ParquetFile(f).num_row_groups > 1 for f in files(synthetic, "nodes"))
+
+
+def test_node_ids_map_to_rows_and_odd_ids_to_nothing(synthetic, loaded):
+    ids = table(synthetic, "nodes")["node_id"].to_pylist()
+    assert sorted(loaded.node_row) == sorted(ids) and len(loaded.node_row) == len(ids)
+    assert all(loaded.nodes["node_id"][loaded.node_row[nid]] == nid for nid in ids[::50])
+    for odd in ("", "x", ids[0] + "x", ids[0][:-1], ids[0][:-1] + "\0", "é" * 12, ids[0].upper()):
+        assert loaded.node_row.get(odd) is None
+    parents = loaded.nodes["parent_id"]
+    row = loaded.node_row[ids[123]]
+    assert loaded.nodes["ancestor_ids"][row][-1:] == ([parents[row]] if parents[row] else [])
+
+
+def reference_postings(synthetic: str, loaded: LoadedIndex) -> Postings:
+    """The CSR built the plain way: every posting's term string, one global sort."""
+    postings = table(synthetic, "postings")
+    terms = postings["term"].to_pylist()
+    vocabulary = sorted(set(terms))
+    term_row = {t: i for i, t in enumerate(vocabulary)}
+    codes = np.array([term_row[t] for t in terms])
+    order = np.argsort(codes, kind="stable")
+    rows = loaded.chunk_rows(postings["chunk_id"].to_numpy())[order].astype(np.int32)
+    tf = postings["tf"].to_numpy()[order].astype(np.float32)
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=len(vocabulary)))])
+    return Postings(term_row, indptr, rows, tf, np.bincount(rows, tf, len(loaded.chunk_ids)).astype(np.float32),
+                    loaded.postings.df, loaded.postings.n_chunks, loaded.postings.avg_length)
+
+
+def test_postings_score_like_a_plainly_built_index(synthetic, loaded):
+    reference = reference_postings(synthetic, loaded)
+    words = list(reference.term_row)
+    np.testing.assert_array_equal(loaded.postings.chunk_length, reference.chunk_length)
+    for query in (words[:2], words[100:103], words[-1:], [words[7], words[7], "zzzunknown"]):
+        got_rows, got = bm25_top_k(analyze(" ".join(query)), loaded.postings, 50)
+        want_rows, want = bm25_top_k(analyze(" ".join(query)), reference, 50)
+        np.testing.assert_array_equal(got_rows, want_rows)
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_a_cache_dir_keeps_the_postings_for_the_next_start(synthetic, loaded, tmp_path):
+    first = LoadedIndex(synthetic, cache_dir=str(tmp_path))
+    second = LoadedIndex(synthetic, cache_dir=str(tmp_path))
+    assert isinstance(second.postings.chunk_index, np.memmap)
+    assert not isinstance(first.postings.chunk_index, np.memmap)
+    for name in ("indptr", "chunk_index", "tf", "chunk_length"):
+        np.testing.assert_array_equal(getattr(second.postings, name), getattr(loaded.postings, name))
