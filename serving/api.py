@@ -69,7 +69,7 @@ class RitragIndex:
         bm25 = idx.manifest.config.get("bm25", {})
         sparse_rows, _ = bm25_top_k(analyze(query), idx.postings, k, bm25.get("k1", 1.2), bm25.get("b", 0.75))
         vector = self.embed_query(query) if query_vector is None else query_vector
-        dense_ids, _ = dense_top_k(vector, idx.dense_shards, k)
+        dense_ids, _ = dense_top_k(vector, idx.dense_shards, k, idx.dense_dead)
         dense_rows = idx.chunk_rows(dense_ids)
         return reciprocal_rank_fusion([sparse_rows, dense_rows[dense_rows >= 0]])
 

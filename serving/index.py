@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ritrag.layout import IndexLayout, Manifest, parse_shard_file_name
+from ritrag.layout import IndexLayout, Manifest, dead_ids_per_segment, parse_shard_file_name
 
 LOG = logging.getLogger("ritrag.serving")
 
@@ -70,9 +70,11 @@ class NodeRows(Mapping):
     fixed-width bytes array takes a fraction of a dict's memory and start time
     for millions of ids."""
 
-    def __init__(self, ids: np.ndarray):
-        self._order = np.argsort(ids, kind="stable")
-        self._sorted = ids[self._order]
+    def __init__(self, ids: np.ndarray, rows: np.ndarray | None = None):
+        """`ids` of the node rows `rows` (default: row i holds ids[i])."""
+        by_id = np.argsort(ids, kind="stable")
+        self._order = by_id if rows is None else rows[by_id]
+        self._sorted = ids[by_id]
         self._width = ids.dtype.itemsize
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
@@ -118,6 +120,10 @@ class LoadedIndex:
         self.manifest: Manifest = self.layout.load_manifest(version)
         self.version = self.manifest.version
         self.cache_dir = cache_dir
+        # Per segment, the ids that later segments (incremental updates) replaced
+        # or deleted: such rows stay in the arrays but no lookup reaches them.
+        self._dead = dict(zip((seg["id"] for seg in self.manifest.segments),
+                              dead_ids_per_segment(self.layout, self.manifest)))
         self._load_nodes()
         self.postings = self._load_postings(self._load_chunks())
         self.dense_shards = self._load_dense()
@@ -132,12 +138,24 @@ class LoadedIndex:
     def _file(self, name: str) -> list[str]:
         return [self.layout.verified_path(seg, name) for seg in self.manifest.segments if name in seg["files"]]
 
+    def _live_mask(self, segment_id: str, ids: pa.ChunkedArray, kind: str) -> np.ndarray:
+        dead = getattr(self._dead[segment_id], kind)
+        if not dead:
+            return np.ones(len(ids), bool)
+        return ~pc.is_in(ids, value_set=pa.array(sorted(dead), ids.type)).to_numpy(zero_copy_only=False)
+
     def _load_nodes(self) -> None:
+        self._node_file_keys = [(seg["id"], name) for seg in self.manifest.segments
+                                for name in self.layout.segment_files(seg, "nodes")]
         self._node_files = self._files("nodes")
         self._node_metadata = [pq.read_metadata(f) for f in self._node_files]
-        table = pa.concat_tables([pq.read_table(f, columns=SKELETON_COLUMNS) for f in self._node_files])
+        tables = [pq.read_table(f, columns=SKELETON_COLUMNS) for f in self._node_files]
+        table = pa.concat_tables(tables)
         columns = {name: table[name].combine_chunks() for name in SKELETON_COLUMNS}
-        self.node_row = NodeRows(_fixed_width(columns["node_id"]))
+        live = np.concatenate([self._live_mask(seg, t["node_id"], "node_ids")
+                               for (seg, _), t in zip(self._node_file_keys, tables)]) if tables else np.zeros(0, bool)
+        live_rows = np.flatnonzero(live)
+        self.node_row = NodeRows(_fixed_width(columns["node_id"])[live_rows], live_rows)
         self.nodes: dict[str, Sequence] = {name: Column(array) for name, array in columns.items()}
         self.nodes["position"] = columns["position"].to_numpy()
         # Rows are the node files concatenated; a row's file and row group
@@ -151,6 +169,7 @@ class LoadedIndex:
     def _load_chunks(self) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
         shards = self._shard_files("chunks")
         tables = [pq.read_table(path, columns=["chunk_id", "node_id"]) for _, path in shards]
+        tables = [t.filter(self._live_mask(key[0], t["chunk_id"], "chunk_ids")) for (key, _), t in zip(shards, tables)]
         ids = np.concatenate([t["chunk_id"].to_numpy() for t in tables]) if tables else np.zeros(0, np.int64)
         order = np.argsort(ids, kind="stable")
         self.chunk_ids = ids[order]
@@ -215,6 +234,7 @@ class LoadedIndex:
         lengths place the shard's postings in the CSR without sorting."""
         def shard_runs(key: tuple, path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
             table = pq.read_table(path)
+            table = table.filter(self._live_mask(key[0], table["chunk_id"], "chunk_ids"))
             runs = pc.run_end_encode(table["term"].combine_chunks())
             run_terms = pc.index_in(runs.values, value_set=terms)
             if run_terms.null_count:
@@ -256,11 +276,13 @@ class LoadedIndex:
 
     def _load_dense(self) -> list:
         shards = []
-        for path in self._files("dense"):
+        self.dense_dead = []  # per shard, sorted chunk ids it must not return
+        for (key, path) in self._shard_files("dense"):
             try:
                 shards.append(faiss.read_index(path))
             except RuntimeError as exc:
                 raise RuntimeError(f"{path}: not a readable FAISS index ({exc})") from exc
+            self.dense_dead.append(np.array(sorted(self._dead[key[0]].chunk_ids), np.int64))
         nprobe = int(self.manifest.config.get("dense", {}).get("nprobe", 64))
         for shard in shards:
             if hasattr(shard, "nprobe"):

@@ -49,17 +49,23 @@ def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return chosen, scores[chosen]
 
 
-def dense_top_k(query: np.ndarray, shards: list, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """(chunk ids, similarities) of the k nearest chunks over every dense shard."""
+def dense_top_k(query: np.ndarray, shards: list, k: int, dead: Sequence[np.ndarray] | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(chunk ids, similarities) of the k nearest chunks over every dense shard.
+    `dead[i]`, sorted chunk ids that later segments tombstoned, are skipped in
+    shard i (it is searched that much deeper so that k live ones remain)."""
     ids, sims = [], []
     q = np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32)
-    for shard in shards:
+    for n, shard in enumerate(shards):
         if shard.ntotal == 0:
             continue
-        d, i = shard.search(q, min(k, shard.ntotal))
+        shard_dead = dead[n] if dead is not None else np.zeros(0, np.int64)
+        d, i = shard.search(q, min(k + len(shard_dead), shard.ntotal))
         keep = i[0] >= 0
-        ids.append(i[0][keep])
-        sims.append(d[0][keep])
+        if len(shard_dead):
+            keep &= ~np.isin(i[0], shard_dead)
+        ids.append(i[0][keep][:k])
+        sims.append(d[0][keep][:k])
     if not ids:
         return np.zeros(0, np.int64), np.zeros(0, np.float32)
     all_ids, all_sims = np.concatenate(ids), np.concatenate(sims)

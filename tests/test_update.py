@@ -98,7 +98,6 @@ def _no_dead():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="serving applies tombstones in the next commit", strict=False)
 def test_update_serves_like_a_fresh_build(snapshots):
     from serving.api import RitragIndex
 
