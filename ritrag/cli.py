@@ -128,8 +128,13 @@ def _tool_service(args: argparse.Namespace):
                     max_chars_per_node=args.max_chars, max_request_bytes=args.max_request_bytes)
     budgets = EpisodeBudgets(Budget(calls=args.max_calls, toc_calls=args.max_toc_calls))
     one_thread_per_query()
-    return ToolService(RitragIndex(args.index, cache_dir=args.cache_dir), limits, budgets, k=args.k, n=args.n,
-                       toc_format=getattr(args, "toc_format", "json"))
+    service = ToolService(RitragIndex(args.index, cache_dir=args.cache_dir), limits, budgets, k=args.k, n=args.n,
+                          toc_format=getattr(args, "toc_format", "json"))
+    if args.watch_s > 0:
+        from serving.reload import VersionWatcher
+
+        VersionWatcher(service, args.index, args.watch_s, args.cache_dir).start()
+    return service
 
 
 def _serve(args: argparse.Namespace, extra: list[str]) -> int:
@@ -176,6 +181,8 @@ def _service_arguments(p: argparse.ArgumentParser, port: int) -> None:
 
     p.add_argument("index")
     p.add_argument("--cache_dir", help="keep the postings built at the first start here; later starts map them")
+    p.add_argument("--watch_s", type=float, default=10.0,
+                   help="check CURRENT this often and swap to a newly published version (0: never)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=port)
     p.add_argument("--k", type=int, default=DEFAULT_K, help="chunks recalled per retriever")

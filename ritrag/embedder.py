@@ -25,9 +25,9 @@ BUNDLED_PREFIX = "bundled:"
 HASHING_PREFIX = "hashing:"  # "hashing:384": the benchmarks' stand-in for a model (HashingEncoder)
 DEFAULT_MODEL = "bundled:all-MiniLM-L6-v2"
 CHUNK_TOKEN_LIMIT = 512  # METHOD.md: chunks are at most 512 tokens
-# Padded tokens (rows x longest row) per forward pass. On CPU, batches past a
-# few thousand tokens only fall out of cache (benchmarks/RESULTS.md); on a GPU
-# the budget is bounded by memory, and an out-of-memory error halves it.
+# Padded tokens (rows x longest row) per forward pass. On one CPU thread, 1024
+# to 4096 ran alike and 8192 slower (a batch falls out of cache); on a GPU the
+# budget is bounded by memory, and an out-of-memory error halves it.
 DEFAULT_MAX_BATCH_TOKENS = {"cuda": 65536, "mps": 16384, "cpu": 2048}
 
 
@@ -281,9 +281,11 @@ class SentenceEncoder:
 
     `cpu_parallelism` (CPU only) runs that many batches at once, each on a
     single torch thread, and switches the whole process to one intra-op thread.
-    For throughput that beats one batch split across all threads, which waits at
-    every operator's barrier for its slowest thread and collapses when another
-    process takes a core. None keeps torch's own threading and one batch at a
+    A batch split across threads waits at every operator's barrier for its
+    slowest thread, which costs most when other processes share the cores: on
+    a shared 2-CPU machine, independent batches ran 1.85x as fast as the plain
+    encode loop, and the same batches split across threads did not gain at all
+    (benchmarks/RESULTS.md). None keeps torch's own threading and one batch at a
     time, which is what a latency-bound caller (one query) wants.
 
     The encoder may be shared between threads (Beam runs several per worker

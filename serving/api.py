@@ -53,6 +53,12 @@ class RitragIndex:
     def version(self) -> str:
         return self.index.version
 
+    def adopt_embedder(self, other: "RitragIndex") -> None:
+        """Reuse `other`'s loaded query model when both versions were embedded
+        with the same spec (a hot swap then loads no second model)."""
+        if other._spec == self._spec and other._embedder is not None:
+            self._embedder = other._embedder
+
     def embed_query(self, query: str) -> np.ndarray:
         """The query's vector, embedded exactly as the index's documents were
         (the model loads on first use)."""

@@ -200,3 +200,45 @@ def test_versions_rollback_and_retention(tiny_index, tmp_path):
     assert deleted == ["versions/v000002.json"]  # the live one is never pruned
     assert layout.versions() == ["v000001", "v000003"]
     assert (index / "segments" / manifest.segments[0]["id"]).is_dir()  # still referenced
+
+
+@pytest.mark.slow
+def test_a_running_server_swaps_to_the_new_version_without_failing_requests(snapshots, tmp_path):
+    import threading
+
+    from serving.api import RitragIndex
+    from serving.reload import VersionWatcher
+    from serving.tools import ToolService
+
+    a, b, _, fresh = snapshots
+    index = tmp_path / "live"
+    build_index(a, index)
+    service = ToolService(RitragIndex(str(index)))
+    watcher = VersionWatcher(service, str(index))
+    assert watcher.check_once() is False  # nothing new yet
+    update.run(["--input", str(b), "--index", str(index)])
+
+    seen, errors, stop = [], [], threading.Event()
+
+    def client():
+        while not stop.is_set():
+            try:
+                seen.append(service.get_toc("log rotation")["version"])
+            except Exception as exc:  # any failure during the swap fails the test
+                errors.append(exc)
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    try:
+        assert watcher.check_once() is True
+        served_during_swap = len(seen)
+        while len(seen) < served_during_swap + 3:
+            pass
+    finally:
+        stop.set()
+        thread.join()
+    assert errors == []
+    assert served_during_swap > 0  # requests were answered while the new version loaded
+    assert seen[0] == "v000001" and seen[-1] == "v000002"
+    expected = RitragIndex(str(fresh)).get_toc("log rotation")["trees"]
+    assert service.index.get_toc("log rotation")["trees"] == expected

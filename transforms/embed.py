@@ -16,8 +16,9 @@ How the step lands on GPU machines:
 - On a GPU, one model copy per GPU serves every SDK process and thread of the
   worker (Beam's `share_model_across_processes`): N processes each loading a
   copy would multiply device memory and fight over the device. On CPU each
-  process keeps its own copy, which keeps every core busy without the
-  cross-process hop.
+  SDK process keeps its own copy (a small model is cheaper to copy than to
+  reach through a proxy) and runs `--embed_cpu_threads` batches at once, one
+  torch thread each.
 
 Metrics (namespace "ritrag.embed"): `chunks_embedded` counts texts that went
 through the model (the incremental update checks it to prove that cached

@@ -7,4 +7,5 @@ set -euo pipefail
 input=$1; index=$2; shift 2
 exec python -m pipelines.build --runner FnApiRunner \
   --direct_running_mode multi_processing --direct_num_workers "${WORKERS:-$(nproc)}" \
+  --embed_cpu_threads 1 \
   --input "$input" --out "$index" "$@"
