@@ -84,6 +84,8 @@ def choose_device(requested: str | None = None) -> str:
 
 def load_sentence_transformer(spec: EmbedderSpec, device: str | None = None):
     """The sentence-transformers model of `spec`, on `device` (auto when None)."""
+    if spec.model.startswith(HASHING_PREFIX):
+        raise ValueError(f"{spec.model} is not a sentence-transformers model; use load_encoder")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never download weights at run time
     from sentence_transformers import SentenceTransformer
 
