@@ -23,41 +23,44 @@ _PARAGRAPH_RE = re.compile(r"\n\s*\n")
 _SENTENCE_RE = re.compile(r"(?<=[.!?;:])\s+(?=\S)")
 
 
-def _split_long(unit: str, budget: int, count: TokenCounter) -> list[str]:
-    """Split a paragraph into sentences, and a sentence into word runs, that fit."""
+def _split_long(unit: str, budget: int, count: TokenCounter) -> list[tuple[str, int]]:
+    """Split a paragraph into sentences, and a sentence into word runs, that fit;
+    each piece with its token count."""
     pieces = [p for p in _SENTENCE_RE.split(unit) if p.strip()]
     if len(pieces) > 1:
         out = []
         for piece, n in zip(pieces, count(pieces)):
-            out.extend([piece] if n <= budget else _split_long(piece, budget, count))
+            out.extend([(piece, n)] if n <= budget else _split_long(piece, budget, count))
         return out
     words = unit.split()
-    if len(words) <= 1:
-        return [unit] if words else []  # one unbreakable token run; _fit halves it by characters
+    if len(words) <= 1:  # one unbreakable token run: _fit halves it by characters
+        return [(unit, count([unit])[0])] if words else []
     return _pack(words, count(words), budget, " ")
 
 
-def _pack(units: Sequence[str], sizes: Sequence[int], budget: int, sep: str) -> list[str]:
-    """Greedy packing of consecutive units into runs of at most `budget` tokens."""
+def _pack(units: Sequence[str], sizes: Sequence[int], budget: int, sep: str) -> list[tuple[str, int]]:
+    """Greedy packing of consecutive units into runs of at most `budget` tokens
+    (by the sum of the units' counts), each run with that sum."""
     runs, current, used = [], [], 0
     for unit, size in zip(units, sizes):
         if current and used + size > budget:
-            runs.append(sep.join(current))
+            runs.append((sep.join(current), used))
             current, used = [], 0
         current.append(unit)
         used += size
     if current:
-        runs.append(sep.join(current))
+        runs.append((sep.join(current), used))
     return runs
 
 
-def _fit(texts: list[str], limit: int, count: TokenCounter) -> list[str]:
-    """Token counts are not exactly additive: recount whole chunks, halve the few
+def _fit(texts: list[str], limit: int, count: TokenCounter) -> list[tuple[str, int]]:
+    """Counts of joined pieces are only nearly additive for some tokenizers:
+    recount whole chunks once (the counts stored with them), halve the few
     that overflow."""
     out = []
     for text, n in zip(texts, count(texts)):
         if n <= limit:
-            out.append(text)
+            out.append((text, n))
             continue
         words = text.split(" ")
         if len(words) > 1:
@@ -69,29 +72,34 @@ def _fit(texts: list[str], limit: int, count: TokenCounter) -> list[str]:
     return out
 
 
-def chunk_text(title: str, body: str, count: TokenCounter, limit: int) -> list[str]:
-    """Chunk texts of one node, each at most `limit` tokens, in document order."""
+def counted_chunks(title: str, body: str, count: TokenCounter, limit: int) -> list[tuple[str, int]]:
+    """(text, tokens) of the chunks of one node, each at most `limit` tokens, in
+    document order. The tokenizer sees the text about twice: paragraphs once
+    (their counts are packed), finished chunks once (verified and stored)."""
     header = title.strip()
     header_tokens = count([header + "\n"])[0] if header else 0
     budget = max(limit - header_tokens, limit // 2)
     paragraphs = [" ".join(p.split()) for p in _PARAGRAPH_RE.split(body)]
     paragraphs = [p for p in paragraphs if p]
-    units: list[str] = []
+    units: list[tuple[str, int]] = []
     for paragraph, n in zip(paragraphs, count(paragraphs) if paragraphs else []):
-        units.extend([paragraph] if n <= budget else _split_long(paragraph, budget, count))
+        units.extend([(paragraph, n)] if n <= budget else _split_long(paragraph, budget, count))
     if not units:
-        return [header] if header else []
-    passages = _pack(units, count(units), budget, "\n")
-    texts = [f"{header}\n{p}" if header else p for p in passages]
-    return _fit(texts, limit, count)
+        return [(header, header_tokens)] if header else []
+    passages = _pack([u for u, _ in units], [n for _, n in units], budget, "\n")
+    return _fit([f"{header}\n{p}" if header else p for p, _ in passages], limit, count)
+
+
+def chunk_text(title: str, body: str, count: TokenCounter, limit: int) -> list[str]:
+    """Chunk texts of one node, each at most `limit` tokens, in document order."""
+    return [text for text, _ in counted_chunks(title, body, count, limit)]
 
 
 def chunk_rows(node_id: str, page_id: str, title: str, body: str, count: TokenCounter, limit: int
                ) -> list[dict]:
     """Rows of the chunks table (CHUNKS_SCHEMA) for one node of page `page_id`."""
-    texts = chunk_text(title, body, count, limit)
     rows = []
-    for ordinal, (text, n_tokens) in enumerate(zip(texts, count(texts) if texts else [])):
+    for ordinal, (text, n_tokens) in enumerate(counted_chunks(title, body, count, limit)):
         rows.append({
             "chunk_id": chunk_id_for(node_id, ordinal, text),
             "node_id": node_id,
@@ -105,13 +113,19 @@ def chunk_rows(node_id: str, page_id: str, title: str, body: str, count: TokenCo
 
 
 def tokenizer_counter(tokenizer) -> TokenCounter:
-    tokenizer.model_max_length = 1 << 30  # we count long texts on purpose; silence the warning
+    from tokenizers import Tokenizer
+
+    # A private copy of the Rust tokenizer: the model's tokenizer.json may switch on
+    # padding and truncation, which would make every count the batch's longest.
+    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    backend.no_padding()
+    backend.no_truncation()
+    fast = getattr(backend, "encode_batch_fast", backend.encode_batch)  # no offsets: faster
+
     def count(texts: Sequence[str]) -> list[int]:
         if not texts:
             return []
-        encoded = tokenizer(list(texts), add_special_tokens=False, return_attention_mask=False,
-                            return_token_type_ids=False)
-        return [len(ids) for ids in encoded["input_ids"]]
+        return [len(e.ids) for e in fast(list(texts), add_special_tokens=False)]
 
     return count
 
