@@ -345,6 +345,20 @@ def publish_build(layout: IndexLayout, segment_id: str, options: PipelineOptions
     return publish_and_prune(layout, manifest, options)
 
 
+def prepare_job(options: PipelineOptions, index_dir: str) -> tuple[IndexLayout, str, str]:
+    """What every publishing job does first: default to the in-process runner
+    (which never tries to download Prism), and create the fresh segment directory
+    of the version it will publish. Returns (layout, segment id, segment dir)."""
+    standard = options.view_as(StandardOptions)
+    if not standard.runner:
+        standard.runner = "FnApiRunner"
+    layout = IndexLayout(index_dir)
+    segment_id = segment_id_for(layout.next_version())
+    segment_dir = layout.segment_dir(segment_id)
+    fresh_segment_dir(segment_dir)
+    return layout, segment_id, segment_dir
+
+
 def fresh_segment_dir(segment_dir: str) -> None:
     """Create the segment directory of a new version. One left there is debris of
     a run that crashed before publishing (no manifest names it): delete it."""
@@ -358,20 +372,13 @@ def run(argv: list[str] | None = None) -> str:
     """Run a full build; returns the published version name."""
     options = PipelineOptions(argv)
     opts = required(options, BuildOptions, "input", "out")
-    standard = options.view_as(StandardOptions)
-    if not standard.runner:
-        standard.runner = "FnApiRunner"  # in-process; never tries to download Prism
     spec = EmbedderSpec(model=opts.embedding_model, query_prefix=opts.query_prefix,
                         document_prefix=opts.document_prefix)
-    layout = IndexLayout(opts.out)
-    version = layout.next_version()
-    segment_id = segment_id_for(version)
-    segment_dir = layout.segment_dir(segment_id)
-    fresh_segment_dir(segment_dir)
+    layout, segment_id, segment_dir = prepare_job(options, opts.out)
 
     started = time.time()
     total_files = count_input_files(input_root_and_pattern(opts.input)[1])
-    LOG.info("building %s from %s (%d files) into %s", version, opts.input, total_files, segment_dir)
+    LOG.info("building from %s (%d files) into %s", opts.input, total_files, segment_dir)
     with beam.Pipeline(options=options) as p:
         build_pipeline(p, options, segment_dir, spec, total_files)
     result = p.result

@@ -18,11 +18,11 @@ from typing import Iterable
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.build import fresh_segment_dir, publish_and_prune, required
+from pipelines.build import prepare_job, publish_and_prune, required
 from pipelines.update import IndexOptions, LiveFile, LiveIndex, ReadLiveRows
-from ritrag.layout import IndexLayout, new_manifest, open_read, segment_id_for
+from ritrag.layout import new_manifest, open_read
 from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA
 from ritrag.vectors import VectorShard
 from transforms.dense import BuildDenseIndex, trained_empty_index_of
@@ -64,15 +64,8 @@ def run(argv: list[str] | None = None) -> str:
     """Compact the live version; returns the published version name."""
     options = PipelineOptions(argv)
     opts = required(options, IndexOptions, "index")
-    standard = options.view_as(StandardOptions)
-    if not standard.runner:
-        standard.runner = "FnApiRunner"
-    layout = IndexLayout(opts.index)
+    layout, segment_id, segment_dir = prepare_job(options, opts.index)
     live = LiveIndex.open(layout)
-    version = layout.next_version()
-    segment_id = segment_id_for(version)
-    segment_dir = layout.segment_dir(segment_id)
-    fresh_segment_dir(segment_dir)
     started = time.time()
     LOG.info("compacting %s (%d segments) into %s", live.manifest.version, len(live.manifest.segments), segment_dir)
     with beam.Pipeline(options=options) as p:

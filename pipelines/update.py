@@ -25,7 +25,6 @@ come from the live manifest: an update cannot change them.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
@@ -38,17 +37,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.build import (COUNTERS, DEAD_LETTERS_FILE, PAGE_COUNTERS, InputOptions, ParsePagesFn,
+from pipelines.build import (COUNTERS, PAGE_COUNTERS, InputOptions, ParsePagesFn,
                              counter_values, required,
                              count_input_files, input_root_and_pattern, page_node_rows, page_url,
-                             fresh_segment_dir, place_site, placement_row, publish_and_prune,
+                             place_site, placement_row, prepare_job, publish_and_prune,
                              write_dead_letters)
 from ritrag.embedder import EmbedderSpec, load_tokenizer, model_token_limit
 from ritrag.ids import node_id_for, raw_hash
 from ritrag.layout import (TOMBSTONES_FILE, DeadIds, IndexLayout, Manifest, dead_ids_per_segment,
-                           new_manifest, segment_id_for)
+                           new_manifest)
 from ritrag.schema import (CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA, TOMBSTONES_SCHEMA, NodePlacement,
                            PageSkeleton, ParsedPage, page_row)
 from transforms.chunk import chunk_rows, tokenizer_counter
@@ -490,15 +489,8 @@ def run(argv: list[str] | None = None) -> str:
     """Run an incremental update; returns the published version name."""
     options = PipelineOptions(argv)
     opts = required(options, UpdateOptions, "input", "index")
-    standard = options.view_as(StandardOptions)
-    if not standard.runner:
-        standard.runner = "FnApiRunner"
-    layout = IndexLayout(opts.index)
+    layout, segment_id, segment_dir = prepare_job(options, opts.index)
     live = LiveIndex.open(layout)
-    version = layout.next_version()
-    segment_id = segment_id_for(version)
-    segment_dir = layout.segment_dir(segment_id)
-    fresh_segment_dir(segment_dir)
     started = time.time()
     total_files = count_input_files(input_root_and_pattern(opts.input)[1])
     LOG.info("updating %s (live %s) from %s (%d files) into %s", opts.index, live.manifest.version,

@@ -11,7 +11,7 @@ from pipelines import update
 from pipelines.update import LiveIndex, live_rows, plan_page_update, replaced_rows
 from ritrag.layout import IndexLayout
 from ritrag.schema import NodePlacement
-from tests.conftest import BASE, TINY_SITE, build_index, tiny_page, write_tiny_site
+from tests.conftest import TINY_SITE, build_index, tiny_page, write_tiny_site
 
 QUERIES = ["which port does version 3 listen on", "log rotation", "deploy containers replicas",
            "metrics endpoint prometheus", "TLS certificates"]
