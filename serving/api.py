@@ -14,6 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from ritrag.analyzer import analyze
+from ritrag.vectors import rerank_exact
 from ritrag.embedder import EmbedderSpec, QueryEmbedder
 from serving.index import LoadedIndex
 from serving.retrieval import (bm25_top_k, build_subforest, dense_top_k, node_scores,
@@ -75,7 +76,11 @@ class RitragIndex:
         bm25 = idx.manifest.config.get("bm25", {})
         sparse_rows, _ = bm25_top_k(analyze(query), idx.postings, k, bm25.get("k1", 1.2), bm25.get("b", 0.75))
         vector = self.embed_query(query) if query_vector is None else query_vector
-        dense_ids, _ = dense_top_k(vector, idx.dense_shards, k, idx.dense_dead)
+        if idx.vector_store is None:
+            dense_ids, _ = dense_top_k(vector, idx.dense_shards, k, idx.dense_dead)
+        else:
+            candidates, _ = dense_top_k(vector, idx.dense_shards, idx.dense_rerank * k, idx.dense_dead)
+            dense_ids = rerank_exact(vector, candidates, idx.vector_store)[0][:k]
         dense_rows = idx.chunk_rows(dense_ids)
         return reciprocal_rank_fusion([sparse_rows, dense_rows[dense_rows >= 0]])
 

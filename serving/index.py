@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ritrag.layout import IndexLayout, Manifest, dead_ids_per_segment, parse_shard_file_name
+from ritrag.vectors import VectorStore
 
 LOG = logging.getLogger("ritrag.serving")
 
@@ -127,6 +128,10 @@ class LoadedIndex:
         self._load_nodes()
         self.postings = self._load_postings(self._load_chunks())
         self.dense_shards = self._load_dense()
+        # IVF-PQ candidates are re-ranked exactly against the stored float16
+        # vectors (memory-mapped) when the build asked for it (dense.json "rerank").
+        self.dense_rerank = int(self.manifest.config.get("dense", {}).get("rerank", 1))
+        self.vector_store = VectorStore.open(self._files("vectors")) if self.dense_rerank > 1 else None
         LOG.info("loaded %s: %d nodes, %d chunks, %d terms, %d postings, %d dense shards",
                  self.version, len(self.node_row), len(self.chunk_ids), len(self.postings.term_row),
                  len(self.postings.chunk_index), len(self.dense_shards))

@@ -186,3 +186,11 @@ def test_four_shards_answer_like_one(tiny_site, tiny_index, tmp_path):
     for query in ("which port does version 3 listen on", "log rotation", "TLS certificates vault"):
         assert bm25_scores(one, query) == bm25_scores(four, query)
         assert one.get_toc(query)["trees"] == four.get_toc(query)["trees"]
+
+
+def test_reranked_ivf_answers_like_the_exact_index(tiny_site, tiny_index, tmp_path):
+    build_index(tiny_site, tmp_path / "ivf", "--dense_factory", "IVF1,SQ8", "--dense_rerank", "4")
+    exact, ivf = RitragIndex(str(tiny_index)), RitragIndex(str(tmp_path / "ivf"))
+    assert ivf.index.vector_store is not None and exact.index.vector_store is None
+    for query in ("which port does version 3 listen on", "log rotation", "TLS certificates vault"):
+        assert ivf.get_toc(query)["trees"] == exact.get_toc(query)["trees"]
