@@ -131,7 +131,8 @@ class LoadedIndex:
         # IVF-PQ candidates are re-ranked exactly against the stored float16
         # vectors (memory-mapped) when the build asked for it (dense.json "rerank").
         self.dense_rerank = int(self.manifest.config.get("dense", {}).get("rerank", 1))
-        self.vector_store = VectorStore.open(self._files("vectors")) if self.dense_rerank > 1 else None
+        self.vector_store = (VectorStore.open(self._files("vectors"), populate=True)
+                             if self.dense_rerank > 1 else None)
         LOG.info("loaded %s: %d nodes, %d chunks, %d terms, %d postings, %d dense shards",
                  self.version, len(self.node_row), len(self.chunk_ids), len(self.postings.term_row),
                  len(self.postings.chunk_index), len(self.dense_shards))
