@@ -25,7 +25,7 @@ from ritrag.synth import SynthConfig, generate_corpus
 
 def corpus(work: str, pages: int) -> str:
     path = os.path.join(work, f"corpus-{pages}")
-    done = os.path.join(path, ".complete")
+    done = path + ".complete"  # beside the corpus, or the build would read it as a page
     if not os.path.exists(done):
         shutil.rmtree(path, ignore_errors=True)
         generate_corpus(path, SynthConfig(pages=pages))
