@@ -194,3 +194,12 @@ def test_reranked_ivf_answers_like_the_exact_index(tiny_site, tiny_index, tmp_pa
     assert ivf.index.vector_store is not None and exact.index.vector_store is None
     for query in ("which port does version 3 listen on", "log rotation", "TLS certificates vault"):
         assert ivf.get_toc(query)["trees"] == exact.get_toc(query)["trees"]
+
+
+def test_multi_process_local_runner_builds_the_same_index(tiny_site, tiny_index, tmp_path):
+    build_index(tiny_site, tmp_path / "mp", "--direct_running_mode", "multi_processing",
+                "--direct_num_workers", "2", "--embed_cpu_threads", "1")
+    for kind in ("nodes", "chunks", "postings"):
+        assert table(tiny_index, kind).equals(table(tmp_path / "mp", kind)), kind
+    query = "which port does version 3 listen on"
+    assert RitragIndex(str(tmp_path / "mp")).get_toc(query)["trees"] == RitragIndex(str(tiny_index)).get_toc(query)["trees"]
