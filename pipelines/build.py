@@ -70,8 +70,10 @@ def publish_and_prune(layout: IndexLayout, manifest, options: PipelineOptions) -
 
 
 class InputOptions(PipelineOptions):
-    """Options of every job that reads HTML input (build, update). Beam parses the
-    options of all jobs together, so each flag is defined in exactly one class."""
+    """Options of every job that reads HTML input (build, update). Beam gathers the
+    flags of the direct subclasses of PipelineOptions (to pass them to workers), so
+    each flag is defined once, in a direct subclass; a job reads its flags through a
+    view class that inherits the ones it needs (`BuildJobOptions`)."""
 
     @classmethod
     def _add_argparse_args(cls, parser):
@@ -89,7 +91,7 @@ def required(options: PipelineOptions, view: type, *names: str):
     return opts
 
 
-class BuildOptions(InputOptions):
+class BuildOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
         parser.add_argument("--out", help="index directory (local path or object-store prefix)")
@@ -109,6 +111,10 @@ class BuildOptions(InputOptions):
         parser.add_argument("--dense_rerank", type=int, default=None,
                             help="the server re-ranks N x k' index candidates exactly; 1: off "
                                  "(default: chosen by corpus size)")
+
+
+class BuildJobOptions(BuildOptions, InputOptions):
+    """Every flag the build reads (a view: it defines none of its own)."""
 
 
 def input_root_and_pattern(spec: str) -> tuple[str, str]:
@@ -234,7 +240,7 @@ def write_dead_letters(out_dir: str, letters: list[DeadLetter]) -> None:
 class ParsePages(beam.PTransform):
     """File pattern -> parsed pages (main output) and dead letters ('dead')."""
 
-    def __init__(self, opts: BuildOptions):
+    def __init__(self, opts: "BuildJobOptions"):
         super().__init__()
         self._opts = opts
 
@@ -282,7 +288,7 @@ def count_input_files(pattern: str) -> int:
 
 def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str, spec: EmbedderSpec,
                    total_files: int | None = None) -> None:
-    opts = options.view_as(BuildOptions)
+    opts = options.view_as(BuildJobOptions)
     parsed = p | "ParsePages" >> ParsePages(opts)
     (parsed[ParsePagesFn.DEAD]
      | "AllDeadLetters" >> beam.combiners.ToList()
@@ -321,7 +327,7 @@ def counter_values(result, expected: Iterable[str] = PAGE_COUNTERS) -> dict[str,
 def publish_build(layout: IndexLayout, segment_id: str, options: PipelineOptions, spec: EmbedderSpec,
                   counts: dict[str, int], elapsed_s: float) -> str:
     """Checksum the finished segment, write its manifest, flip CURRENT."""
-    opts = options.view_as(BuildOptions)
+    opts = options.view_as(BuildJobOptions)
     segment_dir = layout.segment_dir(segment_id)
     with open_read(os.path.join(segment_dir, BM25_STATS_FILE)) as fh:
         bm25 = json.load(fh)
@@ -371,7 +377,7 @@ def fresh_segment_dir(segment_dir: str) -> None:
 def run(argv: list[str] | None = None) -> str:
     """Run a full build; returns the published version name."""
     options = PipelineOptions(argv)
-    opts = required(options, BuildOptions, "input", "out")
+    opts = required(options, BuildJobOptions, "input", "out")
     spec = EmbedderSpec(model=opts.embedding_model, query_prefix=opts.query_prefix,
                         document_prefix=opts.document_prefix)
     layout, segment_id, segment_dir = prepare_job(options, opts.out)
