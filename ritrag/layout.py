@@ -236,9 +236,6 @@ class DeadIds:
     chunk_ids: frozenset
     urls: frozenset
 
-    def __bool__(self) -> bool:
-        return bool(self.node_ids or self.chunk_ids or self.urls)
-
 
 def read_tombstones(path: str) -> DeadIds:
     import pyarrow.parquet as pq

@@ -215,13 +215,3 @@ TOMBSTONES_SCHEMA = pa.schema(
         pa.field("url", pa.string()),  # a pages-table row
     ]
 )
-
-TABLE_SCHEMAS = {
-    "nodes": NODES_SCHEMA,
-    "chunks": CHUNKS_SCHEMA,
-    "pages": PAGES_SCHEMA,
-    "dead_letters": DEAD_LETTERS_SCHEMA,
-    "postings": POSTINGS_SCHEMA,
-    "vocabulary": VOCABULARY_SCHEMA,
-    "tombstones": TOMBSTONES_SCHEMA,
-}
