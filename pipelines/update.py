@@ -25,6 +25,7 @@ come from the live manifest: an update cannot change them.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -44,13 +45,13 @@ from pipelines.build import (COUNTERS, PAGE_COUNTERS, InputOptions, ParsePagesFn
                              count_input_files, input_root_and_pattern, page_node_rows, page_url,
                              place_site, placement_row, prepare_job, publish_and_prune,
                              write_dead_letters)
-from ritrag.embedder import EmbedderSpec, load_tokenizer, model_token_limit
-from ritrag.ids import node_id_for, raw_hash
+from ritrag.embedder import EmbedderSpec
+from ritrag.ids import node_id_for, normalize_url, raw_hash
 from ritrag.layout import (TOMBSTONES_FILE, DeadIds, IndexLayout, Manifest, dead_ids_per_segment,
                            new_manifest)
 from ritrag.schema import (CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA, TOMBSTONES_SCHEMA, NodePlacement,
                            PageSkeleton, ParsedPage, page_row)
-from transforms.chunk import chunk_rows, tokenizer_counter
+from transforms.chunk import node_chunker
 from transforms.progress import LogProgress
 from transforms.sparse import BM25_STATS_FILE, BuildSparseIndex, chunk_terms
 from transforms.tables import WriteParquetTable, parquet_bytes, write_bytes
@@ -179,8 +180,6 @@ class HashInputFn(beam.DoFn):
         self._root, self._base_url = root, base_url
 
     def process(self, readable: fileio.ReadableFile):
-        from ritrag.ids import normalize_url
-
         path = readable.metadata.path
         yield normalize_url(page_url(path, self._root, self._base_url)), InputFile(path, raw_hash(readable.read()))
 
@@ -290,10 +289,7 @@ class UpdatePagesFn(beam.DoFn):
         self._added = beam.metrics.Metrics.counter(COUNTERS, "chunks_added")
 
     def setup(self):
-        tokenizer = load_tokenizer(self._spec)
-        count, limit = tokenizer_counter(tokenizer), model_token_limit(self._spec, tokenizer)
-        self._chunker = lambda row: chunk_rows(row["node_id"], row["page_id"], row["title"], row["body"],
-                                               count, limit)
+        self._chunker = node_chunker(self._spec)
 
     def process(self, joined):
         _, g = joined
@@ -467,8 +463,6 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: LiveIndex,
 
 def publish_update(layout: IndexLayout, live: LiveIndex, segment_id: str, counts: dict[str, int],
                    tombstones: dict[str, int], elapsed_s: float, options: PipelineOptions) -> str:
-    import json
-
     segment_dir = layout.segment_dir(segment_id)
     with open(os.path.join(segment_dir, BM25_STATS_FILE), encoding="utf-8") as fh:
         delta = json.load(fh)

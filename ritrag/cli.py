@@ -18,21 +18,27 @@ serving commands never load Beam.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import os
 import sys
 import time
+from typing import Callable
 
 API_KEY_ENV = "RITRAG_API_KEY"
 
 
-def _build(args: argparse.Namespace, extra: list[str]) -> int:
-    from pipelines import build
+def _job(name: str, flags: Callable[[argparse.Namespace], list[str]], index: Callable[[argparse.Namespace], str]):
+    """A sub-command that runs the Beam job `pipelines.<name>` (unknown options go
+    to it) and prints the version it published."""
+    def run(args: argparse.Namespace, extra: list[str]) -> int:
+        job = importlib.import_module(f"pipelines.{name}")
+        version = job.run([*flags(args), *extra])
+        print(json.dumps({"index": index(args), "version": version}))
+        return 0
 
-    version = build.run(["--input", args.input, "--out", args.out, *extra])
-    print(json.dumps({"index": args.out, "version": version}))
-    return 0
+    return run
 
 
 def _toc(args: argparse.Namespace, extra: list[str]) -> int:
@@ -51,22 +57,6 @@ def _read(args: argparse.Namespace, extra: list[str]) -> int:
     json.dump(result, sys.stdout, ensure_ascii=False, indent=1)
     print()
     return 0 if not result["unknown_ids"] else 3
-
-
-def _update(args: argparse.Namespace, extra: list[str]) -> int:
-    from pipelines import update
-
-    version = update.run(["--input", args.input, "--index", args.index, *extra])
-    print(json.dumps({"index": args.index, "version": version}))
-    return 0
-
-
-def _compact(args: argparse.Namespace, extra: list[str]) -> int:
-    from pipelines import compact
-
-    version = compact.run(["--index", args.index, *extra])
-    print(json.dumps({"index": args.index, "version": version}))
-    return 0
 
 
 def _versions(args: argparse.Namespace, extra: list[str]) -> int:
@@ -206,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                        description="Unknown options go to the Beam job (see pipelines/build.py).")
     p.add_argument("input", help="directory or glob of HTML files")
     p.add_argument("--out", required=True, help="index directory")
-    p.set_defaults(func=_build)
+    p.set_defaults(func=_job("build", lambda a: ["--input", a.input, "--out", a.out], lambda a: a.out))
 
     p = sub.add_parser("toc", help="GetToC: the query-induced sub-forest as JSON")
     p.add_argument("index")
@@ -226,11 +216,11 @@ def main(argv: list[str] | None = None) -> int:
                        description="Unknown options go to the Beam job (see pipelines/update.py).")
     p.add_argument("input", help="directory or glob of the new snapshot's HTML files")
     p.add_argument("--index", required=True, help="index directory with a published version")
-    p.set_defaults(func=_update)
+    p.set_defaults(func=_job("update", lambda a: ["--input", a.input, "--index", a.index], lambda a: a.index))
 
     p = sub.add_parser("compact", help="merge a version's segments into one, dropping dead rows (a Beam job)")
     p.add_argument("index")
-    p.set_defaults(func=_compact)
+    p.set_defaults(func=_job("compact", lambda a: ["--index", a.index], lambda a: a.index))
 
     p = sub.add_parser("versions", help="list published versions (* = live)")
     p.add_argument("index")

@@ -151,15 +151,14 @@ class LoadedIndex:
         return ~pc.is_in(ids, value_set=pa.array(sorted(dead), ids.type)).to_numpy(zero_copy_only=False)
 
     def _load_nodes(self) -> None:
-        self._node_file_keys = [(seg["id"], name) for seg in self.manifest.segments
-                                for name in self.layout.segment_files(seg, "nodes")]
-        self._node_files = self._files("nodes")
+        node_shards = self._shard_files("nodes")
+        self._node_files = [path for _, path in node_shards]
         self._node_metadata = [pq.read_metadata(f) for f in self._node_files]
         tables = [pq.read_table(f, columns=SKELETON_COLUMNS) for f in self._node_files]
         table = pa.concat_tables(tables)
         columns = {name: table[name].combine_chunks() for name in SKELETON_COLUMNS}
-        live = np.concatenate([self._live_mask(seg, t["node_id"], "node_ids")
-                               for (seg, _), t in zip(self._node_file_keys, tables)]) if tables else np.zeros(0, bool)
+        live = np.concatenate([self._live_mask(key[0], t["node_id"], "node_ids")
+                               for (key, _), t in zip(node_shards, tables)]) if tables else np.zeros(0, bool)
         live_rows = np.flatnonzero(live)
         self.node_row = NodeRows(_fixed_width(columns["node_id"])[live_rows], live_rows)
         self.nodes: dict[str, Sequence] = {name: Column(array) for name, array in columns.items()}

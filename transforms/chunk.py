@@ -130,6 +130,20 @@ def tokenizer_counter(tokenizer) -> TokenCounter:
     return count
 
 
+def node_chunker(spec: EmbedderSpec) -> Callable[[dict], list[dict]]:
+    """Node row -> its chunk rows, tokens counted by the tokenizer of `spec`'s
+    model (loaded here, once). Virtual and site nodes hold no text: no chunks."""
+    tokenizer = load_tokenizer(spec)
+    count, limit = tokenizer_counter(tokenizer), model_token_limit(spec, tokenizer)
+
+    def chunk(node: dict) -> list[dict]:
+        if node["kind"] in ("site", "virtual"):
+            return []
+        return chunk_rows(node["node_id"], node["page_id"], node["title"], node["body"], count, limit)
+
+    return chunk
+
+
 class ChunkNodesFn(beam.DoFn):
     """Node rows -> chunk rows, counting tokens with the embedding model's tokenizer."""
 
@@ -138,14 +152,9 @@ class ChunkNodesFn(beam.DoFn):
         self._chunks = beam.metrics.Metrics.counter("ritrag.chunk", "chunks")
 
     def setup(self):
-        tokenizer = load_tokenizer(self._spec)
-        self._count = tokenizer_counter(tokenizer)
-        self._limit = model_token_limit(self._spec, tokenizer)
+        self._chunk = node_chunker(self._spec)
 
     def process(self, node: dict):
-        if node["kind"] in ("site", "virtual"):
-            return
-        rows = chunk_rows(node["node_id"], node["page_id"], node["title"], node["body"], self._count,
-                          self._limit)
+        rows = self._chunk(node)
         self._chunks.inc(len(rows))
         yield from rows
