@@ -48,7 +48,7 @@ from pipelines.build import (COUNTERS, PAGE_COUNTERS, InputOptions, ParsePagesFn
 from ritrag.embedder import EmbedderSpec
 from ritrag.ids import node_id_for, normalize_url, raw_hash
 from ritrag.layout import (TOMBSTONES_FILE, DeadIds, IndexLayout, Manifest, dead_ids_per_segment,
-                           new_manifest)
+                           live_mask, new_manifest)
 from ritrag.schema import (CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA, TOMBSTONES_SCHEMA, NodePlacement,
                            PageSkeleton, ParsedPage, page_row)
 from transforms.chunk import node_chunker
@@ -111,10 +111,9 @@ def live_rows(live_file: LiveFile, kind: str, columns: list[str] | None = None) 
     table = pq.read_table(live_file.path, columns=columns)
     key, dead = {"pages": ("url", live_file.dead.urls), "nodes": ("node_id", live_file.dead.node_ids),
                  "chunks": ("chunk_id", live_file.dead.chunk_ids)}[kind]
-    for row in table.to_pylist():
-        if row[key] not in dead:
-            row["_file"] = live_file.path
-            yield row
+    for row in table.filter(live_mask(table[key], dead)).to_pylist():
+        row["_file"] = live_file.path
+        yield row
 
 
 class ReadLiveRows(beam.PTransform):

@@ -237,6 +237,17 @@ class DeadIds:
     urls: frozenset
 
 
+def live_mask(ids, dead: frozenset):
+    """numpy bool mask: True for the ids (an Arrow array) that `dead` does not name."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not dead:
+        return np.ones(len(ids), bool)
+    return ~pc.is_in(ids, value_set=pa.array(sorted(dead), ids.type)).to_numpy(zero_copy_only=False)
+
+
 def read_tombstones(path: str) -> DeadIds:
     import pyarrow.parquet as pq
 

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ritrag.layout import IndexLayout, Manifest, dead_ids_per_segment, parse_shard_file_name
+from ritrag.layout import IndexLayout, Manifest, dead_ids_per_segment, live_mask, parse_shard_file_name
 from ritrag.vectors import VectorStore
 
 LOG = logging.getLogger("ritrag.serving")
@@ -145,10 +145,7 @@ class LoadedIndex:
         return [self.layout.verified_path(seg, name) for seg in self.manifest.segments if name in seg["files"]]
 
     def _live_mask(self, segment_id: str, ids: pa.ChunkedArray, kind: str) -> np.ndarray:
-        dead = getattr(self._dead[segment_id], kind)
-        if not dead:
-            return np.ones(len(ids), bool)
-        return ~pc.is_in(ids, value_set=pa.array(sorted(dead), ids.type)).to_numpy(zero_copy_only=False)
+        return live_mask(ids, getattr(self._dead[segment_id], kind))
 
     def _load_nodes(self) -> None:
         node_shards = self._shard_files("nodes")
