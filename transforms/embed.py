@@ -160,24 +160,10 @@ class EmbedChunks(beam.PTransform):
     `EmbedChunks.from_options` for the command-line form.
     """
 
-    def __init__(
-        self,
-        spec: EmbedderSpec,
-        device: str | None = None,
-        *,
-        dtype: str = "auto",
-        max_batch_tokens: int | None = None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        large_model: bool | None = None,
-        model_copies: int | None = None,
-        cpu_threads: int | None = None,
-        resource_hints: Mapping[str, str] | None = None,
-    ):
+    def __init__(self, spec: EmbedderSpec, device: str | None = None, **handler_options: Any):
+        """`handler_options`: the keyword options of `SentenceTransformerModelHandler`."""
         super().__init__()
-        self._handler = KeyedModelHandler(SentenceTransformerModelHandler(
-            spec, device, dtype=dtype, max_batch_tokens=max_batch_tokens, batch_size=batch_size,
-            large_model=large_model, model_copies=model_copies, cpu_threads=cpu_threads,
-            resource_hints=resource_hints))
+        self._handler = KeyedModelHandler(SentenceTransformerModelHandler(spec, device, **handler_options))
 
     @classmethod
     def from_options(cls, spec: EmbedderSpec, options: PipelineOptions,
