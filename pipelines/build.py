@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
 import apache_beam as beam
 from apache_beam.io import fileio
@@ -30,7 +30,7 @@ from ritrag.embedder import DEFAULT_MODEL, EmbedderSpec
 from ritrag.ids import raw_hash, site_of
 from ritrag.layout import IndexLayout, is_remote, new_manifest, open_read, prune_versions, segment_id_for
 from ritrag.schema import (CHUNKS_SCHEMA, DEAD_LETTERS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA, DeadLetter,
-                           NodePlacement, PageSkeleton, ParsedPage, page_row)
+                           NodePlacement, PageSkeleton, PageSource, ParsedPage, page_row)
 from transforms.chunk import ChunkNodesFn
 from transforms.dense import DENSE_INFO_FILE, BuildDenseIndex
 from transforms.embed import EmbedChunks
@@ -38,7 +38,7 @@ from transforms.forest import build_site_forest, expand_sections
 from transforms.parse import UnparseablePage, parse_page
 from transforms.progress import LogProgress
 from transforms.sparse import BM25_STATS_FILE, BuildSparseIndex
-from transforms.tables import WriteParquetTable, parquet_bytes, write_bytes
+from transforms.tables import WriteParquetTable, parquet_bytes, remove_spill_files, write_bytes
 
 LOG = logging.getLogger("ritrag.build")
 COUNTERS = "ritrag.build"
@@ -131,15 +131,42 @@ def page_url(path: str, root: str, base_url: str) -> str:
     return base_url.rstrip("/") + "/" + relative.lstrip("/")
 
 
+@dataclasses.dataclass(frozen=True)
+class PageParser:
+    """How a job turns one input file into a ParsedPage: the same in every pass."""
+
+    root: str
+    base_url: str
+    site_depth: int
+    max_page_bytes: int
+
+    def parse(self, path: str, data: bytes) -> ParsedPage:
+        url = page_url(path, self.root, self.base_url)
+        page = parse_page(data, url, site_of(url, self.site_depth), max_bytes=self.max_page_bytes)
+        return dataclasses.replace(page, source=path, raw_hash=raw_hash(data))
+
+
+DEAD = "dead"  # the tagged output of dead letters
+
+
+def parse_or_dead_letter(parser: PageParser, path: str, read: Callable[[], bytes], stage: str):
+    """The ParsedPage of the file at `path`, or a DeadLetter of `stage` saying why not."""
+    try:
+        return parser.parse(path, read())
+    except UnparseablePage as exc:
+        return DeadLetter(path, stage, exc.reason, exc.detail)
+    except OSError as exc:
+        return DeadLetter(path, stage, "unreadable", f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # a parser bug must cost one page, not the job
+        LOG.exception("unexpected error parsing %s", path)
+        return DeadLetter(path, stage, "parser_error", f"{type(exc).__name__}: {exc}")
+
+
 class ParsePagesFn(beam.DoFn):
-    """(path, bytes) -> ParsedPage, or a DeadLetter on the 'dead' output."""
+    """(path, bytes) -> ParsedPage, or a DeadLetter on the DEAD output."""
 
-    DEAD = "dead"
-
-    def __init__(self, root: str, base_url: str, site_depth: int, max_page_bytes: int,
-                 count_read: bool = True):
-        self._root, self._base_url = root, base_url
-        self._site_depth, self._max_bytes = site_depth, max_page_bytes
+    def __init__(self, parser: PageParser, count_read: bool = True):
+        self._parser = parser
         self._count_read = count_read  # an update counts its reads when it diffs the input
         self._read = beam.metrics.Metrics.counter(COUNTERS, "pages_read")
         self._parsed = beam.metrics.Metrics.counter(COUNTERS, "pages_parsed")
@@ -151,22 +178,15 @@ class ParsePagesFn(beam.DoFn):
             self._read.inc()
         if not path.lower().endswith(HTML_SUFFIXES):
             self._dead.inc()
-            yield beam.pvalue.TaggedOutput(self.DEAD, DeadLetter(path, "read", "not_html"))
+            yield beam.pvalue.TaggedOutput(DEAD, DeadLetter(path, "read", "not_html"))
             return
-        url = page_url(path, self._root, self._base_url)
-        try:
-            data = readable.read()
-            page = parse_page(data, url, site_of(url, self._site_depth), max_bytes=self._max_bytes)
+        page = parse_or_dead_letter(self._parser, path, readable.read, "parse")
+        if isinstance(page, DeadLetter):
+            self._dead.inc()
+            yield beam.pvalue.TaggedOutput(DEAD, page)
+        else:
             self._parsed.inc()
-            yield dataclasses.replace(page, source=path, raw_hash=raw_hash(data))
-        except UnparseablePage as exc:
-            self._dead.inc()
-            yield beam.pvalue.TaggedOutput(self.DEAD, DeadLetter(path, "parse", exc.reason, exc.detail))
-        except Exception as exc:  # a parser bug must cost one page, not the job
-            LOG.exception("unexpected error parsing %s", path)
-            self._dead.inc()
-            yield beam.pvalue.TaggedOutput(
-                self.DEAD, DeadLetter(path, "parse", "parser_error", f"{type(exc).__name__}: {exc}"))
+            yield page
 
 
 def place_site(site_and_pages: tuple[str, Iterable[PageSkeleton]]) -> Iterable[NodePlacement]:
@@ -202,24 +222,50 @@ def placement_row(placement: NodePlacement, body: str = "", page: ParsedPage | N
 PAGES_OUTPUT = "pages"
 
 
-def node_rows(joined: tuple[str, dict], granularity: str) -> Iterable[dict]:
-    """Rows of one URL: its placement joined with the page(s) parsed at that URL;
-    the pages-table row of the page indexed goes to the PAGES_OUTPUT output."""
-    _, group = joined
-    placements, pages = list(group["placement"]), sorted(group["page"], key=lambda p: p.content_hash)
-    merged = beam.metrics.Metrics.counter(COUNTERS, "pages_merged_duplicates")
-    indexed = beam.metrics.Metrics.counter(COUNTERS, "pages_indexed")
-    if not placements:
-        merged.inc(len(pages))
-        return
-    placement = placements[0]
-    if not pages:  # a trail entry that is not a page of the corpus
-        yield placement_row(placement)
-        return
-    merged.inc(len(pages) - 1)
-    indexed.inc()
-    yield beam.pvalue.TaggedOutput(PAGES_OUTPUT, page_row(pages[0]))
-    yield from page_node_rows(placement, pages[0], granularity)
+def read_file(path: str) -> bytes:
+    with FileSystems.open(path) as fh:
+        return fh.read()
+
+
+class NodeRowsFn(beam.DoFn):
+    """The rows of one URL: its placement joined with the sources of the pages
+    parsed at that URL. The page indexed (of duplicates, the least content hash)
+    is read and parsed again, so no shuffle carries page text: its node rows go to
+    the main output, its pages-table row to PAGES_OUTPUT. A page whose file
+    changed or vanished since the first pass becomes a dead letter (DEAD)."""
+
+    def __init__(self, parser: PageParser, granularity: str):
+        self._parser = parser
+        self._granularity = granularity
+        self._merged = beam.metrics.Metrics.counter(COUNTERS, "pages_merged_duplicates")
+        self._indexed = beam.metrics.Metrics.counter(COUNTERS, "pages_indexed")
+        self._dead = beam.metrics.Metrics.counter(COUNTERS, "pages_dead_lettered")
+
+    def process(self, joined: tuple[str, dict]):
+        _, group = joined
+        placements = list(group["placement"])
+        sources = sorted(group["page"], key=lambda s: (s.content_hash, s.source))
+        if not placements:
+            self._merged.inc(len(sources))
+            return
+        placement = placements[0]
+        if not sources:  # a trail entry that is not a page of the corpus
+            yield placement_row(placement)
+            return
+        self._merged.inc(len(sources) - 1)
+        chosen = sources[0]
+        page = parse_or_dead_letter(self._parser, chosen.source, lambda: read_file(chosen.source), "reread")
+        if isinstance(page, ParsedPage) and page.raw_hash != chosen.raw_hash:
+            page = DeadLetter(chosen.source, "reread", "changed_during_build",
+                              "the file changed between the build's two reads")
+        if isinstance(page, DeadLetter):
+            self._dead.inc()
+            yield beam.pvalue.TaggedOutput(DEAD, page)
+            yield placement_row(placement)  # keeps the children it already placed
+            return
+        self._indexed.inc()
+        yield beam.pvalue.TaggedOutput(PAGES_OUTPUT, page_row(page))
+        yield from page_node_rows(placement, page, self._granularity)
 
 
 def page_node_rows(placement: NodePlacement, page: ParsedPage, granularity: str) -> list[dict]:
@@ -238,30 +284,31 @@ def write_dead_letters(out_dir: str, letters: list[DeadLetter]) -> None:
 
 
 class ParsePages(beam.PTransform):
-    """File pattern -> parsed pages (main output) and dead letters ('dead')."""
+    """File pattern -> parsed pages (main output) and dead letters (DEAD)."""
 
-    def __init__(self, opts: "BuildJobOptions"):
+    def __init__(self, pattern: str, parser: PageParser):
         super().__init__()
-        self._opts = opts
+        self._pattern = pattern
+        self._parser = parser
 
     def expand(self, pbegin):
-        root, pattern = input_root_and_pattern(self._opts.input)
         return (
             pbegin
-            | "MatchFiles" >> fileio.MatchFiles(pattern)
+            | "MatchFiles" >> fileio.MatchFiles(self._pattern)
             | "ReadMatches" >> fileio.ReadMatches()
-            | "Parse" >> beam.ParDo(ParsePagesFn(root, self._opts.base_url, self._opts.site_depth,
-                                                 self._opts.max_page_bytes)
-                                    ).with_outputs(ParsePagesFn.DEAD, main="pages")
+            | "Parse" >> beam.ParDo(ParsePagesFn(self._parser)).with_outputs(DEAD, main="pages")
         )
 
 
 class BuildForestNodes(beam.PTransform):
-    """Parsed pages -> node rows ("nodes"), placed per site from skeletons and joined
-    with their text by URL, and the pages-table rows of the pages indexed ("pages")."""
+    """Parsed pages -> node rows ("nodes"), placed per site from skeletons and
+    joined with their text by URL; the pages-table rows of the pages indexed
+    (PAGES_OUTPUT); dead letters of pages that could not be read again (DEAD).
+    Only skeletons and page sources are shuffled, never page text."""
 
-    def __init__(self, granularity: str):
+    def __init__(self, parser: PageParser, granularity: str):
         super().__init__()
+        self._parser = parser
         self._granularity = granularity
 
     def expand(self, pages):
@@ -272,12 +319,12 @@ class BuildForestNodes(beam.PTransform):
             | "PlaceSite" >> beam.FlatMap(place_site)
             | "KeyPlacementByLocation" >> beam.Map(lambda n: (n.url if n.kind == "page" else n.node_id, n))
         )
-        keyed_pages = pages | "KeyPageByUrl" >> beam.Map(lambda p: (p.url, p))
+        sources = pages | "KeySourceByUrl" >> beam.Map(lambda p: (p.url, PageSource.of(p)))
         return (
-            {"placement": placements, "page": keyed_pages}
-            | "JoinPlacementAndText" >> beam.CoGroupByKey()
-            | "NodeRows" >> beam.FlatMap(node_rows, granularity=self._granularity
-                                         ).with_outputs(PAGES_OUTPUT, main="nodes")
+            {"placement": placements, "page": sources}
+            | "JoinPlacementAndSource" >> beam.CoGroupByKey()
+            | "NodeRows" >> beam.ParDo(NodeRowsFn(self._parser, self._granularity)
+                                       ).with_outputs(PAGES_OUTPUT, DEAD, main="nodes")
         )
 
 
@@ -289,13 +336,15 @@ def count_input_files(pattern: str) -> int:
 def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str, spec: EmbedderSpec,
                    total_files: int | None = None) -> None:
     opts = options.view_as(BuildJobOptions)
-    parsed = p | "ParsePages" >> ParsePages(opts)
-    (parsed[ParsePagesFn.DEAD]
+    root, pattern = input_root_and_pattern(opts.input)
+    parser = PageParser(root, opts.base_url, opts.site_depth, opts.max_page_bytes)
+    parsed = p | "ParsePages" >> ParsePages(pattern, parser)
+    pages = parsed["pages"] | "ParseProgress" >> LogProgress("parse (pages)", total_files)
+    forest = pages | "Forest" >> BuildForestNodes(parser, opts.granularity)
+    ((parsed[DEAD], forest[DEAD])
+     | "DeadLetters" >> beam.Flatten()
      | "AllDeadLetters" >> beam.combiners.ToList()
      | "WriteDeadLetters" >> beam.Map(lambda letters: write_dead_letters(segment_dir, letters)))
-
-    pages = parsed["pages"] | "ParseProgress" >> LogProgress("parse (pages)", total_files)
-    forest = pages | "Forest" >> BuildForestNodes(opts.granularity)
     forest[PAGES_OUTPUT] | "WritePages" >> WriteParquetTable(segment_dir, "pages", PAGES_SCHEMA, "url",
                                                              opts.num_shards)
     nodes = forest["nodes"] | "NodeProgress" >> LogProgress("forest (nodes)")
@@ -374,6 +423,17 @@ def fresh_segment_dir(segment_dir: str) -> None:
     FileSystems.mkdirs(segment_dir)
 
 
+def run_pipeline(options: PipelineOptions, segment_dir: str, construct: Callable[[beam.Pipeline], None]):
+    """Run the job's pipeline (built by `construct`), then delete its spill files
+    (also after a failure: a failed job publishes nothing). Returns the result."""
+    try:
+        with beam.Pipeline(options=options) as p:
+            construct(p)
+    finally:
+        remove_spill_files(segment_dir)
+    return p.result
+
+
 def run(argv: list[str] | None = None) -> str:
     """Run a full build; returns the published version name."""
     options = PipelineOptions(argv)
@@ -385,9 +445,8 @@ def run(argv: list[str] | None = None) -> str:
     started = time.time()
     total_files = count_input_files(input_root_and_pattern(opts.input)[1])
     LOG.info("building from %s (%d files) into %s", opts.input, total_files, segment_dir)
-    with beam.Pipeline(options=options) as p:
-        build_pipeline(p, options, segment_dir, spec, total_files)
-    result = p.result
+    result = run_pipeline(options, segment_dir,
+                          lambda p: build_pipeline(p, options, segment_dir, spec, total_files))
     counts = counter_values(result)
     elapsed = time.time() - started
     accounted = counts["pages_indexed"] + counts["pages_dead_lettered"] + counts["pages_merged_duplicates"]

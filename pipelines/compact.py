@@ -20,7 +20,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.build import prepare_job, publish_and_prune, required
+from pipelines.build import prepare_job, publish_and_prune, required, run_pipeline
 from pipelines.update import IndexOptions, LiveFile, LiveIndex, ReadLiveRows
 from ritrag.layout import new_manifest, open_read
 from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA
@@ -68,8 +68,7 @@ def run(argv: list[str] | None = None) -> str:
     live = LiveIndex.open(layout)
     started = time.time()
     LOG.info("compacting %s (%d segments) into %s", live.manifest.version, len(live.manifest.segments), segment_dir)
-    with beam.Pipeline(options=options) as p:
-        compact_pipeline(p, live, segment_dir)
+    run_pipeline(options, segment_dir, lambda p: compact_pipeline(p, live, segment_dir))
     with open_read(os.path.join(segment_dir, BM25_STATS_FILE)) as fh:
         bm25 = json.load(fh)
     segment = layout.describe_segment(segment_id, live.manifest.config["num_shards"], {})

@@ -40,10 +40,10 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.build import (COUNTERS, PAGE_COUNTERS, InputOptions, ParsePagesFn,
+from pipelines.build import (COUNTERS, DEAD, PAGE_COUNTERS, InputOptions, PageParser, ParsePagesFn,
                              counter_values, required,
                              count_input_files, input_root_and_pattern, page_node_rows, page_url,
-                             place_site, placement_row, prepare_job, publish_and_prune,
+                             place_site, placement_row, prepare_job, publish_and_prune, run_pipeline,
                              write_dead_letters)
 from ritrag.embedder import EmbedderSpec
 from ritrag.ids import node_id_for, normalize_url, raw_hash
@@ -394,11 +394,11 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: LiveIndex,
                                                                    main="unchanged"))
     parsed = (diff[ClassifyFn.PARSE]
               | "Open" >> beam.ParDo(OpenForParse())
-              | "Parse" >> beam.ParDo(ParsePagesFn(root, config["base_url"], config["site_depth"],
-                                                   opts.max_page_bytes, count_read=False)
-                                      ).with_outputs(ParsePagesFn.DEAD, main="pages"))
+              | "Parse" >> beam.ParDo(ParsePagesFn(PageParser(root, config["base_url"], config["site_depth"],
+                                                              opts.max_page_bytes), count_read=False)
+                                      ).with_outputs(DEAD, main="pages"))
     pages = parsed["pages"] | "ParseProgress" >> LogProgress("parse (changed pages)")
-    (parsed[ParsePagesFn.DEAD]
+    (parsed[DEAD]
      | "AllDeadLetters" >> beam.combiners.ToList()
      | "WriteDeadLetters" >> beam.Map(lambda letters: write_dead_letters(segment_dir, letters)))
 
@@ -488,9 +488,9 @@ def run(argv: list[str] | None = None) -> str:
     total_files = count_input_files(input_root_and_pattern(opts.input)[1])
     LOG.info("updating %s (live %s) from %s (%d files) into %s", opts.index, live.manifest.version,
              opts.input, total_files, segment_dir)
-    with beam.Pipeline(options=options) as p:
-        update_pipeline(p, options, live, segment_dir, total_files)
-    counts = counter_values(p.result, UPDATE_COUNTERS)
+    result = run_pipeline(options, segment_dir,
+                          lambda p: update_pipeline(p, options, live, segment_dir, total_files))
+    counts = counter_values(result, UPDATE_COUNTERS)
     accounted = (counts["pages_unchanged"] + counts["pages_indexed"] + counts["pages_dead_lettered"]
                  + counts["pages_merged_duplicates"])
     if accounted != counts["pages_read"]:

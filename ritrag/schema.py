@@ -97,6 +97,21 @@ def page_row(page: ParsedPage) -> dict:
 
 
 @dataclass(frozen=True)
+class PageSource:
+    """Where a parsed page came from: what the build shuffles instead of its text,
+    to read and parse the page again once it is placed."""
+
+    url: str
+    source: str
+    raw_hash: str
+    content_hash: str
+
+    @classmethod
+    def of(cls, page: ParsedPage) -> "PageSource":
+        return cls(page.url, page.source, page.raw_hash, page.content_hash)
+
+
+@dataclass(frozen=True)
 class NodePlacement:
     """Where the forest put one node; joined with the page's text into a node row."""
 

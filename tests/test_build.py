@@ -203,3 +203,32 @@ def test_multi_process_local_runner_builds_the_same_index(tiny_site, tiny_index,
         assert table(tiny_index, kind).equals(table(tmp_path / "mp", kind)), kind
     query = "which port does version 3 listen on"
     assert RitragIndex(str(tmp_path / "mp")).get_toc(query)["trees"] == RitragIndex(str(tiny_index)).get_toc(query)["trees"]
+
+
+def test_a_page_changed_between_the_two_reads_is_dead_lettered_not_lost(tiny_site, tmp_path):
+    import apache_beam as beam
+
+    from pipelines.build import DEAD, PAGES_OUTPUT, NodeRowsFn, PageParser, read_file
+    from ritrag.schema import NodePlacement, PageSource
+
+    path = str(tmp_path / "page.html")
+    shutil.copy(next(str(p) for p in sorted(tiny_site.rglob("*.html"))), path)
+    parser = PageParser(str(tmp_path) + "/", BASE, 0, 1 << 20)
+    page = parser.parse(path, read_file(path))
+    placement = NodePlacement("n1", None, page.site, "page", 0, 0, page.title, page.url, (), (), "url")
+    fn = NodeRowsFn(parser, "page")
+
+    def outputs():
+        tagged = {}
+        for out in fn.process((page.url, {"placement": [placement], "page": [PageSource.of(page)]})):
+            tag = out.tag if isinstance(out, beam.pvalue.TaggedOutput) else "nodes"
+            tagged.setdefault(tag, []).append(out.value if tag != "nodes" else out)
+        return tagged
+
+    unchanged = outputs()
+    assert [r["body"] for r in unchanged["nodes"]] == [page.body] and len(unchanged[PAGES_OUTPUT]) == 1
+    with open(path, "ab") as fh:
+        fh.write(b"<p>edited while the build ran</p>")
+    changed = outputs()
+    assert [d.reason for d in changed[DEAD]] == ["changed_during_build"]
+    assert PAGES_OUTPUT not in changed and [r["body"] for r in changed["nodes"]] == [""]

@@ -19,6 +19,7 @@ from ritrag.vectors import MissingVectorsError, VectorShard, VectorStore, rerank
 from serving.retrieval import dense_top_k
 from transforms.dense import (DENSE_INFO_FILE, DENSE_TRAINED_FILE, EXACT_MAX_VECTORS, BuildDenseIndex,
                               choose_params, pq_codes, rebuild_index, trained_empty_index_of)
+from transforms.tables import remove_spill_files
 
 DIM = 32
 
@@ -129,6 +130,7 @@ def run_dense_build(out_dir: str, ids: np.ndarray, vectors: np.ndarray, num_shar
         written = (p | beam.Create(pairs) | BuildDenseIndex(out_dir, num_shards, **params)
                    | beam.CombinePerKey(sum))
         assert_that(written, equal_to([("dense", len(pairs))]))
+    remove_spill_files(out_dir)
 
 
 def shard_paths(out_dir: str, kind: str, ext: str, num_shards: int) -> list[str]:

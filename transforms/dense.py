@@ -25,11 +25,12 @@ from typing import Iterable
 import apache_beam as beam
 import faiss
 import numpy as np
+import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
 from ritrag.layout import open_read, parse_shard_file_name, shard_file_name
 from ritrag.vectors import CHUNK_ROWS, VECTORS_EXTENSION, VECTORS_KIND, VectorShard, write_vectors
-from transforms.tables import WriteShards, write_bytes
+from transforms.tables import WriteShards, sorted_in_one_piece, write_bytes
 
 DENSE_INFO_FILE = "dense.json"
 DENSE_TRAINED_FILE = "dense_trained.faiss"  # the trained empty index: rebuilds need no retraining
@@ -117,19 +118,33 @@ def vectors_path_for(dense_path: str) -> str:
     return os.path.join(directory, shard_file_name(VECTORS_KIND, shard, num_shards, VECTORS_EXTENSION))
 
 
-def write_dense_shard(path: str, items: list[tuple[int, np.ndarray]], trained: bytes) -> int:
+VECTORS_SCHEMA = pa.schema([pa.field("chunk_id", pa.int64(), nullable=False),
+                            pa.field("vector", pa.list_(pa.float16()), nullable=False)])
+
+
+def vectors_table(items: list[tuple[int, np.ndarray]]) -> pa.Table:
+    """(chunk_id, vector) pairs as a VECTORS_SCHEMA table (vectors as float16)."""
+    if not items:
+        return VECTORS_SCHEMA.empty_table()
+    ids = np.fromiter((k for k, _ in items), dtype=np.int64, count=len(items))
+    vectors = np.stack([v for _, v in items]).astype(np.float16)
+    offsets = np.arange(0, vectors.size + 1, vectors.shape[1], dtype=np.int32)
+    column = pa.ListArray.from_arrays(offsets, pa.array(vectors.reshape(-1)))
+    return pa.table([pa.array(ids), column], schema=VECTORS_SCHEMA)
+
+
+def write_dense_shard(path: str, table: pa.Table, trained: bytes) -> int:
     """Write one shard's vectors file and, from the same float16 vectors, its index."""
     dim = faiss.deserialize_index(np.frombuffer(trained, dtype=np.uint8)).d
-    items.sort(key=lambda kv: kv[0])
-    ids = np.fromiter((k for k, _ in items), dtype=np.int64, count=len(items))
-    vectors = np.empty((len(items), dim), np.float16)
-    for row, (_, vector) in enumerate(items):  # row by row: stacking first would add a float32 copy
-        vectors[row] = vector
+    table, order = sorted_in_one_piece(table, ["chunk_id"])
+    table = table.take(order)
+    ids = table.column("chunk_id").to_numpy()
+    vectors = table.column("vector").combine_chunks().flatten().to_numpy().reshape(len(ids), dim)
     with FileSystems.create(vectors_path_for(path)) as fh:
         write_vectors(fh, ids, vectors)
     batches = ((ids[s: s + CHUNK_ROWS], vectors[s: s + CHUNK_ROWS]) for s in range(0, len(ids), CHUNK_ROWS))
     write_bytes(path, shard_index(trained, batches))
-    return len(items)
+    return len(ids)
 
 
 def _train(sample: list[tuple[int, np.ndarray]], n_vectors: int, overrides: dict, out_dir: str) -> bytes:
@@ -177,6 +192,6 @@ class BuildDenseIndex(beam.PTransform):
                                       overrides=self._overrides, out_dir=self._out_dir)
             )
         return vectors | "WriteDense" >> WriteShards(
-            self._out_dir, "dense", self._num_shards, shard_key=lambda kv: kv[0],
+            self._out_dir, "dense", self._num_shards, shard_key=lambda kv: kv[0], to_table=vectors_table,
             write=write_dense_shard, extension="faiss",
             side_inputs={"trained": beam.pvalue.AsSingleton(trained)})

@@ -12,10 +12,11 @@ import json
 import os
 
 import apache_beam as beam
+import pyarrow as pa
 
 from ritrag.analyzer import term_frequencies
 from ritrag.schema import POSTINGS_SCHEMA, VOCABULARY_SCHEMA
-from transforms.tables import WriteShards, parquet_bytes, write_bytes
+from transforms.tables import WriteShards, parquet_bytes, write_bytes, write_sorted_table
 
 BM25_STATS_FILE = "bm25.json"
 VOCABULARY_FILE = "vocabulary.parquet"
@@ -27,15 +28,16 @@ def chunk_terms(chunk: dict) -> tuple[int, dict[str, int]]:
     return chunk["chunk_id"], dict(tf)
 
 
-def postings_rows(chunks: list[tuple[int, dict[str, int]]]) -> list[dict]:
-    rows = [{"term": t, "chunk_id": cid, "tf": n} for cid, tf in chunks for t, n in tf.items()]
-    rows.sort(key=lambda r: (r["term"], r["chunk_id"]))
-    return rows
+def postings_table(chunks: list[tuple[int, dict[str, int]]]) -> pa.Table:
+    """POSTINGS_SCHEMA rows of (chunk_id, term -> tf) pairs, in no particular order."""
+    terms = [t for _, tf in chunks for t in tf]
+    chunk_ids = [cid for cid, tf in chunks for _ in range(len(tf))]
+    tfs = [n for _, tf in chunks for n in tf.values()]
+    return pa.table({"term": terms, "chunk_id": chunk_ids, "tf": tfs}, schema=POSTINGS_SCHEMA)
 
 
-def write_postings_file(path: str, chunks: list[tuple[int, dict[str, int]]]) -> int:
-    write_bytes(path, parquet_bytes(postings_rows(chunks), POSTINGS_SCHEMA))
-    return len(chunks)
+def write_postings_file(path: str, postings: pa.Table) -> int:
+    return write_sorted_table(path, postings, POSTINGS_SCHEMA, ["term", "chunk_id"])
 
 
 def write_vocabulary(out_dir: str, term_dfs: list[tuple[str, int]]) -> None:
@@ -97,4 +99,5 @@ class BuildSparseIndex(beam.PTransform):
          | "CorpusTotals" >> beam.CombineGlobally(_SumPairs())
          | "WriteBm25Stats" >> beam.Map(lambda stats: write_bm25_stats(out_dir, stats)))
         return terms | "WritePostings" >> WriteShards(
-            out_dir, "postings", self._num_shards, shard_key=lambda ct: ct[0], write=write_postings_file)
+            out_dir, "postings", self._num_shards, shard_key=lambda ct: ct[0], to_table=postings_table,
+            write=write_postings_file)

@@ -1,26 +1,46 @@
-"""Sharded, deterministic Parquet writing.
+"""Sharded, deterministic table files, written without shuffling the records.
 
-Every shard file is named `<kind>-SSSSS-of-NNNNN.parquet`, holds the rows whose
-id hashes to that shard, sorted by id, so two builds of the same input write
+Every shard file is named `<kind>-SSSSS-of-NNNNN.<ext>` and holds the records
+whose key hashes to that shard, sorted, so two builds of the same input write
 byte-identical files whatever the runner's bundle order, and a reader can find
 a row by binary search over row-group statistics. Every shard index gets a file,
 empty or not, so readers can tell a complete table from a partial one.
+
+Records are never shuffled themselves (Beam's local runner holds every shuffled
+collection in memory, decoded into Python objects). Each worker converts the
+records it sees to Arrow and appends them to spill files under the segment's
+`.spill/<kind>/` folder (Arrow IPC, LZ4, one record batch per shard and flush);
+only the (shard, spill file, batches) spans are shuffled. One worker per shard
+then reads its spans, sorts them and writes the shard file. A worker's memory is
+thus bounded by one shard (plus `SPILL_BYTES`), not by the corpus: more shards,
+less memory per worker. The launching process deletes `.spill/` before publishing.
 """
 from __future__ import annotations
 
 import io
+import logging
 import os
-from typing import Any, Callable, Iterable
+import shutil
+import uuid
+from collections import defaultdict
+from typing import Any, Callable, Iterable, Sequence
 
 import apache_beam as beam
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.transforms.window import GlobalWindows
 
 from ritrag.ids import shard_of
-from ritrag.layout import shard_file_name
+from ritrag.layout import is_remote, shard_file_name
 
+LOG = logging.getLogger("ritrag.tables")
 ROW_GROUP_ROWS = 4096  # small groups keep point lookups of one node cheap
+SPILL_DIR = ".spill"  # under the segment directory; dot-named: never part of a segment
+SPILL_BYTES = 64 * 2 ** 20  # Arrow bytes a worker buffers before it writes a spill file
+CONVERT_RECORDS = 1024  # Python records buffered before they become Arrow tables
 
 
 def write_bytes(path: str, data: bytes) -> None:
@@ -37,61 +57,177 @@ def parquet_bytes(rows: list[dict], schema: pa.Schema) -> bytes:
     return sink.getvalue()
 
 
-def write_table_file(path: str, rows: list[dict], schema: pa.Schema, id_column: str) -> int:
-    rows.sort(key=lambda r: r[id_column])
-    write_bytes(path, parquet_bytes(rows, schema))
-    return len(rows)
+def _wide(data_type: pa.DataType) -> pa.DataType:
+    """`data_type` with 64-bit offsets: a shard's text may exceed 2 GiB."""
+    if pa.types.is_string(data_type):
+        return pa.large_string()
+    if pa.types.is_binary(data_type):
+        return pa.large_binary()
+    if pa.types.is_list(data_type):
+        return pa.large_list(_wide(data_type.value_type))
+    if pa.types.is_struct(data_type):
+        return pa.struct([field.with_type(_wide(field.type)) for field in data_type])
+    return data_type
+
+
+def sorted_in_one_piece(table: pa.Table, sort_keys: Sequence[str]) -> tuple[pa.Table, pa.Array]:
+    """(`table` as one contiguous chunk per column, the row order that sorts it by
+    `sort_keys`). Slicing a contiguous table by that order is cheap; a chunked one
+    would be concatenated again at every slice."""
+    wide = pa.schema([field.with_type(_wide(field.type)) for field in table.schema])
+    table = table.cast(wide).combine_chunks()
+    return table, pc.sort_indices(table, sort_keys=[(key, "ascending") for key in sort_keys])
+
+
+def write_sorted_table(path: str, table: pa.Table, schema: pa.Schema, sort_keys: Sequence[str]) -> int:
+    """Write `table` sorted by `sort_keys` as Parquet of `schema`, one row group at a time."""
+    table, order = sorted_in_one_piece(table, sort_keys)
+    with FileSystems.create(path) as fh:
+        with pq.ParquetWriter(fh, schema, compression="zstd", write_statistics=True) as writer:
+            for start in range(0, len(order), ROW_GROUP_ROWS):
+                writer.write_table(table.take(order[start: start + ROW_GROUP_ROWS]).cast(schema))
+    return table.num_rows
+
+
+SpillSpan = tuple[str, int, int]  # (spill file, first record batch, number of batches)
+
+
+def read_spill_span(span: SpillSpan) -> pa.Table:
+    path, first, count = span
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+        reader = pa.ipc.open_file(fh)
+        return pa.Table.from_batches([reader.get_batch(i) for i in range(first, first + count)],
+                                     schema=reader.schema)
+
+
+class _SpillByShardFn(beam.DoFn):
+    """Records -> spill files; outputs a (shard, SpillSpan) per shard and spill file."""
+
+    def __init__(self, spill_dir: str, num_shards: int, shard_key: Callable[[Any], Any],
+                 to_table: Callable[[list], pa.Table], spill_bytes: int):
+        self._spill_dir = spill_dir
+        self._num_shards = num_shards
+        self._shard_key = shard_key
+        self._to_table = to_table
+        self._spill_bytes = spill_bytes
+
+    def start_bundle(self):
+        self._records: dict[int, list] = defaultdict(list)
+        self._n_records = 0
+        self._tables: dict[int, list[pa.Table]] = defaultdict(list)
+        self._n_bytes = 0
+
+    def process(self, record):
+        self._records[shard_of(self._shard_key(record), self._num_shards)].append(record)
+        self._n_records += 1
+        if self._n_records >= CONVERT_RECORDS:
+            self._convert()
+            if self._n_bytes >= self._spill_bytes:
+                yield from self._spill()
+
+    def finish_bundle(self):
+        self._convert()
+        for span in self._spill():
+            yield GlobalWindows.windowed_value(span)
+
+    def _convert(self) -> None:
+        for shard, records in self._records.items():
+            table = self._to_table(records)
+            self._tables[shard].append(table)
+            self._n_bytes += table.nbytes
+        self._records.clear()
+        self._n_records = 0
+
+    def _spill(self) -> list[tuple[int, SpillSpan]]:
+        if not self._tables:
+            return []
+        path = f"{self._spill_dir.rstrip('/')}/{uuid.uuid4().hex}.arrow"
+        spans, written = [], 0
+        schema = next(iter(self._tables.values()))[0].schema
+        options = pa.ipc.IpcWriteOptions(compression="lz4")
+        with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+            with pa.ipc.new_file(fh, schema, options=options) as writer:
+                for shard in sorted(self._tables):
+                    batches = [b for t in self._tables[shard] for b in t.to_batches() if b.num_rows]
+                    for batch in batches:
+                        writer.write_batch(batch)
+                    spans.append((shard, (path, written, len(batches))))
+                    written += len(batches)
+        self._tables.clear()
+        self._n_bytes = 0
+        return spans
 
 
 class _WriteShardFn(beam.DoFn):
     def __init__(self, out_dir: str, kind: str, num_shards: int, extension: str,
-                 write: Callable[[str, list], Any]):
+                 to_table: Callable[[list], pa.Table], write: Callable[..., Any]):
         self._out_dir = out_dir
         self._kind = kind
         self._num_shards = num_shards
         self._extension = extension
+        self._to_table = to_table
         self._write = write
 
-    def process(self, shard_and_values: tuple[int, Iterable], **side_inputs):
-        shard, values = shard_and_values
-        rows = [v for v in values if v is not None]
+    def process(self, shard_and_spans: tuple[int, Iterable[SpillSpan | None]], **side_inputs):
+        shard, spans = shard_and_spans
+        tables = [read_spill_span(span) for span in sorted(s for s in spans if s is not None)]
+        table = pa.concat_tables(tables) if tables else self._to_table([])
         name = shard_file_name(self._kind, shard, self._num_shards, self._extension)
-        self._write(os.path.join(self._out_dir, name), rows, **side_inputs)
-        yield self._kind, len(rows)
+        self._write(os.path.join(self._out_dir, name), table, **side_inputs)
+        yield self._kind, table.num_rows
 
 
 class WriteShards(beam.PTransform):
-    """Group records by shard and write one file per shard with `write(path, records)`.
+    """Records -> one file per shard, through spill files (see the module doc).
 
-    `shard_key` maps a record to the id that picks its shard; `side_inputs`
-    reach `write` as keyword arguments. Outputs one (kind, number of records)
+    `shard_key` maps a record to the id that picks its shard; `to_table` turns a
+    list of records into an Arrow table (always of the same schema, also for no
+    records); `write(path, table, **side_inputs)` writes one shard's file from the
+    table of all its records, in any order. Outputs one (kind, number of rows)
     pair per shard.
     """
 
-    def __init__(self, out_dir: str, kind: str, num_shards: int,
-                 shard_key: Callable[[Any], Any], write: Callable[[str, list], Any],
-                 extension: str = "parquet", side_inputs: dict | None = None):
+    def __init__(self, out_dir: str, kind: str, num_shards: int, shard_key: Callable[[Any], Any],
+                 to_table: Callable[[list], pa.Table], write: Callable[..., Any],
+                 extension: str = "parquet", side_inputs: dict | None = None,
+                 spill_bytes: int = SPILL_BYTES):
         super().__init__()
-        self._extension = extension
-        self._side_inputs = side_inputs or {}
         self._out_dir = out_dir
         self._kind = kind
         self._num_shards = num_shards
         self._shard_key = shard_key
+        self._to_table = to_table
         self._write = write
+        self._extension = extension
+        self._side_inputs = side_inputs or {}
+        self._spill_bytes = spill_bytes
 
     def expand(self, records):
         n = self._num_shards
-        shard_key = self._shard_key
-        keyed = records | "KeyByShard" >> beam.Map(lambda r: (shard_of(shard_key(r), n), r))
-        every_shard = (records.pipeline | "AllShards" >> beam.Create([(s, None) for s in range(n)]))
+        spill_dir = f"{self._out_dir.rstrip('/')}/{SPILL_DIR}/{self._kind}"
+        spans = records | "Spill" >> beam.ParDo(
+            _SpillByShardFn(spill_dir, n, self._shard_key, self._to_table, self._spill_bytes))
+        every_shard = records.pipeline | "AllShards" >> beam.Create([(s, None) for s in range(n)])
         return (
-            (keyed, every_shard)
+            (spans, every_shard)
             | "WithEmptyShards" >> beam.Flatten()
             | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShard" >> beam.ParDo(_WriteShardFn(self._out_dir, self._kind, n, self._extension, self._write),
-                                          **self._side_inputs)
+            | "WriteShard" >> beam.ParDo(
+                _WriteShardFn(self._out_dir, self._kind, n, self._extension, self._to_table, self._write),
+                **self._side_inputs)
         )
+
+
+def remove_spill_files(segment_dir: str) -> None:
+    """Delete what WriteShards spilled (also files of retried or failed bundles)."""
+    spill_dir = f"{segment_dir.rstrip('/')}/{SPILL_DIR}"
+    if not is_remote(spill_dir):
+        shutil.rmtree(spill_dir, ignore_errors=True)
+        return
+    try:
+        FileSystems.delete([spill_dir + "/"])  # an object store: everything under the prefix
+    except BeamIOError as exc:  # garbage left behind, never part of a segment: warn, go on
+        LOG.warning("could not delete spill files under %s: %s", spill_dir, exc)
 
 
 class WriteParquetTable(beam.PTransform):
@@ -111,5 +247,6 @@ class WriteParquetTable(beam.PTransform):
         return rows | WriteShards(
             self._out_dir, self._kind, self._num_shards,
             shard_key=lambda r: r[id_column],
-            write=lambda path, shard_rows: write_table_file(path, shard_rows, schema, id_column),
+            to_table=lambda shard_rows: pa.Table.from_pylist(shard_rows, schema=schema),
+            write=lambda path, table: write_sorted_table(path, table, schema, [id_column]),
         )
