@@ -52,7 +52,7 @@ from benchmarks.results import cpu_description, write_section  # noqa: E402
 from ritrag.embedder import (DEFAULT_MODEL, EmbedderSpec, SentenceEncoder, available_cpus,  # noqa: E402
                              choose_device, load_sentence_transformer, load_tokenizer,
                              model_token_limit, token_budget_batches)
-from transforms.chunk import chunk_text, tokenizer_counter  # noqa: E402
+from transforms.chunk import chunk_text, counts_add_up, tokenizer_counter  # noqa: E402
 from transforms.parse import UnparseablePage, parse_page  # noqa: E402
 from transforms.embed import DEFAULT_BATCH_SIZE  # noqa: E402
 
@@ -72,6 +72,7 @@ def corpus_chunks(corpus: str, spec: EmbedderSpec, count: int, seed: int) -> lis
     random.Random(seed).shuffle(pages)
     tokenizer = load_tokenizer(spec)
     count_tokens, limit = tokenizer_counter(tokenizer), model_token_limit(spec, tokenizer)
+    additive = counts_add_up(tokenizer)
     chunks: list[str] = []
     for product, path in pages:
         with open(os.path.join(corpus, product, path), "rb") as fh:
@@ -79,7 +80,7 @@ def corpus_chunks(corpus: str, spec: EmbedderSpec, count: int, seed: int) -> lis
                 page = parse_page(fh.read(), f"{SITE}{product}/{path}", f"{SITE}{product}/")
             except UnparseablePage:
                 continue
-        chunks.extend(chunk_text(page.title, page.body, count_tokens, limit))
+        chunks.extend(chunk_text(page.title, page.body, count_tokens, limit, additive))
         if len(chunks) >= count:
             return chunks[:count]
     raise SystemExit(f"the corpus has only {len(chunks)} chunks")

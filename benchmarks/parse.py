@@ -25,7 +25,7 @@ from benchmarks.results import cpu_description, write_section
 from ritrag.embedder import EmbedderSpec, load_tokenizer, model_token_limit
 from ritrag.ids import site_of
 from ritrag.schema import PageSkeleton
-from transforms.chunk import chunk_rows, tokenizer_counter
+from transforms.chunk import chunk_rows, counts_add_up, tokenizer_counter
 from transforms.forest import build_site_forest
 from transforms.parse import UnparseablePage, parse_page
 
@@ -52,7 +52,7 @@ def baseline(pages: list[tuple[str, bytes]]) -> None:
         lxml.html.fromstring(data).text_content()
 
 
-def pipeline_stages(pages: list[tuple[str, bytes]], count, limit: int, upto: str = "chunk") -> int:
+def pipeline_stages(pages: list[tuple[str, bytes]], count, limit: int, additive: bool, upto: str = "chunk") -> int:
     """parse -> forest per site -> chunks of every page, stopping after stage
     `upto`; returns chunks made."""
     parsed, skeletons = {}, collections.defaultdict(list)
@@ -73,7 +73,8 @@ def pipeline_stages(pages: list[tuple[str, bytes]], count, limit: int, upto: str
         for placement in placements:
             page = parsed.get(placement.url) if placement.kind == "page" else None
             if page is not None:
-                chunks += len(chunk_rows(placement.node_id, placement.node_id, page.title, page.body, count, limit))
+                chunks += len(chunk_rows(placement.node_id, placement.node_id, page.title, page.body, count, limit,
+                                             additive))
     return chunks
 
 
@@ -99,9 +100,10 @@ def main(argv: list[str] | None = None) -> None:
     spec = EmbedderSpec()
     tokenizer = load_tokenizer(spec)
     count, limit = tokenizer_counter(tokenizer), model_token_limit(spec, tokenizer)
-    chunks = pipeline_stages(pages, count, limit)
+    additive = counts_add_up(tokenizer)
+    chunks = pipeline_stages(pages, count, limit, additive)
     base_cpu, base_wall = best_of(lambda: baseline(pages), args.repeats)
-    stages = {upto: best_of(lambda: pipeline_stages(pages, count, limit, upto), args.repeats)
+    stages = {upto: best_of(lambda: pipeline_stages(pages, count, limit, additive, upto), args.repeats)
               for upto in ("parse", "forest", "chunk")}
     ours_cpu, ours_wall = stages["chunk"]
     n, megabytes = len(pages), sum(len(d) for _, d in pages) / 1e6

@@ -383,12 +383,16 @@ class HashingEncoder:
         import re
         import zlib
 
-        vectors = np.zeros((len(texts), self._dimension), dtype=np.float32)
-        for row, text in enumerate(texts):
-            codes = np.fromiter((zlib.crc32(t.encode()) for t in re.findall(r"\w+", (prefix + text).lower())),
-                                dtype=np.int64)
-            signs = np.where(codes & (1 << 31), -1.0, 1.0).astype(np.float32)
-            np.add.at(vectors[row], codes % self._dimension, signs)
+        words = [re.findall(r"\w+", (prefix + text).lower()) for text in texts]
+        # Hash each distinct word once per batch: words repeat, crc32 calls from
+        # Python are what this encoder spends its time on.
+        distinct, inverse = np.unique(np.array([w for ws in words for w in ws] or [""]), return_inverse=True)
+        codes = np.fromiter((zlib.crc32(w.encode()) for w in distinct.tolist()), np.int64, len(distinct))[inverse]
+        rows = np.repeat(np.arange(len(texts)), [len(ws) for ws in words])
+        signs = np.where(codes[: len(rows)] & (1 << 31), -1.0, 1.0)
+        flat = np.bincount(rows * self._dimension + codes[: len(rows)] % self._dimension, weights=signs,
+                           minlength=len(texts) * self._dimension)
+        vectors = flat.reshape(len(texts), self._dimension).astype(np.float32)
         if self.normalize:
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
             vectors /= np.where(norms > 0, norms, 1.0)

@@ -1,8 +1,14 @@
+import glob
+import os
+
 import pytest
 
 from ritrag.embedder import EmbedderSpec, load_tokenizer, model_token_limit
 from ritrag.ids import chunk_id_for
-from transforms.chunk import chunk_rows, chunk_text, tokenizer_counter
+from transforms.chunk import chunk_rows, chunk_text, counted_chunks, counts_add_up, tokenizer_counter
+from transforms.parse import parse_page
+
+SAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample", "pages")
 
 
 def words(texts):
@@ -53,6 +59,29 @@ def test_real_tokenizer_limit_holds_on_code_and_unbroken_runs(tokenizer):
     chunks = chunk_text("Module reference", body, count, 254)
     assert len(chunks) > 3
     assert max(count(chunks)) <= 254
+
+
+def test_additive_counting_stores_the_tokenizers_own_counts(tokenizer):
+    assert counts_add_up(tokenizer)  # BERT WordPiece splits at whitespace
+    count = tokenizer_counter(tokenizer)
+    pages = sorted(glob.glob(os.path.join(SAMPLE, "**", "*.html"), recursive=True))[::6]
+    bodies = [parse_page(open(p, "rb").read(), "http://x/" + os.path.basename(p), "x") for p in pages]
+    bodies += [parse_page(("<title>Ünïcode 中文</title><p>" + "Straße café naïve 東京都 " * 300 + "</p><p>" + "b" * 3000
+                           + "</p>").encode(), "http://x/u", "x")]
+    for page in bodies:
+        verified = counted_chunks(page.title, page.body, count, 254)
+        summed = counted_chunks(page.title, page.body, count, 254, additive=True)
+        assert summed == verified
+        assert [n for _, n in summed] == count([t for t, _ in summed])
+
+
+def test_byte_level_tokenizers_are_not_trusted_to_add_up():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel()
+    assert not counts_add_up(PreTrainedTokenizerFast(tokenizer_object=backend))
 
 
 def test_chunk_ids_are_deterministic_and_text_sensitive():

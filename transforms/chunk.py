@@ -72,34 +72,44 @@ def _fit(texts: list[str], limit: int, count: TokenCounter) -> list[tuple[str, i
     return out
 
 
-def counted_chunks(title: str, body: str, count: TokenCounter, limit: int) -> list[tuple[str, int]]:
+def counted_chunks(title: str, body: str, count: TokenCounter, limit: int, additive: bool = False
+                   ) -> list[tuple[str, int]]:
     """(text, tokens) of the chunks of one node, each at most `limit` tokens, in
-    document order. The tokenizer sees the text about twice: paragraphs once
-    (their counts are packed), finished chunks once (verified and stored)."""
+    document order. The tokenizer sees the paragraphs once (their counts are
+    packed); unless counts are `additive` (`counts_add_up`), it sees the finished
+    chunks once more, to verify them and store their exact counts."""
     header = title.strip()
-    header_tokens = count([header + "\n"])[0] if header else 0
-    budget = max(limit - header_tokens, limit // 2)
     paragraphs = [" ".join(p.split()) for p in _PARAGRAPH_RE.split(body)]
     paragraphs = [p for p in paragraphs if p]
+    counts = count(([header + "\n"] if header else []) + paragraphs)
+    header_tokens = counts.pop(0) if header else 0
+    budget = max(limit - header_tokens, limit // 2)
     units: list[tuple[str, int]] = []
-    for paragraph, n in zip(paragraphs, count(paragraphs) if paragraphs else []):
+    for paragraph, n in zip(paragraphs, counts):
         units.extend([(paragraph, n)] if n <= budget else _split_long(paragraph, budget, count))
     if not units:
         return [(header, header_tokens)] if header else []
     passages = _pack([u for u, _ in units], [n for _, n in units], budget, "\n")
-    return _fit([f"{header}\n{p}" if header else p for p, _ in passages], limit, count)
+    texts = [f"{header}\n{p}" if header else p for p, _ in passages]
+    if not additive:
+        return _fit(texts, limit, count)
+    out = []
+    for text, (_, n) in zip(texts, passages):
+        total = header_tokens + n
+        out.extend([(text, total)] if total <= limit else _fit([text], limit, count))
+    return out
 
 
-def chunk_text(title: str, body: str, count: TokenCounter, limit: int) -> list[str]:
+def chunk_text(title: str, body: str, count: TokenCounter, limit: int, additive: bool = False) -> list[str]:
     """Chunk texts of one node, each at most `limit` tokens, in document order."""
-    return [text for text, _ in counted_chunks(title, body, count, limit)]
+    return [text for text, _ in counted_chunks(title, body, count, limit, additive)]
 
 
-def chunk_rows(node_id: str, page_id: str, title: str, body: str, count: TokenCounter, limit: int
-               ) -> list[dict]:
+def chunk_rows(node_id: str, page_id: str, title: str, body: str, count: TokenCounter, limit: int,
+               additive: bool = False) -> list[dict]:
     """Rows of the chunks table (CHUNKS_SCHEMA) for one node of page `page_id`."""
     rows = []
-    for ordinal, (text, n_tokens) in enumerate(counted_chunks(title, body, count, limit)):
+    for ordinal, (text, n_tokens) in enumerate(counted_chunks(title, body, count, limit, additive)):
         rows.append({
             "chunk_id": chunk_id_for(node_id, ordinal, text),
             "node_id": node_id,
@@ -110,6 +120,26 @@ def chunk_rows(node_id: str, page_id: str, title: str, body: str, count: TokenCo
             "n_tokens": n_tokens,
         })
     return rows
+
+
+# Pre-tokenizers that split at every whitespace (and normalizers that map
+# characters one by one): with them, a text joined from parts at whitespace has
+# exactly the sum of its parts' token counts. Byte-level BPE and SentencePiece
+# tokenizers mark word starts, so their counts are verified instead.
+_SPLITTING_PRE_TOKENIZERS = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}
+_CHARACTER_NORMALIZERS = {"BertNormalizer", "NFC", "NFD", "NFKC", "NFKD", "Lowercase", "StripAccents"}
+
+
+def counts_add_up(tokenizer) -> bool:
+    """Whether the token count of texts joined at whitespace is the sum of their counts."""
+    import json
+
+    config = json.loads(tokenizer.backend_tokenizer.to_str())
+    normalizer, pre_tokenizer = config.get("normalizer"), config.get("pre_tokenizer") or {}
+    normalizers = (normalizer.get("normalizers", [normalizer]) if normalizer else [])
+    return (config.get("model", {}).get("type") == "WordPiece"
+            and pre_tokenizer.get("type") in _SPLITTING_PRE_TOKENIZERS
+            and all(n.get("type") in _CHARACTER_NORMALIZERS for n in normalizers))
 
 
 def tokenizer_counter(tokenizer) -> TokenCounter:
@@ -135,11 +165,12 @@ def node_chunker(spec: EmbedderSpec) -> Callable[[dict], list[dict]]:
     model (loaded here, once). Virtual and site nodes hold no text: no chunks."""
     tokenizer = load_tokenizer(spec)
     count, limit = tokenizer_counter(tokenizer), model_token_limit(spec, tokenizer)
+    additive = counts_add_up(tokenizer)
 
     def chunk(node: dict) -> list[dict]:
         if node["kind"] in ("site", "virtual"):
             return []
-        return chunk_rows(node["node_id"], node["page_id"], node["title"], node["body"], count, limit)
+        return chunk_rows(node["node_id"], node["page_id"], node["title"], node["body"], count, limit, additive)
 
     return chunk
 

@@ -8,11 +8,13 @@ sharded index scores exactly like an unsharded one.
 """
 from __future__ import annotations
 
+import collections
 import json
 import os
 
 import apache_beam as beam
 import pyarrow as pa
+from apache_beam.transforms.window import GlobalWindows
 
 from ritrag.analyzer import term_frequencies
 from ritrag.schema import POSTINGS_SCHEMA, VOCABULARY_SCHEMA
@@ -52,6 +54,25 @@ def write_bm25_stats(out_dir: str, stats: tuple[int, int]) -> None:
     write_bytes(os.path.join(out_dir, BM25_STATS_FILE), json.dumps(data, sort_keys=True).encode())
 
 
+class _CountTermsFn(beam.DoFn):
+    """(term -> tf, sign) per chunk -> (term, signed number of chunks) per bundle:
+    counting in a dict costs far less than one Beam element per (term, chunk)."""
+
+    def start_bundle(self):
+        self._counts: collections.Counter = collections.Counter()
+
+    def process(self, tf_sign: tuple[dict[str, int], int]):
+        tf, sign = tf_sign
+        counts = self._counts
+        for term in tf:
+            counts[term] += sign
+
+    def finish_bundle(self):
+        for term_count in self._counts.items():
+            yield GlobalWindows.windowed_value(term_count)
+        self._counts = collections.Counter()
+
+
 class _SumPairs(beam.CombineFn):
     def create_accumulator(self):
         return 0, 0
@@ -89,7 +110,7 @@ class BuildSparseIndex(beam.PTransform):
             signed = ((signed, self._removed | "Removed" >> beam.Map(lambda ct: (ct[1], -1)))
                       | "AddedAndRemoved" >> beam.Flatten())
         (signed
-         | "TermsOncePerChunk" >> beam.FlatMap(lambda tf_sign: ((t, tf_sign[1]) for t in tf_sign[0]))
+         | "TermsOncePerChunk" >> beam.ParDo(_CountTermsFn())
          | "DocumentFrequency" >> beam.CombinePerKey(sum)
          | "NonZero" >> beam.Filter(lambda term_df: term_df[1] != 0)
          | "AllTerms" >> beam.combiners.ToList()
