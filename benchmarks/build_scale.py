@@ -12,6 +12,7 @@ whether time grows linearly (target: time(1M) / time(100k) <= 11).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shutil
 import sys
@@ -82,4 +83,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")  # progress lines
     main()

@@ -232,3 +232,12 @@ def test_a_page_changed_between_the_two_reads_is_dead_lettered_not_lost(tiny_sit
     changed = outputs()
     assert [d.reason for d in changed[DEAD]] == ["changed_during_build"]
     assert PAGES_OUTPUT not in changed and [r["body"] for r in changed["nodes"]] == [""]
+
+
+def test_progress_lines_give_count_rate_eta_and_memory():
+    from transforms.progress import progress_line, resident_bytes
+
+    line = progress_line("parse (pages)", 250, 10.0, 1000, 3 * 2 ** 29)
+    assert line == "parse (pages): 250 in 10 s (25.0/s), 25.0% of 1,000, ETA 0m30s, worker RSS 1.50 GiB"
+    assert progress_line("embed (chunks)", 5, 0.0, None) == "embed (chunks): 5 in 0 s (0.0/s)"
+    assert resident_bytes() is None or resident_bytes() > 2 ** 20

@@ -1,12 +1,13 @@
 """Progress lines for people watching a long job: counts, rates and an ETA.
 
 `LogProgress` is a pass-through step placed after a stage. Each worker process
-logs its own count at most every `every_s` seconds; where the stage's total is
+logs its own count (and its resident memory) at most every `every_s` seconds; where the stage's total is
 known (pages, counted when the input is matched) the line carries an ETA.
 """
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import apache_beam as beam
@@ -14,14 +15,26 @@ import apache_beam as beam
 LOG = logging.getLogger("ritrag.progress")
 
 
-def progress_line(stage: str, done: int, elapsed_s: float, total: int | None) -> str:
+def progress_line(stage: str, done: int, elapsed_s: float, total: int | None,
+                  rss_bytes: int | None = None) -> str:
     rate = done / elapsed_s if elapsed_s > 0 else 0.0
     line = f"{stage}: {done:,} in {elapsed_s:,.0f} s ({rate:,.1f}/s)"
     if total:
         left = max(total - done, 0)
         eta = left / rate if rate > 0 else float("inf")
         line += f", {100.0 * done / total:.1f}% of {total:,}, ETA {format_duration(eta)}"
+    if rss_bytes:
+        line += f", worker RSS {rss_bytes / 2 ** 30:.2f} GiB"
     return line
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory, where /proc tells (Linux); else None."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def format_duration(seconds: float) -> str:
@@ -48,12 +61,13 @@ class _ProgressFn(beam.DoFn):
         self._done += 1
         if now - self._last >= self._every_s:
             self._last = now
-            LOG.info(progress_line(self._stage, self._done, now - self._started, self._total))
+            LOG.info(progress_line(self._stage, self._done, now - self._started, self._total, resident_bytes()))
         yield element
 
     def teardown(self):
         if self._started is not None:
-            LOG.info(progress_line(self._stage, self._done, time.monotonic() - self._started, self._total))
+            LOG.info(progress_line(self._stage, self._done, time.monotonic() - self._started, self._total,
+                                   resident_bytes()))
 
 
 class LogProgress(beam.PTransform):
