@@ -9,7 +9,8 @@ empty or not, so readers can tell a complete table from a partial one.
 Records are never shuffled themselves (Beam's local runner holds every shuffled
 collection in memory, decoded into Python objects). Each worker converts the
 records it sees to Arrow and appends them to spill files under the segment's
-`.spill/<kind>/` folder (Arrow IPC, LZ4, one record batch per shard and flush);
+`.spill/<kind>/` folder (Arrow IPC, LZ4, one record batch per shard and flush,
+named by a hash of the keys it holds);
 only the (shard, spill file, batches) spans are shuffled. One worker per shard
 then reads its spans, sorts them and writes the shard file. A worker's memory is
 thus bounded by one shard (plus `SPILL_BYTES`), not by the corpus: more shards,
@@ -17,11 +18,11 @@ less memory per worker. The launching process deletes `.spill/` before publishin
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 import os
 import shutil
-import uuid
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Sequence
 
@@ -116,9 +117,12 @@ class _SpillByShardFn(beam.DoFn):
         self._n_records = 0
         self._tables: dict[int, list[pa.Table]] = defaultdict(list)
         self._n_bytes = 0
+        self._keys = hashlib.blake2b(digest_size=16)
 
     def process(self, record):
-        self._records[shard_of(self._shard_key(record), self._num_shards)].append(record)
+        key = self._shard_key(record)
+        self._keys.update(repr(key).encode())
+        self._records[shard_of(key, self._num_shards)].append(record)
         self._n_records += 1
         if self._n_records >= CONVERT_RECORDS:
             self._convert()
@@ -141,7 +145,9 @@ class _SpillByShardFn(beam.DoFn):
     def _spill(self) -> list[tuple[int, SpillSpan]]:
         if not self._tables:
             return []
-        path = f"{self._spill_dir.rstrip('/')}/{uuid.uuid4().hex}.arrow"
+        # Named by the keys it holds: a retried bundle rewrites the same file.
+        path = f"{self._spill_dir.rstrip('/')}/{self._keys.hexdigest()}.arrow"
+        self._keys = hashlib.blake2b(digest_size=16)
         spans, written = [], 0
         schema = next(iter(self._tables.values()))[0].schema
         options = pa.ipc.IpcWriteOptions(compression="lz4")
