@@ -174,8 +174,8 @@ def write_synthetic_index(out: str, nodes: int = 1_000_000, sites: int = 16, fan
 
     present = np.flatnonzero(df)
     order = present[np.argsort(words[present].astype(str))]
-    write_table(os.path.join(seg_dir, "vocabulary.parquet"), {"term": words[order], "df": df[order]},
-                VOCABULARY_SCHEMA)
+    write_table(os.path.join(seg_dir, shard_file_name("vocabulary", 0, 1, "parquet")),
+                {"term": words[order], "df": df[order]}, VOCABULARY_SCHEMA)
     bm25 = {"n_chunks": nodes, "n_terms": int(offsets[-1]), "avg_chunk_terms": float(offsets[-1] / nodes)}
     with open(os.path.join(seg_dir, "bm25.json"), "w", encoding="utf-8") as fh:
         json.dump(bm25, fh, sort_keys=True)

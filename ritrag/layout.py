@@ -6,7 +6,7 @@ INDEX/
   versions/v000003.json        manifest: segments, tombstones, stats, config, checksums
   segments/<segment-id>/       written once, never modified
      nodes-SSSSS-of-NNNNN.parquet     chunks-SSSSS-of-NNNNN.parquet
-     postings-SSSSS-of-NNNNN.parquet  vocabulary.parquet
+     postings-SSSSS-of-NNNNN.parquet  vocabulary-SSSSS-of-NNNNN.parquet
      dense-SSSSS-of-NNNNN.faiss       dead_letters.parquet
 ```
 

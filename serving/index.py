@@ -209,7 +209,7 @@ class LoadedIndex:
     def _load_postings(self, chunk_shards: dict[tuple, tuple[np.ndarray, np.ndarray]]) -> Postings:
         vocabulary: list[str] = []
         df: dict[str, int] = {}
-        for f in self._file("vocabulary.parquet"):
+        for f in self._files("vocabulary"):
             vocab = pq.read_table(f)
             for term, n in zip(vocab["term"].to_pylist(), vocab["df"].to_pylist()):
                 if term not in df:
@@ -240,7 +240,7 @@ class LoadedIndex:
             runs = pc.run_end_encode(table["term"].combine_chunks())
             run_terms = pc.index_in(runs.values, value_set=terms)
             if run_terms.null_count:
-                raise RuntimeError(f"{path}: postings of terms that vocabulary.parquet lacks")
+                raise RuntimeError(f"{path}: postings of terms that the vocabulary lacks")
             chunk_ids = table["chunk_id"].to_numpy()
             shard_ids, shard_rows = chunk_shards.get(key, (self.chunk_ids, np.arange(len(self.chunk_ids))))
             pos = np.clip(np.searchsorted(shard_ids, chunk_ids), 0, max(len(shard_ids) - 1, 0))

@@ -230,15 +230,16 @@ def test_a_running_server_swaps_to_the_new_version_without_failing_requests(snap
     thread = threading.Thread(target=client)
     thread.start()
     try:
+        while not seen and not errors:  # the client is running before the swap starts
+            pass
         assert watcher.check_once() is True
-        served_during_swap = len(seen)
-        while len(seen) < served_during_swap + 3:
+        served_before_swap_ended = len(seen)
+        while len(seen) < served_before_swap_ended + 3 and not errors:
             pass
     finally:
         stop.set()
         thread.join()
     assert errors == []
-    assert served_during_swap > 0  # requests were answered while the new version loaded
     assert seen[0] == "v000001" and seen[-1] == "v000002"
     expected = RitragIndex(str(fresh)).get_toc("log rotation")["trees"]
     assert service.index.get_toc("log rotation")["trees"] == expected

@@ -3,8 +3,9 @@
 Each shard file holds (term, chunk_id, tf) rows of the chunks it owns, sorted by
 term then chunk. Statistics that BM25 needs across shards are computed by Beam
 combiners over the whole corpus: the document frequency of every term
-(`vocabulary.parquet`) and N and the total number of terms (`bm25.json`), so a
-sharded index scores exactly like an unsharded one.
+(`vocabulary-SSSSS-of-NNNNN.parquet`, sharded by term, sorted) and N and the
+total number of terms (`bm25.json`), so a sharded index scores exactly like an
+unsharded one. No worker holds the whole vocabulary.
 """
 from __future__ import annotations
 
@@ -18,10 +19,9 @@ from apache_beam.transforms.window import GlobalWindows
 
 from ritrag.analyzer import term_frequencies
 from ritrag.schema import POSTINGS_SCHEMA, VOCABULARY_SCHEMA
-from transforms.tables import WriteShards, parquet_bytes, write_bytes, write_sorted_table
+from transforms.tables import WriteShards, write_bytes, write_sorted_table
 
 BM25_STATS_FILE = "bm25.json"
-VOCABULARY_FILE = "vocabulary.parquet"
 
 
 def chunk_terms(chunk: dict) -> tuple[int, dict[str, int]]:
@@ -42,9 +42,12 @@ def write_postings_file(path: str, postings: pa.Table) -> int:
     return write_sorted_table(path, postings, POSTINGS_SCHEMA, ["term", "chunk_id"])
 
 
-def write_vocabulary(out_dir: str, term_dfs: list[tuple[str, int]]) -> None:
-    rows = [{"term": t, "df": df} for t, df in sorted(term_dfs)]
-    write_bytes(os.path.join(out_dir, VOCABULARY_FILE), parquet_bytes(rows, VOCABULARY_SCHEMA))
+def vocabulary_table(term_dfs: list[tuple[str, int]]) -> pa.Table:
+    return pa.table({"term": [t for t, _ in term_dfs], "df": [n for _, n in term_dfs]}, schema=VOCABULARY_SCHEMA)
+
+
+def write_vocabulary_file(path: str, vocabulary: pa.Table) -> int:
+    return write_sorted_table(path, vocabulary, VOCABULARY_SCHEMA, ["term"])
 
 
 def write_bm25_stats(out_dir: str, stats: tuple[int, int]) -> None:
@@ -89,7 +92,7 @@ class _SumPairs(beam.CombineFn):
 
 
 class BuildSparseIndex(beam.PTransform):
-    """Chunk rows -> postings shards, vocabulary.parquet and bm25.json in `out_dir`.
+    """Chunk rows -> postings and vocabulary shards and bm25.json in `out_dir`.
 
     `removed`, for a delta segment, holds the (chunk_id, term -> tf) of the chunks
     it tombstones: its vocabulary and bm25.json then hold signed differences, so
@@ -113,8 +116,8 @@ class BuildSparseIndex(beam.PTransform):
          | "TermsOncePerChunk" >> beam.ParDo(_CountTermsFn())
          | "DocumentFrequency" >> beam.CombinePerKey(sum)
          | "NonZero" >> beam.Filter(lambda term_df: term_df[1] != 0)
-         | "AllTerms" >> beam.combiners.ToList()
-         | "WriteVocabulary" >> beam.Map(lambda dfs: write_vocabulary(out_dir, dfs)))
+         | "WriteVocabulary" >> WriteShards(out_dir, "vocabulary", self._num_shards, shard_key=lambda td: td[0],
+                                            to_table=vocabulary_table, write=write_vocabulary_file))
         (signed
          | "ChunkLengths" >> beam.Map(lambda tf_sign: (tf_sign[1], tf_sign[1] * sum(tf_sign[0].values())))
          | "CorpusTotals" >> beam.CombineGlobally(_SumPairs())
