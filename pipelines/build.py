@@ -227,12 +227,28 @@ def read_file(path: str) -> bytes:
         return fh.read()
 
 
+def reread_page(parser: PageParser, source: PageSource) -> ParsedPage | DeadLetter:
+    """The page at `source` read and parsed again, or a DeadLetter if it cannot be,
+    or if its file changed since it was first read."""
+    page = parse_or_dead_letter(parser, source.source, lambda: read_file(source.source), "reread")
+    if isinstance(page, ParsedPage) and page.raw_hash != source.raw_hash:
+        return DeadLetter(source.source, "reread", "changed_during_build",
+                          "the file changed between the job's two reads")
+    return page
+
+
+def chosen_source(sources: Iterable[PageSource]) -> tuple[PageSource | None, int]:
+    """(the source indexed of pages parsed at one URL: the least content hash,
+    the number of the others, merged into it)."""
+    ranked = sorted(sources, key=lambda s: (s.content_hash, s.source))
+    return (ranked[0] if ranked else None), max(len(ranked) - 1, 0)
+
+
 class NodeRowsFn(beam.DoFn):
     """The rows of one URL: its placement joined with the sources of the pages
-    parsed at that URL. The page indexed (of duplicates, the least content hash)
-    is read and parsed again, so no shuffle carries page text: its node rows go to
-    the main output, its pages-table row to PAGES_OUTPUT. A page whose file
-    changed or vanished since the first pass becomes a dead letter (DEAD)."""
+    parsed at that URL. The page indexed is read and parsed again, so no shuffle
+    carries page text: its node rows go to the main output, its pages-table row
+    to PAGES_OUTPUT. A page that cannot be read again becomes a dead letter (DEAD)."""
 
     def __init__(self, parser: PageParser, granularity: str):
         self._parser = parser
@@ -244,20 +260,17 @@ class NodeRowsFn(beam.DoFn):
     def process(self, joined: tuple[str, dict]):
         _, group = joined
         placements = list(group["placement"])
-        sources = sorted(group["page"], key=lambda s: (s.content_hash, s.source))
+        sources = list(group["page"])
         if not placements:
             self._merged.inc(len(sources))
             return
         placement = placements[0]
-        if not sources:  # a trail entry that is not a page of the corpus
+        chosen, merged = chosen_source(sources)
+        if chosen is None:  # a trail entry that is not a page of the corpus
             yield placement_row(placement)
             return
-        self._merged.inc(len(sources) - 1)
-        chosen = sources[0]
-        page = parse_or_dead_letter(self._parser, chosen.source, lambda: read_file(chosen.source), "reread")
-        if isinstance(page, ParsedPage) and page.raw_hash != chosen.raw_hash:
-            page = DeadLetter(chosen.source, "reread", "changed_during_build",
-                              "the file changed between the build's two reads")
+        self._merged.inc(merged)
+        page = reread_page(self._parser, chosen)
         if isinstance(page, DeadLetter):
             self._dead.inc()
             yield beam.pvalue.TaggedOutput(DEAD, page)

@@ -41,6 +41,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.build import (COUNTERS, DEAD, PAGE_COUNTERS, InputOptions, PageParser, ParsePagesFn,
+                             chosen_source, reread_page,
                              counter_values, required,
                              count_input_files, input_root_and_pattern, page_node_rows, page_url,
                              place_site, placement_row, prepare_job, publish_and_prune, run_pipeline,
@@ -49,8 +50,8 @@ from ritrag.embedder import EmbedderSpec
 from ritrag.ids import node_id_for, normalize_url, raw_hash
 from ritrag.layout import (TOMBSTONES_FILE, DeadIds, IndexLayout, Manifest, dead_ids_per_segment,
                            live_mask, new_manifest)
-from ritrag.schema import (CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA, TOMBSTONES_SCHEMA, NodePlacement,
-                           PageSkeleton, ParsedPage, page_row)
+from ritrag.schema import (CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA, TOMBSTONES_SCHEMA, DeadLetter, NodePlacement,
+                           PageSkeleton, PageSource, ParsedPage, page_row)
 from transforms.chunk import node_chunker
 from transforms.progress import LogProgress
 from transforms.sparse import BM25_STATS_FILE, BuildSparseIndex, chunk_terms
@@ -238,32 +239,34 @@ def replaced_rows(placement: NodePlacement, old_rows: list[dict]) -> list[dict]:
     return out
 
 
-def plan_page_update(placement: NodePlacement | None, parsed: Iterable[ParsedPage], old_rows: list[dict],
-                     old_chunks: list[dict], granularity: str,
+def plan_page_update(placement: NodePlacement | None, page: ParsedPage | None, n_parsed: int,
+                     old_rows: list[dict], old_chunks: list[dict], granularity: str,
                      chunker: Callable[[dict], list[dict]]) -> PagePlan:
-    """The delta of one group: a page (its placement, its freshly parsed versions,
-    its live node rows and chunk refs) or a virtual/site node."""
+    """The delta of one group: a page (its placement, the page indexed of the
+    `n_parsed` freshly parsed at its URL, its live node rows and chunk refs) or a
+    virtual/site node. `page` is None when nothing was parsed at the URL, or when
+    the page indexed could not be read again (then it is dead-lettered)."""
     plan = PagePlan()
     old_ids = [r["node_id"] for r in old_rows]
     if placement is None:  # deleted, or merged into another page by its canonical link
-        plan.merged = len(parsed)
+        plan.merged = n_parsed
         plan.dead_nodes = old_ids
         plan.dead_chunks = [(c["_file"], c["chunk_id"]) for c in old_chunks]
         # Its pages row goes too, so that the page is parsed afresh if it comes back.
         plan.dead_urls = [r["url"] for r in old_rows if r["kind"] == "page" and r["node_id"] == r["page_id"]]
         return plan
-    if placement.kind != "page":  # virtual or site node: no text, no chunks
+    plan.merged = max(n_parsed - 1, 0)
+    if placement.kind != "page" or (page is None and not old_rows):  # no text: no chunks
         old = old_rows[0] if old_rows else None
         row = placement_row(placement)
         if old is None or any(old[f] != row[f] for f in PLACEMENT_FIELDS):
             plan.rows = [row]
             plan.dead_nodes = old_ids
         return plan
-    if parsed:
-        pages = sorted(parsed, key=lambda p: p.content_hash)
-        plan.indexed, plan.merged = 1, len(pages) - 1
-        plan.rows = page_node_rows(placement, pages[0], granularity)
-        plan.page_rows = [page_row(pages[0])]
+    if page is not None:
+        plan.indexed = 1
+        plan.rows = page_node_rows(placement, page, granularity)
+        plan.page_rows = [page_row(page)]
         plan.dead_nodes = old_ids
         new_chunks = [c for row in plan.rows for c in chunker(row)]
         new_ids = {c["chunk_id"] for c in new_chunks}
@@ -277,14 +280,16 @@ def plan_page_update(placement: NodePlacement | None, parsed: Iterable[ParsedPag
 
 
 class UpdatePagesFn(beam.DoFn):
-    """One group -> node rows, chunk rows and tombstones of the delta segment."""
+    """One group -> node rows, chunk rows and tombstones of the delta segment; the
+    page indexed is read and parsed again (shuffles carry its source, not its text)."""
 
-    NEED_BODY, CHUNKS, PAGES, DEAD = "need_body", "chunks", "pages", "dead"
+    NEED_BODY, CHUNKS, PAGES, TOMBSTONE = "need_body", "chunks", "pages", "tombstone"
 
-    def __init__(self, spec: EmbedderSpec, granularity: str):
-        self._spec, self._granularity = spec, granularity
+    def __init__(self, spec: EmbedderSpec, granularity: str, parser: PageParser):
+        self._spec, self._granularity, self._parser = spec, granularity, parser
         self._indexed = beam.metrics.Metrics.counter(COUNTERS, "pages_indexed")
         self._merged = beam.metrics.Metrics.counter(COUNTERS, "pages_merged_duplicates")
+        self._dead = beam.metrics.Metrics.counter(COUNTERS, "pages_dead_lettered")
         self._added = beam.metrics.Metrics.counter(COUNTERS, "chunks_added")
 
     def setup(self):
@@ -293,7 +298,14 @@ class UpdatePagesFn(beam.DoFn):
     def process(self, joined):
         _, g = joined
         placements = list(g["placement"])
-        plan = plan_page_update(placements[0] if placements else None, list(g["parsed"]),
+        sources = list(g["parsed"])
+        chosen, _ = chosen_source(sources)
+        page = reread_page(self._parser, chosen) if placements and chosen else None
+        if isinstance(page, DeadLetter):
+            self._dead.inc()
+            yield beam.pvalue.TaggedOutput(DEAD, page)
+            page = None
+        plan = plan_page_update(placements[0] if placements else None, page, len(sources),
                                 list(g["old_nodes"]), list(g["old_chunks"]), self._granularity,
                                 self._chunker)
         self._indexed.inc(plan.indexed)
@@ -307,11 +319,11 @@ class UpdatePagesFn(beam.DoFn):
         for row in plan.page_rows:
             yield beam.pvalue.TaggedOutput(self.PAGES, row)
         for node_id in plan.dead_nodes:
-            yield beam.pvalue.TaggedOutput(self.DEAD, ("node_id", node_id))
+            yield beam.pvalue.TaggedOutput(self.TOMBSTONE, ("node_id", node_id))
         for url in plan.dead_urls:
-            yield beam.pvalue.TaggedOutput(self.DEAD, ("url", url))
+            yield beam.pvalue.TaggedOutput(self.TOMBSTONE, ("url", url))
         for file, chunk_id in plan.dead_chunks:
-            yield beam.pvalue.TaggedOutput(self.DEAD, ("chunk_id", (file, chunk_id)))
+            yield beam.pvalue.TaggedOutput(self.TOMBSTONE, ("chunk_id", (file, chunk_id)))
 
 
 def attach_bodies(file_and_rows: tuple[str, Iterable[dict]]) -> Iterable[dict]:
@@ -392,15 +404,11 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: LiveIndex,
             | "JoinByUrl" >> beam.CoGroupByKey()
             | "Classify" >> beam.ParDo(ClassifyFn()).with_outputs(ClassifyFn.PARSE, ClassifyFn.DEAD_URL,
                                                                    main="unchanged"))
+    parser = PageParser(root, config["base_url"], config["site_depth"], opts.max_page_bytes)
     parsed = (diff[ClassifyFn.PARSE]
               | "Open" >> beam.ParDo(OpenForParse())
-              | "Parse" >> beam.ParDo(ParsePagesFn(PageParser(root, config["base_url"], config["site_depth"],
-                                                              opts.max_page_bytes), count_read=False)
-                                      ).with_outputs(DEAD, main="pages"))
+              | "Parse" >> beam.ParDo(ParsePagesFn(parser, count_read=False)).with_outputs(DEAD, main="pages"))
     pages = parsed["pages"] | "ParseProgress" >> LogProgress("parse (changed pages)")
-    (parsed[DEAD]
-     | "AllDeadLetters" >> beam.combiners.ToList()
-     | "WriteDeadLetters" >> beam.Map(lambda letters: write_dead_letters(segment_dir, letters)))
 
     placements = (
         (diff["unchanged"], pages | "Skeleton" >> beam.Map(PageSkeleton.of))
@@ -414,13 +422,17 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: LiveIndex,
     old_chunks = p | "LiveChunks" >> ReadLiveRows(live, "chunks", CHUNK_REF_COLUMNS)
     delta = (
         {"placement": placements,
-         "parsed": pages | "KeyPageById" >> beam.Map(lambda pg: (node_id_for(pg.url), pg)),
+         "parsed": pages | "KeySourceById" >> beam.Map(lambda pg: (node_id_for(pg.url), PageSource.of(pg))),
          "old_nodes": old_nodes,
          "old_chunks": old_chunks | "KeyOldChunkByPage" >> beam.Map(lambda c: (c["page_id"], c))}
         | "JoinByPage" >> beam.CoGroupByKey()
-        | "PlanPages" >> beam.ParDo(UpdatePagesFn(spec, granularity)).with_outputs(
-            UpdatePagesFn.NEED_BODY, UpdatePagesFn.CHUNKS, UpdatePagesFn.PAGES, UpdatePagesFn.DEAD,
+        | "PlanPages" >> beam.ParDo(UpdatePagesFn(spec, granularity, parser)).with_outputs(
+            UpdatePagesFn.NEED_BODY, UpdatePagesFn.CHUNKS, UpdatePagesFn.PAGES, UpdatePagesFn.TOMBSTONE, DEAD,
             main="nodes"))
+    ((parsed[DEAD], delta[DEAD])
+     | "DeadLetters" >> beam.Flatten()
+     | "AllDeadLetters" >> beam.combiners.ToList()
+     | "WriteDeadLetters" >> beam.Map(lambda letters: write_dead_letters(segment_dir, letters)))
 
     replaced = (delta[UpdatePagesFn.NEED_BODY]
                 | "KeyByFile" >> beam.Map(lambda r: (r["_file"], r))
@@ -430,7 +442,7 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: LiveIndex,
      | "WriteNodes" >> WriteParquetTable(segment_dir, "nodes", NODES_SCHEMA, "node_id", num_shards))
     delta[UpdatePagesFn.PAGES] | "WritePages" >> WriteParquetTable(segment_dir, "pages", PAGES_SCHEMA, "url",
                                                                    num_shards)
-    dead = ((delta[UpdatePagesFn.DEAD],
+    dead = ((delta[UpdatePagesFn.TOMBSTONE],
              diff[ClassifyFn.DEAD_URL] | "DeadUrls" >> beam.Map(lambda u: ("url", u)))
             | "AllDead" >> beam.Flatten())
     (dead
