@@ -28,7 +28,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-FORMAT_VERSION = 1
+# 2: vocabulary sharded by term (vocabulary-SSSSS-of-NNNNN.parquet, was vocabulary.parquet)
+FORMAT_VERSION = 2
 TOMBSTONES_FILE = "tombstones.parquet"
 _VERSION_RE = re.compile(r"^v(\d{6})$")
 _SHARD_RE = re.compile(r"^(?P<kind>[a-z_]+)-(?P<shard>\d{5})-of-(?P<num>\d{5})\.(?P<ext>\w+)$")
@@ -142,7 +143,8 @@ class Manifest:
     def from_json(cls, data: bytes) -> "Manifest":
         raw = json.loads(data)
         if raw.get("format_version") != FORMAT_VERSION:
-            raise IndexLoadError(f"unsupported index format {raw.get('format_version')!r}")
+            raise IndexLoadError(f"unsupported index format {raw.get('format_version')!r} (this ritrag reads "
+                                 f"format {FORMAT_VERSION}): rebuild the index with this version")
         return cls(**raw)
 
 

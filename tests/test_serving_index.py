@@ -94,3 +94,12 @@ def test_a_cache_dir_keeps_the_postings_for_the_next_start(synthetic, loaded, tm
     assert not isinstance(first.postings.chunk_index, np.memmap)
     for name in ("indptr", "chunk_index", "tf", "chunk_length"):
         np.testing.assert_array_equal(getattr(second.postings, name), getattr(loaded.postings, name))
+
+
+def test_an_index_of_another_format_is_refused_with_what_to_do(tmp_path):
+    import json
+
+    from ritrag.layout import FORMAT_VERSION, IndexLoadError, Manifest
+
+    with pytest.raises(IndexLoadError, match=f"format 1 .*reads format {FORMAT_VERSION}.*rebuild"):
+        Manifest.from_json(json.dumps({"format_version": 1}).encode())
