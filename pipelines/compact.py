@@ -82,5 +82,6 @@ def run(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # force: importing Beam has already configured the root logger (at WARNING)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", force=True)
     run()

@@ -273,9 +273,10 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_tools)
 
     args, extra = top.parse_known_args(argv)
-    if extra and args.command not in ("build", "update", "compact"):
+    jobs = ("build", "update", "compact")  # Beam jobs: runner flags pass through; progress is logged
+    if extra and args.command not in jobs:
         top.error(f"unrecognized arguments: {' '.join(extra)}")
-    logging.basicConfig(level=logging.INFO if args.verbose or args.command == "build" else logging.WARNING,
+    logging.basicConfig(level=logging.INFO if args.verbose or args.command in jobs else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if not args.verbose:  # keep a build's log to ritrag's own progress lines
         for noisy in ("apache_beam", "sentence_transformers", "transformers", "httpx"):
