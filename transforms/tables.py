@@ -154,7 +154,9 @@ class _SpillByShardFn(beam.DoFn):
         with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
             with pa.ipc.new_file(fh, schema, options=options) as writer:
                 for shard in sorted(self._tables):
-                    batches = [b for t in self._tables[shard] for b in t.to_batches() if b.num_rows]
+                    # One batch per shard and spill, however many small conversions made it.
+                    table = pa.concat_tables(self._tables[shard]).combine_chunks()
+                    batches = [b for b in table.to_batches() if b.num_rows]
                     for batch in batches:
                         writer.write_batch(batch)
                     spans.append((shard, (path, written, len(batches))))
