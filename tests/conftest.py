@@ -75,6 +75,15 @@ def tiny_index(tiny_site, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_hash_index(tiny_site, tmp_path_factory) -> Path:
+    """The tiny site embedded with the hashing stand-in: for tests of what
+    runs over an index (tools, agents, evaluation), not of retrieval quality."""
+    out = tmp_path_factory.mktemp("tiny_hash_index")
+    build_index(tiny_site, out, "--embedding_model", "hashing:384")
+    return out
+
+
+@pytest.fixture(scope="session")
 def sample_index(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sample_index")
     build_index(SAMPLE, out)
