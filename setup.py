@@ -41,7 +41,8 @@ setup(
         "pipeline": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9"],
         "serving": SERVING,
         "gpu": ["faiss-gpu-cu12>=1.8"],
-        "dev": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9", "pytest>=8", "pytest-timeout>=2.3", *SERVING],
+        "dev": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9", "pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100",
+                *SERVING],
     },
     entry_points={"console_scripts": ["ritrag=ritrag.cli:main"]},
 )
