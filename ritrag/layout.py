@@ -3,6 +3,7 @@
 ```
 INDEX/
   CURRENT                      name of the live manifest ("v000003"); replaced atomically, last
+  LEASE                        while a job writes: who holds the index (owner, pid, host, segment)
   versions/v000003.json        manifest: segments, tombstones, stats, config, checksums
   segments/<segment-id>/       written once, never modified
      nodes-SSSSS-of-NNNNN.parquet     chunks-SSSSS-of-NNNNN.parquet
@@ -16,13 +17,20 @@ local copy (a synced prefix or a mount) and never imports Beam.
 A manifest is published only after every file it names is complete, and CURRENT
 is replaced after the manifest: a crash at any point leaves the previous version
 fully servable.
+
+Names are read from files (CURRENT, manifests) and from users (rollback), so
+every version and segment name is checked against one pattern before it
+becomes a path: none can point outside the index. Writers exclude each other
+with a lease (`IndexLease`); docs/OPERATING.md says what is locked and how.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
+import socket
 import tempfile
 import time
 from dataclasses import dataclass
@@ -31,7 +39,10 @@ from typing import Any, Iterable
 # 2: vocabulary sharded by term (vocabulary-SSSSS-of-NNNNN.parquet, was vocabulary.parquet)
 FORMAT_VERSION = 2
 TOMBSTONES_FILE = "tombstones.parquet"
+LOG = logging.getLogger("ritrag.layout")
+LEASE_FILE = "LEASE"
 _VERSION_RE = re.compile(r"^v(\d{6})$")
+_SEGMENT_RE = re.compile(r"^seg-v\d{6}$")
 _SHARD_RE = re.compile(r"^(?P<kind>[a-z_]+)-(?P<shard>\d{5})-of-(?P<num>\d{5})\.(?P<ext>\w+)$")
 
 
@@ -45,6 +56,28 @@ class DamagedIndexError(IndexLoadError):
 
 class MissingIndexError(IndexLoadError):
     """No published version, or a file the manifest names is absent."""
+
+
+class IndexNameError(IndexLoadError, ValueError):
+    """A version or segment name that does not match its pattern."""
+
+
+class IndexLockedError(Exception):
+    """Another job holds the index's lease."""
+
+
+def checked_version(name: object) -> str:
+    """`name` if it is a version name (v000042), else IndexNameError."""
+    if not isinstance(name, str) or not _VERSION_RE.match(name):
+        raise IndexNameError(f"{name!r} is not a version name (v followed by six digits, e.g. v000003)")
+    return name
+
+
+def checked_segment_id(name: object) -> str:
+    """`name` if it is a segment id (seg-v000042), else IndexNameError."""
+    if not isinstance(name, str) or not _SEGMENT_RE.match(name):
+        raise IndexNameError(f"{name!r} is not a segment id (seg-v followed by six digits)")
+    return name
 
 
 def shard_file_name(kind: str, shard: int, num_shards: int, ext: str) -> str:
@@ -141,10 +174,32 @@ class Manifest:
 
     @classmethod
     def from_json(cls, data: bytes) -> "Manifest":
+        """The manifest in `data`; ValueError (or IndexNameError) when its
+        structure or a name in it is not what a manifest holds."""
         raw = json.loads(data)
+        if not isinstance(raw, dict):
+            raise ValueError(f"a manifest is a JSON object, not {type(raw).__name__}")
         if raw.get("format_version") != FORMAT_VERSION:
             raise IndexLoadError(f"unsupported index format {raw.get('format_version')!r} (this ritrag reads "
                                  f"format {FORMAT_VERSION}): rebuild the index with this version")
+        fields = set(cls.__dataclass_fields__)
+        if set(raw) != fields:
+            raise ValueError(f"fields differ from a manifest's: missing {sorted(fields - set(raw))}, "
+                             f"unknown {sorted(set(raw) - fields)}")
+        checked_version(raw["version"])
+        if raw["parent"] is not None:
+            checked_version(raw["parent"])
+        if not isinstance(raw["segments"], list):
+            raise ValueError("segments is not a list")
+        for segment in raw["segments"]:
+            if not (isinstance(segment, dict) and isinstance(segment.get("files"), dict)
+                    and isinstance(segment.get("num_shards"), int)):
+                raise ValueError("a segment is not an object with files and num_shards")
+            checked_segment_id(segment.get("id"))
+            for name, entry in segment["files"].items():
+                if (os.path.basename(name) != name or name in ("", ".", "..") or not isinstance(entry, dict)
+                        or not isinstance(entry.get("sha256"), str) or not isinstance(entry.get("bytes"), int)):
+                    raise ValueError(f"segment {segment['id']}: bad file entry {name!r}")
         return cls(**raw)
 
 
@@ -155,10 +210,10 @@ class IndexLayout:
         self.root = root
 
     def segment_dir(self, segment_id: str) -> str:
-        return os.path.join(self.root, "segments", segment_id)
+        return os.path.join(self.root, "segments", checked_segment_id(segment_id))
 
     def manifest_path(self, version: str) -> str:
-        return os.path.join(self.root, "versions", f"{version}.json")
+        return os.path.join(self.root, "versions", f"{checked_version(version)}.json")
 
     @property
     def current_path(self) -> str:
@@ -174,12 +229,18 @@ class IndexLayout:
         return version_name(last + 1)
 
     def current_version(self) -> str | None:
+        """The version CURRENT names; None when there is no CURRENT; a
+        DamagedIndexError when it does not hold a version name."""
         try:
             with open_read(self.current_path) as fh:
-                name = fh.read().decode("ascii").strip()
+                data = fh.read(64)
         except (FileNotFoundError, OSError):
             return None
-        return name or None
+        name = data.decode("ascii", errors="replace").strip()
+        if not _VERSION_RE.match(name):
+            raise DamagedIndexError(f"{self.current_path}: does not hold a version name (it holds {data[:20]!r}); "
+                                    "roll back to a version to repair it")
+        return name
 
     def load_manifest(self, version: str | None = None) -> Manifest:
         version = version or self.current_version()
@@ -191,8 +252,12 @@ class IndexLayout:
                 return Manifest.from_json(fh.read())
         except FileNotFoundError as exc:
             raise MissingIndexError(f"{path}: manifest of version {version} is missing") from exc
+        except IndexNameError as exc:
+            raise DamagedIndexError(f"{path}: {exc}") from exc
+        except IndexLoadError as exc:
+            raise type(exc)(f"{path}: {exc}") from exc
         except (ValueError, TypeError) as exc:
-            raise DamagedIndexError(f"{path}: manifest is not valid JSON ({exc})") from exc
+            raise DamagedIndexError(f"{path}: not a valid manifest ({exc})") from exc
 
     def describe_segment(self, segment_id: str, num_shards: int, counts: dict[str, int]) -> dict[str, Any]:
         """Checksum every file of a finished segment, for its manifest entry."""
@@ -228,6 +293,127 @@ class IndexLayout:
             if parsed and parsed[0] == kind:
                 found.append((parsed[1], name))
         return [name for _, name in sorted(found)]
+
+
+class IndexLease:
+    """The right to write one index, held by one job at a time (build, update,
+    compact, prune, rollback): the file LEASE, created only if absent, holding
+    who holds it (owner, pid, host, start) and the segment it writes.
+
+    On a local disk the file is written aside and hard-linked into place,
+    which fails when it exists, so of two jobs exactly one gets it, and never
+    an empty one. A second job fails fast with IndexLockedError naming the
+    holder. A lease whose holder is dead (a pid that no longer runs on this
+    host) is stale and taken over; one from another host, or unreadable, is
+    taken over only with `break_lock`. On an object store (Beam's FileSystems
+    has no create-if-absent) the lease is written if absent and read back, a
+    check with a short race window; docs/OPERATING.md says how a
+    precondition closes it.
+    """
+
+    def __init__(self, layout: "IndexLayout", owner: str, break_lock: bool = False):
+        self.path = os.path.join(layout.root, LEASE_FILE)
+        self.record = {"owner": owner, "pid": os.getpid(), "host": socket.gethostname(),
+                       "started": time.time(), "token": os.urandom(8).hex(), "segment": None}
+        self._break_lock = break_lock
+        self._held = False
+
+    def __enter__(self) -> "IndexLease":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
+    def acquire(self) -> None:
+        """Take the lease, or raise IndexLockedError naming its holder."""
+        for _ in range(2):  # a second try after taking over a stale lease
+            if self._create():
+                self._held = True
+                return
+            holder = self.holder()
+            if not (self._break_lock or _is_stale(holder)):
+                raise IndexLockedError(
+                    f"{self.path}: held by {_describe(holder)}; another job writes this index. Wait for it, "
+                    f"or, if it is gone, rerun with --break_lock")
+            LOG.warning("taking over the lease of %s (%s)", _describe(holder),
+                        "--break_lock" if self._break_lock else "its process is gone")
+            if self.holder() == holder:  # not replaced meanwhile by a job that took it over first
+                _remove(self.path)
+        raise IndexLockedError(f"{self.path}: another job took the lease while this one took over a stale one")
+
+    def claim_segment(self, segment_id: str) -> None:
+        """Record the segment this job writes (what a person reading LEASE sees)."""
+        self.record["segment"] = segment_id
+        write_atomic(self.path, json.dumps(self.record).encode())
+
+    def holder(self) -> dict[str, Any] | None:
+        """The lease's record; None when absent or unreadable."""
+        try:
+            with open_read(self.path) as fh:
+                record = json.loads(fh.read())
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) else None
+
+    def release(self) -> None:
+        """Give the lease back, if this job still holds it."""
+        if self._held and (self.holder() or {}).get("token") == self.record["token"]:
+            _remove(self.path)
+        self._held = False
+
+    def _create(self) -> bool:
+        data = json.dumps(self.record).encode()
+        if is_remote(self.path):
+            if _remote_fs().exists(self.path):
+                return False
+            write_atomic(self.path, data)
+            return (self.holder() or {}).get("token") == self.record["token"]
+        directory = os.path.dirname(self.path)
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".lease-")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.link(tmp, self.path)  # fails if the lease exists
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+
+
+def _is_stale(holder: dict[str, Any] | None) -> bool:
+    """A lease held by a process of this host that no longer runs."""
+    if holder is None or holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
+        return False
+    try:
+        os.kill(holder["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # runs, as another user
+        return False
+    return False
+
+
+def _describe(holder: dict[str, Any] | None) -> str:
+    if holder is None:
+        return "an unreadable lease"
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(holder.get("started") or 0))
+    return (f"{holder.get('owner')} (pid {holder.get('pid')} on {holder.get('host')}, since {started}Z, "
+            f"writing {holder.get('segment') or 'no segment yet'})")
+
+
+def _remove(path: str) -> None:
+    if is_remote(path):
+        _remote_fs().delete([path])
+    else:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 
 @dataclass(frozen=True)
