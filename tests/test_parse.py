@@ -526,3 +526,20 @@ def test_real_corpus_pages_are_placed_by_their_markup():
             assert page.trail_method == method, (product, relative)
             assert page.title and page.body, (product, relative)
             assert all(c.url is None or c.url.startswith(f"http://localhost/{product}/") for c in page.trail)
+
+
+@pytest.mark.parametrize("depth", [3_000, 100_000])
+def test_text_nested_deeper_than_the_parser_goes_is_refused_not_cut(depth):
+    html = (b"<html><head><title>Deep</title></head><body><p>before</p>" + b"<div>" * depth + b"deep text"
+            + b"</div>" * depth + b"<p>after</p></body></html>")
+    with pytest.raises(UnparseablePage) as refused:
+        parse_page(html, "https://example.com/deep.html", "https://example.com/")
+    assert refused.value.reason == "too_deep"
+
+
+def test_nesting_the_parser_handles_keeps_all_text():
+    depth = 2_000
+    html = (b"<html><head><title>Deep</title></head><body><p>before</p>" + b"<div>" * depth + b"deep text"
+            + b"</div>" * depth + b"<p>after</p></body></html>")
+    page = parse_page(html, "https://example.com/deep.html", "https://example.com/")
+    assert page.body.split() == ["before", "deep", "text", "after"]

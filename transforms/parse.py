@@ -1117,10 +1117,17 @@ def parse_page(data: bytes, url: str, site: str, *, max_bytes: int = DEFAULT_MAX
 
 
 def _parse_utf8(utf8: bytes, url: str, site: str) -> ParsedPage:
+    parser = _parser()
     try:
-        root = etree.fromstring(utf8, _parser())
+        root = etree.fromstring(utf8, parser)
     except etree.XMLSyntaxError as exc:
         raise UnparseablePage("no_content", str(exc)) from exc
+    # libxml2 stops an HTML document at 2,048 nested elements, huge_tree or
+    # not, and lxml returns the part before: a page cut there is refused, never
+    # indexed with the rest of its text silently gone.
+    too_deep = parser.error_log.filter_types([etree.ErrorTypes.ERR_RESOURCE_LIMIT])
+    if too_deep:
+        raise UnparseablePage("too_deep", too_deep[0].message)
     if root is None:
         raise UnparseablePage("no_content", "no elements")
 
