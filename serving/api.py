@@ -72,6 +72,12 @@ class RitragIndex:
     def recall_chunks(self, query: str, k: int = DEFAULT_K, query_vector: np.ndarray | None = None
                       ) -> dict[int, float]:
         """Chunk row -> fused score for the top-k' chunks of BM25 and of dense."""
+        return reciprocal_rank_fusion(self.chunk_rankings(query, k, query_vector))
+
+    def chunk_rankings(self, query: str, k: int = DEFAULT_K, query_vector: np.ndarray | None = None
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """Chunk rows of BM25's top-k' and of dense's top-k', best first: the two
+        rankings GetToC fuses (evaluation scores each one alone as a baseline)."""
         idx = self.index
         bm25 = idx.manifest.config.get("bm25", {})
         sparse_rows, _ = bm25_top_k(analyze(query), idx.postings, k, bm25.get("k1", 1.2), bm25.get("b", 0.75))
@@ -82,16 +88,19 @@ class RitragIndex:
             candidates, _ = dense_top_k(vector, idx.dense_shards, idx.dense_rerank * k, idx.dense_dead)
             dense_ids = rerank_exact(vector, candidates, idx.vector_store)[0][:k]
         dense_rows = idx.chunk_rows(dense_ids)
-        return reciprocal_rank_fusion([sparse_rows, dense_rows[dense_rows >= 0]])
+        return sparse_rows, dense_rows[dense_rows >= 0]
 
     def get_toc(self, query: str, k: int = DEFAULT_K, n: int = DEFAULT_N,
                 query_vector: np.ndarray | None = None) -> dict:
         """GetToC: the query-induced sub-forest, as JSON-ready dicts, no body
         text. `query_vector`: the query already embedded (by `embed_query`),
         for callers that batch or cache embeddings."""
-        idx = self.index
-        hits = top_nodes(node_scores(self.recall_chunks(query, k, query_vector), idx.chunk_node), n)
-        trees = build_subforest(hits, idx.nodes, idx.node_row, TOC_FIELDS)
+        hits = top_nodes(node_scores(self.recall_chunks(query, k, query_vector), self.index.chunk_node), n)
+        return self.toc_of(query, hits)
+
+    def toc_of(self, query: str, hits: list[tuple[int, float]]) -> dict:
+        """The GetToC result for ranked hits, (node row, score) best first."""
+        trees = build_subforest(hits, self.index.nodes, self.index.node_row, TOC_FIELDS)
         return {"query": query, "version": self.version, "hits": len(hits), "trees": trees}
 
     def read(self, node_ids: Sequence[str], max_chars: int = DEFAULT_MAX_CHARS, offset: int = 0) -> dict:

@@ -315,6 +315,29 @@ class LoadedIndex:
                 out[row] = {name: group[name][offset].as_py() for name in RECORD_COLUMNS}
         return out
 
+    def node_column(self, name: str) -> pa.Array:
+        """One column of the node table for every row, in the row order of
+        `nodes` (rows that later segments replaced included; `node_row`
+        reaches only live ones): for batch tools that need a column of every
+        node once, as evaluation needs every url."""
+        tables = [pq.read_table(f, columns=[name]) for f in self._node_files]
+        return pa.concat_tables(tables)[name].combine_chunks() if tables else pa.array([], pa.string())
+
+    def chunk_texts(self, rows: Sequence[int]) -> dict[int, str]:
+        """Text of the given chunk rows, from the chunk shard files that hold
+        them (each file read once, its live rows only)."""
+        ids = self.chunk_ids[np.unique(np.asarray(rows, np.int64))]
+        out: dict[int, str] = {}
+        for key, path in self._shard_files("chunks"):
+            wanted = ids[ids % key[2] == key[1]]  # a chunk's shard is its id mod the shard count
+            if not len(wanted):
+                continue
+            table = pq.read_table(path, columns=["chunk_id", "text"], filters=[("chunk_id", "in", wanted.tolist())])
+            table = table.filter(self._live_mask(key[0], table["chunk_id"], "chunk_ids"))
+            found = table["chunk_id"].to_numpy()
+            out.update(zip(self.chunk_rows(found).tolist(), table["text"].to_pylist()))
+        return out
+
 
 def _save_arrays(directory: str, arrays: dict[str, np.ndarray]) -> None:
     """Write .npy files into a fresh directory renamed into place, so a
