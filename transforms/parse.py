@@ -22,19 +22,25 @@ than the page itself:
                     element whose class or id says breadcrumb (Bootstrap, Read the
                     Docs, pydata, Docusaurus), or a "path"/"trail" element (MkDocs
                     Material, hand-written sites) that is a short chain of links;
-5. ``related_bar``  the top bar of Sphinx's classic themes ("Docs » Library »");
-6. ``toc_current``  the chain of ``li.current`` entries of a navigation tree, which
+5. ``title_context`` labelled lines right above the page's ``<h1>``, each a short
+                    label and one link ("Module java.base", "Package java.lang":
+                    the header of API references);
+6. ``related_bar``  the top bar of Sphinx's classic themes ("Docs » Library »");
+7. ``toc_current``  the chain of ``li.current`` entries of a navigation tree, which
                     most documentation themes highlight in their sidebar;
-7. ``up_link``      a parent-only signal: ``a[accesskey=u]`` (DocBook's navheader,
+8. ``up_link``      a parent-only signal: ``a[accesskey=u]`` (DocBook's navheader,
                     Sphinx), ``a[rel=up]``, ``<link rel=up>``. The trail is just the
                     parent; the forest step chains parents across pages;
-8. ``url``          every directory between the site root and the page.
+9. ``url``          every directory between the site root and the page.
 
 Structured data comes first because it is written for machines and states the
 hierarchy outright; the visible trail next because it is what a reader is shown;
 theme conventions, parent-only signals and the URL last because they are partial
-or merely implied. A rule whose trail is empty once the site root and anything
-outside the site are dropped still wins: it says the page sits under the root.
+or merely implied. A rule whose crumbs name nothing in the site once the page,
+the site root and anything outside the site are dropped (a mirror's absolute
+links to the original host, a "Home > Page" trail) is passed over and the next
+rule tried; the page records the rules it passed over. When the URL too puts the
+page right under the root, the first rule that named the root is credited.
 """
 from __future__ import annotations
 
@@ -49,6 +55,7 @@ from html import unescape
 from typing import Iterable, Iterator, NamedTuple
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
+from bs4.dammit import EncodingDetector, UnicodeDammit
 from lxml import etree
 
 from ritrag.ids import content_hash, normalize_url
@@ -69,14 +76,6 @@ class UnparseablePage(Exception):
 
 # ------------------------------------------------------------------------- decoding
 
-_BOMS = (
-    # UTF-32 before UTF-16: the UTF-32-LE mark starts with the UTF-16-LE one.
-    (codecs.BOM_UTF32_LE, "utf-32-le"),
-    (codecs.BOM_UTF32_BE, "utf-32-be"),
-    (codecs.BOM_UTF8, "utf-8"),
-    (codecs.BOM_UTF16_LE, "utf-16-le"),
-    (codecs.BOM_UTF16_BE, "utf-16-be"),
-)
 _BINARY_SIGNATURES = (b"%PDF-", b"\x1f\x8b", b"PK\x03\x04", b"\x89PNG", b"\xff\xd8\xff", b"GIF8")
 # C0 controls other than tab and line breaks: neither text nor XML has them (and
 # in UTF-8 these bytes are never part of a longer character).
@@ -84,20 +83,21 @@ _CONTROL_BYTES = bytes([*range(0x00, 0x09), 0x0b, 0x0c, *range(0x0e, 0x20)])
 _NOT_CONTROL_BYTES = bytes(b for b in range(256) if b not in _CONTROL_BYTES)
 _MAX_CONTROL_RATIO = 0.05  # text has next to none; compressed or binary data ~10%
 _SNIFF_BYTES = 8192
-_DECLARED_CHARSET = re.compile(
-    rb"""<meta[^>]+?charset\s*=\s*["']?\s*([-\w.:]+)|<\?xml[^>]+encoding\s*=\s*["']([-\w.:]+)""",
-    re.IGNORECASE,
-)
 # Browsers read these labels as windows-1252 (WHATWG Encoding), and so do pages.
 _WINDOWS_1252_ALIASES = {"ascii", "latin-1", "iso8859-1"}
 
 
-def _declared_codec(head: bytes) -> str | None:
-    match = _DECLARED_CHARSET.search(head)
-    if not match:
+def _declared_codec(data: bytes) -> str | None:
+    """The codec the page declares (XML declaration, <meta charset>, <meta
+    http-equiv=Content-Type>), found by bs4's EncodingDetector; None when it
+    declares none or an unknown one."""
+    # Searched in the first 8 KiB, however long the page (bs4's own window is 5%).
+    declared = EncodingDetector.find_declared_encoding(data[:_SNIFF_BYTES], is_html=True,
+                                                       search_entire_document=True)
+    if not declared:
         return None
     try:
-        name = codecs.lookup((match[1] or match[2]).decode("ascii")).name
+        name = codecs.lookup(declared).name
     except LookupError:
         return None
     return "cp1252" if name in _WINDOWS_1252_ALIASES else name
@@ -106,10 +106,16 @@ def _declared_codec(head: bytes) -> str | None:
 def _decode(data: bytes, declared: str | None) -> tuple[str, str]:
     """The text and the codec that decoded it. A declaration is believed only if
     the bytes decode under it: pages declared UTF-8 but saved as windows-1252 are
-    common."""
+    common, and so are UTF-8 pages with windows-1252 smart quotes pasted in
+    (bs4's `UnicodeDammit.detwingle` converts those, a byte loop run only here)."""
     for codec in dict.fromkeys((declared or "utf-8", "utf-8")):
         try:
             return data.decode(codec), codec
+        except UnicodeDecodeError:
+            pass
+    if declared in (None, "utf-8"):
+        try:
+            return UnicodeDammit.detwingle(data).decode("utf-8"), "utf-8+windows-1252"
         except UnicodeDecodeError:
             pass
     # A declared legacy codec with a few bad bytes is still the best guess; bytes
@@ -124,14 +130,15 @@ def _decode(data: bytes, declared: str | None) -> tuple[str, str]:
 def _utf8_html(data: bytes, max_bytes: int) -> bytes:
     """The page as UTF-8 bytes for lxml: the input itself when it is UTF-8 already,
     so that the common case copies nothing. Trust goes to a byte-order mark, then
-    the declared charset, then UTF-8, then windows-1252."""
+    the declared charset, then UTF-8, then windows-1252 (bs4's EncodingDetector
+    reads the mark and the declaration)."""
     if len(data) > max_bytes:
         raise UnparseablePage("too_large", f"{len(data)} bytes > {max_bytes}")
     if not data or data.isspace():
         raise UnparseablePage("empty")
-    for bom, codec in _BOMS:
-        if data.startswith(bom):
-            return data[len(bom):].decode(codec, errors="replace").encode("utf-8")
+    unmarked, marked_codec = EncodingDetector.strip_byte_order_mark(data)
+    if marked_codec:
+        return unmarked.decode(marked_codec, errors="replace").encode("utf-8")
     sniff = data[:_SNIFF_BYTES]
     if sniff.startswith(_BINARY_SIGNATURES) or (
         len(sniff.translate(None, _NOT_CONTROL_BYTES)) > _MAX_CONTROL_RATIO * len(sniff)
@@ -140,7 +147,7 @@ def _utf8_html(data: bytes, max_bytes: int) -> bytes:
     has_nul = b"\x00" in data  # a stray NUL would end libxml2's text early
     if data.isascii() and not has_nul:
         return data  # valid UTF-8, and the same text in any ASCII-based charset it declares
-    text, codec = _decode(data, _declared_codec(data[:4096]))
+    text, codec = _decode(data, _declared_codec(data))
     if codec == "utf-8" and not has_nul:
         return data
     return text.replace("\x00", "").encode("utf-8")
@@ -716,7 +723,45 @@ def _breadcrumb_trail(survey: _Survey, loc: _Location) -> list[_RawCrumb]:
     return []
 
 
-# -- 5. and 6. documentation themes
+# -- 5. labelled context lines above the title
+
+_MAX_LABEL_WORDS = 3
+_LINE_TAGS = ("div", "p", "span", "small")
+
+
+def _labelled_link(line: etree._Element, loc: _Location) -> _RawCrumb | None:
+    """The crumb of a line reading "Label <a>Name</a>" ("Module java.base",
+    "Category: Guides"): a short label, then one link. Anything else is None."""
+    if line.tag not in _LINE_TAGS:
+        return None
+    links = line.findall(".//a[@href]")
+    if len(links) != 1:
+        return None
+    text, name = _text_of(line), _clean_crumb_title(_string_value(links[0]))
+    label = text[: len(text) - len(name)].rstrip(" :") if name and text.endswith(name) else ""
+    if not label or len(text) > _MAX_CRUMB_CHARS or len(label.split()) > _MAX_LABEL_WORDS:
+        return None
+    if not any(ch.isalpha() for ch in label):
+        return None  # "« <a>Previous</a>": a pager, not a place
+    return _RawCrumb(name, loc.resolve(links[0].get("href")))
+
+
+def _title_context_trail(root: etree._Element, loc: _Location) -> list[_RawCrumb]:
+    """The labelled lines right above the page's first <h1>, outermost first:
+    API references name the module and package a page belongs to this way."""
+    h1 = next(root.iter("h1"), None)
+    if h1 is None:
+        return []
+    crumbs = []
+    for line in h1.itersiblings(preceding=True):
+        crumb = _labelled_link(line, loc)
+        if crumb is None:
+            break
+        crumbs.append(crumb)
+    return crumbs[::-1]
+
+
+# -- 6. and 7. documentation themes
 
 def _related_bar_trail(survey: _Survey, loc: _Location) -> list[_RawCrumb]:
     if not survey.related_bars:
@@ -748,7 +793,7 @@ def _toc_current_trail(root: etree._Element, loc: _Location) -> list[_RawCrumb]:
     return crumbs
 
 
-# -- 7. parent-only signals
+# -- 8. parent-only signals
 
 _UP_LINK_HINTS = (b"accesskey", b'rel="up')
 
@@ -770,7 +815,7 @@ def _link_rel_up_trail(head: _Head, loc: _Location) -> list[_RawCrumb]:
     return [_RawCrumb(_clean_crumb_title(title) or _url_segment_title(href), loc.resolve(href))]
 
 
-# -- 8. the URL
+# -- 9. the URL
 
 def _url_trail(loc: _Location) -> tuple[Crumb, ...]:
     site, page = urlsplit(loc.site), urlsplit(loc.url)
@@ -785,8 +830,14 @@ def _url_trail(loc: _Location) -> tuple[Crumb, ...]:
     )
 
 
+class _Trail(NamedTuple):
+    crumbs: tuple[Crumb, ...]
+    method: str
+    passed_over: tuple[str, ...]  # rules with markup that named nothing in the site
+
+
 def _find_trail(root: etree._Element, survey: _Survey, head: _Head, loc: _Location,
-                source: bytes) -> tuple[tuple[Crumb, ...], str]:
+                source: bytes) -> _Trail:
     """The first trail of the cascade (module doc). Rules that must scan elements
     the survey skips run only if the page's bytes hold the word they look for: a
     byte search runs at GB/s, a Python loop at a microsecond per element."""
@@ -796,17 +847,29 @@ def _find_trail(root: etree._Element, survey: _Survey, head: _Head, loc: _Locati
         ("microdata", lambda: structured and _structured_trail(root, loc, "itemtype", "itemprop")),
         ("rdfa", lambda: structured and _structured_trail(root, loc, "typeof", "property")),
         ("breadcrumb", lambda: _breadcrumb_trail(survey, loc)),
+        ("title_context", lambda: _title_context_trail(root, loc)),
         ("related_bar", lambda: _related_bar_trail(survey, loc)),
         ("toc_current", lambda: b"current" in source and _toc_current_trail(root, loc)),
         ("up_link", lambda: any(hint in source for hint in _UP_LINK_HINTS) and _up_anchor_trail(root, loc)),
         ("up_link", lambda: _link_rel_up_trail(head, loc)),
     )
+    passed_over: list[str] = []
+    names_root = None  # the first rule that named the site root (or a home page) and nothing else
     for method, rule in rules:
         raw = rule()
-        trail = _finish_trail(raw, loc) if raw else None
-        if trail is not None:
-            return trail, method
-    return _url_trail(loc), "url"
+        if not raw:
+            continue
+        trail = _finish_trail(raw, loc)
+        if trail:
+            return _Trail(trail, method, tuple(passed_over))
+        passed_over.append(method)
+        if trail is not None and names_root is None and any(c.url in loc.homes for c in raw):
+            names_root = method
+    url_trail = _url_trail(loc)
+    if not url_trail and names_root is not None:
+        # The URL agrees that the page sits under the root: the markup said so first.
+        return _Trail((), names_root, tuple(m for m in passed_over if m != names_root))
+    return _Trail(url_trail, "url", tuple(passed_over))
 
 
 # ------------------------------------------------------------------------- main content
@@ -818,6 +881,10 @@ _DROP_TAGS = ("script", "style", "noscript", "template", "nav", "footer", "butto
 _CHROME_TAGS = ("header", "aside", "form")
 
 
+_text_length = etree.XPath("string-length(normalize-space())")
+_MIN_MAIN_CHARS = 40
+
+
 def _find_main(root: etree._Element, survey: _Survey) -> tuple[etree._Element, bool]:
     """The element holding the page's own content, and whether the page marked it
     up as its main region (<main>, role=main, a single <article>)."""
@@ -827,10 +894,12 @@ def _find_main(root: etree._Element, survey: _Survey) -> tuple[etree._Element, b
                     if el.tag == "article" and next(el.iterancestors("article"), None) is None]
     if len(top_articles) > 1:
         mains = [(rank, el) for rank, el in mains if el.tag != "article"]
-    if mains:
-        return min(mains, key=lambda ranked: ranked[0])[1], True
-    if survey.containers:
-        return min(survey.containers, key=lambda ranked: ranked[0])[1], False
+    # An empty or tiny region (a shell filled in by scripts, a stray <main> around
+    # a search box) is not the page's content: the next candidate is.
+    for candidates, marked in ((mains, True), (survey.containers, False)):
+        for _, el in sorted(candidates, key=lambda ranked: ranked[0]):
+            if _text_length(el) >= _MIN_MAIN_CHARS:
+                return el, marked
     body = root.find("body")
     return (root if body is None else body), False
 
@@ -898,15 +967,15 @@ def _find_nav_order(main: etree._Element, survey: _Survey, loc: _Location) -> tu
 # between an opening and a closing mark.
 _PARAGRAPH, _LINE, _OPEN, _CLOSE = "\ue000", "\ue001", "\ue002", "\ue003"
 _HEADING_TAGS = ("h1", "h2", "h3", "h4", "h5", "h6")
+_WRAPPER_BLOCKS = ("div", "section", "article", "main", "header", "aside", "figure", "figcaption",
+                   "details", "summary", "address", "hr", "caption", "fieldset", "center")
 _BLOCK_MARKS: dict[str, tuple[str, str]] = {  # tag -> (mark before its text, mark after it)
-    # Blocks that often follow running text ("see:<pre>", "<li>item<ul>") are
-    # marked on both sides; wrappers (div, section, ...) only after themselves, as
-    # what precedes them nearly always ends in a mark already. Every mark set is
-    # a Python call, and there is one or two per block.
+    # Blocks are marked on both sides: text runs into a block ("see:<pre>",
+    # "<li>item<ul>", "intro<div>") and out of a wrapper ("</div>more text") as
+    # often as not. Headings are replaced by marks of their own.
     **dict.fromkeys(("p", "pre", "table", "ul", "ol", "dl", "blockquote"), (_PARAGRAPH, _PARAGRAPH)),
-    **dict.fromkeys(("div", "section", "article", "main", "header", "aside", "figure", "figcaption",
-                     "details", "summary", "address", "hr", "caption", "fieldset", "center",
-                     *_HEADING_TAGS), ("", _PARAGRAPH)),
+    **dict.fromkeys(_WRAPPER_BLOCKS, (_PARAGRAPH, _PARAGRAPH)),
+    **dict.fromkeys(_HEADING_TAGS, ("", _PARAGRAPH)),
     **dict.fromkeys(("li", "tr", "dt", "dd", "br"), ("", _LINE)),
     **dict.fromkeys(("td", "th"), (" | ", "")),  # rows read "| cell | cell"
 }
@@ -982,16 +1051,18 @@ def _mark_pre_blocks(main: etree._Element) -> list[_Verbatim]:
         text = etree.tostring(pre, method="text", encoding=str, with_tail=False)
         pre.clear(keep_tail=True)
         pre.text = _mark("v", len(blocks))
-        blocks.append(_Verbatim(text.strip("\n")))
+        blocks.append(_Verbatim(text.strip("\n").replace("\xa0", " ")))
     return blocks
 
 
 def _mark_blocks(main: etree._Element) -> None:
     for el in main.iter(*_BLOCK_MARKS):
         before, after = _BLOCK_MARKS[el.tag]
-        if before:
-            if before == _PARAGRAPH and el.getparent().tag in _CELL_TAGS:
+        if before == _PARAGRAPH and el.getparent().tag in _CELL_TAGS:
+            if el.tag not in _WRAPPER_BLOCKS:
                 continue  # a cell's paragraphs (docutils wraps every cell in <p>) stay on its row
+            before = ""
+        if before:
             text = el.text
             el.text = before + text if text else before
         if after:
@@ -1134,7 +1205,7 @@ def _parse_utf8(utf8: bytes, url: str, site: str) -> ParsedPage:
     survey = _survey(root)
     head = _read_head(root, survey.head)
     loc = _locate(head, url, site)
-    trail, trail_method = _find_trail(root, survey, head, loc, utf8)
+    trail = _find_trail(root, survey, head, loc, utf8)
 
     main, marked_main = _find_main(root, survey)
     nav_order = _find_nav_order(main, survey, loc)
@@ -1143,6 +1214,8 @@ def _parse_utf8(utf8: bytes, url: str, site: str) -> ParsedPage:
     _mark_blocks(main)
     headings = _mark_headings(main)
     text = _normalized_string(main)
+    if not text.isascii():
+        text = _SPACES.sub(" ", text)  # no-break and other Unicode spaces, which normalize-space keeps
 
     title, title_index = _page_title(headings, head, loc.url)
     sections = _split_sections(text, headings, title, title_index, pre_blocks)
@@ -1154,8 +1227,9 @@ def _parse_utf8(utf8: bytes, url: str, site: str) -> ParsedPage:
         canonical_url=loc.canonical,
         site=site,
         title=title,
-        trail=trail,
-        trail_method=trail_method,
+        trail=trail.crumbs,
+        trail_method=trail.method,
+        trail_passed_over=trail.passed_over,
         sections=sections,
         description=head.description,
         keywords=head.keywords,
