@@ -54,6 +54,9 @@ class ParsedPage:
     nav_order: tuple[str, ...] = field(default=())  # child URLs in the page's own nav order
     source: str = ""  # the input file, set by the job that read it
     raw_hash: str = ""  # hash of the input bytes: unchanged pages are found without parsing
+    # Trail rules whose markup the page has but that named nothing in the site (only
+    # the page, the root, or places outside the site), in cascade order: build counters.
+    trail_passed_over: tuple[str, ...] = ()
 
     @property
     def body(self) -> str:
