@@ -13,12 +13,15 @@ STATUS = {
     "limit_exceeded": 422,  # query length, ids per Read, max_chars, k, n over the server's limits
     "request_too_large": 413,
     "unknown_ids": 404,  # none of the ids of a Read exist
+    "unknown_handles": 404,  # a Read names outline handles this episode did not issue (or no longer keeps)
     "unknown_tool": 404,
     "not_found": 404,
     "method_not_allowed": 405,
     "unauthorized": 401,
     "budget_exhausted": 429,
     "not_ready": 503,
+    "index_unavailable": 503,  # the index is missing or damaged (CLI: a manifest, CURRENT or file refused)
+    "index_locked": 409,  # another job holds the index's lease
     "internal_error": 500,
 }
 
@@ -40,3 +43,31 @@ class ToolError(Exception):
 
     def to_dict(self) -> dict[str, Any]:
         return {"error": {"reason": self.reason, "message": self.message, **self.details}}
+
+
+def checked_int(field: str, value: Any, minimum: int) -> int:
+    """`value` when it is an int (not a bool) of at least `minimum`, else an
+    `invalid_arguments` error naming `field`: the one check of every numeric
+    argument (k, n, max_chars, offset) that the CLI, the Python API and the
+    services all pass through."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ToolError("invalid_arguments", f"{field} must be an integer, not {type(value).__name__}",
+                        errors=[{"field": field, "message": "not an integer"}])
+    if value < minimum:
+        raise ToolError("invalid_arguments", f"{field} must be at least {minimum}, not {value}",
+                        errors=[{"field": field, "message": f"less than {minimum}"}])
+    return value
+
+
+def checked_text(field: str, value: Any) -> str:
+    """`value` when it is a str that encodes as UTF-8 (no lone surrogates such
+    as "\\ud800", which JSON parsing lets through but nothing can render)."""
+    if not isinstance(value, str):
+        raise ToolError("invalid_arguments", f"{field} must be a string, not {type(value).__name__}",
+                        errors=[{"field": field, "message": "not a string"}])
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ToolError("invalid_arguments", f"{field} is not valid Unicode text",
+                        errors=[{"field": field, "message": "invalid Unicode"}]) from None
+    return value

@@ -1,25 +1,56 @@
-"""A compact text form of the query-induced sub-forest, and token counts.
+"""The outline: a compact text form of the query-induced sub-forest, its
+parser, the per-answer handles it names nodes by, and token counts.
 
-METHOD.md names "a compressed string form of the sub-forest" as future work:
-the JSON repeats every key name on every node, while an indented outline says
-the same with one line per node:
+METHOD.md names "a compressed string form of the sub-forest" as future work.
+JSON repeats every key on every node and spells out 12-character ids and
+float scores; the outline says the same with one short line per node:
 
-    Shop Server [4p7spzvs7o5i] *3
-      Version 3 [npy23mw5bpxq]
-        Configuring the server [txj3lyipebls] *1
+    a1 Shop Server
+     a2*2 Version 3
+      a3*1✓ Configuring the server	summary: Ports and TLS	keywords: port, tls
+      a4*3 … (advanced)
 
-Two spaces per level, the id in brackets, `*r` on hits (r = rank by score, 1 =
-best), summary and keywords after the title when the index has them. Token
-counts use OpenAI's o200k_base encoding (bpe-openai ships it, so nothing is
-downloaded); benchmarks/RESULTS.md compares both forms over many queries.
+One line per node, trees and children in their order (pre-order). A line is
+
+    INDENT LABEL [*RANK] [✓] " " TITLE [TAB "summary: " SUMMARY] [TAB "keywords: " K1, K2, ...]
+
+* INDENT: one space per level below the tree's root; a line's parent is the
+  nearest line above it with one space less.
+* LABEL: what Read accepts for the node. Within an episode a handle: the
+  answer's letters (a = the episode's first outline answer, b = the second,
+  ..., z, aa, ab, ...) and the line's number (1 = first line), e.g. `b7`; a
+  handle is at most 8 characters, so it is never a node id (always
+  `ritrag.ids.NODE_ID_CHARS` = 12). Without an episode, the node id itself.
+* `*RANK`: the node is a hit; RANK orders the hits by score (1 = best). Lines
+  without it are ancestors of hits, there for the hierarchy.
+* `✓`: the node was already returned by Read in this episode.
+* TITLE: whitespace collapsed to single spaces. `…` at its start stands for
+  the parent's title (a child titled "Getting started tutorials" under
+  "Getting started" shows as `… tutorials`); a title that itself begins with
+  `…` or a backslash is written with a backslash in front.
+* Summary and keywords (when the index has them) follow after tabs, which
+  titles never contain.
+
+`parse_outline` reads this back into trees; the tests check that it recovers
+the JSON's nodes, titles, hits, hit order and tree shape. Token counts use
+OpenAI's o200k_base encoding (bpe-openai ships it, so nothing is downloaded);
+benchmarks/toc_tokens.py compares the forms over many queries.
 """
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
-from typing import Any
+from typing import Any, Collection, Iterator, Sequence
 
 TOKENIZER = "o200k_base"
+INDENT = " "
+READ_MARK = "✓"
+PARENT_MARK = "…"
+ESCAPE = "\\"
+MIN_TRIMMED_CHARS = 6  # shorter parent titles are not worth a mark
+HANDLE = re.compile(r"([a-z]{1,3})([1-9][0-9]{0,4})")  # letters (answer) + line number: at most 8 chars
+_LINE = re.compile(rf"({INDENT}*)([^\s*{READ_MARK}]+)(?:\*([1-9][0-9]*))?({READ_MARK})? (.*)")
 
 
 def toc_json_text(toc: dict[str, Any]) -> str:
@@ -27,35 +58,103 @@ def toc_json_text(toc: dict[str, Any]) -> str:
     return json.dumps(toc, ensure_ascii=False, separators=(",", ":"))
 
 
-def render_outline(trees: list[dict[str, Any]]) -> str:
-    """The sub-forest `trees` (as `RitragIndex.get_toc` returns them) as an
-    indented outline, one line per node, trees and children in their order."""
-    hits: list[tuple[float, str]] = []
-    stack = list(trees)
+def preorder(trees: Sequence[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], int]]:
+    """(node, depth) of every node, in outline order."""
+    stack = [(tree, 0) for tree in reversed(trees)]
     while stack:
-        node = stack.pop()
-        if node.get("hit"):
-            hits.append((-node.get("score", 0.0), node["id"]))
-        stack.extend(node.get("children", ()))
-    rank = {node_id: r for r, (_, node_id) in enumerate(sorted(hits), start=1)}
+        node, depth = stack.pop()
+        yield node, depth
+        stack.extend((child, depth + 1) for child in reversed(node.get("children") or ()))
 
+
+def hit_ranks(trees: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """Node id -> rank of each hit by score (1 = best; ties by id)."""
+    hits = sorted((-node.get("score", 0.0), node["id"]) for node, _ in preorder(trees) if node.get("hit"))
+    return {node_id: rank for rank, (_, node_id) in enumerate(hits, start=1)}
+
+
+def answer_letters(ordinal: int) -> str:
+    """The letters of an episode's `ordinal`-th (0-based) outline answer: a..z,
+    aa..zz, aaa..zzz, then around again (handles of an answer that old are
+    long forgotten; see `serving.budget.EpisodeMemory`)."""
+    ordinal %= 26 + 26 ** 2 + 26 ** 3
+    width = 1
+    while ordinal >= 26 ** width:
+        ordinal -= 26 ** width
+        width += 1
+    letters = []
+    for _ in range(width):
+        ordinal, digit = divmod(ordinal, 26)
+        letters.append(chr(ord("a") + digit))
+    return "".join(reversed(letters))
+
+
+def is_handle(label: str) -> bool:
+    return HANDLE.fullmatch(label) is not None
+
+
+def render_outline(trees: Sequence[dict[str, Any]], *, handle_letters: str | None = None,
+                   read: Collection[str] = ()) -> str:
+    """The sub-forest `trees` (as `RitragIndex.get_toc` returns them) as an
+    outline. `handle_letters`: label line i with that prefix and i (the
+    caller keeps `[ids of preorder(trees)]` to resolve them); none: label
+    lines with node ids. `read`: ids to mark as read."""
+    ranks = hit_ranks(trees)
     lines: list[str] = []
-
-    def emit(node: dict[str, Any], depth: int) -> None:
-        line = f"{'  ' * depth}{' '.join(node['title'].split())} [{node['id']}]"
-        if node["id"] in rank:
-            line += f" *{rank[node['id']]}"
+    parent_titles: list[str] = []  # by depth, along the current path
+    for number, (node, depth) in enumerate(preorder(trees), start=1):
+        title = " ".join(node["title"].split())
+        del parent_titles[depth:]
+        parent = parent_titles[-1] if parent_titles else ""
+        parent_titles.append(title)
+        label = f"{handle_letters}{number}" if handle_letters is not None else node["id"]
+        rank = ranks.get(node["id"])
+        line = (f"{INDENT * depth}{label}{f'*{rank}' if rank else ''}{READ_MARK if node['id'] in read else ''} "
+                f"{_shown_title(title, parent)}")
         if node.get("summary"):
-            line += f" - {' '.join(node['summary'].split())}"
+            line += f"\tsummary: {' '.join(node['summary'].split())}"
         if node.get("keywords"):
-            line += f" ({', '.join(node['keywords'])})"
+            line += f"\tkeywords: {', '.join(' '.join(k.split()) for k in node['keywords'])}"
         lines.append(line)
-        for child in node.get("children", ()):
-            emit(child, depth + 1)
-
-    for tree in trees:
-        emit(tree, 0)
     return "\n".join(lines)
+
+
+def _shown_title(title: str, parent: str) -> str:
+    if len(parent) >= MIN_TRIMMED_CHARS and len(title) > len(parent) and title.startswith(parent):
+        return PARENT_MARK + title[len(parent):]
+    if title.startswith((PARENT_MARK, ESCAPE)):
+        return ESCAPE + title
+    return title
+
+
+def parse_outline(text: str) -> list[dict[str, Any]]:
+    """Trees from an outline: per node `label`, `title` (in full), `rank`
+    (None unless a hit), `read`, `summary` and `keywords` when shown, and
+    `children`. Raises ValueError on a line that is not outline."""
+    roots: list[dict[str, Any]] = []
+    path: list[dict[str, Any]] = []
+    for number, line in enumerate(text.split("\n") if text else (), start=1):
+        match = _LINE.fullmatch(line)
+        if match is None or len(match.group(1)) > len(path):
+            raise ValueError(f"line {number} is not an outline line: {line[:80]!r}")
+        depth = len(match.group(1))
+        del path[depth:]
+        title, *fields = match.group(5).split("\t")
+        if title.startswith(ESCAPE):
+            title = title[1:]
+        elif title.startswith(PARENT_MARK):
+            if not path:
+                raise ValueError(f"line {number}: {PARENT_MARK} on a root line, which has no parent")
+            title = path[-1]["title"] + title[1:]
+        node: dict[str, Any] = {"label": match.group(2), "title": title,
+                                "rank": int(match.group(3)) if match.group(3) else None,
+                                "read": bool(match.group(4)), "children": []}
+        for field in fields:
+            name, _, value = field.partition(": ")
+            node[name] = value.split(", ") if name == "keywords" else value
+        (path[-1]["children"] if path else roots).append(node)
+        path.append(node)
+    return roots
 
 
 @lru_cache(maxsize=1)

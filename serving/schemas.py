@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from serving.budget import GET_TOC, READ
+from serving.outline import PARENT_MARK, READ_MARK
 
 EPISODE_META_KEY = "ritrag/episode_id"  # MCP: the request's _meta key naming the episode
 
@@ -23,12 +24,17 @@ class GetTocArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: str = Field(description="What to look for: a question or keywords. Each call searches the whole "
                                    "corpus afresh, so rewrite the query to look somewhere else.")
+    collapse_read: bool | None = Field(
+        default=None, description="true: leave out what this episode has already read: every node whose subtree "
+                                  "(itself included) holds no hit that Read has not returned yet. null or false: "
+                                  "show everything, nodes already read marked.")
 
 
 class ReadArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    node_ids: list[str] = Field(description="Ids of the nodes to read, as GetToC listed them.")
-    offset: int | None = Field(default=None, ge=0,
+    node_ids: list[str] = Field(description="The nodes to read, as GetToC listed them: node ids, or the outline's "
+                                            "handles (such as b7) from this episode's GetToC answers.")
+    offset: int | None = Field(default=None, ge=0, strict=True,
                                description="Character offset to start at: a node's next_offset from an "
                                            "earlier Read, to continue a cut text; null to read from the start.")
 
@@ -36,13 +42,19 @@ class ReadArgs(BaseModel):
 TOOLS: dict[str, tuple[type[BaseModel], str]] = {
     GET_TOC: (GetTocArgs, (
         "Find where the answer is. Returns a table of contents of the documentation: the sections that best "
-        "match the query (hit: true, with a score; best first) inside their trees of ancestors (product, "
-        "version, chapter), each with an id and a title. No text: choose the ids worth reading and pass them "
-        "to Read.")),
+        "match the query (the hits) inside their trees of ancestors (product, version, chapter), each with an id "
+        "and a title. No text: choose the nodes worth reading and pass them to Read. Nodes already read in this "
+        "episode are marked. It comes as JSON trees (id, title, hit, score, read, children) or as an outline, "
+        "one line per node: one leading space per level below the root (a line's parent is the nearest line "
+        "above with one space less); the node's id or a handle such as b7 (Read takes either; handles hold "
+        f"within this episode); *R on hits, R = rank (1 = best); {READ_MARK} if already read; a space; the title. "
+        f"A title starting with {PARENT_MARK} continues its parent's title ({PARENT_MARK} tutorials under "
+        "Getting started means Getting started tutorials).")),
     READ: (ReadArgs, (
-        "Read the text of nodes chosen from GetToC: for each id its title, ancestor path, URL and text. A "
-        "text cut at the size limit carries next_offset: call Read again with that id and offset to continue. "
-        "Ids that do not exist are listed in unknown_ids.")),
+        "Read the text of nodes chosen from GetToC, by node id or by outline handle (this episode's only): for "
+        "each its id, title, ancestor path, URL and text. A text cut at the size limit carries next_offset: "
+        "call Read again with that id and offset to continue. Ids that do not exist are listed in unknown_ids; "
+        "handles this episode did not issue are refused (call GetToC again, or pass full node ids).")),
 }
 
 
@@ -52,15 +64,17 @@ class EpisodeField(BaseModel):
 
 
 class TocRequest(GetTocArgs, EpisodeField):
-    k: int | None = Field(default=None, ge=1, description="Chunks recalled per retriever (default: the server's).")
-    n: int | None = Field(default=None, ge=1, description="Nodes kept (default: the server's).")
+    k: int | None = Field(default=None, ge=1, strict=True,
+                          description="Chunks recalled per retriever (default: the server's).")
+    n: int | None = Field(default=None, ge=1, strict=True, description="Nodes kept (default: the server's).")
     format: Literal["json", "outline", "both"] = Field(
         default="json", description="json: the sub-forest as trees; outline: an indented text outline; both: "
                                     "both, with their token counts.")
 
 
 class ReadRequest(ReadArgs, EpisodeField):
-    max_chars: int | None = Field(default=None, ge=1, description="Characters per node (default: the server's).")
+    max_chars: int | None = Field(default=None, ge=1, strict=True,
+                                  description="Characters per node (default: the server's).")
 
 
 class BudgetLeft(BaseModel):
@@ -76,6 +90,7 @@ class TocNode(BaseModel):
     keywords: list[str] | None = None
     hit: bool
     score: float | None = None
+    read: bool | None = None
     children: list[TocNode] | None = None
 
 
@@ -89,6 +104,7 @@ class TocResult(BaseModel):
     query: str
     version: str
     hits: int
+    collapsed: int | None = None
     trees: list[TocNode] | None = None
     outline: str | None = None
     tokens: TokenCounts | None = None
@@ -97,6 +113,7 @@ class TocResult(BaseModel):
 
 class ReadNode(BaseModel):
     id: str
+    handle: str | None = None
     title: str
     path: list[str]
     url: str | None

@@ -14,6 +14,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from serving.budget import Budget, EpisodeBudgets
 from serving.mcp_server import streamable_http_app
+from serving.outline import parse_outline
 from serving.schemas import EPISODE_META_KEY, tool_definitions
 from serving.tools import ToolService
 from tests.serving_fixtures import loaded_index, serving
@@ -69,7 +70,7 @@ def test_mcp_over_streamable_http(tiny_index):
         async with Client(url + "/mcp") as client:
             outline = await client.call_tool("GetToC", {"query": "tls"})
             assert outline.content[0].text.startswith("GetToC v000001:")
-            assert "[" in outline.structured_content["outline"] and "trees" not in outline.structured_content
+            assert parse_outline(outline.structured_content["outline"]) and "trees" not in outline.structured_content
             service.toc_format = "json"
             await round_trip(client)
             await budget_round_trip(client)

@@ -10,11 +10,11 @@ import jsonschema
 import pytest
 
 from ritrag import cli
-from serving.budget import Budget, EpisodeBudgets
+from serving.budget import Budget, EpisodeBudgets, EpisodeMemory
 from serving.errors import ToolError
-from serving.outline import count_tokens, render_outline, toc_json_text
+from serving.outline import count_tokens, preorder, render_outline, toc_json_text
 from serving.schemas import GetTocArgs, ReadArgs, strict_schema, tool_definitions
-from serving.tools import Limits, ToolService
+from serving.tools import Limits, ToolService, mark_read
 
 # OpenAI's strict mode: the keywords it supports (anything else is rejected).
 STRICT_KEYWORDS = {"type", "properties", "required", "additionalProperties", "items", "enum", "const", "anyOf",
@@ -62,7 +62,9 @@ def test_strict_schemas_accept_what_the_models_accept():
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, read)
     assert ReadArgs.model_validate({"node_ids": ["a"], "offset": None}).offset is None
-    jsonschema.validate({"query": "x"}, strict_schema(GetTocArgs))
+    jsonschema.validate({"query": "x", "collapse_read": None}, strict_schema(GetTocArgs))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"query": "x"}, strict_schema(GetTocArgs))  # strict: every property given
 
 
 @pytest.mark.parametrize("fmt", ["openai", "anthropic", "mcp"])
@@ -103,7 +105,7 @@ class StubIndex:
 
     def get_toc(self, query: str, k: int, n: int) -> dict:
         trees = [{"id": "root", "title": "Shop Server", "hit": False, "children": [
-            {"id": "v3", "title": "Version 3", "hit": True, "score": 0.02,
+            {"id": "ver3", "title": "Version 3", "hit": True, "score": 0.02,
              "children": [{"id": "cfg", "title": "Configuring  the server", "hit": True, "score": 0.03,
                            "summary": "Ports and TLS", "keywords": ["port", "tls"]}]}]}]
         return {"query": query, "version": self.version, "hits": 2, "trees": trees, "k": k, "n": n}
@@ -123,9 +125,9 @@ def service() -> ToolService:
 
 def test_outline_is_an_indented_list_with_ids_and_hit_ranks(service):
     toc = service.get_toc("tls", format="both")
-    assert toc["outline"] == ("Shop Server [root]\n"
-                              "  Version 3 [v3] *2\n"
-                              "    Configuring the server [cfg] *1 - Ports and TLS (port, tls)")
+    assert toc["outline"] == ("root Shop Server\n"
+                              " ver3*2 Version 3\n"
+                              "  cfg*1 Configuring the server\tsummary: Ports and TLS\tkeywords: port, tls")
     assert toc["tokens"]["tokenizer"] == "o200k_base"
     assert toc["tokens"]["outline"] == count_tokens(toc["outline"]) < toc["tokens"]["json"]
     assert toc["tokens"]["json"] == count_tokens(toc_json_text(service.get_toc("tls")))
@@ -170,3 +172,75 @@ def test_serving_never_loads_beam():
     code = ("import sys, serving.http, serving.mcp_server, serving.tools; "
             "assert 'apache_beam' not in sys.modules, 'serving imported Beam'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_outline_handles_resolve_in_read_within_their_episode_only(service):
+    toc = service.get_toc("tls", format="outline", episode_id="e")
+    assert toc["outline"].splitlines() == ["a1 Shop Server", " a2*2 Version 3",
+                                           "  a3*1 Configuring the server\tsummary: Ports and TLS\tkeywords: port, tls"]
+    read = service.read(["a3"], episode_id="e")
+    assert [(n["id"], n["handle"]) for n in read["nodes"]] == [("cfg", "a3")]
+    assert read["budget"]["calls_left"] == 1
+    assert "handle" not in service.read(["cfg"])["nodes"][0]
+    for handles, episode, where in ((["a3"], None, "names no episode"), (["a3"], "other", "'other' has no"),
+                                    (["cfg", "a4"], "e", "'e' has no"), (["b1"], "e", "'e' has no")):
+        with pytest.raises(ToolError) as refused:
+            service.read(handles, episode_id=episode)
+        error = refused.value.to_dict()["error"]
+        assert error["reason"] == "unknown_handles" and refused.value.status == 404
+        assert error["unknown_handles"] == handles[-1:] and where in error["message"]
+        assert "call GetToC again" in error["message"] and "full node ids" in error["message"]
+    full_id = service.read(["cfg"], episode_id="e")  # full ids work everywhere
+    assert full_id["nodes"][0]["id"] == "cfg" and full_id["budget"]["calls_left"] == 0  # refusals: not charged
+
+
+def test_later_outline_answers_get_the_next_letters(service):
+    service.budgets = EpisodeBudgets(Budget(calls=10, toc_calls=5))
+    first = service.get_toc("tls", format="outline", episode_id="e")["outline"]
+    second = service.get_toc("tls", format="outline", episode_id="e")["outline"]
+    assert first.startswith("a1 ") and second.startswith("b1 ")
+    assert [n["id"] for n in service.read(["a3", "b2"], episode_id="e")["nodes"]] == ["cfg"]  # b2: ver3, unknown to the stub
+    assert service.get_toc("tls", format="outline", episode_id="other")["outline"].startswith("a1 ")
+
+
+def test_read_nodes_are_marked_and_collapsed_on_request(service):
+    service.budgets = EpisodeBudgets(Budget(calls=10, toc_calls=5))
+    service.read(["cfg"], episode_id="e")
+    toc = service.get_toc("tls", format="both", episode_id="e")
+    assert [n.get("read") for n in _preorder(toc["trees"])] == [None, None, True]
+    assert toc["outline"].splitlines()[2].startswith("  a3*1✓ ")
+    collapsed = service.call("GetToC", {"query": "tls", "collapse_read": True}, episode_id="e")
+    # cfg was read; ver3 is an unread hit, so it and its ancestor stay; cfg's subtree goes.
+    assert [n["id"] for n in _preorder(collapsed["trees"])] == ["root", "ver3"]
+    assert (collapsed["hits"], collapsed["collapsed"]) == (1, 1) and "children" not in collapsed["trees"][0]["children"][0]
+    assert "collapsed" not in service.get_toc("tls", episode_id="e")  # not asked: nothing left out
+    assert service.get_toc("tls", collapse_read=True)["collapsed"] == 0  # no episode: nothing was read
+
+
+def test_collapse_keeps_read_nodes_above_unread_hits():
+    trees = [{"id": "r", "title": "R", "hit": True, "score": 0.1, "children": [
+        {"id": "x", "title": "X", "hit": True, "score": 0.2},
+        {"id": "y", "title": "Y", "hit": False, "children": [{"id": "z", "title": "Z", "hit": True, "score": 0.3}]}]},
+        {"id": "s", "title": "S", "hit": True, "score": 0.05}]
+    kept, left_out = mark_read(trees, {"r", "z", "s"}, collapse=True)
+    assert left_out == 2 and [(n["id"], n.get("read")) for n in _preorder(kept)] == [("r", True), ("x", None)]
+
+
+def test_episode_memory_is_bounded():
+    now = [0.0]
+    memory = EpisodeMemory(max_episodes=2, idle_s=10, max_handles=5, max_read=2, clock=lambda: now[0])
+    assert memory.issue_handles("e", ["p", "q", "r"]) == "a"
+    assert memory.issue_handles("e", ["s", "t", "u"]) == "b"  # 6 ids > 5: answer a is forgotten whole
+    assert memory.resolve("e", ["a1", "b3", "b4"]) == ({"b3": "u"}, ["a1", "b4"])
+    memory.mark_read("e", ["p", "q", "r"])
+    assert memory.read_ids("e") == {"q", "r"}
+    memory.issue_handles("f", ["p"])
+    memory.issue_handles("g", ["p"])
+    assert len(memory) == 2 and memory.resolve("e", ["b1"]) == ({}, ["b1"])  # e was least recently used
+    now[0] = 11.0
+    assert memory.resolve("g", ["a1"]) == ({}, ["a1"]) and memory.read_ids("g") == frozenset()  # idle: gone
+    assert memory.issue_handles("g", ["p"]) == "a"  # and it starts afresh
+
+
+def _preorder(trees):
+    return [node for node, _ in preorder(trees)]
