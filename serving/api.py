@@ -16,6 +16,7 @@ import numpy as np
 from ritrag.analyzer import analyze
 from ritrag.vectors import rerank_exact
 from ritrag.embedder import EmbedderSpec, QueryEmbedder
+from serving.errors import ToolError, checked_int, checked_text
 from serving.index import LoadedIndex
 from serving.retrieval import (bm25_top_k, build_subforest, dense_top_k, node_scores,
                                reciprocal_rank_fusion, top_nodes)
@@ -24,6 +25,25 @@ DEFAULT_K = 200  # chunks recalled by each retriever (k')
 DEFAULT_N = 50  # nodes kept
 DEFAULT_MAX_CHARS = 20_000  # per node and Read call
 TOC_FIELDS = ("title", "summary", "keywords")
+
+
+def check_toc_arguments(query: str, k: int, n: int) -> None:
+    """GetToC's arguments, refused with `invalid_arguments` (a ToolError) when
+    of the wrong type or out of range: every face reaches these checks."""
+    checked_text("query", query)
+    checked_int("k", k, 1)
+    checked_int("n", n, 1)
+
+
+def check_read_arguments(node_ids: Sequence[str], max_chars: int, offset: int) -> None:
+    """Read's arguments, as `check_toc_arguments` checks GetToC's."""
+    if isinstance(node_ids, (str, bytes)) or not isinstance(node_ids, Sequence):
+        raise ToolError("invalid_arguments", "node_ids must be a list of strings",
+                        errors=[{"field": "node_ids", "message": "not a list"}])
+    for node_id in node_ids:
+        checked_text("node_ids", node_id)
+    checked_int("max_chars", max_chars, 1)
+    checked_int("offset", offset, 0)
 
 
 def one_thread_per_query() -> None:
@@ -95,6 +115,7 @@ class RitragIndex:
         """GetToC: the query-induced sub-forest, as JSON-ready dicts, no body
         text. `query_vector`: the query already embedded (by `embed_query`),
         for callers that batch or cache embeddings."""
+        check_toc_arguments(query, k, n)
         hits = top_nodes(node_scores(self.recall_chunks(query, k, query_vector), self.index.chunk_node), n)
         return self.toc_of(query, hits)
 
@@ -107,6 +128,7 @@ class RitragIndex:
         """Read: title, ancestor path, url and body of each node; unknown ids are
         reported, not fatal. Bodies longer than `max_chars` from `offset` are cut
         and carry `next_offset` to continue."""
+        check_read_arguments(node_ids, max_chars, offset)
         idx = self.index
         rows = {nid: idx.node_row.get(nid) for nid in dict.fromkeys(node_ids)}
         records = idx.node_records([r for r in rows.values() if r is not None])
