@@ -199,7 +199,8 @@ def test_later_outline_answers_get_the_next_letters(service):
     first = service.get_toc("tls", format="outline", episode_id="e")["outline"]
     second = service.get_toc("tls", format="outline", episode_id="e")["outline"]
     assert first.startswith("a1 ") and second.startswith("b1 ")
-    assert [n["id"] for n in service.read(["a3", "b2"], episode_id="e")["nodes"]] == ["cfg"]  # b2: ver3, unknown to the stub
+    read = service.read(["a3", "b2"], episode_id="e")  # b2: ver3, which the stub cannot read
+    assert [n["id"] for n in read["nodes"]] == ["cfg"] and read["unknown_ids"] == ["ver3"]
     assert service.get_toc("tls", format="outline", episode_id="other")["outline"].startswith("a1 ")
 
 
@@ -212,7 +213,8 @@ def test_read_nodes_are_marked_and_collapsed_on_request(service):
     collapsed = service.call("GetToC", {"query": "tls", "collapse_read": True}, episode_id="e")
     # cfg was read; ver3 is an unread hit, so it and its ancestor stay; cfg's subtree goes.
     assert [n["id"] for n in _preorder(collapsed["trees"])] == ["root", "ver3"]
-    assert (collapsed["hits"], collapsed["collapsed"]) == (1, 1) and "children" not in collapsed["trees"][0]["children"][0]
+    assert (collapsed["hits"], collapsed["collapsed"]) == (1, 1)
+    assert "children" not in collapsed["trees"][0]["children"][0]
     assert "collapsed" not in service.get_toc("tls", episode_id="e")  # not asked: nothing left out
     assert service.get_toc("tls", collapse_read=True)["collapsed"] == 0  # no episode: nothing was read
 
