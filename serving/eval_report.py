@@ -43,11 +43,13 @@ def _setup_line(report: dict[str, Any]) -> str:
             f"chars of each; plain RAG: top {c['chunks']} chunks; k'={c['k']}, n={c['n']}; tokens: {report['tokenizer']}")
 
 
-def verdict_sentences(report: dict[str, Any]) -> list[str]:
+def verdict_sentences(report: dict[str, Any], ties: bool = True) -> list[str]:
     """One line per scope (overall, each tag): the sub-forest's wins, losses
-    and ties against each baseline, with both values."""
+    and (with `ties`) ties against each baseline, with both values."""
     grouped: dict[tuple[str, int], dict[str, list[str]]] = {}
     for v in report["verdicts"]:
+        if v["outcome"] == "ties" and not ties:
+            continue
         outcomes = grouped.setdefault((v["scope"], v["questions"]), {"wins": [], "loses": [], "ties": []})
         outcomes[v["outcome"]].append(f"{v['baseline']} {v['metric']} ({_fmt(v['subforest'])} vs "
                                       f"{_fmt(v['baseline_value'])})")
@@ -87,7 +89,8 @@ def render_text(report: dict[str, Any]) -> str:
         lines += ["", "unresolvable gold (not scored as misses):"]
         lines += [f"  {u['id']} (line {u['line']}{'' if u['scored'] else ', question not scored'}): "
                   + ", ".join(u["gold"]) for u in report["unresolvable"]]
-    lines += ["", "where the sub-forest wins / loses:", *("  " + s for s in verdict_sentences(report))]
+    lines += ["", "where the sub-forest wins / loses (ties: see the HTML report):",
+              *("  " + s for s in verdict_sentences(report, ties=False))]
     return "\n".join(lines)
 
 
