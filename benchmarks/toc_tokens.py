@@ -1,0 +1,137 @@
+"""What a GetToC answer costs the agent, in o200k_base tokens, per form.
+
+    python -m benchmarks.toc_tokens INDEX [--questions benchmarks/questions/dev.jsonl] [--titles 200]
+                                          [--n 50] [--label NAME]
+
+For each query (the questions of a question file, and/or `--titles` node
+titles drawn with a fixed seed) it runs GetToC once and counts the tokens of
+the same sub-forest written as:
+
+* pretty JSON: `json.dumps(trees, indent=2)`;
+* compact JSON: `serving.outline.toc_json_text(trees)`, what the server sends;
+* compact JSON without scores: only ids, titles, hit flags, metadata, tree
+  shape and order, the information the outline keeps (ranks instead of scores);
+* the outline before handles (`outline_before`, the form served until this
+  change: two-space indent, `[id]` after the title, ` *rank` after it);
+* the outline with node ids (an answer outside an episode);
+* the outline with handles (an answer within an episode: what an agent reads).
+
+Medians and totals over the queries, and the ratio handles / compact JSON
+(per query, then its median; and of the totals). The sizes depend on the
+shape of the sub-forest (its nodes, titles and depth), not on how the
+chunks were embedded, so an index built with the hashing stand-in is a fair
+testbed. The section "toc tokens: NAME" of benchmarks/RESULTS.md is replaced.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Any, Callable
+
+from benchmarks.results import write_section
+from benchmarks.serving import sample_queries
+from serving.api import RitragIndex, one_thread_per_query
+from serving.outline import PARENT_MARK, count_tokens, hit_ranks, preorder, render_outline, toc_json_text
+
+
+def outline_before(trees: list[dict[str, Any]]) -> str:
+    """The outline as served before handles, for comparison only."""
+    ranks = hit_ranks(trees)
+    lines = []
+    for node, depth in preorder(trees):
+        line = f"{'  ' * depth}{' '.join(node['title'].split())} [{node['id']}]"
+        if node["id"] in ranks:
+            line += f" *{ranks[node['id']]}"
+        if node.get("summary"):
+            line += f" - {' '.join(node['summary'].split())}"
+        if node.get("keywords"):
+            line += f" ({', '.join(node['keywords'])})"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def without_scores(trees: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{key: (without_scores(value) if key == "children" else value) for key, value in tree.items()
+             if key != "score"} for tree in trees]
+
+
+FORMS: dict[str, Callable[[list[dict[str, Any]]], str]] = {
+    "pretty JSON": lambda trees: json.dumps(trees, ensure_ascii=False, indent=2),
+    "compact JSON": toc_json_text,
+    "compact JSON, no scores": lambda trees: toc_json_text(without_scores(trees)),
+    "outline before": outline_before,
+    "outline, node ids": render_outline,
+    "outline, handles": lambda trees: render_outline(trees, handle_letters="a"),
+}
+
+
+def question_queries(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line)["question"] for line in fh if line.strip()]
+
+
+def measure(index: RitragIndex, queries: list[str], n: int) -> dict[str, Any]:
+    tokens: dict[str, list[int]] = {form: [] for form in FORMS}
+    lines = trimmed = 0
+    started = time.perf_counter()
+    for done, query in enumerate(queries, start=1):
+        trees = index.get_toc(query, n=n)["trees"]
+        for form, render in FORMS.items():
+            tokens[form].append(count_tokens(render(trees)))
+        outline = render_outline(trees, handle_letters="a").split("\n")
+        lines += len(outline)
+        trimmed += sum(1 for line in outline if line.split(" ", 1)[1].lstrip().startswith(PARENT_MARK))
+        if done % 50 == 0 or done == len(queries):
+            rate = done / (time.perf_counter() - started)
+            print(f"{done}/{len(queries)} queries, {rate:.1f}/s, ETA {(len(queries) - done) / rate:.0f} s",
+                  flush=True)
+    ratios = [h / c for h, c in zip(tokens["outline, handles"], tokens["compact JSON"])]
+    strict = [h / c for h, c in zip(tokens["outline, handles"], tokens["compact JSON, no scores"])]
+    return {"queries": len(queries), "tokens": tokens, "ratio_median": statistics.median(ratios),
+            "ratio_max": max(ratios), "strict_median": statistics.median(strict), "strict_max": max(strict),
+            "lines": lines, "trimmed": trimmed}
+
+
+def table(name: str, m: dict[str, Any]) -> str:
+    compact = sum(m["tokens"]["compact JSON"])
+    rows = [f"**{name}** ({m['queries']} queries)", "",
+            "| form | median tokens | total tokens | total / compact JSON |", "|---|---|---|---|"]
+    for form, counts in m["tokens"].items():
+        rows.append(f"| {form} | {statistics.median(counts):.0f} | {sum(counts):,} | {sum(counts) / compact:.3f} |")
+    rows += ["", f"Outline with handles / compact JSON, per query: median {m['ratio_median']:.3f}, "
+                 f"max {m['ratio_max']:.3f}; / compact JSON without scores: median {m['strict_median']:.3f}, "
+                 f"max {m['strict_max']:.3f}. Lines whose title was trimmed to `{PARENT_MARK}` + the rest: "
+                 f"{m['trimmed']:,} of {m['lines']:,}."]
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("index")
+    p.add_argument("--questions", help="a question file (JSON lines with a `question` field)")
+    p.add_argument("--titles", type=int, default=200, help="node titles drawn as queries (0: none)")
+    p.add_argument("--n", type=int, default=50, help="nodes kept per GetToC")
+    p.add_argument("--label", default="", help="section name in RESULTS.md (default: the index path)")
+    args = p.parse_args(argv)
+    one_thread_per_query()
+    index = RitragIndex(args.index)
+    sets = {}
+    if args.questions:
+        sets[f"questions of {args.questions}"] = question_queries(args.questions)
+    if args.titles:
+        sets[f"{args.titles} node titles (seed 0)"] = sample_queries(index, args.titles)
+    parts = [f"## ToC size per form, o200k_base tokens: {args.label or args.index}", "",
+             f"`python -m benchmarks.toc_tokens {args.index}"
+             + (f" --questions {args.questions}" if args.questions else "")
+             + f" --titles {args.titles} --n {args.n}`, index version {index.version}, GetToC k=200, n={args.n}."]
+    for name, queries in sets.items():
+        parts += ["", table(name, measure(index, queries, args.n))]
+    body = "\n".join(parts)
+    print(body)
+    write_section("toc tokens", args.label or args.index, body)
+
+
+if __name__ == "__main__":
+    main()
