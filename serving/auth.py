@@ -13,9 +13,12 @@ UNAUTHORIZED = ToolError("unauthorized", "missing or wrong API key")
 
 
 def key_matches(headers: Mapping[str, str], api_key: str) -> bool:
-    """`headers` with lower-case names."""
-    given = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ").strip()
-    return hmac.compare_digest(given.encode(), api_key.encode())
+    """`headers` with lower-case names, decoded as Latin-1 (`header_map`), so
+    that encoding them again gives the bytes the client sent; those are
+    compared with the key's UTF-8 bytes, so a non-ASCII key matches."""
+    given = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ")
+    # strip() would also take bytes such as 0xa0 that end a UTF-8 character
+    return hmac.compare_digest(given.strip(" \t").encode("latin-1"), api_key.encode("utf-8"))
 
 
 def header_map(scope: dict[str, Any]) -> dict[str, str]:

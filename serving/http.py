@@ -4,13 +4,17 @@
     POST /v1/read       Read (ReadRequest -> ReadResult)
     GET  /v1/tools      the tool definitions (?format=openai|anthropic|mcp)
     GET  /healthz       liveness: the process serves (500 once loading failed)
-    GET  /readyz        readiness: the index is loaded and the query model warm
+    GET  /readyz        readiness: the index is loaded and the query model warm;
+                        with a version watcher, its failures to load a newer version
     GET  /metrics       Prometheus
-    GET  /docs, /openapi.json
+    GET  /docs, /openapi.json   (/docs is FastAPI's Swagger UI page, whose script and
+                        style come from a CDN, cdn.jsdelivr.net: offline, use /openapi.json)
     GET  /              a page to try queries, browse the sub-forest and read nodes
 
 Every error is a JSON body {"error": {"reason", "message", ...}} with the status
 `serving.errors.STATUS` gives its reason; nothing else reaches the client.
+/healthz and /readyz answer without the API key, but show why loading failed
+(messages that name files) only with it.
 The index loads in a background thread so that liveness answers at once.
 """
 from __future__ import annotations
@@ -28,10 +32,12 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector,
                                generate_latest)
+from prometheus_client.core import CounterMetricFamily
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from serving.auth import UNAUTHORIZED, header_map, key_matches, send_error
 from serving.errors import ToolError
+from serving.reload import VersionWatcher
 from serving.schemas import ErrorResult, ReadRequest, ReadResult, TocRequest, TocResult, tool_definitions
 from serving.tools import ToolService, invalid_arguments
 
@@ -61,6 +67,13 @@ class _Metrics:
                                    registry=self.registry)
         self.ready = Gauge("ritrag_ready", "1 once the index is loaded", registry=self.registry)
         self.episodes = Gauge("ritrag_episodes", "Episodes with a budget in memory", registry=self.registry)
+        self.watcher: VersionWatcher | None = None
+        self.registry.register(self)  # collect(): the watcher's counts, read when scraped
+
+    def collect(self):
+        yield CounterMetricFamily("ritrag_reload_failures", "Checks or loads of a newly published version that "
+                                  "failed (the previous version kept serving)",
+                                  value=self.watcher.failures if self.watcher else 0)
 
 
 class _Guard:
@@ -127,9 +140,12 @@ class _Guard:
         await send_error(send, error)
 
 
-def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSettings()) -> FastAPI:
+def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSettings(),
+               watch: Callable[[ToolService], VersionWatcher] | None = None) -> FastAPI:
     """The app; `load` builds the service (loads the index) in a background
-    thread started with the app, after which the query model is warmed."""
+    thread started with the app, after which the query model is warmed and
+    `watch` (if given) makes the watcher that follows newly published
+    versions, which the app starts and reports on."""
     metrics = _Metrics()
     state: dict[str, Any] = {"service": None, "failed": None}
 
@@ -138,6 +154,8 @@ def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSet
             service = load()
             service.index.embed_query("warm up")
             state["service"] = service
+            if watch is not None:
+                metrics.watcher = watch(service).start()
             metrics.ready.set(1)
             LOG.info("ready: index %s", service.index.version)
         except Exception as exc:  # reported by /healthz and /readyz; the trace goes to the log only
@@ -154,8 +172,12 @@ def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSet
 
     def service() -> ToolService:
         if state["service"] is None:
-            raise ToolError("not_ready", state["failed"] or "the index is still loading; retry shortly")
+            raise ToolError("not_ready", "loading the index failed" if state["failed"]
+                            else "the index is still loading; retry shortly")
         return state["service"]
+
+    def has_key(request: Request) -> bool:
+        return not settings.api_key or key_matches(header_map(request.scope), settings.api_key)
 
     @app.exception_handler(ToolError)
     async def tool_error(_: Request, exc: ToolError) -> JSONResponse:
@@ -197,16 +219,24 @@ def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSet
         return tool_definitions(format)
 
     @app.get("/healthz", include_in_schema=False)
-    def healthz() -> JSONResponse:
+    def healthz(request: Request) -> JSONResponse:
         if state["failed"]:
-            return JSONResponse({"status": "failed", "error": state["failed"]}, status_code=500)
+            details = {"error": state["failed"]} if has_key(request) else {}
+            return JSONResponse({"status": "failed", **details}, status_code=500)
         return JSONResponse({"status": "ok"})
 
     @app.get("/readyz", include_in_schema=False)
-    def readyz() -> dict[str, Any]:
+    def readyz(request: Request) -> dict[str, Any]:
+        if state["failed"] and has_key(request):
+            raise ToolError("not_ready", state["failed"])
         ready = service()
-        return {"status": "ready", "version": ready.index.version, "limits": asdict(ready.limits),
+        body = {"status": "ready", "version": ready.index.version, "limits": asdict(ready.limits),
                 "budget": asdict(ready.budgets.budget)}
+        if metrics.watcher is not None:
+            body["reload"] = metrics.watcher.status()
+            if body["reload"]["last_error"] and not has_key(request):
+                body["reload"]["last_error"] = {"version": body["reload"]["last_error"]["version"]}
+        return body
 
     @app.get("/metrics", include_in_schema=False)
     def prometheus() -> Response:
