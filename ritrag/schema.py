@@ -233,3 +233,42 @@ TOMBSTONES_SCHEMA = pa.schema(
         pa.field("url", pa.string()),  # a pages-table row
     ]
 )
+
+
+@dataclass(frozen=True)
+class WarcPage:
+    """A response record read from a WARC file: a page input like a file, whose
+    URL is its WARC-Target-URI. `source` is "<warc file>#<record offset>"."""
+
+    source: str
+    url: str
+    payload: bytes
+    content_type: str = ""
+
+
+# The crawl's state (CRAWL_DIR/crawldb.parquet), one row per URL the crawls have
+# dealt with: pages, robots.txt files and sitemaps. `status` is one of
+# transforms.crawldb.STATUSES; warc_file (relative to CRAWL_DIR) and warc_offset
+# locate the response record holding the body of a fetched or unchanged page.
+CRAWLDB_SCHEMA = pa.schema(
+    [
+        pa.field("url", pa.string(), nullable=False),  # as fetched: fragment and tracking parameters dropped
+        pa.field("kind", pa.string(), nullable=False),  # page | robots | sitemap
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("depth", pa.int32(), nullable=False),  # link hops from a seed (sitemap entries: 1)
+        pa.field("discovered_from", pa.string(), nullable=False),  # "" for seeds and re-visits
+        pa.field("crawl_id", pa.string(), nullable=False),  # the crawl that wrote this row
+        pa.field("fetched_at", pa.string(), nullable=False),  # ISO 8601 UTC; "" if never requested
+        pa.field("http_status", pa.int32()),
+        pa.field("attempts", pa.int32(), nullable=False),
+        pa.field("content_type", pa.string(), nullable=False),
+        pa.field("etag", pa.string(), nullable=False),
+        pa.field("last_modified", pa.string(), nullable=False),
+        pa.field("sha256", pa.string(), nullable=False),  # of the payload; "" if no body kept
+        pa.field("final_url", pa.string(), nullable=False),  # after following recorded redirects
+        pa.field("canonical_url", pa.string(), nullable=False),  # <link rel=canonical>, "" if none
+        pa.field("warc_file", pa.string(), nullable=False),
+        pa.field("warc_offset", pa.int64()),
+        pa.field("error", pa.string(), nullable=False),
+    ]
+)

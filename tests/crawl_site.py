@@ -1,0 +1,145 @@
+"""A real HTTP server on 127.0.0.1 for the crawl tests: serves a folder of pages
+plus robots.txt, a sitemap index pointing at a gzipped sitemap, and paths that
+misbehave. Its request log (and in-flight count per host) is the witness of what
+the crawler did."""
+from __future__ import annotations
+
+import email.utils
+import gzip
+import hashlib
+import os
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+SLOW_S = 1.5
+RESPONSE_S = 0.02  # every page answer takes this long, so concurrent requests overlap
+
+
+@dataclass
+class Request:
+    path: str
+    host: str
+    headers: dict
+    status: int
+
+
+class CrawlSite:
+    def __init__(self, root: Path, *, flaky: str, busy: str, redirect_target: str, huge_bytes: int):
+        self.root, self.flaky, self.busy = root, flaky, busy
+        self.redirect_target, self.huge_bytes = redirect_target, huge_bytes
+        self.log: list[Request] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.port = self.server.server_address[1]
+        self.base = f"http://127.0.0.1:{self.port}/"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def page_paths(self) -> list[str]:
+        return sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*.html"))
+
+    def extras(self) -> list[str]:
+        return ["private/secret.html", "redirect/a", "loop/a", "missing.html", "gone.html", "slow.html",
+                "data.json", "huge.html"]
+
+    def robots(self) -> str:
+        return (f"User-agent: *\nDisallow: /private/\nCrawl-delay: 0.01\n\n"
+                f"Sitemap: {self.base}sitemap_index.xml\n")
+
+    def sitemap_index(self) -> bytes:
+        return (f'<?xml version="1.0" encoding="UTF-8"?>\n<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+                f"<sitemap><loc>{self.base}sitemaps/pages.xml.gz</loc></sitemap></sitemapindex>").encode()
+
+    def sitemap(self) -> bytes:
+        urls = [self.base + p for p in self.page_paths() + self.extras()]
+        urls.append(f"http://localhost:{self.port}/out-of-scope.html")
+        body = "".join(f"<url><loc>{u}</loc></url>" for u in urls)
+        xml = f'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{body}</urlset>'
+        return gzip.compress(xml.encode(), mtime=0)
+
+    def _handler(self):
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _send(self, status: int, body: bytes = b"", ctype: str = "text/html", headers: dict = ()):
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in dict(headers).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body)
+                return status
+
+            def do_GET(self):
+                host = self.headers.get("Host", "")
+                with site._lock:
+                    site.in_flight += 1
+                    site.max_in_flight = max(site.max_in_flight, site.in_flight)
+                    n = site.counts[self.path] = site.counts.get(self.path, 0) + 1
+                try:
+                    status = self._answer(n)
+                finally:
+                    with site._lock:
+                        site.in_flight -= 1
+                        site.log.append(Request(self.path, host, dict(self.headers), status))
+
+            def _answer(self, n: int) -> int:
+                path = self.path.split("?", 1)[0]
+                if path == "/robots.txt":
+                    return self._send(200, site.robots().encode(), "text/plain")
+                if path == "/sitemap_index.xml":
+                    return self._send(200, site.sitemap_index(), "application/xml")
+                if path == "/sitemaps/pages.xml.gz":
+                    return self._send(200, site.sitemap(), "application/x-gzip")
+                if path == "/redirect/a":
+                    return self._send(301, headers={"Location": "/redirect/b"})
+                if path == "/redirect/b":
+                    return self._send(302, headers={"Location": "/" + site.redirect_target})
+                if path in ("/loop/a", "/loop/b"):
+                    return self._send(302, headers={"Location": "/loop/b" if path == "/loop/a" else "/loop/a"})
+                if path == "/gone.html":
+                    return self._send(410, b"gone")
+                if path == "/slow.html":
+                    time.sleep(SLOW_S)
+                    return self._send(200, b"<html>late</html>")
+                if path == "/data.json":
+                    return self._send(200, b'{"a": 1}', "application/json")
+                if path == "/huge.html":
+                    return self._send(200, b"<html>" + b"x" * site.huge_bytes + b"</html>")
+                if path == "/" + site.flaky and n == 1:
+                    return self._send(500, b"try again")
+                if path == "/" + site.busy and n == 1:
+                    return self._send(429, b"slow down", headers={"Retry-After": "1"})
+                file = site.root / path.lstrip("/")
+                if path.endswith("/"):
+                    file = file / "index.html"
+                if not file.is_file():
+                    return self._send(404, b"not found")
+                data = file.read_bytes()
+                etag = '"' + hashlib.sha256(data).hexdigest()[:16] + '"'
+                modified = email.utils.formatdate(int(os.stat(file).st_mtime), usegmt=True)
+                time.sleep(RESPONSE_S)
+                if self.headers.get("If-None-Match") == etag:
+                    return self._send(304, headers={"ETag": etag, "Last-Modified": modified})
+                return self._send(200, data, headers={"ETag": etag, "Last-Modified": modified})
+
+        return Handler

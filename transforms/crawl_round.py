@@ -1,0 +1,277 @@
+"""One fetch round of a crawl (Nutch's fetch + parse steps) as Beam DoFns over
+pure functions.
+
+Politeness. The round's targets are grouped by host (`scheme://host[:port]`), so
+one `process` call of `FetchHostFn` holds every URL of a host in the round: it
+alone talks to that host, through one `HostGate` (at most
+`per_host_concurrency` requests in flight, request starts at least
+`max(per_host_delay_s, robots Crawl-delay)` apart). On a distributed runner this
+is what guarantees the limits: GroupByKey sends one host's URLs to one key, and
+a key is processed by one worker at a time. (A runner that retries a failed
+bundle fetches that host's URLs again: the limits hold per attempt.)
+
+Storing. Results are keyed by shard (hash of the URL) and `StoreShardFn` writes
+each shard's kept bodies to its own WARC files in URL order, so a shard's files
+are a function of its fetches; a body whose sha256 equals the previous crawl's is
+not stored again (status unchanged), nor is a 304's.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable, Iterator
+
+import apache_beam as beam
+
+from ritrag.ids import shard_of
+from transforms.crawldb import CrawlTarget, crawldb_row
+from transforms.fetch import FetchPolicy, FetchResult, fetch
+from transforms.links import page_links
+from transforms.robots import RobotsRules, robots_rules
+from transforms.scope import BadUrl, Scope, clean_url, crawl_key
+from transforms.sitemaps import InvalidSitemap, parse_sitemap
+
+COUNTERS = "ritrag.crawl"
+MAX_SITEMAPS_PER_HOST = 1000
+MAX_ROBOTS_REDIRECTS = 5
+LINKS, ROBOTS = "links", "robots"
+
+
+@dataclass(frozen=True)
+class CrawlConfig:
+    policy: FetchPolicy
+    scope: Scope
+    per_host_concurrency: int = 2
+    per_host_delay_s: float = 1.0
+    max_crawl_delay_s: float = 30.0
+    max_depth: int = 10
+    max_redirects: int = 5
+    respect_robots: bool = True
+
+
+class HostGate:
+    """Request starts to one host at least `delay_s` apart (all threads together)."""
+
+    def __init__(self, delay_s: float, sleep: Callable[[float], None] = time.sleep):
+        self._delay, self._sleep = delay_s, sleep
+        self._lock = threading.Lock()
+        self._next = 0.0
+
+    def wait(self) -> None:
+        with self._lock:
+            now = time.monotonic()
+            start = max(now, self._next)
+            self._next = start + self._delay
+        if start > now:
+            self._sleep(start - now)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one target: a CrawlDB status and the fetch (None if never requested)."""
+
+    target: CrawlTarget
+    status: str
+    result: FetchResult | None = None
+    canonical_url: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Link:
+    """A URL found in a round; `via` ranks spellings of the same URL (sitemap first)."""
+
+    target: CrawlTarget
+    via: str  # "sitemap" | "redirect" | "link"
+
+
+def fetch_robots(fetch_one: Callable[[str], FetchResult], host: str) -> tuple[RobotsRules, list[Outcome]]:
+    """robots.txt of a host, following up to MAX_ROBOTS_REDIRECTS redirects (RFC 9309)."""
+    url, outcomes = f"{host}/robots.txt", []
+    for hop in range(MAX_ROBOTS_REDIRECTS + 1):
+        result = fetch_one(url, accept_any=True)
+        target = CrawlTarget(url, "robots", redirects=hop)
+        outcomes.append(Outcome(target, result.outcome, result))
+        if result.outcome != "redirect":
+            break
+        url = result.location
+    reachable = result.outcome not in ("fetch_error",)
+    rules = robots_rules(result.http_status if reachable else None, result.content_type, result.body)
+    if rules.reason:
+        outcomes[-1] = replace(outcomes[-1], error=rules.reason)
+    return rules, outcomes
+
+
+def discover_sitemaps(fetch_one: Callable[..., FetchResult], host: str, rules: RobotsRules,
+                      config: CrawlConfig) -> Iterator[Outcome | Link]:
+    """Sitemaps of a host (robots `Sitemap:` lines, else /sitemap.xml; indexes
+    followed, gzip read): one Outcome per sitemap, a Link per in-scope page."""
+    queue = [u for u in rules.sitemaps() if u.startswith(host + "/")] or [f"{host}/sitemap.xml"]
+    seen: set[str] = set()
+    while queue and len(seen) < MAX_SITEMAPS_PER_HOST:
+        url = queue.pop(0)
+        if url in seen:
+            continue
+        seen.add(url)
+        target = CrawlTarget(url, "sitemap")
+        if config.respect_robots and not rules.allows(url, config.policy.user_agent) and url not in rules.sitemaps():
+            yield Outcome(target, "disallowed")
+            continue
+        result = fetch_one(url, accept_any=True)
+        if result.outcome != "fetched":
+            yield Outcome(target, result.outcome, result)
+            continue
+        try:
+            sitemap = parse_sitemap(result.body)
+        except InvalidSitemap as exc:
+            yield Outcome(target, "invalid_sitemap", result, error=str(exc))
+            continue
+        yield Outcome(target, "fetched", result)
+        queue.extend(u for u in sitemap.sitemaps if u.startswith(host + "/"))
+        for page in sitemap.pages:
+            try:
+                page = clean_url(page)
+            except BadUrl:
+                continue
+            if config.scope.allows(page):
+                yield Link(CrawlTarget(page, depth=1, discovered_from=url), "sitemap")
+
+
+def follow_ups(outcome: Outcome, config: CrawlConfig) -> list[Link]:
+    """Links of a fetched page (next depth) or the target of a redirect (same depth)."""
+    result, target = outcome.result, outcome.target
+    candidates: list[tuple[str, CrawlTarget, str]] = []
+    if outcome.status == "redirect":
+        candidates = [(result.location, replace(target, url=result.location, discovered_from=target.url,
+                                                redirects=target.redirects + 1), "redirect")]
+    elif outcome.status == "fetched" and result.body and target.depth < config.max_depth:
+        links, _ = page_links(result.body, target.url)
+        candidates = [(u, CrawlTarget(u, depth=target.depth + 1, discovered_from=target.url), "link")
+                      for u in links]
+    out, keys = [], set()
+    for raw, new, via in candidates:
+        try:
+            url = clean_url(raw)
+        except BadUrl:
+            continue
+        key = crawl_key(url)
+        if key in keys or not config.scope.allows(url):
+            continue
+        keys.add(key)
+        out.append(Link(replace(new, url=url, etag="", last_modified="", sha256="", warc_file="",
+                                warc_offset=None), via))
+    return out
+
+
+def crawl_host(host: str, targets: list[CrawlTarget], config: CrawlConfig, fetch_one: Callable[..., FetchResult],
+               rules: RobotsRules | None, with_sitemaps: bool,
+               gate_factory: Callable[[float], HostGate] = HostGate) -> Iterator[Outcome | Link | RobotsRules]:
+    """Everything one round does with one host: robots.txt (when not known yet:
+    the rules are yielded for later rounds), sitemaps (first round of the host),
+    then the targets, at most `per_host_concurrency` at a time."""
+    if rules is None and config.respect_robots:
+        rules, outcomes = fetch_robots(fetch_one, host)
+        yield rules
+        yield from outcomes
+    rules = rules or robots_rules(404)
+    agent = config.policy.user_agent
+    delay = max(config.per_host_delay_s, min(rules.crawl_delay(agent), config.max_crawl_delay_s))
+    gate = gate_factory(delay)
+    gated = lambda url, **kw: fetch_one(url, before_request=gate.wait, **kw)  # noqa: E731
+    if with_sitemaps:
+        yield from discover_sitemaps(gated, host, rules, config)
+
+    def one(target: CrawlTarget) -> Outcome:
+        if target.redirects > config.max_redirects:
+            return Outcome(target, "redirect_limit", error=f"more than {config.max_redirects} redirects")
+        if config.respect_robots and not rules.allows(target.url, agent):
+            return Outcome(target, "disallowed")
+        result = gated(target.url, etag=target.etag, last_modified=target.last_modified)
+        status = "unchanged" if result.outcome == "not_modified" else result.outcome
+        canonical = page_links(result.body, target.url)[1] if result.outcome == "fetched" else ""
+        return Outcome(target, status, result, canonical)
+
+    with ThreadPoolExecutor(max_workers=max(1, config.per_host_concurrency)) as pool:
+        for outcome in pool.map(one, targets):
+            yield outcome
+            yield from follow_ups(outcome, config)
+
+
+class FetchHostFn(beam.DoFn):
+    """(host, targets) -> Outcomes (main), Links (LINKS), (host, RobotsRules) (ROBOTS)."""
+
+    def __init__(self, config: CrawlConfig, robots: dict[str, RobotsRules], sitemap_hosts: frozenset[str]):
+        self._config, self._robots, self._sitemap_hosts = config, robots, sitemap_hosts
+        self._requests = beam.metrics.Metrics.counter(COUNTERS, "http_requests")
+
+    def setup(self):
+        import httpx
+
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+        self._client = httpx.Client(follow_redirects=False, limits=limits)
+
+    def teardown(self):
+        self._client.close()
+
+    def _fetch(self, url: str, accept_any: bool = False, **kwargs) -> FetchResult:
+        result = fetch(self._client, url, self._config.policy, accept_any=accept_any, **kwargs)
+        self._requests.inc(result.attempts)
+        return result
+
+    def process(self, host_targets: tuple[str, Iterable[CrawlTarget]]):
+        host, targets = host_targets
+        targets = sorted(targets, key=lambda t: t.url)
+        for item in crawl_host(host, targets, self._config, self._fetch, self._robots.get(host),
+                               host in self._sitemap_hosts):
+            if isinstance(item, RobotsRules):
+                yield beam.pvalue.TaggedOutput(ROBOTS, (host, item))
+            elif isinstance(item, Link):
+                yield beam.pvalue.TaggedOutput(LINKS, item)
+            else:
+                yield item
+
+
+def store_shard(outcomes: Iterable[Outcome], writer, crawl_id: str) -> list[dict]:
+    """CrawlDB rows of one shard's outcomes, writing kept bodies (in URL order) with
+    `writer` (a transforms.warc.WarcFileWriter); unchanged bodies are not written."""
+    rows = []
+    for o in sorted(outcomes, key=lambda o: (o.target.kind, o.target.url)):
+        t, r = o.target, o.result
+        if o.status == "unchanged":  # a 304: the previous record stays the page's record
+            rows.append(crawldb_row(t, "unchanged", crawl_id, r, t.sha256, t.warc_file, t.warc_offset,
+                                    o.canonical_url))
+            continue
+        if t.kind != "page" or r is None or not r.kept:
+            rows.append(crawldb_row(t, o.status, crawl_id, r, canonical_url=o.canonical_url, error=o.error))
+            continue
+        sha = hashlib.sha256(r.body).hexdigest()
+        if sha == t.sha256 and t.warc_file:
+            rows.append(crawldb_row(t, "unchanged", crawl_id, r, sha, t.warc_file, t.warc_offset, o.canonical_url))
+            continue
+        stored = writer.write(r)
+        rows.append(crawldb_row(t, o.status, crawl_id, r, sha, stored.warc_file, stored.offset, o.canonical_url))
+    writer.close()
+    return rows
+
+
+class StoreShardFn(beam.DoFn):
+    """(shard, outcomes) -> CrawlDB rows; bodies to `<warc_dir>/<prefix>-sSSSSS-NNNNN.warc.gz`."""
+
+    def __init__(self, warc_dir: str, file_prefix: str, crawl_id: str, max_file_bytes: int):
+        self._dir, self._prefix, self._crawl_id, self._max = warc_dir, file_prefix, crawl_id, max_file_bytes
+
+    def process(self, shard_outcomes: tuple[int, Iterable[Outcome]]):
+        from transforms.warc import WarcFileWriter
+
+        shard, outcomes = shard_outcomes
+        writer = WarcFileWriter(self._dir, f"{self._prefix}-s{shard:05d}", self._max)
+        for row in store_shard(outcomes, writer, self._crawl_id):
+            beam.metrics.Metrics.counter(COUNTERS, f"{row['kind']}_{row['status']}").inc()
+            yield row
+
+
+def shard_key(outcome: Outcome, num_shards: int) -> tuple[int, Outcome]:
+    return shard_of(outcome.target.url, num_shards), outcome
