@@ -48,7 +48,7 @@ setup(
         "crawl": ["apache-beam>=2.60", *CRAWL],
         "gpu": ["faiss-gpu-cu12>=1.8"],
         "dev": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9", "pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100",
-                *SERVING],
+                *SERVING, *CRAWL],
     },
     entry_points={"console_scripts": ["ritrag=ritrag.cli:main"]},
 )
