@@ -202,7 +202,7 @@ def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSet
               summary="GetToC: the query-induced sub-forest, no body text")
     def get_toc(request: TocRequest) -> dict[str, Any]:
         result = service().get_toc(request.query, k=request.k, n=request.n, format=request.format,
-                                   episode_id=request.episode_id)
+                                   episode_id=request.episode_id, collapse_read=request.collapse_read)
         metrics.episodes.set(len(service().budgets))
         return result
 

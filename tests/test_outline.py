@@ -3,15 +3,18 @@ their order, tree shape, read marks), parsed back exactly, in fewer tokens."""
 from __future__ import annotations
 
 import json
+import threading
 
+import httpx
 import pytest
 from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 
+from serving.http import create_app
 from serving.outline import (HANDLE, PARENT_MARK, answer_letters, count_tokens, hit_ranks, parse_outline,
                              preorder, render_outline, toc_json_text)
 from serving.tools import ToolService
-from tests.serving_fixtures import loaded_index
+from tests.serving_fixtures import loaded_index, serving
 
 TITLE_WORDS = st.sampled_from(["Getting", "started", "Guide", "…", "\\x", "*2", "✓", "a1", "[v3]", "Über",
                                "21.12.", "-", "|", "Configuring", "the", "server"])
@@ -123,3 +126,24 @@ def test_served_outline_matches_the_served_json(tiny_hash_index):
         assert not unknown and list(resolved.values()) == lines
         assert count_tokens(toc["outline"]) <= 0.5 * count_tokens(toc_json_text(toc["trees"]))
         assert json.loads(toc_json_text(toc))["trees"] == toc["trees"]
+
+
+def test_an_episode_over_http_reads_by_handle_then_collapses_what_it_read(tiny_hash_index):
+    service = ToolService(loaded_index(str(tiny_hash_index)))
+    with serving(create_app(lambda: service)) as url, httpx.Client(base_url=url, timeout=30) as client:
+        for _ in range(600):
+            if client.get("/readyz").status_code == 200:
+                break
+            threading.Event().wait(0.05)
+        episode = {"episode_id": "http-outline", "format": "both", "n": 3}
+        toc = client.post("/v1/toc", json={"query": "log rotation", **episode}).json()
+        best = next(n["label"] for n, _ in preorder(parse_outline(toc["outline"])) if n["rank"] == 1)
+        read = client.post("/v1/read", json={"node_ids": [best], "episode_id": "http-outline"}).json()
+        (node,) = read["nodes"]
+        assert node["handle"] == best
+        again = client.post("/v1/toc", json={"query": "log rotation", "collapse_read": True, **episode}).json()
+        assert node["id"] not in [n["id"] for n, _ in preorder(again["trees"])] and again["collapsed"] == 1
+        marked = client.post("/v1/toc", json={"query": "log rotation", **episode}).json()
+        assert [n["id"] for n, _ in preorder(marked["trees"]) if n.get("read")] == [node["id"]]
+        refused = client.post("/v1/read", json={"node_ids": [node["handle"]]})  # no episode
+        assert refused.status_code == 404 and refused.json()["error"]["reason"] == "unknown_handles"
