@@ -3,7 +3,7 @@
 
     python -m pipelines.crawl --seed URL [--seed URL ...] [--seeds FILE] --out CRAWL_DIR
         [--previous CRAWL_DIR] [--include REGEX] [--exclude REGEX] [--max_pages N] [--max_depth N]
-        [--per_host_concurrency 2] [--per_host_delay_s 1.0] [--user_agent UA] [runner options]
+        [--per_host_concurrency 2] [--per_host_delay_s 1.0] [--crawl_user_agent UA] [runner options]
 
 Round 0 fetches the seeds (and, on a re-crawl, every page the previous CrawlDB
 knows, conditionally); each host's first round also reads its robots.txt and
@@ -45,7 +45,7 @@ from transforms.scope import BadUrl, Scope, clean_url, crawl_key, host_of
 from transforms.tables import parquet_bytes, write_bytes
 
 LOG = logging.getLogger("ritrag.crawl")
-DEFAULT_USER_AGENT = "ritrag-crawl/0.1 (documentation indexer; set --user_agent to name yourself)"
+DEFAULT_USER_AGENT = "ritrag-crawl/0.1 (documentation indexer; set --crawl_user_agent to name yourself)"
 ROUNDS_DIR = ".rounds"  # a round's rows, links and robots rules, until the crawl ends
 VIA_RANK = {"sitemap": 0, "redirect": 1, "link": 2}  # which spelling of a URL wins when several arrive
 
@@ -67,7 +67,8 @@ class CrawlOptions(PipelineOptions):
         parser.add_argument("--per_host_delay_s", type=float, default=1.0)
         parser.add_argument("--max_crawl_delay_s", type=float, default=30.0,
                             help="a robots.txt Crawl-delay is honoured up to this")
-        parser.add_argument("--user_agent", default=DEFAULT_USER_AGENT)
+        parser.add_argument("--crawl_user_agent", default=DEFAULT_USER_AGENT,
+                            help="the User-Agent of every request and the robots.txt agent (Beam's --user_agent is another)")
         parser.add_argument("--timeout_s", type=float, default=20.0, help="for a whole response")
         parser.add_argument("--max_response_bytes", type=int, default=20 * 1024 * 1024,
                             help="decoded body size cap (also the decompression-bomb guard)")
@@ -101,7 +102,7 @@ def read_seeds(opts: CrawlJobOptions) -> tuple[list[str], list[dict]]:
 
 
 def crawl_config(opts: CrawlJobOptions, seeds: list[str]) -> CrawlConfig:
-    policy = FetchPolicy(opts.user_agent, opts.timeout_s, opts.max_response_bytes, opts.retries,
+    policy = FetchPolicy(opts.crawl_user_agent, opts.timeout_s, opts.max_response_bytes, opts.retries,
                          opts.retry_backoff_s, opts.max_retry_after_s)
     return CrawlConfig(policy, Scope.for_seeds(seeds, opts.include, opts.exclude), opts.per_host_concurrency,
                        opts.per_host_delay_s, opts.max_crawl_delay_s, opts.max_depth, opts.max_redirects)

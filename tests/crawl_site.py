@@ -91,6 +91,12 @@ class CrawlSite:
 
             def do_GET(self):
                 host = self.headers.get("Host", "")
+                if self.path == "/slow.html":  # the crawler gives up before the answer: not in flight for it
+                    time.sleep(SLOW_S)
+                    with site._lock:
+                        site.log.append(Request(self.path, host, dict(self.headers), 200))
+                    self._send(200, b"<html>late</html>")
+                    return
                 with site._lock:
                     site.in_flight += 1
                     site.max_in_flight = max(site.max_in_flight, site.in_flight)
@@ -118,9 +124,6 @@ class CrawlSite:
                     return self._send(302, headers={"Location": "/loop/b" if path == "/loop/a" else "/loop/a"})
                 if path == "/gone.html":
                     return self._send(410, b"gone")
-                if path == "/slow.html":
-                    time.sleep(SLOW_S)
-                    return self._send(200, b"<html>late</html>")
                 if path == "/data.json":
                     return self._send(200, b'{"a": 1}', "application/json")
                 if path == "/huge.html":

@@ -1,0 +1,95 @@
+"""The crawl job against a real HTTP server on 127.0.0.1 (tests/crawl_site.py):
+robots, sitemaps, scope, politeness, retries, redirects, caps, accounting,
+re-crawl with conditional GET."""
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines import crawl
+from tests.conftest import SAMPLE
+from tests.crawl_site import CrawlSite
+from transforms.crawldb import CRAWLDB_FILE
+from transforms.warc import read_warc_pages
+
+SITE = "sphinx"
+MAX_BYTES = 200_000
+
+
+def crawl_flags(site: CrawlSite, out, *extra: str) -> list[str]:
+    return ["--seed", site.base, "--seed", "not a url", "--out", str(out), "--per_host_concurrency", "2",
+            "--per_host_delay_s", "0", "--timeout_s", "0.5", "--retries", "1", "--retry_backoff_s", "0.01",
+            "--max_response_bytes", str(MAX_BYTES), "--warc_shards", "2", *extra]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("site")
+    shutil.copytree(SAMPLE / SITE, root / SITE)
+    with CrawlSite(root, flaky=f"{SITE}/faq.html", busy=f"{SITE}/glossary.html",
+                   redirect_target=f"{SITE}/support.html", huge_bytes=MAX_BYTES * 2) as site:
+        out = tmp_path_factory.mktemp("crawl")
+        counts = crawl.run(crawl_flags(site, out))
+        rows = pq.read_table(out / CRAWLDB_FILE).to_pylist()
+        yield site, out, counts, rows, list(site.log)
+
+
+def by_url(rows, site):
+    return {r["url"].replace(site.base, "/"): r for r in rows}
+
+
+def test_every_page_of_the_site_is_fetched_and_stored(served):
+    site, out, counts, rows, log = served
+    pages = by_url([r for r in rows if r["kind"] == "page"], site)
+    for path in site.page_paths():
+        assert pages["/" + path]["status"] in ("fetched",), (path, pages["/" + path])
+    stored = [p for f in sorted((out / "warc").iterdir()) for p in read_warc_pages(str(f))]
+    assert sorted(p.url for p in stored) == sorted(site.base + p for p in site.page_paths())
+
+
+def test_outcomes_of_the_misbehaving_paths(served):
+    site, out, counts, rows, log = served
+    pages = by_url([r for r in rows if r["kind"] == "page"], site)
+    assert pages["/private/secret.html"]["status"] == "disallowed"
+    assert pages["/redirect/a"]["status"] == "redirect"
+    assert pages["/redirect/a"]["final_url"] == site.base + f"{SITE}/support.html"
+    assert pages["/loop/a"]["status"] == pages["/loop/b"]["status"] == "redirect"
+    assert pages["/missing.html"]["status"] == "gone" and pages["/missing.html"]["http_status"] == 404
+    assert pages["/gone.html"]["http_status"] == 410
+    assert pages["/slow.html"]["status"] == "fetch_error" and "timeout" in pages["/slow.html"]["error"]
+    assert pages["/data.json"]["status"] == "skipped_type"
+    assert pages["/huge.html"]["status"] == "too_large"
+    assert pages[f"/{SITE}/faq.html"]["attempts"] == 2  # 500, then 200
+    assert pages[f"/{SITE}/glossary.html"]["attempts"] == 2  # 429 Retry-After 1, then 200
+    assert pages["/"]["status"] == "gone"  # the seed: no index at the root
+    (bad,) = [r for r in rows if r["status"] == "bad_url"]
+    assert bad["url"] == "not a url" and "not a URL" in bad["error"]
+    assert by_url([r for r in rows if r["kind"] == "sitemap"], site)["/sitemaps/pages.xml.gz"]["status"] == "fetched"
+    assert [r["status"] for r in rows if r["kind"] == "robots"] == ["fetched"]
+
+
+def test_disallowed_and_out_of_scope_never_requested(served):
+    site, out, counts, rows, log = served
+    assert not [r for r in log if r.path.startswith("/private/")]
+    assert {r.host for r in log} == {f"127.0.0.1:{site.port}"}  # the localhost:PORT sitemap entry: out of scope
+    assert all(r.headers.get("User-Agent", "").startswith("ritrag-crawl/") for r in log)
+
+
+def test_per_host_concurrency_never_exceeded(served):
+    site, *_ = served
+    assert site.max_in_flight == 2  # reached (requests overlapped), never exceeded
+
+
+def test_every_url_accounted_for_once(served):
+    site, out, counts, rows, log = served
+    requested = Counter(r.path for r in log)
+    page_rows = [r for r in rows if r["kind"] == "page" and r["status"] != "bad_url"]
+    assert len({r["url"] for r in page_rows}) == len(page_rows)
+    for r in page_rows:
+        path = "/" + r["url"].split("/", 3)[3]
+        assert requested[path] == (r["attempts"]), (path, r)
+    assert sum(requested.values()) == sum(r["attempts"] for r in rows)
+    assert sum(counts.values()) == len(rows)
