@@ -149,7 +149,7 @@ def test_evaluate_tiny_index(tiny_hash_index, tmp_path):
     assert by_id["ghost"]["scored"] is False
     assert report["overall"]["scored"] == 2 and report["by_tag"]["deep"]["scored"] == 1
     tree = by_id["ports3"]["systems"]["tree"]
-    assert tree["found"] and tree["toc_nodes"] == 7  # the whole shop tree
+    assert tree["found"] and tree["toc_nodes"] == 8  # the whole shop tree: 7 pages and the virtual "Guides"
     assert report["latency_ms"]["p50"] > 0
     assert {v["baseline"] for v in report["verdicts"]} == {"bm25", "dense", "chunks", "tree"}
 
@@ -165,7 +165,7 @@ def test_reports_written_and_self_contained(tiny_hash_index, tmp_path):
     assert not re.search(r"<script|<link|<img|src=|href=|@import|url\(", page, re.IGNORECASE)
     text = render_text(report)
     assert "subforest" in text and "unresolvable gold" in text and "ghost" in text
-    assert "where the sub-forest wins" in render_html(report)
+    assert "Where the sub-forest wins" in render_html(report)
 
 
 def test_agent_mode_aggregates_a_fake_agent(tiny_hash_index, tmp_path, monkeypatch):
