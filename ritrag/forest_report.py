@@ -1,10 +1,13 @@
 """`ritrag inspect`: how well the forest of a published index holds up, per site.
 
 Reads the node skeleton (no bodies) and the dead letters of the live version and
-reports, per site: pages by the trail method that placed them, the depth
+reports, per site: the base URL its pages were given (the user's --base_url, or
+the public base inferred from what the pages say about themselves, or why none
+was), pages by the trail method that placed them, the depth
 histogram, orphans (pages hung under the site root with no page markup to say
 where they belong), virtual nodes, the largest fan-outs, and dead letters by
-reason. Rendered as plain text and as one self-contained HTML file (inline SVG
+reason; and for the whole build, how often each trail rule was tried, taken
+and passed over (a rule whose markup named nothing in the site). Rendered as plain text and as one self-contained HTML file (inline SVG
 charts, no scripts, no external assets).
 """
 from __future__ import annotations
@@ -69,8 +72,37 @@ def forest_report(index_dir: str, version: str | None = None) -> dict:
         for row in pq.read_table(f).to_pylist():
             dead[row["reason"]] += 1
             dead_by_site[_site_dir(row["source"])][row["reason"]] += 1
+    for input_site, decided in (manifest.config.get("site_bases") or {}).items():
+        site = sites.get(decided["base"] or input_site)
+        if site is not None:
+            site["base"] = {**decided, "input": input_site}
     return {"index": index_dir, "version": manifest.version, "sites": dict(sorted(sites.items())),
+            "base_url": manifest.config.get("base_url"), "trail_cascade": trail_cascade(manifest.stats),
             "dead_letters": dict(dead), "dead_letters_by_source_dir": {k: dict(v) for k, v in dead_by_site.items()}}
+
+
+def trail_cascade(stats: dict) -> dict[str, dict[str, int]]:
+    """{method: {tried, taken, passed_over}} from the build's trail_* counters
+    (a method is tried when the page has its markup; "url" is never passed over)."""
+    cascade: dict[str, dict[str, int]] = defaultdict(lambda: {"tried": 0, "taken": 0, "passed_over": 0})
+    for name, value in (stats.get("pages") or {}).items():
+        for kind in ("taken", "passed_over"):
+            if name.startswith(f"trail_{kind}_"):
+                method = cascade[name[len(f"trail_{kind}_"):]]
+                method[kind] += value
+                method["tried"] += value
+    return dict(sorted(cascade.items()))
+
+
+def _base_line(site: dict, base_url: str | None) -> str:
+    decided = site.get("base")
+    if decided is None:
+        return f"base: given ({base_url})" if base_url else "base: not recorded"
+    if decided["status"] == "inferred":
+        return (f"base: inferred {decided['base']} from {decided['pages']} pages naming their URL "
+                f"(input {decided['input']})")
+    named = ", ".join(f"{b} ({n})" for b, n in decided["candidates"].items())
+    return f"base: {decided['status']} (kept {decided['input']})" + (f"; named: {named}" if named else "")
 
 
 def _site_dir(source: str) -> str:
@@ -82,11 +114,16 @@ def render_text(report: dict) -> str:
     for name, s in report["sites"].items():
         lines.append(f"\n== {name}: {s['pages']} pages, {s['sections']} sections, {s['virtual']} virtual, "
                      f"{s['placed_by_markup']:.1%} placed by page markup, {s['orphans']} orphans")
+        lines.append("  " + _base_line(s, report.get("base_url")))
         lines.append("  trail methods: " + ", ".join(f"{k} {v}" for k, v in s["methods"].most_common()))
         lines.append("  depth: " + ", ".join(f"{d}:{c}" for d, c in sorted(s["depths"].items())))
         lines.append("  largest fan-outs: " + "; ".join(f"{t!r} {c}" for c, t, _ in s["fanouts"][:5]))
         for url in s["orphan_examples"]:
             lines.append(f"  orphan: {url}")
+    if report.get("trail_cascade"):
+        lines.append("\ntrail cascade (pages): " + "; ".join(
+            f"{m} tried {c['tried']}, taken {c['taken']}, passed over {c['passed_over']}"
+            for m, c in report["trail_cascade"].items()))
     lines.append("\ndead letters: " + (", ".join(f"{k} {v}" for k, v in sorted(report["dead_letters"].items()))
                                        or "none"))
     return "\n".join(lines)
@@ -120,7 +157,8 @@ def render_html(report: dict) -> str:
     for name, s in report["sites"].items():
         parts.append(f"<section><h2>{html.escape(name)}</h2><p>{s['pages']} pages, {s['sections']} sections, "
                      f"{s['virtual']} virtual nodes, <b>{s['placed_by_markup']:.1%}</b> placed by page markup, "
-                     f"{s['orphans']} orphans</p><div class='charts'>"
+                     f"{s['orphans']} orphans</p><p>{html.escape(_base_line(s, report.get('base_url')))}</p>"
+                     f"<div class='charts'>"
                      + _bar_chart(dict(s["methods"]), "pages by trail method")
                      + _bar_chart(dict(s["depths"]), "pages by depth") + "</div>")
         parts.append("<table><tr><th>children</th><th>node</th></tr>" + "".join(

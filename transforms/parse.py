@@ -39,8 +39,10 @@ theme conventions, parent-only signals and the URL last because they are partial
 or merely implied. A rule whose crumbs name nothing in the site once the page,
 the site root and anything outside the site are dropped (a mirror's absolute
 links to the original host, a "Home > Page" trail) is passed over and the next
-rule tried; the page records the rules it passed over. When the URL too puts the
-page right under the root, the first rule that named the root is credited.
+rule tried; the page records the rules it passed over. When no later rule places
+the page, the first rule that named the site root is credited (the page sits under
+the root), before the URL's directories; markup that named only places outside the
+site leaves the page to the URL.
 """
 from __future__ import annotations
 
@@ -271,8 +273,9 @@ _ROLE_KINDS = {
     "main": _ROLE_MAIN,
     "doc-toc": _TOC,
 }
+_HEAD_TAGS = ("title", "base", "link", "meta", "script")
 _TAG_KINDS = {"main": _MAIN, "article": _ARTICLE, "nav": _NAV, "section": _SECTION,
-              **dict.fromkeys(("title", "base", "link", "meta", "script"), _HEAD)}
+              **dict.fromkeys(_HEAD_TAGS, _HEAD)}
 # The containers that can hold a trail, boilerplate or the main content, and the
 # head's elements. Paragraphs, cells, list items, links and phrase tags (the bulk
 # of a page) are left out: a Python loop costs about as much per element as
@@ -375,6 +378,7 @@ class _Head(NamedTuple):
     homes: tuple[str, ...]  # hrefs of <link rel=home|start>
     description: str
     og_title: str
+    og_url: str | None
     keywords: tuple[str, ...]
     language: str
     jsonld: tuple[str, ...]
@@ -419,10 +423,66 @@ def _read_head(root: etree._Element, elements: list[etree._Element]) -> _Head:
         homes=tuple(homes),
         description=_collapse(meta.get("description") or meta.get("og:description") or ""),
         og_title=_collapse(meta.get("og:title", "")),
+        og_url=meta.get("og:url"),
         keywords=tuple(dict.fromkeys(k for k in keywords if k)),
         language=(root.get("lang") or root.get("xml:lang") or "").strip(),
         jsonld=tuple(jsonld),
     )
+
+
+_HEAD_END = re.compile(rb"</head\s*>", re.IGNORECASE)
+_HEAD_WINDOW = 256 * 1024  # where a page's head must end to be read alone
+_HEAD_ONLY_BYTES = 64 * 1024  # what is read of a page whose head does not end in the window
+
+
+def declared_page_urls(data: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[str, ...]:
+    """The absolute web URLs a page gives for itself: ``<link rel=canonical>``,
+    ``og:url``, the ``url`` / ``@id`` / ``mainEntityOfPage`` of its JSON-LD nodes
+    and the last item of its JSON-LD BreadcrumbList (normalized, in that order).
+    Only the head is parsed, so that a pass over a whole corpus costs a fraction
+    of parsing it; () for input that is not a readable page."""
+    end = _HEAD_END.search(data, 0, _HEAD_WINDOW)
+    try:
+        utf8 = _utf8_html(data[: end.end()] if end else data[:_HEAD_ONLY_BYTES], max_bytes)
+        root = etree.fromstring(utf8, _parser())
+    except (UnparseablePage, etree.XMLSyntaxError, ValueError):
+        return ()
+    if root is None:
+        return ()
+    head = _read_head(root, list(root.iter(*_HEAD_TAGS)))
+    urls = [head.canonical, head.og_url]
+    for script in head.jsonld:
+        try:
+            document = json.loads(script.strip().removeprefix("<!--").removesuffix("-->"))
+            urls += _jsonld_self_urls(document)
+        except (ValueError, RecursionError):
+            continue
+    absolute = (u.strip() for u in urls if isinstance(u, str))
+    return tuple(dict.fromkeys(normalize_url(u) for u in absolute
+                               if urlsplit(u).scheme in ("http", "https") and urlsplit(u).netloc))
+
+
+def _jsonld_self_urls(document: object) -> list[object]:
+    nodes = document if isinstance(document, list) else [document]
+    nodes = [n for n in nodes if isinstance(n, dict)]
+    nodes += [n for top in nodes if isinstance(top.get("@graph"), list) for n in top["@graph"]
+              if isinstance(n, dict)]
+    urls: list[object] = []
+    for node in nodes:
+        if "BreadcrumbList" in _schema_types(node):
+            continue  # its @id names the list, not the page; its last item is read below
+        for key in ("url", "@id", "mainEntityOfPage"):
+            value = node.get(key)
+            urls.append(value.get("@id") or value.get("url") if isinstance(value, dict) else value)
+    breadcrumbs = _find_breadcrumbs(document)
+    if isinstance(breadcrumbs, dict):
+        items = breadcrumbs.get("itemListElement") or []
+        items = [i for i in (items if isinstance(items, list) else [items]) if isinstance(i, dict)]
+        if items:
+            last = max(enumerate(items), key=lambda item: (_position(item[1].get("position")), item[0]))[1]
+            target = last.get("item")
+            urls.append(target.get("@id") or target.get("url") if isinstance(target, dict) else target)
+    return urls
 
 
 @dataclasses.dataclass(frozen=True)
@@ -865,11 +925,11 @@ def _find_trail(root: etree._Element, survey: _Survey, head: _Head, loc: _Locati
         passed_over.append(method)
         if trail is not None and names_root is None and any(c.url in loc.homes for c in raw):
             names_root = method
-    url_trail = _url_trail(loc)
-    if not url_trail and names_root is not None:
-        # The URL agrees that the page sits under the root: the markup said so first.
+    if names_root is not None:
+        # No later rule placed the page: the markup that put it under the root
+        # outweighs the directories of its URL, which are only a guess.
         return _Trail((), names_root, tuple(m for m in passed_over if m != names_root))
-    return _Trail(url_trail, "url", tuple(passed_over))
+    return _Trail(_url_trail(loc), "url", tuple(passed_over))
 
 
 # ------------------------------------------------------------------------- main content

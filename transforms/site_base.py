@@ -1,0 +1,147 @@
+"""The public base URL of each site of a mirrored corpus, from what its pages say
+about themselves.
+
+A page read from a folder gets the URL ``base_url + its path in the input``.
+Without ``--base_url`` that is a made-up ``http://localhost/...``, and a mirror's
+absolute links (JSON-LD breadcrumbs, canonical links) point at the host it was
+copied from: outside the site, so its trails resolve to nothing. Pages often
+name their own URL (`transforms.parse.declared_page_urls`); where such a URL
+ends with the page's path inside its site, what comes before that path is the
+site's public base, and the build gives every page of the site
+``public base + path inside the site``, as ``--base_url`` would have.
+
+A site is given a base only when every page that names one agreeing with its
+path names the same one; a site whose pages name several, or none, keeps its
+input URLs, and the manifest says which (``site_bases``).
+"""
+from __future__ import annotations
+
+import posixpath
+from collections import Counter
+from typing import Iterable, NamedTuple
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import apache_beam as beam
+from apache_beam.io import fileio
+
+from ritrag.ids import normalize_url, site_of
+from transforms.parse import declared_page_urls
+
+INFERRED, SEVERAL, NONE = "inferred", "several", "none"
+_PAGE_SUFFIXES = (".html", ".htm", ".xhtml", ".shtml", ".php", ".asp", ".aspx")
+_MAX_LISTED_CANDIDATES = 5
+
+
+def _segments(path: str) -> list[str]:
+    return [unquote(s) for s in path.split("/") if s]
+
+
+def _same_name(local: str, declared: str) -> bool:
+    """A file name and the name a page gives itself: equal, or the same without
+    the suffix that servers of "pretty" URLs leave off."""
+    if local == declared:
+        return True
+    stem, suffix = posixpath.splitext(local)
+    return suffix.lower() in _PAGE_SUFFIXES and stem == declared
+
+
+def base_candidate(page_url: str, site: str, declared_url: str) -> str | None:
+    """The public base of `site` that `declared_url` implies for the page at
+    `page_url` (a URL inside `site`), or None when the declared URL does not end
+    with the page's path inside the site (a canonical link to another page, to a
+    home page, or relative to nothing)."""
+    page, root, declared = urlsplit(normalize_url(page_url)), urlsplit(site), urlsplit(declared_url)
+    if declared.scheme not in ("http", "https") or not declared.netloc:
+        return None
+    site_segments, page_segments = _segments(root.path), _segments(page.path)
+    if (page.scheme, page.netloc) != (root.scheme, root.netloc) or page_segments[:len(site_segments)] != site_segments:
+        return None
+    inside = page_segments[len(site_segments):]
+    named = _segments(declared.path)
+    if len(named) < len(inside) or page.query != declared.query:
+        return None
+    tail = named[len(named) - len(inside):]
+    if inside and (tail[:-1] != inside[:-1] or not _same_name(inside[-1], tail[-1])):
+        return None
+    base_path = "/" + "/".join(named[:len(named) - len(inside)])
+    return normalize_url(urlunsplit((declared.scheme, declared.netloc, base_path, "", "")))
+
+
+class SiteBase(NamedTuple):
+    """What the build decided for one site (as the input URLs name it)."""
+
+    status: str  # INFERRED, SEVERAL or NONE
+    base: str | None  # the public base when INFERRED
+    pages: int  # pages that named a base agreeing with their path
+    candidates: dict[str, int]  # the bases named, by pages naming each (the most named first)
+
+    def to_dict(self) -> dict:
+        return self._asdict()
+
+
+def choose_base(named: Counter) -> SiteBase:
+    """The site's base from the bases its pages named (a page naming several
+    counts for each)."""
+    ranked = sorted(named.items(), key=lambda kv: (-kv[1], kv[0]))
+    listed = dict(ranked[:_MAX_LISTED_CANDIDATES])
+    if not ranked:
+        return SiteBase(NONE, None, 0, {})
+    if len(ranked) > 1:
+        return SiteBase(SEVERAL, None, sum(named.values()), listed)
+    return SiteBase(INFERRED, ranked[0][0], ranked[0][1], listed)
+
+
+def page_bases(page_url: str, site: str, declared: Iterable[str]) -> set[str]:
+    """The bases of `site` that one page's declared URLs imply."""
+    return {b for b in (base_candidate(page_url, site, url) for url in declared) if b}
+
+
+def public_url(url: str, site: str, base: str) -> str:
+    """`url` (inside `site`, as the input names it) under the site's public `base`."""
+    site_prefix = site.rstrip("/")
+    rest = url[len(site_prefix):] if url.startswith(site_prefix) else url
+    return base.rstrip("/") + "/" + rest.lstrip("/")
+
+
+class _NamedBasesFn(beam.DoFn):
+    """A file -> (its site, the bases its head implies); pages naming none give
+    (site, empty), so that every site of the input is decided."""
+
+    def __init__(self, parser, suffixes: tuple[str, ...]):
+        self._parser = parser  # pipelines.build.PageParser: the same URLs as the parse
+        self._suffixes = suffixes
+
+    def process(self, readable: fileio.ReadableFile):
+        path = readable.metadata.path
+        url = self._parser.input_url(path)
+        site = site_of(url, self._parser.site_depth)
+        declared: tuple[str, ...] = ()
+        # Files the parse refuses are not opened here either (the parse says why).
+        if path.lower().endswith(self._suffixes) and self._parser.refusal(path) is None:
+            try:
+                declared = declared_page_urls(readable.read(), self._parser.max_page_bytes)
+            except OSError:
+                pass
+        yield site, Counter(page_bases(url, site, declared))
+
+
+class InferSiteBases(beam.PTransform):
+    """Files matching `pattern` -> one dict {site as the input names it:
+    SiteBase.to_dict()}, from the files whose names end with `suffixes`."""
+
+    def __init__(self, pattern: str, parser, suffixes: tuple[str, ...]):
+        super().__init__()
+        self._pattern = pattern
+        self._parser = parser
+        self._suffixes = suffixes
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "MatchFiles" >> fileio.MatchFiles(self._pattern)
+            | "ReadMatches" >> fileio.ReadMatches()
+            | "NamedBases" >> beam.ParDo(_NamedBasesFn(self._parser, self._suffixes))
+            | "CountBySite" >> beam.CombinePerKey(lambda counters: sum(counters, Counter()))
+            | "Choose" >> beam.MapTuple(lambda site, named: (site, choose_base(named).to_dict()))
+            | "AsDict" >> beam.combiners.ToDict()
+        )
