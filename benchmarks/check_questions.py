@@ -188,12 +188,12 @@ def check_evidence(questions: Iterable[dict], pages: CorpusPages) -> list[Proble
         texts = {g: v for g, v in found.items() if not isinstance(v, str)}
         if missing or not texts:
             continue
-        for e in q["evidence"]:
-            if not any(normalize(e) in text for text, _ in texts.values()):
-                problems.append(Problem(qid, f"evidence not in any gold page: {e!r}"))
-        for g, (text, _) in texts.items():
-            if not any(normalize(e) in text for e in q["evidence"]):
-                problems.append(Problem(qid, f"gold {g!r} holds none of the evidence strings"))
+        absent = [e for e in q["evidence"] if not any(normalize(e) in text for text, _ in texts.values())]
+        problems += [Problem(qid, f"evidence not in any gold page: {e!r}") for e in absent]
+        if not absent:  # every string is somewhere: is every gold page justified by one?
+            for g, (text, _) in texts.items():
+                if not any(normalize(e) in text for e in q["evidence"]):
+                    problems.append(Problem(qid, f"gold {g!r} holds none of the evidence strings"))
         deep = min(depth for _, depth in texts.values()) >= DEEP_DEPTH
         if deep != ("deep" in q["tags"]):
             depths = {g: d for g, (_, d) in texts.items()}
@@ -229,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     questions, problems = load_questions(args.questions)
     problems += check_format(questions)
     if not args.format_only:
-        well_formed = [q for q in questions if all(isinstance(q.get(k), t) for k, t in REQUIRED.items())]
+        well_formed = [q for q in questions if all(isinstance(q.get(k), t) for k, t in REQUIRED.items())
+                       and all(isinstance(v, str) for v in q["gold"] + q["evidence"])]
         problems += check_evidence(well_formed, CorpusPages(args.corpus, args.site_depth))
     print(summary(questions))
     for problem in problems:
