@@ -245,18 +245,18 @@ class _Episode:
                       "latency_s": round(time.perf_counter() - started, 3), "error": str(exc)})
             return None
         message = reply["choices"][0]["message"]
-        usage = reply.get("usage") or {}
+        usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
         self.result.prompt_tokens += _int(usage.get("prompt_tokens"))
         self.result.completion_tokens += _int(usage.get("completion_tokens"))
         tool_calls = [_as_tool_call(call, turn, i) for i, call in enumerate(message.get("tool_calls") or [])]
         # Only what the API defines goes back into the conversation (servers add their own fields).
-        echoed: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+        echoed: dict[str, Any] = {"role": "assistant", "content": _text(message.get("content"))}
         if tool_calls and tools:
             echoed["tool_calls"] = tool_calls
         self.messages.append(echoed)
         self.log({"event": "model", "turn": turn, "tools_offered": bool(tools), "messages": len(self.messages) - 1,
                   "latency_s": round(time.perf_counter() - started, 3), "usage": usage or None,
-                  "finish_reason": reply["choices"][0].get("finish_reason"), "content": message.get("content"),
+                  "finish_reason": reply["choices"][0].get("finish_reason"), "content": echoed["content"],
                   "tool_calls": [{"id": c["id"], "name": c["function"]["name"],
                                   "arguments": c["function"]["arguments"]} for c in tool_calls]})
         return echoed
@@ -331,6 +331,14 @@ def _parse_arguments(tool: str, raw: str) -> dict[str, Any]:
     return arguments
 
 
+def _text(content: Any) -> str | None:
+    """A message's content as text: a string, or the text parts of a list of
+    content parts (some servers send those)."""
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return content if isinstance(content, str) else None
+
+
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
@@ -377,10 +385,9 @@ def judge_answer(question: str, reference: str, answer: str, *, base_url: str, m
     finally:
         if owned:
             client.close()
-    content = reply["choices"][0]["message"].get("content")
-    score = parse_judge_reply(content) if isinstance(content, str) else None
+    content = _text(reply["choices"][0]["message"].get("content")) or ""
+    score = parse_judge_reply(content)
     if score is None:
-        LOG.warning("judge: no score in [0, 1] in the reply %r", content if not isinstance(content, str)
-                    else content[:300])
+        LOG.warning("judge: no score in [0, 1] in the reply %r", content[:300])
         return math.nan
     return score
