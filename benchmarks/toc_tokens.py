@@ -125,7 +125,10 @@ def main(argv: list[str] | None = None) -> None:
     parts = [f"## ToC size per form, o200k_base tokens: {args.label or args.index}", "",
              f"`python -m benchmarks.toc_tokens {args.index}"
              + (f" --questions {args.questions}" if args.questions else "")
-             + f" --titles {args.titles} --n {args.n}`, index version {index.version}, GetToC k=200, n={args.n}."]
+             + f" --titles {args.titles} --n {args.n}`, index version {index.version}, GetToC k=200, n={args.n}. "
+             "Every form holds the same sub-forest (see the module docstring); the outline with handles is what an "
+             "agent reads within an episode. The sizes depend on the sub-forest's shape (nodes, titles, depth), not "
+             "on how chunks were embedded, so an index built with the hashing stand-in is a fair testbed."]
     for name, queries in sets.items():
         parts += ["", table(name, measure(index, queries, args.n))]
     body = "\n".join(parts)
