@@ -138,7 +138,7 @@ class ToolService:
             for node in result["nodes"]:
                 if node["id"] in id_handle:
                     node["handle"] = id_handle[node["id"]]
-        if episode_id:
+        if episode_id and result["nodes"]:
             self.episodes.mark_read(episode_id, [node["id"] for node in result["nodes"]])
         if not result["nodes"]:
             raise ToolError("unknown_ids", "none of these node ids exist in the index; take ids from GetToC",
