@@ -37,6 +37,7 @@ from transforms.embed import EmbedChunks
 from transforms.forest import build_site_forest, expand_sections
 from transforms.parse import UnparseablePage, parse_page
 from transforms.progress import LogProgress
+from transforms.site_base import InferSiteBases, public_url
 from transforms.sparse import BM25_STATS_FILE, BuildSparseIndex
 from transforms.tables import WriteParquetTable, parquet_bytes, remove_spill_files, write_bytes
 
@@ -95,8 +96,9 @@ class BuildOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
         parser.add_argument("--out", help="index directory (local path or object-store prefix)")
-        parser.add_argument("--base_url", default="http://localhost/",
-                            help="URL that the input directory stands for")
+        parser.add_argument("--base_url", default=None,
+                            help="URL that the input directory stands for (default: each site's public "
+                                 "URL where its pages name it, else http://localhost/; transforms/site_base.py)")
         parser.add_argument("--site_depth", type=int, default=0,
                             help="URL path segments that name a site (1: one forest per <host>/<product>/)")
         parser.add_argument("--granularity", choices=("page", "section"), default="page")
@@ -126,6 +128,10 @@ def input_root_and_pattern(spec: str) -> tuple[str, str]:
     return root, root + "**"
 
 
+DEFAULT_BASE_URL = "http://localhost/"
+SITE_BASES_FILE = "site_bases.json"
+
+
 def page_url(path: str, root: str, base_url: str) -> str:
     relative = path[len(root):] if path.startswith(root) else os.path.basename(path)
     return base_url.rstrip("/") + "/" + relative.lstrip("/")
@@ -139,10 +145,26 @@ class PageParser:
     base_url: str
     site_depth: int
     max_page_bytes: int
+    site_bases: tuple[tuple[str, str], ...] = ()  # (site as the input names it, its public base)
+
+    def input_url(self, path: str) -> str:
+        """The URL the input names the file at `path` by: base_url + its relative path."""
+        return page_url(path, self.root, self.base_url)
+
+    def with_site_bases(self, decided: dict[str, dict] | None) -> "PageParser":
+        """This parser, giving the sites that InferSiteBases gave a public base their public URLs."""
+        if not decided:
+            return self
+        return dataclasses.replace(self, site_bases=tuple(sorted(
+            (site, d["base"]) for site, d in decided.items() if d["base"])))
 
     def parse(self, path: str, data: bytes) -> ParsedPage:
-        url = page_url(path, self.root, self.base_url)
-        page = parse_page(data, url, site_of(url, self.site_depth), max_bytes=self.max_page_bytes)
+        url = self.input_url(path)
+        site = site_of(url, self.site_depth)
+        base = dict(self.site_bases).get(site)
+        if base:
+            url, site = public_url(url, site, base), base
+        page = parse_page(data, url, site, max_bytes=self.max_page_bytes)
         return dataclasses.replace(page, source=path, raw_hash=raw_hash(data))
 
 
@@ -171,8 +193,16 @@ class ParsePagesFn(beam.DoFn):
         self._read = beam.metrics.Metrics.counter(COUNTERS, "pages_read")
         self._parsed = beam.metrics.Metrics.counter(COUNTERS, "pages_parsed")
         self._dead = beam.metrics.Metrics.counter(COUNTERS, "pages_dead_lettered")
+        self._trail_counters: dict[str, beam.metrics.metricbase.Counter] = {}
 
-    def process(self, readable: fileio.ReadableFile):
+    def _count_trail(self, page: ParsedPage) -> None:
+        """trail_taken_<method> and trail_passed_over_<method>: how the cascade went."""
+        for name in (f"trail_taken_{page.trail_method}", *(f"trail_passed_over_{m}" for m in page.trail_passed_over)):
+            if name not in self._trail_counters:
+                self._trail_counters[name] = beam.metrics.Metrics.counter(COUNTERS, name)
+            self._trail_counters[name].inc()
+
+    def process(self, readable: fileio.ReadableFile, site_bases: dict | None = None):
         path = readable.metadata.path
         if self._count_read:
             self._read.inc()
@@ -180,12 +210,13 @@ class ParsePagesFn(beam.DoFn):
             self._dead.inc()
             yield beam.pvalue.TaggedOutput(DEAD, DeadLetter(path, "read", "not_html"))
             return
-        page = parse_or_dead_letter(self._parser, path, readable.read, "parse")
+        page = parse_or_dead_letter(self._parser.with_site_bases(site_bases), path, readable.read, "parse")
         if isinstance(page, DeadLetter):
             self._dead.inc()
             yield beam.pvalue.TaggedOutput(DEAD, page)
         else:
             self._parsed.inc()
+            self._count_trail(page)
             yield page
 
 
@@ -257,7 +288,7 @@ class NodeRowsFn(beam.DoFn):
         self._indexed = beam.metrics.Metrics.counter(COUNTERS, "pages_indexed")
         self._dead = beam.metrics.Metrics.counter(COUNTERS, "pages_dead_lettered")
 
-    def process(self, joined: tuple[str, dict]):
+    def process(self, joined: tuple[str, dict], site_bases: dict | None = None):
         _, group = joined
         placements = list(group["placement"])
         sources = list(group["page"])
@@ -270,7 +301,7 @@ class NodeRowsFn(beam.DoFn):
             yield placement_row(placement)
             return
         self._merged.inc(merged)
-        page = reread_page(self._parser, chosen)
+        page = reread_page(self._parser.with_site_bases(site_bases), chosen)
         if isinstance(page, DeadLetter):
             self._dead.inc()
             yield beam.pvalue.TaggedOutput(DEAD, page)
@@ -297,19 +328,21 @@ def write_dead_letters(out_dir: str, letters: list[DeadLetter]) -> None:
 
 
 class ParsePages(beam.PTransform):
-    """File pattern -> parsed pages (main output) and dead letters (DEAD)."""
+    """File pattern -> parsed pages (main output) and dead letters (DEAD).
+    `site_bases`: InferSiteBases' decisions as a side input, or None."""
 
-    def __init__(self, pattern: str, parser: PageParser):
+    def __init__(self, pattern: str, parser: PageParser, site_bases=None):
         super().__init__()
         self._pattern = pattern
         self._parser = parser
+        self._side = {} if site_bases is None else {"site_bases": site_bases}
 
     def expand(self, pbegin):
         return (
             pbegin
             | "MatchFiles" >> fileio.MatchFiles(self._pattern)
             | "ReadMatches" >> fileio.ReadMatches()
-            | "Parse" >> beam.ParDo(ParsePagesFn(self._parser)).with_outputs(DEAD, main="pages")
+            | "Parse" >> beam.ParDo(ParsePagesFn(self._parser), **self._side).with_outputs(DEAD, main="pages")
         )
 
 
@@ -319,10 +352,11 @@ class BuildForestNodes(beam.PTransform):
     (PAGES_OUTPUT); dead letters of pages that could not be read again (DEAD).
     Only skeletons and page sources are shuffled, never page text."""
 
-    def __init__(self, parser: PageParser, granularity: str):
+    def __init__(self, parser: PageParser, granularity: str, site_bases=None):
         super().__init__()
         self._parser = parser
         self._granularity = granularity
+        self._side = {} if site_bases is None else {"site_bases": site_bases}
 
     def expand(self, pages):
         placements = (
@@ -336,7 +370,7 @@ class BuildForestNodes(beam.PTransform):
         return (
             {"placement": placements, "page": sources}
             | "JoinPlacementAndSource" >> beam.CoGroupByKey()
-            | "NodeRows" >> beam.ParDo(NodeRowsFn(self._parser, self._granularity)
+            | "NodeRows" >> beam.ParDo(NodeRowsFn(self._parser, self._granularity), **self._side
                                        ).with_outputs(PAGES_OUTPUT, DEAD, main="nodes")
         )
 
@@ -350,10 +384,16 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
                    total_files: int | None = None) -> None:
     opts = options.view_as(BuildJobOptions)
     root, pattern = input_root_and_pattern(opts.input)
-    parser = PageParser(root, opts.base_url, opts.site_depth, opts.max_page_bytes)
-    parsed = p | "ParsePages" >> ParsePages(pattern, parser)
+    parser = PageParser(root, opts.base_url or DEFAULT_BASE_URL, opts.site_depth, opts.max_page_bytes)
+    site_bases = None
+    if opts.base_url is None:  # the user's --base_url wins over what pages say
+        decided = p | "InferSiteBases" >> InferSiteBases(pattern, parser, HTML_SUFFIXES)
+        decided | "WriteSiteBases" >> beam.Map(lambda d: write_bytes(
+            os.path.join(segment_dir, SITE_BASES_FILE), json.dumps(d, sort_keys=True, indent=1).encode()))
+        site_bases = beam.pvalue.AsSingleton(decided)
+    parsed = p | "ParsePages" >> ParsePages(pattern, parser, site_bases)
     pages = parsed["pages"] | "ParseProgress" >> LogProgress("parse (pages)", total_files)
-    forest = pages | "Forest" >> BuildForestNodes(parser, opts.granularity)
+    forest = pages | "Forest" >> BuildForestNodes(parser, opts.granularity, site_bases)
     ((parsed[DEAD], forest[DEAD])
      | "DeadLetters" >> beam.Flatten()
      | "AllDeadLetters" >> beam.combiners.ToList()
@@ -406,11 +446,22 @@ def publish_build(layout: IndexLayout, segment_id: str, options: PipelineOptions
             "bm25": {"k1": 1.2, "b": 0.75},
             "granularity": opts.granularity,
             "num_shards": opts.num_shards,
-            "base_url": opts.base_url,
+            "base_url": opts.base_url or DEFAULT_BASE_URL,
+            # Per site as the input names it: the public base its pages named, or why none.
+            "site_bases": read_site_bases(segment_dir),
             "site_depth": opts.site_depth,
         },
     )
     return publish_and_prune(layout, manifest, options)
+
+
+def read_site_bases(segment_dir: str) -> dict[str, dict]:
+    """InferSiteBases' decisions, written by the build; {} when --base_url was given."""
+    path = os.path.join(segment_dir, SITE_BASES_FILE)
+    if not FileSystems.exists(path):
+        return {}
+    with open_read(path) as fh:
+        return json.load(fh)
 
 
 def prepare_job(options: PipelineOptions, index_dir: str) -> tuple[IndexLayout, str, str]:

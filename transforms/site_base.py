@@ -116,8 +116,7 @@ class _NamedBasesFn(beam.DoFn):
         url = self._parser.input_url(path)
         site = site_of(url, self._parser.site_depth)
         declared: tuple[str, ...] = ()
-        # Files the parse refuses are not opened here either (the parse says why).
-        if path.lower().endswith(self._suffixes) and self._parser.refusal(path) is None:
+        if path.lower().endswith(self._suffixes):  # what else there is, the parse dead-letters
             try:
                 declared = declared_page_urls(readable.read(), self._parser.max_page_bytes)
             except OSError:
