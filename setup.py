@@ -11,6 +11,7 @@ CORE = [
     "numpy>=1.26",
     "pyarrow>=14",
     "lxml>=5",
+    "beautifulsoup4>=4.12",  # bs4.dammit: the parser's encoding detection
     "PyStemmer>=2.2",
     "faiss-cpu>=1.8",
 ]
@@ -47,6 +48,7 @@ setup(
         "serving": SERVING,
         "crawl": ["apache-beam>=2.60", *CRAWL],
         "gpu": ["faiss-gpu-cu12>=1.8"],
+        "bench": ["trafilatura>=2"],  # benchmarks/extract.py's reference extractor; never the build
         "dev": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9", "pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100",
                 *SERVING, *CRAWL],
     },
