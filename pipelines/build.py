@@ -30,16 +30,18 @@ from ritrag.embedder import DEFAULT_MODEL, EmbedderSpec
 from ritrag.ids import raw_hash, site_of
 from ritrag.layout import IndexLayout, is_remote, new_manifest, open_read, prune_versions, segment_id_for
 from ritrag.schema import (CHUNKS_SCHEMA, DEAD_LETTERS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA, DeadLetter,
-                           NodePlacement, PageSkeleton, PageSource, ParsedPage, page_row)
+                           NodePlacement, PageSkeleton, PageSource, ParsedPage, WarcPage, page_row)
 from transforms.chunk import ChunkNodesFn
 from transforms.dense import DENSE_INFO_FILE, BuildDenseIndex
 from transforms.embed import EmbedChunks
+from transforms.fetch import classify_content
 from transforms.forest import build_site_forest, expand_sections
 from transforms.parse import UnparseablePage, parse_page
 from transforms.progress import LogProgress
 from transforms.site_base import InferSiteBases, public_url
 from transforms.sparse import BM25_STATS_FILE, BuildSparseIndex
 from transforms.tables import WriteParquetTable, parquet_bytes, remove_spill_files, write_bytes
+from transforms.warc import ReadWarcInput, is_warc_input, read_record, split_record_source
 
 LOG = logging.getLogger("ritrag.build")
 COUNTERS = "ritrag.build"
@@ -158,8 +160,9 @@ class PageParser:
         return dataclasses.replace(self, site_bases=tuple(sorted(
             (site, d["base"]) for site, d in decided.items() if d["base"])))
 
-    def parse(self, path: str, data: bytes) -> ParsedPage:
-        url = self.input_url(path)
+    def parse(self, path: str, data: bytes, url: str | None = None) -> ParsedPage:
+        """`url`: the page's own URL where the input records it (WARC), else the input's."""
+        url = url or self.input_url(path)
         site = site_of(url, self.site_depth)
         base = dict(self.site_bases).get(site)
         if base:
@@ -171,10 +174,11 @@ class PageParser:
 DEAD = "dead"  # the tagged output of dead letters
 
 
-def parse_or_dead_letter(parser: PageParser, path: str, read: Callable[[], bytes], stage: str):
+def parse_or_dead_letter(parser: PageParser, path: str, read: Callable[[], bytes], stage: str,
+                         url: str | None = None):
     """The ParsedPage of the file at `path`, or a DeadLetter of `stage` saying why not."""
     try:
-        return parser.parse(path, read())
+        return parser.parse(path, read(), url)
     except UnparseablePage as exc:
         return DeadLetter(path, stage, exc.reason, exc.detail)
     except OSError as exc:
@@ -202,7 +206,10 @@ class ParsePagesFn(beam.DoFn):
                 self._trail_counters[name] = beam.metrics.Metrics.counter(COUNTERS, name)
             self._trail_counters[name].inc()
 
-    def process(self, readable: fileio.ReadableFile, site_bases: dict | None = None):
+    def process(self, readable: fileio.ReadableFile | WarcPage | DeadLetter, site_bases: dict | None = None):
+        if not isinstance(readable, fileio.ReadableFile):  # a WARC input's record (transforms/warc.py)
+            yield from self._process_record(readable, site_bases)
+            return
         path = readable.metadata.path
         if self._count_read:
             self._read.inc()
@@ -211,6 +218,22 @@ class ParsePagesFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(DEAD, DeadLetter(path, "read", "not_html"))
             return
         page = parse_or_dead_letter(self._parser.with_site_bases(site_bases), path, readable.read, "parse")
+        if isinstance(page, DeadLetter):
+            self._dead.inc()
+            yield beam.pvalue.TaggedOutput(DEAD, page)
+        else:
+            self._parsed.inc()
+            self._count_trail(page)
+            yield page
+
+
+    def _process_record(self, record: WarcPage | DeadLetter, site_bases: dict | None):
+        if self._count_read:
+            self._read.inc()
+        if isinstance(record, WarcPage) and classify_content(record.content_type, record.payload) != "html":
+            record = DeadLetter(record.source, "read", "not_html", record.content_type)
+        page = record if isinstance(record, DeadLetter) else parse_or_dead_letter(
+            self._parser.with_site_bases(site_bases), record.source, lambda: record.payload, "parse", record.url)
         if isinstance(page, DeadLetter):
             self._dead.inc()
             yield beam.pvalue.TaggedOutput(DEAD, page)
@@ -261,7 +284,13 @@ def read_file(path: str) -> bytes:
 def reread_page(parser: PageParser, source: PageSource) -> ParsedPage | DeadLetter:
     """The page at `source` read and parsed again, or a DeadLetter if it cannot be,
     or if its file changed since it was first read."""
-    page = parse_or_dead_letter(parser, source.source, lambda: read_file(source.source), "reread")
+    if split_record_source(source.source):  # a WARC record: its URL is in it
+        record = read_record(source.source)
+        if isinstance(record, DeadLetter):
+            return dataclasses.replace(record, stage="reread")
+        page = parse_or_dead_letter(parser, source.source, lambda: record.payload, "reread", record.url)
+    else:
+        page = parse_or_dead_letter(parser, source.source, lambda: read_file(source.source), "reread")
     if isinstance(page, ParsedPage) and page.raw_hash != source.raw_hash:
         return DeadLetter(source.source, "reread", "changed_during_build",
                           "the file changed between the job's two reads")
@@ -338,12 +367,14 @@ class ParsePages(beam.PTransform):
         self._side = {} if site_bases is None else {"site_bases": site_bases}
 
     def expand(self, pbegin):
-        return (
-            pbegin
-            | "MatchFiles" >> fileio.MatchFiles(self._pattern)
-            | "ReadMatches" >> fileio.ReadMatches()
-            | "Parse" >> beam.ParDo(ParsePagesFn(self._parser), **self._side).with_outputs(DEAD, main="pages")
-        )
+        if is_warc_input(self._pattern):
+            inputs = pbegin | "ReadWarc" >> ReadWarcInput(self._pattern)
+        else:
+            inputs = (pbegin
+                      | "MatchFiles" >> fileio.MatchFiles(self._pattern)
+                      | "ReadMatches" >> fileio.ReadMatches())
+        return inputs | "Parse" >> beam.ParDo(ParsePagesFn(self._parser), **self._side).with_outputs(
+            DEAD, main="pages")
 
 
 class BuildForestNodes(beam.PTransform):

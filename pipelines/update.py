@@ -51,11 +51,12 @@ from ritrag.ids import node_id_for, normalize_url, raw_hash
 from ritrag.layout import (TOMBSTONES_FILE, DeadIds, IndexLayout, Manifest, dead_ids_per_segment,
                            live_mask, new_manifest)
 from ritrag.schema import (CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA, TOMBSTONES_SCHEMA, DeadLetter, NodePlacement,
-                           PageSkeleton, PageSource, ParsedPage, page_row)
+                           PageSkeleton, PageSource, ParsedPage, WarcPage, page_row)
 from transforms.chunk import node_chunker
 from transforms.progress import LogProgress
 from transforms.sparse import BM25_STATS_FILE, BuildSparseIndex, chunk_terms
 from transforms.tables import WriteParquetTable, parquet_bytes, write_bytes
+from transforms.warc import ReadWarcInput, is_warc_input, read_record, split_record_source
 
 LOG = logging.getLogger("ritrag.update")
 UPDATE_COUNTERS = PAGE_COUNTERS + ("pages_unchanged", "pages_deleted", "pages_replaced",
@@ -179,7 +180,13 @@ class HashInputFn(beam.DoFn):
     def __init__(self, root: str, base_url: str):
         self._root, self._base_url = root, base_url
 
-    def process(self, readable: fileio.ReadableFile):
+    def process(self, readable: fileio.ReadableFile | WarcPage | DeadLetter):
+        if isinstance(readable, WarcPage):  # a WARC input's record: its URL is in it
+            yield normalize_url(readable.url), InputFile(readable.source, raw_hash(readable.payload))
+            return
+        if isinstance(readable, DeadLetter):  # an unreadable WARC record: read again by ParsePagesFn, dead-lettered
+            yield readable.source, InputFile(readable.source, "")
+            return
         path = readable.metadata.path
         yield normalize_url(page_url(path, self._root, self._base_url)), InputFile(path, raw_hash(readable.read()))
 
@@ -188,6 +195,9 @@ class OpenForParse(beam.DoFn):
     """Path -> a readable file for ParsePagesFn (the raw bytes were dropped after hashing)."""
 
     def process(self, path: str):
+        if split_record_source(path):  # a WARC record (or a DeadLetter if it cannot be read)
+            yield read_record(path)
+            return
         yield fileio.ReadableFile(FileSystems.match([path])[0].metadata_list[0])
 
 
@@ -397,9 +407,9 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: LiveIndex,
 
     old_pages = (p | "LivePages" >> ReadLiveRows(live, "pages")
                  | "KeyOldPageByUrl" >> beam.Map(lambda r: (r["url"], r)))
-    inputs = (p | "MatchFiles" >> fileio.MatchFiles(pattern)
-              | "ReadMatches" >> fileio.ReadMatches()
-              | "HashInputs" >> beam.ParDo(HashInputFn(root, config["base_url"])))
+    files = (p | "ReadWarc" >> ReadWarcInput(pattern) if is_warc_input(pattern)
+             else p | "MatchFiles" >> fileio.MatchFiles(pattern) | "ReadMatches" >> fileio.ReadMatches())
+    inputs = files | "HashInputs" >> beam.ParDo(HashInputFn(root, config["base_url"]))
     diff = ({"input": inputs, "old": old_pages}
             | "JoinByUrl" >> beam.CoGroupByKey()
             | "Classify" >> beam.ParDo(ClassifyFn()).with_outputs(ClassifyFn.PARSE, ClassifyFn.DEAD_URL,

@@ -164,6 +164,8 @@ def check_whole(record) -> None:
     digest was verified."""
     if record.rec_type is None:
         raise ArchiveLoadFailed("truncated or corrupt record")
+    if record.format != "warc":  # warcio also reads ARC, and takes any 5-word line for an ARC header
+        raise ArchiveLoadFailed(f"not a WARC record (read as {record.format})")
     declares = (record.rec_headers.get_header("WARC-Block-Digest")
                 or record.rec_headers.get_header("WARC-Payload-Digest"))
     if declares and record.digest_checker.passed is not True:
@@ -241,3 +243,28 @@ class ReadRecordSources(beam.PTransform):
         return (pbegin
                 | "RecordSources" >> beam.Create(self._sources)
                 | "ReadRecord" >> beam.Map(read_record))
+
+
+def is_warc_input(pattern: str) -> bool:
+    """A build/update input that is WARC: a WARC file pattern, or a crawl
+    directory (as `<dir>/**`, the pattern of a directory input) holding a CrawlDB."""
+    from transforms.crawldb import is_crawl_dir
+
+    return is_warc_pattern(pattern) or (pattern.endswith("/**") and is_crawl_dir(pattern[:-2]))
+
+
+class ReadWarcInput(beam.PTransform):
+    """A WARC input -> WarcPage records (and DeadLetters): from a crawl directory,
+    the records of the pages its CrawlDB holds as current (fetched or unchanged);
+    from a WARC file pattern, every HTTP 200 response record of the files."""
+
+    def __init__(self, pattern: str):
+        super().__init__()
+        self._pattern = pattern
+
+    def expand(self, pbegin):
+        from transforms.crawldb import indexable_sources
+
+        if is_warc_pattern(self._pattern):
+            return pbegin | "ReadWarcFiles" >> ReadWarcPages(self._pattern)
+        return pbegin | "ReadCrawlDir" >> ReadRecordSources(indexable_sources(self._pattern[:-2]))
