@@ -160,13 +160,18 @@ class PageParser:
         return dataclasses.replace(self, site_bases=tuple(sorted(
             (site, d["base"]) for site, d in decided.items() if d["base"])))
 
-    def parse(self, path: str, data: bytes, url: str | None = None) -> ParsedPage:
-        """`url`: the page's own URL where the input records it (WARC), else the input's."""
+    def locate(self, path: str, url: str | None = None) -> tuple[str, str]:
+        """(URL, site) of a page: `url` where the input records it (WARC), else the
+        input's URL for `path`, under its site's public base where one was inferred.
+        Every job keys pages by this URL."""
         url = url or self.input_url(path)
         site = site_of(url, self.site_depth)
         base = dict(self.site_bases).get(site)
-        if base:
-            url, site = public_url(url, site, base), base
+        return (public_url(url, site, base), base) if base else (url, site)
+
+    def parse(self, path: str, data: bytes, url: str | None = None) -> ParsedPage:
+        """`url`: the page's own URL where the input records it (WARC), else the input's."""
+        url, site = self.locate(path, url)
         page = parse_page(data, url, site, max_bytes=self.max_page_bytes)
         return dataclasses.replace(page, source=path, raw_hash=raw_hash(data))
 
