@@ -4,6 +4,7 @@
     ritrag toc INDEX "query" [--k 200] [--n 50]         -> JSON on stdout
     ritrag read INDEX NODE_ID... [--max_chars N] [--offset N]
     ritrag update INPUT --index INDEX [Beam runner options]
+    ritrag crawl SEED_URL... --out CRAWL_DIR [--seeds FILE] [crawl options]   then build/update CRAWL_DIR
     ritrag compact INDEX | ritrag versions INDEX | ritrag rollback INDEX VERSION
     ritrag prune INDEX [--keep 5]
     ritrag inspect INDEX [--html REPORT.html]
@@ -40,6 +41,15 @@ def _job(name: str, flags: Callable[[argparse.Namespace], list[str]], index: Cal
         return 0
 
     return run
+
+
+def _crawl(args: argparse.Namespace, extra: list[str]) -> int:
+    from pipelines import crawl
+
+    flags = [f for url in args.seeds for f in ("--seed", url)] + ["--out", args.out]
+    counts = crawl.run(flags + (["--seeds", args.seeds_file] if args.seeds_file else []) + extra)
+    print(json.dumps({"crawl_dir": args.out, "rows": counts}))
+    return 0
 
 
 def _toc(args: argparse.Namespace, extra: list[str]) -> int:
@@ -239,6 +249,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--index", required=True, help="index directory with a published version")
     p.set_defaults(func=_job("update", lambda a: ["--input", a.input, "--index", a.index], lambda a: a.index))
 
+    p = sub.add_parser("crawl", help="crawl seed URLs and sitemaps into WARC files + a CrawlDB (Beam jobs)",
+                       description="Unknown options go to the crawl job (see pipelines/crawl.py). A re-crawl "
+                                   "into the same --out sends conditional GETs. Build or update from CRAWL_DIR.")
+    p.add_argument("seeds", nargs="*", help="seed URLs")
+    p.add_argument("--out", required=True, help="crawl directory (crawldb.parquet, warc/)")
+    p.add_argument("--seeds", dest="seeds_file", default=None, help="file of seed URLs, one per line")
+    p.set_defaults(func=_crawl)
+
     p = sub.add_parser("compact", help="merge a version's segments into one, dropping dead rows (a Beam job)")
     p.add_argument("index")
     p.set_defaults(func=_job("compact", lambda a: ["--index", a.index], lambda a: a.index))
@@ -312,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_agent)
 
     args, extra = top.parse_known_args(argv)
-    jobs = ("build", "update", "compact")  # Beam jobs: runner flags pass through; progress is logged
+    jobs = ("build", "update", "compact", "crawl")  # Beam jobs: runner flags pass through; progress is logged
     if extra and args.command not in jobs:
         top.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.INFO if args.verbose or args.command in jobs else logging.WARNING,
