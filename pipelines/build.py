@@ -13,12 +13,14 @@ Without --runner, the job runs on Beam's in-process FnApiRunner.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
+import stat
 import time
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.io import fileio
@@ -28,7 +30,8 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from ritrag.embedder import DEFAULT_MODEL, EmbedderSpec
 from ritrag.ids import raw_hash, site_of
-from ritrag.layout import IndexLayout, is_remote, new_manifest, open_read, prune_versions, segment_id_for
+from ritrag.layout import (IndexLayout, IndexLease, is_remote, new_manifest, open_read, prune_versions,
+                           segment_id_for)
 from ritrag.schema import (CHUNKS_SCHEMA, DEAD_LETTERS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA, DeadLetter,
                            NodePlacement, PageSkeleton, PageSource, ParsedPage, WarcPage, page_row)
 from transforms.chunk import ChunkNodesFn
@@ -60,6 +63,9 @@ class PublishOptions(PipelineOptions):
         parser.add_argument("--keep_versions", type=int, default=10,
                             help="after publishing, delete older versions beyond this many "
                                  "(and the segments only they used)")
+        parser.add_argument("--break_lock", action="store_true",
+                            help="take the index's lease even if another job seems to hold it "
+                                 "(only when that job is known to be gone; docs/OPERATING.md)")
 
 
 def publish_and_prune(layout: IndexLayout, manifest, options: PipelineOptions) -> str:
@@ -83,6 +89,9 @@ class InputOptions(PipelineOptions):
         parser.add_argument("--input", help="directory or glob of HTML files (any Beam filesystem)")
         parser.add_argument("--embed_device", default=None, help="cuda, mps or cpu (default: auto)")
         parser.add_argument("--max_page_bytes", type=int, default=20 * 1024 * 1024)
+        parser.add_argument("--follow_links_outside_input", action="store_true",
+                            help="index files whose real path (symbolic links resolved) lies outside the "
+                                 "input directory; by default they are dead letters (outside_input)")
 
 
 def required(options: PipelineOptions, view: type, *names: str):
@@ -147,6 +156,29 @@ class PageParser:
     base_url: str
     site_depth: int
     max_page_bytes: int
+    follow_links_outside_input: bool = False
+    site_bases: tuple[tuple[str, str], ...] = ()  # (site as the input names it, its public base)
+
+    def refusal(self, path: str) -> DeadLetter | None:
+        """Why the file at `path` must not be opened, as a dead letter; None when
+        it may be. A local file whose real path lies outside the input root (a
+        symbolic link to /etc/passwd, or to another folder) would leak into the
+        index; a FIFO or device would block or never end. Object stores have
+        neither links nor special files."""
+        if is_remote(path):
+            return None
+        real = os.path.realpath(path)
+        root = os.path.realpath(self.root)
+        if not self.follow_links_outside_input and os.path.commonpath([root, real]) != root:
+            return DeadLetter(path, "read", "outside_input", "its real path lies outside the input directory; "
+                                                             "--follow_links_outside_input to index it")
+        try:
+            mode = os.stat(real).st_mode
+        except OSError as exc:
+            return DeadLetter(path, "read", "unreadable", f"{type(exc).__name__}: {exc}")
+        if not stat.S_ISREG(mode):
+            return DeadLetter(path, "read", "not_regular_file", "a FIFO, device, socket or directory")
+        return None
     site_bases: tuple[tuple[str, str], ...] = ()  # (site as the input names it, its public base)
 
     def input_url(self, path: str) -> str:
@@ -218,9 +250,11 @@ class ParsePagesFn(beam.DoFn):
         path = readable.metadata.path
         if self._count_read:
             self._read.inc()
-        if not path.lower().endswith(HTML_SUFFIXES):
+        refused = (DeadLetter(path, "read", "not_html") if not path.lower().endswith(HTML_SUFFIXES)
+                   else self._parser.refusal(path))
+        if refused:
             self._dead.inc()
-            yield beam.pvalue.TaggedOutput(DEAD, DeadLetter(path, "read", "not_html"))
+            yield beam.pvalue.TaggedOutput(DEAD, refused)
             return
         page = parse_or_dead_letter(self._parser.with_site_bases(site_bases), path, readable.read, "parse")
         if isinstance(page, DeadLetter):
@@ -420,7 +454,8 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
                    total_files: int | None = None) -> None:
     opts = options.view_as(BuildJobOptions)
     root, pattern = input_root_and_pattern(opts.input)
-    parser = PageParser(root, opts.base_url or DEFAULT_BASE_URL, opts.site_depth, opts.max_page_bytes)
+    parser = PageParser(root, opts.base_url or DEFAULT_BASE_URL, opts.site_depth, opts.max_page_bytes,
+                        opts.follow_links_outside_input)
     site_bases = None
     if opts.base_url is None:  # the user's --base_url wins over what pages say
         decided = p | "InferSiteBases" >> InferSiteBases(pattern, parser, HTML_SUFFIXES)
@@ -500,23 +535,30 @@ def read_site_bases(segment_dir: str) -> dict[str, dict]:
         return json.load(fh)
 
 
-def prepare_job(options: PipelineOptions, index_dir: str) -> tuple[IndexLayout, str, str]:
+@contextlib.contextmanager
+def prepare_job(options: PipelineOptions, index_dir: str, owner: str
+                ) -> Iterator[tuple[IndexLayout, str, str]]:
     """What every publishing job does first: default to the in-process runner
-    (which never tries to download Prism), and create the fresh segment directory
-    of the version it will publish. Returns (layout, segment id, segment dir)."""
+    (which never tries to download Prism), take the index's lease (a second job
+    fails fast, naming this one), and create the fresh segment directory of the
+    version it will publish. Yields (layout, segment id, segment dir); the lease
+    is given back when the block ends, published or not."""
     standard = options.view_as(StandardOptions)
     if not standard.runner:
         standard.runner = "FnApiRunner"
     layout = IndexLayout(index_dir)
-    segment_id = segment_id_for(layout.next_version())
-    segment_dir = layout.segment_dir(segment_id)
-    fresh_segment_dir(segment_dir)
-    return layout, segment_id, segment_dir
+    with IndexLease(layout, owner, options.view_as(PublishOptions).break_lock) as lease:
+        segment_id = segment_id_for(layout.next_version())  # chosen under the lease: no other job publishes it
+        lease.claim_segment(segment_id)
+        segment_dir = layout.segment_dir(segment_id)
+        fresh_segment_dir(segment_dir)
+        yield layout, segment_id, segment_dir
 
 
 def fresh_segment_dir(segment_dir: str) -> None:
     """Create the segment directory of a new version. One left there is debris of
-    a run that crashed before publishing (no manifest names it): delete it."""
+    a run that crashed before publishing (no manifest names it, and the caller
+    holds the lease, so no live job writes it): delete it."""
     if FileSystems.exists(segment_dir):
         LOG.warning("removing %s, left by a run that did not publish", segment_dir)
         FileSystems.delete([segment_dir])
@@ -540,24 +582,23 @@ def run(argv: list[str] | None = None) -> str:
     opts = required(options, BuildJobOptions, "input", "out")
     spec = EmbedderSpec(model=opts.embedding_model, query_prefix=opts.query_prefix,
                         document_prefix=opts.document_prefix)
-    layout, segment_id, segment_dir = prepare_job(options, opts.out)
-
-    started = time.time()
-    total_files = count_input_files(input_root_and_pattern(opts.input)[1])
-    LOG.info("building from %s (%d files) into %s", opts.input, total_files, segment_dir)
-    result = run_pipeline(options, segment_dir,
-                          lambda p: build_pipeline(p, options, segment_dir, spec, total_files))
-    counts = counter_values(result)
-    elapsed = time.time() - started
-    accounted = counts["pages_indexed"] + counts["pages_dead_lettered"] + counts["pages_merged_duplicates"]
-    if accounted != counts["pages_read"]:
-        raise RuntimeError(f"page accounting mismatch: read {counts['pages_read']} but "
-                           f"indexed + dead-lettered + merged = {accounted}; not publishing")
-    published = publish_build(layout, segment_id, options, spec, counts, elapsed)
-    rate = counts["pages_read"] / elapsed if elapsed else 0.0
-    LOG.info("published %s in %.1f s (%.1f pages/s): %s", published, elapsed, rate,
-             ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
-    return published
+    with prepare_job(options, opts.out, "build") as (layout, segment_id, segment_dir):
+        started = time.time()
+        total_files = count_input_files(input_root_and_pattern(opts.input)[1])
+        LOG.info("building from %s (%d files) into %s", opts.input, total_files, segment_dir)
+        result = run_pipeline(options, segment_dir,
+                              lambda p: build_pipeline(p, options, segment_dir, spec, total_files))
+        counts = counter_values(result)
+        elapsed = time.time() - started
+        accounted = counts["pages_indexed"] + counts["pages_dead_lettered"] + counts["pages_merged_duplicates"]
+        if accounted != counts["pages_read"]:
+            raise RuntimeError(f"page accounting mismatch: read {counts['pages_read']} but "
+                               f"indexed + dead-lettered + merged = {accounted}; not publishing")
+        published = publish_build(layout, segment_id, options, spec, counts, elapsed)
+        rate = counts["pages_read"] / elapsed if elapsed else 0.0
+        LOG.info("published %s in %.1f s (%.1f pages/s): %s", published, elapsed, rate,
+                 ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+        return published
 
 
 if __name__ == "__main__":

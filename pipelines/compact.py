@@ -64,21 +64,22 @@ def run(argv: list[str] | None = None) -> str:
     """Compact the live version; returns the published version name."""
     options = PipelineOptions(argv)
     opts = required(options, IndexOptions, "index")
-    layout, segment_id, segment_dir = prepare_job(options, opts.index)
-    live = LiveIndex.open(layout)
-    started = time.time()
-    LOG.info("compacting %s (%d segments) into %s", live.manifest.version, len(live.manifest.segments), segment_dir)
-    run_pipeline(options, segment_dir, lambda p: compact_pipeline(p, live, segment_dir))
-    with open_read(os.path.join(segment_dir, BM25_STATS_FILE)) as fh:
-        bm25 = json.load(fh)
-    segment = layout.describe_segment(segment_id, live.manifest.config["num_shards"], {})
-    manifest = new_manifest(layout, segments=[segment],
-                            stats={**live.manifest.stats, "bm25": bm25,
-                                   "compact_seconds": round(time.time() - started, 1)},
-                            config=live.manifest.config)
-    published = publish_and_prune(layout, manifest, options)
-    LOG.info("published %s in %.1f s", published, time.time() - started)
-    return published
+    with prepare_job(options, opts.index, "compact") as (layout, segment_id, segment_dir):
+        live = LiveIndex.open(layout)
+        started = time.time()
+        LOG.info("compacting %s (%d segments) into %s", live.manifest.version, len(live.manifest.segments),
+                 segment_dir)
+        run_pipeline(options, segment_dir, lambda p: compact_pipeline(p, live, segment_dir))
+        with open_read(os.path.join(segment_dir, BM25_STATS_FILE)) as fh:
+            bm25 = json.load(fh)
+        segment = layout.describe_segment(segment_id, live.manifest.config["num_shards"], {})
+        manifest = new_manifest(layout, segments=[segment],
+                                stats={**live.manifest.stats, "bm25": bm25,
+                                       "compact_seconds": round(time.time() - started, 1)},
+                                config=live.manifest.config)
+        published = publish_and_prune(layout, manifest, options)
+        LOG.info("published %s in %.1f s", published, time.time() - started)
+        return published
 
 
 if __name__ == "__main__":

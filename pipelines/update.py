@@ -177,8 +177,12 @@ class ClassifyFn(beam.DoFn):
 
 
 class HashInputFn(beam.DoFn):
-    def __init__(self, root: str, base_url: str):
-        self._root, self._base_url = root, base_url
+    """An input file -> (its URL, its path and raw hash). A file the parser
+    refuses to open (outside the input, not a regular file) is not read: its
+    empty hash matches no page, so it goes to ParsePagesFn, which dead-letters it."""
+
+    def __init__(self, parser: PageParser):
+        self._parser = parser
 
     def process(self, readable: fileio.ReadableFile | WarcPage | DeadLetter):
         if isinstance(readable, WarcPage):  # a WARC input's record: its URL is in it
@@ -188,7 +192,8 @@ class HashInputFn(beam.DoFn):
             yield readable.source, InputFile(readable.source, "")
             return
         path = readable.metadata.path
-        yield normalize_url(page_url(path, self._root, self._base_url)), InputFile(path, raw_hash(readable.read()))
+        digest = "" if self._parser.refusal(path) else raw_hash(readable.read())
+        yield normalize_url(page_url(path, self._parser.root, self._parser.base_url)), InputFile(path, digest)
 
 
 class OpenForParse(beam.DoFn):
@@ -407,14 +412,15 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: LiveIndex,
 
     old_pages = (p | "LivePages" >> ReadLiveRows(live, "pages")
                  | "KeyOldPageByUrl" >> beam.Map(lambda r: (r["url"], r)))
+    parser = PageParser(root, config["base_url"], config["site_depth"], opts.max_page_bytes,
+                        opts.follow_links_outside_input)
     files = (p | "ReadWarc" >> ReadWarcInput(pattern) if is_warc_input(pattern)
              else p | "MatchFiles" >> fileio.MatchFiles(pattern) | "ReadMatches" >> fileio.ReadMatches())
-    inputs = files | "HashInputs" >> beam.ParDo(HashInputFn(root, config["base_url"]))
+    inputs = files | "HashInputs" >> beam.ParDo(HashInputFn(parser))
     diff = ({"input": inputs, "old": old_pages}
             | "JoinByUrl" >> beam.CoGroupByKey()
             | "Classify" >> beam.ParDo(ClassifyFn()).with_outputs(ClassifyFn.PARSE, ClassifyFn.DEAD_URL,
                                                                    main="unchanged"))
-    parser = PageParser(root, config["base_url"], config["site_depth"], opts.max_page_bytes)
     parsed = (diff[ClassifyFn.PARSE]
               | "Open" >> beam.ParDo(OpenForParse())
               | "Parse" >> beam.ParDo(ParsePagesFn(parser, count_read=False)).with_outputs(DEAD, main="pages"))
@@ -504,25 +510,25 @@ def run(argv: list[str] | None = None) -> str:
     """Run an incremental update; returns the published version name."""
     options = PipelineOptions(argv)
     opts = required(options, UpdateOptions, "input", "index")
-    layout, segment_id, segment_dir = prepare_job(options, opts.index)
-    live = LiveIndex.open(layout)
-    started = time.time()
-    total_files = count_input_files(input_root_and_pattern(opts.input)[1])
-    LOG.info("updating %s (live %s) from %s (%d files) into %s", opts.index, live.manifest.version,
-             opts.input, total_files, segment_dir)
-    result = run_pipeline(options, segment_dir,
-                          lambda p: update_pipeline(p, options, live, segment_dir, total_files))
-    counts = counter_values(result, UPDATE_COUNTERS)
-    accounted = (counts["pages_unchanged"] + counts["pages_indexed"] + counts["pages_dead_lettered"]
-                 + counts["pages_merged_duplicates"])
-    if accounted != counts["pages_read"]:
-        raise RuntimeError(f"page accounting mismatch: read {counts['pages_read']} but unchanged + indexed + "
-                           f"dead-lettered + merged = {accounted}; not publishing")
-    dead = tombstone_counts(os.path.join(segment_dir, TOMBSTONES_FILE))
-    published = publish_update(layout, live, segment_id, counts, dead, time.time() - started, options)
-    LOG.info("published %s in %.1f s: %s", published, time.time() - started,
-             ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
-    return published
+    with prepare_job(options, opts.index, "update") as (layout, segment_id, segment_dir):
+        live = LiveIndex.open(layout)
+        started = time.time()
+        total_files = count_input_files(input_root_and_pattern(opts.input)[1])
+        LOG.info("updating %s (live %s) from %s (%d files) into %s", opts.index, live.manifest.version,
+                 opts.input, total_files, segment_dir)
+        result = run_pipeline(options, segment_dir,
+                              lambda p: update_pipeline(p, options, live, segment_dir, total_files))
+        counts = counter_values(result, UPDATE_COUNTERS)
+        accounted = (counts["pages_unchanged"] + counts["pages_indexed"] + counts["pages_dead_lettered"]
+                     + counts["pages_merged_duplicates"])
+        if accounted != counts["pages_read"]:
+            raise RuntimeError(f"page accounting mismatch: read {counts['pages_read']} but unchanged + indexed + "
+                               f"dead-lettered + merged = {accounted}; not publishing")
+        dead = tombstone_counts(os.path.join(segment_dir, TOMBSTONES_FILE))
+        published = publish_update(layout, live, segment_id, counts, dead, time.time() - started, options)
+        LOG.info("published %s in %.1f s: %s", published, time.time() - started,
+                 ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+        return published
 
 
 if __name__ == "__main__":

@@ -85,17 +85,21 @@ def _versions(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _rollback(args: argparse.Namespace, extra: list[str]) -> int:
-    from ritrag.layout import IndexLayout, rollback
+    from ritrag.layout import IndexLayout, IndexLease, rollback
 
-    rollback(IndexLayout(args.index), args.version)
+    layout = IndexLayout(args.index)
+    with IndexLease(layout, "rollback", args.break_lock):
+        rollback(layout, args.version)
     print(json.dumps({"index": args.index, "current": args.version}))
     return 0
 
 
 def _prune(args: argparse.Namespace, extra: list[str]) -> int:
-    from ritrag.layout import IndexLayout, prune_versions
+    from ritrag.layout import IndexLayout, IndexLease, prune_versions
 
-    print(json.dumps({"deleted": prune_versions(IndexLayout(args.index), args.keep)}))
+    layout = IndexLayout(args.index)
+    with IndexLease(layout, "prune", args.break_lock):
+        print(json.dumps({"deleted": prune_versions(layout, args.keep)}))
     return 0
 
 
@@ -120,7 +124,13 @@ def _inspect(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-def _tool_service(args: argparse.Namespace):
+def _watcher(args: argparse.Namespace, service):
+    from serving.reload import VersionWatcher
+
+    return VersionWatcher(service, args.index, args.watch_s, args.cache_dir)
+
+
+def _tool_service(args: argparse.Namespace, watch: bool = True):
     from serving.api import RitragIndex, one_thread_per_query
     from serving.budget import Budget, EpisodeBudgets
     from serving.tools import Limits, ToolService
@@ -131,10 +141,8 @@ def _tool_service(args: argparse.Namespace):
     one_thread_per_query()
     service = ToolService(RitragIndex(args.index, cache_dir=args.cache_dir), limits, budgets, k=args.k, n=args.n,
                           toc_format=getattr(args, "toc_format", "json"))
-    if args.watch_s > 0:
-        from serving.reload import VersionWatcher
-
-        VersionWatcher(service, args.index, args.watch_s, args.cache_dir).start()
+    if watch and args.watch_s > 0:
+        _watcher(args, service).start()
     return service
 
 
@@ -145,8 +153,9 @@ def _serve(args: argparse.Namespace, extra: list[str]) -> int:
 
     settings = HttpSettings(api_key=os.environ.get(API_KEY_ENV) or None, cors_origins=tuple(args.cors_origin),
                             max_request_bytes=args.max_request_bytes)
-    uvicorn.run(create_app(lambda: _tool_service(args), settings), host=args.host, port=args.port,
-                log_level="info" if args.verbose else "warning")
+    app = create_app(lambda: _tool_service(args, watch=False), settings,
+                     watch=(lambda service: _watcher(args, service)) if args.watch_s > 0 else None)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
     return 0
 
 
@@ -268,11 +277,13 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("rollback", help="make an earlier version live again")
     p.add_argument("index")
     p.add_argument("version")
+    p.add_argument("--break_lock", action="store_true", help="take the index's lease from a job known to be gone")
     p.set_defaults(func=_rollback)
 
     p = sub.add_parser("prune", help="delete all but the newest versions and unreferenced segments")
     p.add_argument("index")
     p.add_argument("--keep", type=int, default=5)
+    p.add_argument("--break_lock", action="store_true", help="take the index's lease from a job known to be gone")
     p.set_defaults(func=_prune)
 
     p = sub.add_parser("inspect", help="forest quality per site, as text and an HTML report")
@@ -338,7 +349,31 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:  # keep a build's log to ritrag's own progress lines
         for noisy in ("apache_beam", "sentence_transformers", "transformers", "httpx"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
-    return args.func(args, extra)
+    try:
+        return args.func(args, extra)
+    except Exception as exc:
+        refusal = _refusal(exc)
+        if refusal is None:
+            raise
+        print(json.dumps(refusal.to_dict(), ensure_ascii=False), file=sys.stderr)
+        return 2 if refusal.reason == "invalid_arguments" else 1
+
+
+def _refusal(exc: Exception):
+    """The ToolError a clean refusal stands for (printed as one JSON line on
+    stderr, as serving/errors.py promises); None for a bug, whose trace shows."""
+    from ritrag.layout import IndexLoadError, IndexLockedError, IndexNameError
+    from serving.errors import ToolError
+
+    if isinstance(exc, ToolError):
+        return exc
+    if isinstance(exc, IndexNameError):
+        return ToolError("invalid_arguments", str(exc))
+    if isinstance(exc, IndexLoadError):
+        return ToolError("index_unavailable", str(exc))
+    if isinstance(exc, IndexLockedError):
+        return ToolError("index_locked", str(exc))
+    return None
 
 
 if __name__ == "__main__":

@@ -216,9 +216,8 @@ class LoadedIndex:
                     vocabulary.append(term)
                 df[term] = df.get(term, 0) + n
         cache = self._cache_path("postings")
-        if cache and os.path.isdir(cache):
-            arrays = {name: np.load(os.path.join(cache, f"{name}.npy"), mmap_mode="r") for name in POSTINGS_ARRAYS}
-        else:
+        arrays = _cached_postings(cache, len(vocabulary), len(self.chunk_ids)) if cache else None
+        if arrays is None:
             arrays = self._assemble_postings(pa.array(vocabulary, pa.string()), chunk_shards)
             if cache:
                 _save_arrays(cache, arrays)
@@ -337,6 +336,28 @@ class LoadedIndex:
             found = table["chunk_id"].to_numpy()
             out.update(zip(self.chunk_rows(found).tolist(), table["text"].to_pylist()))
         return out
+
+
+def _cached_postings(directory: str, n_terms: int, n_chunks: int) -> dict[str, np.ndarray] | None:
+    """The postings arrays cached in `directory`, memory-mapped; None when
+    there are none, or when they are not whole: a file missing, cut short
+    (numpy refuses to map it) or of a shape that does not fit this version's
+    terms and chunks. A bad cache is deleted, so the caller rebuilds it. (No
+    checksum: reading every page at each start is what the cache avoids.)"""
+    if not os.path.isdir(directory):
+        return None
+    try:
+        arrays = {name: np.load(os.path.join(directory, f"{name}.npy"), mmap_mode="r") for name in POSTINGS_ARRAYS}
+        n_postings = int(arrays["indptr"][-1]) if len(arrays["indptr"]) else -1
+        expected = {"indptr": n_terms + 1, "chunk_index": n_postings, "tf": n_postings, "chunk_length": n_chunks}
+        bad = [name for name, length in expected.items() if arrays[name].shape != (length,)]
+        if bad:
+            raise ValueError(f"arrays of the wrong shape: {', '.join(bad)}")
+    except (OSError, ValueError) as exc:
+        LOG.warning("%s: cached postings are damaged (%s); rebuilding them", directory, exc)
+        shutil.rmtree(directory, ignore_errors=True)
+        return None
+    return arrays
 
 
 def _save_arrays(directory: str, arrays: dict[str, np.ndarray]) -> None:

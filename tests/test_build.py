@@ -241,3 +241,80 @@ def test_progress_lines_give_count_rate_eta_and_memory():
     assert line == "parse (pages): 250 in 10 s (25.0/s), 25.0% of 1,000, ETA 0m30s, worker RSS 1.50 GiB"
     assert progress_line("embed (chunks)", 5, 0.0, None) == "embed (chunks): 5 in 0 s (0.0/s)"
     assert resident_bytes() is None or resident_bytes() > 2 ** 20
+
+
+def dead_letters(index_dir) -> dict[str, str]:
+    """Dead letters of the live version's last segment: file name -> reason."""
+    layout = IndexLayout(str(index_dir))
+    seg = layout.load_manifest().segments[-1]
+    rows = pq.read_table(os.path.join(layout.segment_dir(seg["id"]), "dead_letters.parquet")).to_pylist()
+    return {os.path.basename(r["source"]): r["reason"] for r in rows}
+
+
+def hostile_input(tiny_site, tmp_path):
+    """The tiny site plus a link to a file outside it, a link to a folder
+    outside it, and a FIFO (which blocks whoever opens it for reading)."""
+    site = tmp_path / "site"
+    shutil.copytree(tiny_site, site)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.html").write_text("<html><title>Secret</title><p>zanzibarpassword</p></html>")
+    os.symlink(outside / "secret.html", site / "shop" / "leak.html")
+    os.symlink(outside, site / "shop" / "linked")
+    os.mkfifo(site / "shop" / "pipe.html")
+    return site
+
+
+@pytest.mark.timeout(300)
+def test_links_outside_the_input_and_special_files_are_dead_letters_not_read(tiny_site, tmp_path):
+    site = hostile_input(tiny_site, tmp_path)
+    build_index(site, tmp_path / "idx", "--embedding_model", "hashing:384")
+    letters = dead_letters(tmp_path / "idx")
+    assert letters["leak.html"] == "outside_input" and letters["pipe.html"] == "not_regular_file"
+    assert not any("zanzibarpassword" in body for body in table(tmp_path / "idx", "nodes")["body"].to_pylist())
+    # explicitly allowed, the link is followed (the FIFO stays refused)
+    build_index(site, tmp_path / "allowed", "--embedding_model", "hashing:384", "--follow_links_outside_input")
+    assert dead_letters(tmp_path / "allowed") == {"pipe.html": "not_regular_file"}
+    toc = RitragIndex(str(tmp_path / "allowed")).get_toc("zanzibarpassword")
+    assert any(n["title"] == "Secret" for t in toc["trees"] for n, _ in walk(t))
+
+
+def test_a_second_job_on_an_index_fails_fast_naming_the_holder(tiny_site, tmp_path):
+    from ritrag.layout import IndexLease, IndexLockedError
+
+    out = tmp_path / "idx"
+    layout = IndexLayout(str(out))
+    with IndexLease(layout, "update") as lease:
+        lease.claim_segment("seg-v000001")
+        os.makedirs(layout.segment_dir("seg-v000001"))
+        (out / "segments" / "seg-v000001" / "in-progress").write_text("the live job's file")
+        with pytest.raises(IndexLockedError, match=f"held by update \\(pid {os.getpid()} .*seg-v000001"):
+            build_index(tiny_site, out, "--embedding_model", "hashing:384")
+        with pytest.raises(IndexLockedError):
+            IndexLease(layout, "rollback").acquire()
+        # the live job's segment was not taken for debris
+        assert (out / "segments" / "seg-v000001" / "in-progress").exists()
+    assert not (out / "LEASE").exists()
+    os.unlink(out / "segments" / "seg-v000001" / "in-progress")  # now debris of a job that did not publish
+    assert build_index(tiny_site, out, "--embedding_model", "hashing:384") == "v000001"
+    assert not (out / "LEASE").exists()
+
+
+def test_a_stale_lease_is_taken_over_and_a_foreign_one_only_with_break_lock(tiny_site, tmp_path):
+    import socket
+    import subprocess
+
+    from ritrag.layout import IndexLockedError
+
+    out = tmp_path / "idx"
+    out.mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    lease = {"owner": "build", "pid": gone.pid, "host": socket.gethostname(), "started": 0, "token": "x",
+             "segment": "seg-v000001"}
+    (out / "LEASE").write_text(json.dumps(lease))
+    assert build_index(tiny_site, out, "--embedding_model", "hashing:384") == "v000001"
+    (out / "LEASE").write_text(json.dumps({**lease, "host": "another-host"}))
+    with pytest.raises(IndexLockedError, match="another-host"):
+        build_index(tiny_site, out, "--embedding_model", "hashing:384")
+    assert build_index(tiny_site, out, "--embedding_model", "hashing:384", "--break_lock") == "v000002"

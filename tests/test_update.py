@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -253,3 +254,97 @@ def test_a_running_server_swaps_to_the_new_version_without_failing_requests(snap
     assert seen[0] == "v000001" and seen[-1] == "v000002"
     expected = RitragIndex(str(fresh)).get_toc("log rotation")["trees"]
     assert service.index.get_toc("log rotation")["trees"] == expected
+
+
+def copy_index(source: Path, target: Path) -> IndexLayout:
+    shutil.copytree(source, target)
+    return IndexLayout(str(target))
+
+
+@pytest.mark.timeout(300)
+def test_an_update_dead_letters_links_outside_the_input_and_special_files(tiny_site, tiny_hash_index, tmp_path):
+    import os
+
+    import pyarrow.parquet as pq
+
+    index = copy_index(tiny_hash_index, tmp_path / "idx")
+    snapshot = tmp_path / "b"
+    shutil.copytree(tiny_site, snapshot)
+    (tmp_path / "secret.html").write_text("<html><title>Secret</title><p>zanzibarpassword</p></html>")
+    os.symlink(tmp_path / "secret.html", snapshot / "shop" / "leak.html")
+    os.mkfifo(snapshot / "shop" / "pipe.html")
+    assert update.run(["--input", str(snapshot), "--index", index.root]) == "v000002"
+    seg = index.load_manifest().segments[-1]
+    letters = pq.read_table(os.path.join(index.segment_dir(seg["id"]), "dead_letters.parquet")).to_pylist()
+    assert {os.path.basename(r["source"]): r["reason"] for r in letters} == {
+        "leak.html": "outside_input", "pipe.html": "not_regular_file"}
+    assert not any("zanzibarpassword" in r["body"] for r in live_table(Path(index.root), "nodes").values())
+
+
+def test_names_from_users_and_from_files_stay_inside_the_index(tiny_hash_index, tmp_path, capsys):
+    import json
+
+    from ritrag import cli
+    from ritrag.layout import DamagedIndexError
+
+    index = copy_index(tiny_hash_index, tmp_path / "idx")
+    assert cli.main(["rollback", index.root, "../../evil"]) == 2
+    assert json.loads(capsys.readouterr().err)["error"]["reason"] == "invalid_arguments"
+    assert index.current_version() == "v000001"
+    manifest = json.loads(Path(index.manifest_path("v000001")).read_text())
+    manifest["segments"][0]["id"] = "../../../other/segments/seg-v000001"
+    Path(index.manifest_path("v000001")).write_text(json.dumps(manifest))
+    with pytest.raises(DamagedIndexError, match="not a segment id"):
+        index.load_manifest()
+
+
+@pytest.mark.parametrize("damage", ["bom_current", "latin1_current", "path_current", "manifest_list",
+                                    "manifest_without_files"])
+def test_cli_refuses_a_damaged_index_with_one_json_line(tiny_hash_index, tmp_path, capsys, damage):
+    import json
+
+    from ritrag import cli
+
+    index = copy_index(tiny_hash_index, tmp_path / "idx")
+    current, manifest = Path(index.current_path), Path(index.manifest_path("v000001"))
+    if damage == "bom_current":
+        current.write_bytes(b"\xef\xbb\xbfv000001\n")
+    elif damage == "latin1_current":
+        current.write_bytes(b"v00000\xe9\n")
+    elif damage == "path_current":
+        current.write_bytes(b"../../etc/passwd\n")
+    elif damage == "manifest_list":
+        manifest.write_text("[1, 2]")
+    else:
+        raw = json.loads(manifest.read_text())
+        del raw["segments"][0]["files"]
+        manifest.write_text(json.dumps(raw))
+    for argv in (["toc", index.root, "port"], ["read", index.root, "x"], ["versions", index.root]):
+        assert cli.main(argv) == 1, argv
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+        assert json.loads(err)["error"]["reason"] == "index_unavailable"
+
+
+def test_the_version_watcher_survives_a_bad_current_and_retries_each_tick(tiny_hash_index, tmp_path):
+    from serving.api import RitragIndex
+    from serving.reload import VersionWatcher
+    from serving.tools import ToolService
+
+    index = copy_index(tiny_hash_index, tmp_path / "idx")
+    service = ToolService(RitragIndex(index.root))
+    watcher = VersionWatcher(service, index.root, interval_s=0.05).start()
+    try:
+        Path(index.current_path).write_bytes(b"\xef\xbb\xbfv000002\n")
+        deadline = time.monotonic() + 10
+        while watcher.failures < 2 and time.monotonic() < deadline:  # retried: more than one failure
+            time.sleep(0.05)
+        assert watcher.failures >= 2 and "CURRENT" in watcher.status()["last_error"]["message"]
+        assert service.index.version == "v000001"  # the old version keeps serving
+        manifest = index.load_manifest("v000001")
+        index.publish(dataclasses.replace(manifest, version="v000002", parent="v000001"))
+        while service.index.version != "v000002" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert service.index.version == "v000002" and watcher.status()["last_error"] is None
+    finally:
+        watcher.stop()
