@@ -164,6 +164,22 @@ def _encoding():
     return bpe_openai.get_encoding(TOKENIZER)
 
 
+MAX_PIECE = 100_000  # characters encoded at once: bpe-openai refuses 1M characters or 200k tokens in one call
+
+
 def count_tokens(text: str) -> int:
-    """Tokens of `text` in `TOKENIZER`."""
-    return len(_encoding().encode(text, disallowed_special=()))  # "<|endoftext|>" in a page is text
+    """Tokens of `text` in `TOKENIZER`. A longer text than `MAX_PIECE` (a
+    whole site's table of contents) is counted in pieces cut before a single
+    space between two non-spaces: the encoding's pre-tokenizer starts a new
+    word there, so the pieces add up to the count of the whole."""
+    encode = _encoding().encode
+    total, start = 0, 0
+    while len(text) - start > MAX_PIECE:
+        end = start + MAX_PIECE
+        cut = text.rfind(" ", start + 1, end)
+        while cut > start and (text[cut - 1].isspace() or text[cut + 1].isspace()):
+            cut = text.rfind(" ", start + 1, cut)
+        cut = cut if cut > start else end  # no word boundary in the piece: cut anyway
+        total += len(encode(text[start:cut], disallowed_special=()))
+        start = cut
+    return total + len(encode(text[start:], disallowed_special=()))  # "<|endoftext|>" in a page is text

@@ -244,3 +244,17 @@ def test_cli_eval_on_the_sample_in_seconds(tmp_path, capsys):
     assert time.perf_counter() - started < 60
     out = capsys.readouterr().out
     assert "16 questions, 16 scored, 0 with no resolvable gold" in out
+
+
+def test_long_texts_are_counted_in_pieces_exactly(monkeypatch):
+    """A whole site's ToC can exceed what the tokenizer encodes at once."""
+    import random
+
+    from serving import outline
+
+    rng = random.Random(0)
+    words = ["config", "Server", "  ", "ünïcode", "x=1,", "\n", "id", '{"a":', "3.14", "the"]
+    text = " ".join(rng.choice(words) for _ in range(3000))
+    whole = outline.count_tokens(text)
+    monkeypatch.setattr(outline, "MAX_PIECE", 57)
+    assert outline.count_tokens(text) == whole
