@@ -165,6 +165,8 @@ def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSet
     async def lifespan(_: FastAPI):
         threading.Thread(target=load_in_background, name="ritrag-load", daemon=True).start()
         yield
+        if metrics.watcher is not None:
+            metrics.watcher.stop()
 
     app = FastAPI(title="ritrag", version="1", lifespan=lifespan, description=(
         "GetToC and Read over a breadcrumb-forest index (the RIT-RAG tools). Pass an `episode_id` to count "

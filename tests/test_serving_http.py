@@ -167,3 +167,65 @@ def test_liveness_before_readiness_and_after_a_failed_load(service):
             threading.Event().wait(0.05)
         assert client.get("/healthz").json()["status"] == "failed"
         assert "/no/such/index" in client.get("/readyz").json()["error"]["message"]
+
+
+def test_a_lone_surrogate_in_a_node_id_is_refused_not_a_500(client):
+    for body in ('{"node_ids": ["\\ud800"]}', '{"node_ids": ["ok", "\\udfff"]}'):
+        response = client.post("/v1/read", content=body, headers={"content-type": "application/json"})
+        assert response.status_code == 422 and response.json()["error"]["reason"] == "invalid_arguments"
+
+
+@pytest.mark.parametrize("body", [{"query": "tls", "k": "7"}, {"query": "tls", "k": True}, {"query": "tls", "n": 2.0},
+                                  {"query": "tls", "n": "3"}])
+def test_numbers_must_be_json_integers(client, body):
+    response = client.post("/v1/toc", json=body)
+    assert response.status_code == 422 and response.json()["error"]["reason"] == "invalid_arguments"
+
+
+def test_a_non_ascii_api_key_matches_its_utf8_bytes(service):
+    from fastapi.testclient import TestClient
+
+    with TestClient(create_app(lambda: service, HttpSettings(api_key="clé-ß"))) as local:
+        ok = local.get("/metrics", headers={"X-API-Key": "clé-ß".encode()})
+        assert ok.status_code == 200
+        assert local.get("/metrics", headers={"X-API-Key": "cle-ss"}).status_code == 401
+        assert local.get("/metrics", headers={"Authorization": b"Bearer cl\xc3\xa9-\xc3\x9f"}).status_code == 200
+
+
+def test_health_shows_why_loading_failed_only_with_the_key():
+    from fastapi.testclient import TestClient
+
+    def load():
+        raise FileNotFoundError("/secret/place/versions/v000001.json")
+
+    with TestClient(create_app(load, HttpSettings(api_key="k"))) as local:
+        for _ in range(200):
+            if local.get("/healthz").status_code == 500:
+                break
+            threading.Event().wait(0.02)
+        anonymous, keyed = local.get("/healthz"), local.get("/healthz", headers={"X-API-Key": "k"})
+        assert anonymous.status_code == keyed.status_code == 500
+        assert "secret" not in anonymous.text and "/secret/place" in keyed.text
+        assert "secret" not in local.get("/readyz").text
+
+
+def test_readyz_and_metrics_report_failed_reloads(tiny_hash_index, tmp_path):
+    import shutil
+
+    from fastapi.testclient import TestClient
+
+    from serving.reload import VersionWatcher
+
+    index = tmp_path / "idx"
+    shutil.copytree(tiny_hash_index, index)
+    (index / "CURRENT").write_bytes(b"\xef\xbb\xbfv000002\n")
+    service = ToolService(loaded_index(str(tiny_hash_index)))
+    app = create_app(lambda: service, watch=lambda s: VersionWatcher(s, str(index), interval_s=0.05))
+    with TestClient(app) as local:
+        for _ in range(400):
+            ready = local.get("/readyz")
+            if ready.status_code == 200 and ready.json()["reload"]["failures"] >= 1:
+                break
+            threading.Event().wait(0.02)
+        assert ready.status_code == 200 and ready.json()["reload"]["last_error"]["message"].startswith("Damaged")
+        assert "ritrag_reload_failures_total" in local.get("/metrics").text
