@@ -3,7 +3,8 @@
     python -m pipelines.build --input DIR_OR_GLOB --out INDEX [--base_url URL]
         [--site_depth N] [--granularity page|section] [--num_shards N]
         [--embedding_model NAME_OR_PATH] [--dense_factory STRING] [--dense_nprobe N]
-        [--dense_rerank N] [runner options]
+        [--dense_rerank N] [--chunk_template T] [--path_levels N] [--node_docs on|off]
+        [runner options]
 
 Stages: read -> parse (dead letters aside) -> forest (per site, skeletons only)
 -> nodes (placements joined with page text) -> chunks -> sparse postings and
@@ -32,6 +33,7 @@ from ritrag.embedder import DEFAULT_MODEL, EmbedderSpec
 from ritrag.ids import raw_hash, site_of
 from ritrag.layout import (IndexLayout, IndexLease, is_remote, new_manifest, open_read, prune_versions,
                            segment_id_for)
+from ritrag.representation import DEFAULT_PATH_LEVELS, DEFAULT_TEMPLATE, Representation, retrieval_defaults
 from ritrag.schema import (CHUNKS_SCHEMA, DEAD_LETTERS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA, DeadLetter,
                            NodePlacement, PageSkeleton, PageSource, ParsedPage, WarcPage, page_row)
 from transforms.chunk import ChunkNodesFn
@@ -124,10 +126,31 @@ class BuildOptions(PipelineOptions):
         parser.add_argument("--dense_rerank", type=int, default=None,
                             help="the server re-ranks N x k' index candidates exactly; 1: off "
                                  "(default: chosen by corpus size)")
+        # The representation (ritrag/representation.py). None: the default at a
+        # build, the live index's at an update (which refuses another one).
+        parser.add_argument("--chunk_template", default=None,
+                            help=f"what the model embeds of a chunk: {{path}}, {{title}}, {{body}} "
+                                 f"(default {DEFAULT_TEMPLATE!r}; '{{title}}\\n{{body}}' is the "
+                                 f"representation of indexes built before templates)")
+        parser.add_argument("--path_levels", type=int, default=None,
+                            help=f"most levels of the node path in the representation: the root "
+                                 f"and the last ones (default {DEFAULT_PATH_LEVELS})")
+        parser.add_argument("--node_docs", choices=("on", "off"), default=None,
+                            help="index a per-node document (path, summary, keywords) in BM25 and "
+                                 "dense, and keep the path out of chunk postings (default on)")
 
 
 class BuildJobOptions(BuildOptions, InputOptions):
     """Every flag the build reads (a view: it defines none of its own)."""
+
+
+def representation_of(options: PipelineOptions, base: Representation = Representation()) -> Representation:
+    """`base` with the representation flags that were given."""
+    opts = options.view_as(BuildOptions)
+    given = {"template": (opts.chunk_template.replace("\\n", "\n") if opts.chunk_template is not None else None),
+             "path_levels": opts.path_levels,
+             "node_docs": None if opts.node_docs is None else opts.node_docs == "on"}
+    return dataclasses.replace(base, **{k: v for k, v in given.items() if v is not None})
 
 
 def input_root_and_pattern(spec: str) -> tuple[str, str]:
@@ -451,7 +474,7 @@ def count_input_files(pattern: str) -> int:
 
 
 def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str, spec: EmbedderSpec,
-                   total_files: int | None = None) -> None:
+                   representation: Representation, total_files: int | None = None) -> None:
     opts = options.view_as(BuildJobOptions)
     root, pattern = input_root_and_pattern(opts.input)
     parser = PageParser(root, opts.base_url or DEFAULT_BASE_URL, opts.site_depth, opts.max_page_bytes,
@@ -475,12 +498,12 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
     nodes | "WriteNodes" >> WriteParquetTable(segment_dir, "nodes", NODES_SCHEMA, "node_id", opts.num_shards)
 
     chunks = (nodes
-              | "Chunk" >> beam.ParDo(ChunkNodesFn(spec))
+              | "Chunk" >> beam.ParDo(ChunkNodesFn(spec, representation))
               | "ChunkProgress" >> LogProgress("chunk (chunks)"))
     chunks | "WriteChunks" >> WriteParquetTable(segment_dir, "chunks", CHUNKS_SCHEMA, "chunk_id", opts.num_shards)
-    chunks | "Sparse" >> BuildSparseIndex(segment_dir, opts.num_shards)
+    chunks | "Sparse" >> BuildSparseIndex(segment_dir, opts.num_shards, representation)
     (chunks
-     | "ChunkTexts" >> beam.Map(lambda c: (c["chunk_id"], c["text"]))
+     | "ChunkTexts" >> beam.Map(lambda c: (c["chunk_id"], c["embedded_text"]))
      | "Embed" >> EmbedChunks.from_options(spec, options, device=opts.embed_device)
      | "EmbedProgress" >> LogProgress("embed (chunks)")
      | "Dense" >> BuildDenseIndex(segment_dir, opts.num_shards, opts.dense_factory,
@@ -498,7 +521,7 @@ def counter_values(result, expected: Iterable[str] = PAGE_COUNTERS) -> dict[str,
 
 
 def publish_build(layout: IndexLayout, segment_id: str, options: PipelineOptions, spec: EmbedderSpec,
-                  counts: dict[str, int], elapsed_s: float) -> str:
+                  representation: Representation, counts: dict[str, int], elapsed_s: float) -> str:
     """Checksum the finished segment, write its manifest, flip CURRENT."""
     opts = options.view_as(BuildJobOptions)
     segment_dir = layout.segment_dir(segment_id)
@@ -515,6 +538,8 @@ def publish_build(layout: IndexLayout, segment_id: str, options: PipelineOptions
             "embedder": {**spec.to_dict(), "dimension": dense["dim"]},
             "dense": dense,
             "bm25": {"k1": 1.2, "b": 0.75},
+            "representation": representation.to_dict(),
+            "retrieval": retrieval_defaults(representation),
             "granularity": opts.granularity,
             "num_shards": opts.num_shards,
             "base_url": opts.base_url or DEFAULT_BASE_URL,
@@ -582,19 +607,20 @@ def run(argv: list[str] | None = None) -> str:
     opts = required(options, BuildJobOptions, "input", "out")
     spec = EmbedderSpec(model=opts.embedding_model, query_prefix=opts.query_prefix,
                         document_prefix=opts.document_prefix)
+    representation = representation_of(options)
     with prepare_job(options, opts.out, "build") as (layout, segment_id, segment_dir):
         started = time.time()
         total_files = count_input_files(input_root_and_pattern(opts.input)[1])
         LOG.info("building from %s (%d files) into %s", opts.input, total_files, segment_dir)
         result = run_pipeline(options, segment_dir,
-                              lambda p: build_pipeline(p, options, segment_dir, spec, total_files))
+                              lambda p: build_pipeline(p, options, segment_dir, spec, representation, total_files))
         counts = counter_values(result)
         elapsed = time.time() - started
         accounted = counts["pages_indexed"] + counts["pages_dead_lettered"] + counts["pages_merged_duplicates"]
         if accounted != counts["pages_read"]:
             raise RuntimeError(f"page accounting mismatch: read {counts['pages_read']} but "
                                f"indexed + dead-lettered + merged = {accounted}; not publishing")
-        published = publish_build(layout, segment_id, options, spec, counts, elapsed)
+        published = publish_build(layout, segment_id, options, spec, representation, counts, elapsed)
         rate = counts["pages_read"] / elapsed if elapsed else 0.0
         LOG.info("published %s in %.1f s (%.1f pages/s): %s", published, elapsed, rate,
                  ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))

@@ -23,6 +23,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines.build import prepare_job, publish_and_prune, required, run_pipeline
 from pipelines.update import IndexOptions, LiveFile, LiveIndex, ReadLiveRows
 from ritrag.layout import new_manifest, open_read
+from ritrag.representation import Representation
 from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA
 from ritrag.vectors import VectorShard
 from transforms.dense import BuildDenseIndex, trained_empty_index_of
@@ -53,7 +54,8 @@ def compact_pipeline(p: beam.Pipeline, live: LiveIndex, segment_dir: str) -> Non
         rows[kind] = (p | f"Live{kind.title()}" >> ReadLiveRows(live, kind)
                       | f"Strip{kind.title()}" >> beam.Map(without_file))
         rows[kind] | f"Write{kind.title()}" >> WriteParquetTable(segment_dir, kind, schema, id_column, num_shards)
-    rows["chunks"] | "Sparse" >> BuildSparseIndex(segment_dir, num_shards)
+    rows["chunks"] | "Sparse" >> BuildSparseIndex(segment_dir, num_shards,
+                                                  Representation.from_config(live.manifest.config))
     (p
      | "VectorFiles" >> beam.Create(live.files.get("vectors", []))
      | "LiveVectors" >> beam.FlatMap(live_vectors)

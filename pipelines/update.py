@@ -20,8 +20,10 @@
 6. Publish: the delta segment, then a manifest listing the live segments plus the
    delta, then CURRENT.
 
-Options that shape the index (base URL, site depth, granularity, model, shards)
-come from the live manifest: an update cannot change them.
+Options that shape the index (base URL, site depth, granularity, model, shards,
+representation) come from the live manifest: an update cannot change them, and
+one that asks for another representation (--chunk_template, --path_levels,
+--node_docs) is refused before anything runs: rebuild instead.
 """
 from __future__ import annotations
 
@@ -44,9 +46,11 @@ from pipelines.build import (COUNTERS, DEAD, PAGE_COUNTERS, InputOptions, PagePa
                              chosen_source, reread_page,
                              counter_values, required,
                              count_input_files, input_root_and_pattern, page_node_rows, page_url,
-                             place_site, placement_row, prepare_job, publish_and_prune, run_pipeline,
+                             place_site, placement_row, prepare_job, publish_and_prune, representation_of,
+                             run_pipeline,
                              write_dead_letters)
 from ritrag.embedder import EmbedderSpec
+from ritrag.representation import Representation, refuse_mixing
 from ritrag.ids import node_id_for, normalize_url, raw_hash
 from ritrag.layout import (TOMBSTONES_FILE, DeadIds, IndexLayout, Manifest, dead_ids_per_segment,
                            live_mask, new_manifest)
@@ -256,11 +260,15 @@ def replaced_rows(placement: NodePlacement, old_rows: list[dict]) -> list[dict]:
 
 def plan_page_update(placement: NodePlacement | None, page: ParsedPage | None, n_parsed: int,
                      old_rows: list[dict], old_chunks: list[dict], granularity: str,
-                     chunker: Callable[[dict], list[dict]]) -> PagePlan:
+                     chunker: Callable[[dict], list[dict]], representation: Representation) -> PagePlan:
     """The delta of one group: a page (its placement, the page indexed of the
     `n_parsed` freshly parsed at its URL, its live node rows and chunk refs) or a
     virtual/site node. `page` is None when nothing was parsed at the URL, or when
-    the page indexed could not be read again (then it is dead-lettered)."""
+    the page indexed could not be read again (then it is dead-lettered).
+
+    A re-placed row whose representation changed (its path, in a path-aware
+    representation) carries `_old_chunks`, the (file, chunk id) of its live
+    chunks: it is chunked again once its body is read back (`rechunk_replaced`)."""
     plan = PagePlan()
     old_ids = [r["node_id"] for r in old_rows]
     if placement is None:  # deleted, or merged into another page by its canonical link
@@ -291,6 +299,10 @@ def plan_page_update(placement: NodePlacement | None, page: ParsedPage | None, n
         return plan
     plan.rows_needing_body = replaced_rows(placement, old_rows)
     plan.dead_nodes = [r["node_id"] for r in plan.rows_needing_body]
+    old_by_id = {r["node_id"]: r for r in old_rows}
+    for row in plan.rows_needing_body:
+        if representation.node_inputs(row) != representation.node_inputs(old_by_id[row["node_id"]]):
+            row["_old_chunks"] = [(c["_file"], c["chunk_id"]) for c in old_chunks if c["node_id"] == row["node_id"]]
     return plan
 
 
@@ -300,15 +312,16 @@ class UpdatePagesFn(beam.DoFn):
 
     NEED_BODY, CHUNKS, PAGES, TOMBSTONE = "need_body", "chunks", "pages", "tombstone"
 
-    def __init__(self, spec: EmbedderSpec, granularity: str, parser: PageParser):
+    def __init__(self, spec: EmbedderSpec, representation: Representation, granularity: str, parser: PageParser):
         self._spec, self._granularity, self._parser = spec, granularity, parser
+        self._representation = representation
         self._indexed = beam.metrics.Metrics.counter(COUNTERS, "pages_indexed")
         self._merged = beam.metrics.Metrics.counter(COUNTERS, "pages_merged_duplicates")
         self._dead = beam.metrics.Metrics.counter(COUNTERS, "pages_dead_lettered")
         self._added = beam.metrics.Metrics.counter(COUNTERS, "chunks_added")
 
     def setup(self):
-        self._chunker = node_chunker(self._spec)
+        self._chunker = node_chunker(self._spec, self._representation)
 
     def process(self, joined):
         _, g = joined
@@ -322,7 +335,7 @@ class UpdatePagesFn(beam.DoFn):
             page = None
         plan = plan_page_update(placements[0] if placements else None, page, len(sources),
                                 list(g["old_nodes"]), list(g["old_chunks"]), self._granularity,
-                                self._chunker)
+                                self._chunker, self._representation)
         self._indexed.inc(plan.indexed)
         self._merged.inc(plan.merged)
         self._added.inc(len(plan.chunks))
@@ -349,10 +362,47 @@ def attach_bodies(file_and_rows: tuple[str, Iterable[dict]]) -> Iterable[dict]:
         yield {**{k: v for k, v in row.items() if k != "_file"}, "body": found[row["node_id"]]["body"]}
 
 
-def removed_chunk_terms(file_and_ids: tuple[str, Iterable[int]]) -> Iterable[tuple[int, dict]]:
+def rechunk_replaced(row: dict, chunker: Callable[[dict], list[dict]]
+                     ) -> tuple[dict, list[dict], list[tuple[str, int]]]:
+    """(the node row, chunks to add, (file, chunk id) to tombstone) of a re-placed
+    row with its body: one that carries `_old_chunks` is chunked again; chunks
+    whose id survives are kept as they are."""
+    old = row.get("_old_chunks")
+    row = {k: v for k, v in row.items() if k != "_old_chunks"}
+    if old is None:
+        return row, [], []
+    new = chunker(row)
+    new_ids, old_ids = {c["chunk_id"] for c in new}, {chunk_id for _, chunk_id in old}
+    return (row, [c for c in new if c["chunk_id"] not in old_ids],
+            [(f, chunk_id) for f, chunk_id in old if chunk_id not in new_ids])
+
+
+class RechunkReplacedFn(beam.DoFn):
+    """Re-placed node rows (bodies attached) -> the rows; chunks (CHUNKS) and
+    chunk tombstones (TOMBSTONE) of those whose representation changed."""
+
+    def __init__(self, spec: EmbedderSpec, representation: Representation):
+        self._spec, self._representation = spec, representation
+        self._added = beam.metrics.Metrics.counter(COUNTERS, "chunks_added")
+
+    def setup(self):
+        self._chunker = node_chunker(self._spec, self._representation)
+
+    def process(self, row: dict):
+        row, chunks, dead = rechunk_replaced(row, self._chunker)
+        self._added.inc(len(chunks))
+        yield row
+        for chunk in chunks:
+            yield beam.pvalue.TaggedOutput(UpdatePagesFn.CHUNKS, chunk)
+        for file, chunk_id in dead:
+            yield beam.pvalue.TaggedOutput(UpdatePagesFn.TOMBSTONE, ("chunk_id", (file, chunk_id)))
+
+
+def removed_chunk_terms(file_and_ids: tuple[str, Iterable[int]], representation: Representation
+                        ) -> Iterable[tuple[int, dict]]:
     path, ids = file_and_ids
-    for chunk_id, row in read_rows_by_id(path, "chunk_id", sorted(set(ids)), ["text"]).items():
-        yield chunk_terms({"chunk_id": chunk_id, "text": row["text"]})
+    for chunk_id, row in read_rows_by_id(path, "chunk_id", sorted(set(ids)), ["text", "ordinal"]).items():
+        yield chunk_terms({"chunk_id": chunk_id, **row}, representation)
 
 
 def write_tombstones(out_dir: str, dead: list[tuple[str, object]]) -> None:
@@ -378,7 +428,7 @@ def split_reuse(joined: tuple[str, dict]) -> Iterable:
         if live:
             yield chunk["chunk_id"], live[0]
         else:
-            yield beam.pvalue.TaggedOutput("embed", (chunk["chunk_id"], chunk["text"]))
+            yield beam.pvalue.TaggedOutput("embed", (chunk["chunk_id"], chunk["embedded_text"]))
 
 
 class ReadStoredVectorsFn(beam.DoFn):
@@ -407,6 +457,7 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: LiveIndex,
     opts = options.view_as(UpdateOptions)
     config = live.manifest.config
     spec = EmbedderSpec.from_dict(config["embedder"])
+    representation = Representation.from_config(config)
     num_shards, granularity = config["num_shards"], config["granularity"]
     root, pattern = input_root_and_pattern(opts.input)
 
@@ -442,7 +493,7 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: LiveIndex,
          "old_nodes": old_nodes,
          "old_chunks": old_chunks | "KeyOldChunkByPage" >> beam.Map(lambda c: (c["page_id"], c))}
         | "JoinByPage" >> beam.CoGroupByKey()
-        | "PlanPages" >> beam.ParDo(UpdatePagesFn(spec, granularity, parser)).with_outputs(
+        | "PlanPages" >> beam.ParDo(UpdatePagesFn(spec, representation, granularity, parser)).with_outputs(
             UpdatePagesFn.NEED_BODY, UpdatePagesFn.CHUNKS, UpdatePagesFn.PAGES, UpdatePagesFn.TOMBSTONE, DEAD,
             main="nodes"))
     ((parsed[DEAD], delta[DEAD])
@@ -453,12 +504,14 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: LiveIndex,
     replaced = (delta[UpdatePagesFn.NEED_BODY]
                 | "KeyByFile" >> beam.Map(lambda r: (r["_file"], r))
                 | "GroupByFile" >> beam.GroupByKey()
-                | "AttachBodies" >> beam.FlatMap(attach_bodies))
-    ((delta["nodes"], replaced) | "AllNodes" >> beam.Flatten()
+                | "AttachBodies" >> beam.FlatMap(attach_bodies)
+                | "RechunkReplaced" >> beam.ParDo(RechunkReplacedFn(spec, representation)).with_outputs(
+                    UpdatePagesFn.CHUNKS, UpdatePagesFn.TOMBSTONE, main="nodes"))
+    ((delta["nodes"], replaced["nodes"]) | "AllNodes" >> beam.Flatten()
      | "WriteNodes" >> WriteParquetTable(segment_dir, "nodes", NODES_SCHEMA, "node_id", num_shards))
     delta[UpdatePagesFn.PAGES] | "WritePages" >> WriteParquetTable(segment_dir, "pages", PAGES_SCHEMA, "url",
                                                                    num_shards)
-    dead = ((delta[UpdatePagesFn.TOMBSTONE],
+    dead = ((delta[UpdatePagesFn.TOMBSTONE], replaced[UpdatePagesFn.TOMBSTONE],
              diff[ClassifyFn.DEAD_URL] | "DeadUrls" >> beam.Map(lambda u: ("url", u)))
             | "AllDead" >> beam.Flatten())
     (dead
@@ -466,14 +519,14 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: LiveIndex,
      | "AllTombstones" >> beam.combiners.ToList()
      | "WriteTombstones" >> beam.Map(lambda d: write_tombstones(segment_dir, d)))
 
-    chunks = delta[UpdatePagesFn.CHUNKS]
+    chunks = (delta[UpdatePagesFn.CHUNKS], replaced[UpdatePagesFn.CHUNKS]) | "AllChunks" >> beam.Flatten()
     chunks | "WriteChunks" >> WriteParquetTable(segment_dir, "chunks", CHUNKS_SCHEMA, "chunk_id", num_shards)
     removed = (dead
                | "DeadChunks" >> beam.Filter(lambda kv: kv[0] == "chunk_id")
                | "DeadChunkByFile" >> beam.Map(lambda kv: kv[1])
                | "GroupDeadByFile" >> beam.GroupByKey()
-               | "RemovedTerms" >> beam.FlatMap(removed_chunk_terms))
-    chunks | "Sparse" >> BuildSparseIndex(segment_dir, num_shards, removed=removed)
+               | "RemovedTerms" >> beam.FlatMap(removed_chunk_terms, representation))
+    chunks | "Sparse" >> BuildSparseIndex(segment_dir, num_shards, representation, removed=removed)
 
     split = (
         {"new": chunks | "KeyNewByText" >> beam.Map(lambda c: (c["text_hash"], c)),
@@ -510,6 +563,8 @@ def run(argv: list[str] | None = None) -> str:
     """Run an incremental update; returns the published version name."""
     options = PipelineOptions(argv)
     opts = required(options, UpdateOptions, "input", "index")
+    live_representation = Representation.from_config(IndexLayout(opts.index).load_manifest().config)
+    refuse_mixing(live_representation, representation_of(options, live_representation))
     with prepare_job(options, opts.index, "update") as (layout, segment_id, segment_dir):
         live = LiveIndex.open(layout)
         started = time.time()

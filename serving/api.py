@@ -9,6 +9,7 @@ these two methods directly; the HTTP and MCP faces call them through
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -18,8 +19,8 @@ from ritrag.vectors import rerank_exact
 from ritrag.embedder import EmbedderSpec, QueryEmbedder
 from serving.errors import ToolError, checked_int, checked_text
 from serving.index import LoadedIndex
-from serving.retrieval import (bm25_top_k, build_subforest, dense_top_k, node_scores,
-                               reciprocal_rank_fusion, top_nodes)
+from serving.retrieval import (RetrievalParams, bm25_top_k, bm25f_chunk_scores, build_subforest, dense_top_k,
+                               node_scores, reciprocal_rank_fusion, top_k, top_nodes, with_node_docs)
 
 DEFAULT_K = 200  # chunks recalled by each retriever (k')
 DEFAULT_N = 50  # nodes kept
@@ -58,6 +59,22 @@ def one_thread_per_query() -> None:
     torch.set_num_threads(1)
 
 
+@dataclass(frozen=True)
+class Rankings:
+    """Rows of the chunk arrays, best first: (BM25, dense) top-k' chunks, and the
+    same for node documents (None for an index without them)."""
+
+    chunks: tuple[np.ndarray, np.ndarray]
+    docs: tuple[np.ndarray, np.ndarray] | None
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    rankings: Rankings
+    fused: dict[int, float]  # chunk row -> fused score
+    hits: list[tuple[int, float]]  # (node row, node score), best first
+
+
 class RitragIndex:
     """A loaded index version answering get_toc and read; safe to share
     between threads."""
@@ -65,6 +82,7 @@ class RitragIndex:
     def __init__(self, index_dir: str, version: str | None = None, device: str | None = None,
                  cache_dir: str | None = None):
         self.index = LoadedIndex(index_dir, version, cache_dir)
+        self.params = RetrievalParams.from_config(self.index.manifest.config)
         self._spec = EmbedderSpec.from_dict(self.index.manifest.config["embedder"])
         self._device = device
         self._embedder: QueryEmbedder | None = None
@@ -89,35 +107,68 @@ class RitragIndex:
                     self._embedder = QueryEmbedder(self._spec, self._device)
         return self._embedder.embed([query])[0]
 
-    def recall_chunks(self, query: str, k: int = DEFAULT_K, query_vector: np.ndarray | None = None
-                      ) -> dict[int, float]:
+    def recall_chunks(self, query: str, k: int = DEFAULT_K, query_vector: np.ndarray | None = None,
+                      params: RetrievalParams | None = None) -> dict[int, float]:
         """Chunk row -> fused score for the top-k' chunks of BM25 and of dense."""
-        return reciprocal_rank_fusion(self.chunk_rankings(query, k, query_vector))
+        params = params or self.params
+        return reciprocal_rank_fusion(self.chunk_rankings(query, k, query_vector, params), params.rrf_k,
+                                      (params.sparse_weight, params.dense_weight))
 
-    def chunk_rankings(self, query: str, k: int = DEFAULT_K, query_vector: np.ndarray | None = None
-                       ) -> tuple[np.ndarray, np.ndarray]:
+    def chunk_rankings(self, query: str, k: int = DEFAULT_K, query_vector: np.ndarray | None = None,
+                       params: RetrievalParams | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Chunk rows of BM25's top-k' and of dense's top-k', best first: the two
         rankings GetToC fuses (evaluation scores each one alone as a baseline)."""
-        idx = self.index
+        return self.rankings(query, k, query_vector, params).chunks
+
+    def rankings(self, query: str, k: int = DEFAULT_K, query_vector: np.ndarray | None = None,
+                 params: RetrievalParams | None = None) -> Rankings:
+        """BM25's and dense's top-k' chunks and, with node documents, top-k' node
+        documents (rows of the chunk arrays), best first."""
+        idx, params = self.index, params or self.params
         bm25 = idx.manifest.config.get("bm25", {})
-        sparse_rows, _ = bm25_top_k(analyze(query), idx.postings, k, bm25.get("k1", 1.2), bm25.get("b", 0.75))
+        k1, b = bm25.get("k1", 1.2), bm25.get("b", 0.75)
         vector = self.embed_query(query) if query_vector is None else query_vector
+        fields = idx.bm25_fields
+        # With node documents in the dense index, twice k' neighbours are split into chunks and documents.
+        depth = k * (2 if fields is not None else 1)
         if idx.vector_store is None:
-            dense_ids, _ = dense_top_k(vector, idx.dense_shards, k, idx.dense_dead)
+            dense_ids, _ = dense_top_k(vector, idx.dense_shards, depth, idx.dense_dead)
         else:
-            candidates, _ = dense_top_k(vector, idx.dense_shards, idx.dense_rerank * k, idx.dense_dead)
-            dense_ids = rerank_exact(vector, candidates, idx.vector_store)[0][:k]
+            candidates, _ = dense_top_k(vector, idx.dense_shards, idx.dense_rerank * depth, idx.dense_dead)
+            dense_ids = rerank_exact(vector, candidates, idx.vector_store)[0][:depth]
         dense_rows = idx.chunk_rows(dense_ids)
-        return sparse_rows, dense_rows[dense_rows >= 0]
+        dense_rows = dense_rows[dense_rows >= 0]
+        if fields is None:
+            sparse_rows, _ = bm25_top_k(analyze(query), idx.postings, k, k1, b)
+            return Rankings((sparse_rows, dense_rows), None)
+        chunk_scores, doc_scores = bm25f_chunk_scores(analyze(query), idx.postings, fields, idx.chunk_node,
+                                                      len(idx.nodes["node_id"]), params.path_weight, k1, b)
+        is_doc = idx.chunk_is_doc[dense_rows]
+        return Rankings((top_k(chunk_scores, k)[0], dense_rows[~is_doc][:k]),
+                        (top_k(doc_scores, k)[0], dense_rows[is_doc][:k]))
+
+    def retrieve(self, query: str, k: int = DEFAULT_K, n: int = DEFAULT_N, query_vector: np.ndarray | None = None,
+                 params: RetrievalParams | None = None) -> Retrieval:
+        """METHOD.md steps 1-3: the rankings, the fused chunk scores and the top-n
+        (node row, score) hits, best first."""
+        params = params or self.params
+        rankings = self.rankings(query, k, query_vector, params)
+        weights = (params.sparse_weight, params.dense_weight)
+        fused = reciprocal_rank_fusion(rankings.chunks, params.rrf_k, weights)
+        scores = node_scores(fused, self.index.chunk_node)
+        if params.node_score == "max+doc" and rankings.docs is not None:
+            docs = reciprocal_rank_fusion(rankings.docs, params.rrf_k, weights)
+            scores = with_node_docs(scores, node_scores(docs, self.index.chunk_node), params.node_doc_weight)
+        return Retrieval(rankings, fused, top_nodes(scores, n))
 
     def get_toc(self, query: str, k: int = DEFAULT_K, n: int = DEFAULT_N,
-                query_vector: np.ndarray | None = None) -> dict:
+                query_vector: np.ndarray | None = None, params: RetrievalParams | None = None) -> dict:
         """GetToC: the query-induced sub-forest, as JSON-ready dicts, no body
         text. `query_vector`: the query already embedded (by `embed_query`),
-        for callers that batch or cache embeddings."""
+        for callers that batch or cache embeddings; `params`: other than the
+        index's recorded retrieval parameters."""
         check_toc_arguments(query, k, n)
-        hits = top_nodes(node_scores(self.recall_chunks(query, k, query_vector), self.index.chunk_node), n)
-        return self.toc_of(query, hits)
+        return self.toc_of(query, self.retrieve(query, k, n, query_vector, params).hits)
 
     def toc_of(self, query: str, hits: list[tuple[int, float]]) -> dict:
         """The GetToC result for ranked hits, (node row, score) best first."""

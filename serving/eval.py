@@ -54,7 +54,7 @@ from ritrag.ids import normalize_url
 from ritrag.layout import IndexLayout, IndexLoadError
 from serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N, RitragIndex
 from serving.outline import TOKENIZER, count_tokens, render_outline, toc_json_text
-from serving.retrieval import node_scores, reciprocal_rank_fusion, top_nodes
+from serving.retrieval import RetrievalParams, node_scores, reciprocal_rank_fusion, top_nodes
 
 SYSTEMS = {
     "subforest": "GetToC sub-forest (hybrid), read in score order",
@@ -265,6 +265,10 @@ class EvalConfig:
     ids_per_read: int = 1  # nodes per Read call: the reader reads (max_calls - 1) * ids_per_read nodes
     max_chars: int = DEFAULT_MAX_CHARS  # characters of a node one Read returns (from offset 0)
     chunks: int = 10  # chunks the plain-RAG baseline reads
+    retrieval: dict | None = None  # RetrievalParams fields overriding the index's recorded ones (sweeps)
+
+    def retrieval_params(self, index: RitragIndex) -> RetrievalParams:
+        return RetrievalParams.from_config(index.index.manifest.config, **(self.retrieval or {}))
 
 
 @dataclass(frozen=True)
@@ -365,7 +369,7 @@ def _retrieve(index: RitragIndex, resolver: GoldResolver, roots: np.ndarray, q: 
     targets = list(dict.fromkeys(rows for rows in resolved.values() if rows))  # the same nodes named twice: one target
     t0 = time.perf_counter()  # what one GetToC does: embed, retrieve, build the sub-forest
     vector = index.embed_query(q.question)
-    retrieval = index.retrieve(q.question, config.k, config.n, vector)
+    retrieval = index.retrieve(q.question, config.k, config.n, vector, config.retrieval_params(index))
     toc = index.toc_of(q.question, retrieval.hits)
     latency_ms = (time.perf_counter() - t0) * 1000
     sparse, dense = retrieval.rankings.chunks

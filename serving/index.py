@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ritrag.representation import NODE_DOC_ORDINAL, Representation
 from ritrag.layout import IndexLayout, Manifest, dead_ids_per_segment, live_mask, parse_shard_file_name
 from ritrag.vectors import VectorStore
 
@@ -51,6 +52,43 @@ class Postings:
     df: Mapping[str, int]
     n_chunks: int
     avg_length: float
+
+
+@dataclass
+class Bm25Field:
+    """The rows of one BM25 field (chunk bodies, or node documents) and its own
+    statistics: per term row, the number of its rows holding the term; its
+    number of rows; their mean length."""
+
+    member: np.ndarray  # bool per chunk row
+    df: np.ndarray  # int64 per term row
+    n: int
+    avg_length: float
+
+
+@dataclass
+class Bm25Fields:
+    body: Bm25Field
+    doc: Bm25Field
+
+
+def bm25_fields(postings: Postings, is_doc: np.ndarray) -> Bm25Fields:
+    """The two fields of an index with node documents, statistics counted from
+    the live postings themselves (one posting per term and row), so they are
+    exact after updates too."""
+    in_doc = np.zeros(len(postings.chunk_index), np.int64)
+    valid = postings.chunk_index >= 0
+    in_doc[valid] = is_doc[postings.chunk_index[valid]]
+    def per_term(counts: np.ndarray) -> np.ndarray:
+        cumulative = np.concatenate([[0], np.cumsum(counts)])
+        return cumulative[postings.indptr[1:]] - cumulative[postings.indptr[:-1]]
+
+    doc_df, all_df = per_term(in_doc), per_term(valid.astype(np.int64))
+    out = []
+    for member, df in ((~is_doc, all_df - doc_df), (is_doc, doc_df)):
+        n = int(member.sum())
+        out.append(Bm25Field(member, df, n, float(postings.chunk_length[member].sum() / n) if n else 0.0))
+    return Bm25Fields(*out)
 
 
 class Column(Sequence):
@@ -126,7 +164,11 @@ class LoadedIndex:
         self._dead = dict(zip((seg["id"] for seg in self.manifest.segments),
                               dead_ids_per_segment(self.layout, self.manifest)))
         self._load_nodes()
+        self.representation = Representation.from_config(self.manifest.config)
         self.postings = self._load_postings(self._load_chunks())
+        # Node documents (ordinal -1) and chunks are two BM25 fields.
+        self.bm25_fields = (bm25_fields(self.postings, self.chunk_is_doc) if self.representation.node_docs
+                            else None)
         self.dense_shards = self._load_dense()
         # IVF-PQ candidates are re-ranked exactly against the stored float16
         # vectors (memory-mapped) when the build asked for it (dense.json "rerank").
@@ -170,7 +212,7 @@ class LoadedIndex:
 
     def _load_chunks(self) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
         shards = self._shard_files("chunks")
-        tables = [pq.read_table(path, columns=["chunk_id", "node_id"]) for _, path in shards]
+        tables = [pq.read_table(path, columns=["chunk_id", "node_id", "ordinal"]) for _, path in shards]
         tables = [t.filter(self._live_mask(key[0], t["chunk_id"], "chunk_ids")) for (key, _), t in zip(shards, tables)]
         ids = np.concatenate([t["chunk_id"].to_numpy() for t in tables]) if tables else np.zeros(0, np.int64)
         order = np.argsort(ids, kind="stable")
@@ -180,6 +222,8 @@ class LoadedIndex:
         if (node_rows < 0).any():
             raise RuntimeError(f"{self.layout.root}: chunks point at nodes the node table lacks")
         self.chunk_node = node_rows.astype(np.int32)
+        ordinals = np.concatenate([t["ordinal"].to_numpy() for t in tables]) if tables else np.zeros(0, np.int32)
+        self.chunk_is_doc = ordinals[order] == NODE_DOC_ORDINAL  # node documents, not chunks
         # Per chunk shard, its ids sorted and their rows: a postings shard holds
         # the chunks of the chunk shard of the same number, and a search in a
         # shard's ids stays in the CPU cache where one in all ids would not.

@@ -4,38 +4,104 @@ Pure numpy functions over a `LoadedIndex`'s arrays, so each step is testable on
 its own: BM25 top-k', dense top-k', reciprocal rank fusion, node score = max of
 its chunks' fused scores, top-n nodes, union with all ancestors, trees ordered
 by their best node score and children in document order.
+
+Indexes with node documents (ritrag/representation.py) score BM25 in two
+fields, each with its own document frequencies, size and mean length: a chunk's
+body, and its node's document (the path); a chunk's sparse score is body +
+`path_weight` x path. Node documents are also ranked on their own (BM25 and
+dense), and with `node_score` "max+doc" a node scores its best chunk's fused
+score + `node_doc_weight` x its document's fused score; "max" is the paper's rule.
 """
 from __future__ import annotations
 
 from collections import Counter
-from typing import Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from serving.index import Postings
+from ritrag.representation import Representation, retrieval_defaults
+from serving.index import Bm25Field, Bm25Fields, Postings
 
 RRF_K = 60
+NODE_SCORES = ("max", "max+doc")
+
+
+@dataclass(frozen=True)
+class RetrievalParams:
+    """Query-time parameters of hybrid retrieval (the build records its defaults
+    in the manifest, config "retrieval"; benchmarks/RESULTS.md has the sweep)."""
+
+    rrf_k: float = RRF_K
+    sparse_weight: float = 1.0  # weight of the BM25 ranking in the fusion
+    dense_weight: float = 1.0  # weight of the dense ranking in the fusion
+    path_weight: float = 1.0  # BM25 field weight of the path (node document) in a chunk's score
+    node_score: str = "max+doc"  # "max": the best chunk (the paper); "max+doc": plus the node's own match
+    node_doc_weight: float = 1.0  # weight of the node's own fused score under "max+doc"
+
+    def __post_init__(self):
+        if self.node_score not in NODE_SCORES:
+            raise ValueError(f"node_score must be one of {NODE_SCORES}, not {self.node_score!r}")
+        if self.rrf_k <= 0 or min(self.sparse_weight, self.dense_weight, self.path_weight,
+                                  self.node_doc_weight) < 0:
+            raise ValueError("rrf_k must be positive and weights non-negative")
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], **overrides: Any) -> "RetrievalParams":
+        """The parameters a manifest's config records (those of its representation
+        when it records none), with `overrides` (None values ignored)."""
+        recorded = config.get("retrieval") or retrieval_defaults(Representation.from_config(config))
+        known = {f.name for f in fields(cls)}
+        return cls(**{**{k: v for k, v in recorded.items() if k in known},
+                      **{k: v for k, v in overrides.items() if v is not None}})
+
+
+def bm25_scores(terms: Sequence[str], postings: Postings, k1: float = 1.2, b: float = 0.75,
+                field: Bm25Field | None = None) -> np.ndarray:
+    """BM25 score of every chunk row for the analyzed query `terms`: over all
+    rows with the index's global statistics, or over the rows of one `field`
+    with that field's (other rows score 0)."""
+    scores = np.zeros(len(postings.chunk_length), dtype=np.float32)
+    n, avg = (postings.n_chunks, postings.avg_length) if field is None else (field.n, field.avg_length)
+    norm = k1 * (1.0 - b + b * postings.chunk_length / max(avg, 1e-9))
+    for term, qtf in Counter(terms).items():
+        row = postings.term_row.get(term)
+        if row is None:
+            continue
+        df = postings.df.get(term, 0) if field is None else int(field.df[row])
+        if df <= 0:
+            continue
+        idf = np.log(1.0 + (n - df + 0.5) / (df + 0.5))
+        lo, hi = postings.indptr[row], postings.indptr[row + 1]
+        docs, tf = postings.chunk_index[lo:hi], postings.tf[lo:hi]
+        valid = docs >= 0 if field is None else field.member[np.maximum(docs, 0)] & (docs >= 0)
+        docs, tf = docs[valid], tf[valid]
+        scores[docs] += qtf * idf * tf * (k1 + 1.0) / (tf + norm[docs])
+    return scores
 
 
 def bm25_top_k(terms: Sequence[str], postings: Postings, k: int, k1: float = 1.2, b: float = 0.75
                ) -> tuple[np.ndarray, np.ndarray]:
     """(chunk rows, scores) of the k best chunks for the analyzed query `terms`,
     best first; ties broken by chunk row for determinism."""
-    scores = np.zeros(len(postings.chunk_length), dtype=np.float32)
-    n = postings.n_chunks
-    norm = k1 * (1.0 - b + b * postings.chunk_length / max(postings.avg_length, 1e-9))
-    for term, qtf in Counter(terms).items():
-        row = postings.term_row.get(term)
-        if row is None:
-            continue
-        df = postings.df.get(term, 0)
-        idf = np.log(1.0 + (n - df + 0.5) / (df + 0.5))
-        lo, hi = postings.indptr[row], postings.indptr[row + 1]
-        docs, tf = postings.chunk_index[lo:hi], postings.tf[lo:hi]
-        valid = docs >= 0
-        docs, tf = docs[valid], tf[valid]
-        scores[docs] += qtf * idf * tf * (k1 + 1.0) / (tf + norm[docs])
-    return top_k(scores, k)
+    return top_k(bm25_scores(terms, postings, k1, b), k)
+
+
+def bm25f_chunk_scores(terms: Sequence[str], postings: Postings, bm25_fields: Bm25Fields, chunk_node: np.ndarray,
+                       n_nodes: int, path_weight: float, k1: float = 1.2, b: float = 0.75
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """(chunk scores, node document scores), both per chunk row: a chunk scores
+    its body's BM25 + `path_weight` x its node document's BM25 (each field with
+    its own statistics); node documents score their own BM25; each array is 0
+    on the other kind of row."""
+    body = bm25_scores(terms, postings, k1, b, bm25_fields.body)
+    doc = bm25_scores(terms, postings, k1, b, bm25_fields.doc)
+    if path_weight > 0:
+        matched = np.flatnonzero(doc > 0)
+        path_of_node = np.zeros(n_nodes, np.float32)
+        path_of_node[chunk_node[matched]] = doc[matched]
+        body += path_weight * path_of_node[chunk_node] * bm25_fields.body.member
+    return body, doc
 
 
 def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -73,12 +139,16 @@ def dense_top_k(query: np.ndarray, shards: list, k: int, dead: Sequence[np.ndarr
     return all_ids[order], all_sims[order]
 
 
-def reciprocal_rank_fusion(rankings: Sequence[np.ndarray], k: int = RRF_K) -> dict[int, float]:
-    """Fused score of every item: the sum over rankings of 1 / (k + rank), rank from 1."""
+def reciprocal_rank_fusion(rankings: Sequence[np.ndarray], k: float = RRF_K,
+                           weights: Sequence[float] | None = None) -> dict[int, float]:
+    """Fused score of every item: the sum over rankings of weight / (k + rank),
+    rank from 1 (weights default to 1)."""
     fused: dict[int, float] = {}
-    for ranking in rankings:
-        for rank, item in enumerate(ranking.tolist(), start=1):
-            fused[item] = fused.get(item, 0.0) + 1.0 / (k + rank)
+    for ranking, weight in zip(rankings, weights or [1.0] * len(rankings)):
+        if weight == 0:
+            continue
+        for rank, item in enumerate(np.asarray(ranking).tolist(), start=1):
+            fused[item] = fused.get(item, 0.0) + weight / (k + rank)
     return fused
 
 
@@ -90,6 +160,16 @@ def node_scores(chunk_scores: dict[int, float], chunk_node: np.ndarray) -> dict[
         if score > best.get(node, 0.0):
             best[node] = score
     return best
+
+
+def with_node_docs(chunk_best: dict[int, float], doc_scores: dict[int, float], weight: float
+                   ) -> dict[int, float]:
+    """Node row -> its best chunk's score + `weight` x its own document's score
+    (either may be missing: 0)."""
+    out = dict(chunk_best)
+    for node, score in doc_scores.items():
+        out[node] = out.get(node, 0.0) + weight * score
+    return out
 
 
 def top_nodes(scores: dict[int, float], n: int) -> list[tuple[int, float]]:

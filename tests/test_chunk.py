@@ -4,8 +4,10 @@ import os
 import pytest
 
 from ritrag.embedder import EmbedderSpec, load_tokenizer, model_token_limit
-from ritrag.ids import chunk_id_for
-from transforms.chunk import chunk_rows, chunk_text, counted_chunks, counts_add_up, tokenizer_counter
+from ritrag.ids import chunk_id_for, content_hash
+from ritrag.representation import LEGACY, NODE_DOC_ORDINAL, Representation
+from transforms.chunk import (chunk_rows, chunk_text, counted_chunks, counts_add_up, node_chunk_rows,
+                              tokenizer_counter)
 from transforms.parse import parse_page
 
 SAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample", "pages")
@@ -91,3 +93,66 @@ def test_chunk_ids_are_deterministic_and_text_sensitive():
     assert 0 <= rows[0]["chunk_id"] < 2 ** 63
     assert chunk_rows("node1", "page1", "T", "one!\n\ntwo.", words, 100)[0]["chunk_id"] != rows[0]["chunk_id"]
     assert {r["node_id"] for r in rows} == {"node1"}
+
+
+# --- the representation (ritrag/representation.py) -------------------------------------------------------------
+
+NODE = {"node_id": "n1", "page_id": "n1", "title": "Configuring SSL", "body": "Set the key.\n\nSet the cert.",
+        "ancestor_titles": ["Alpha Server", "Admin Guide", "Security"], "summary": "TLS setup", "keywords": ["tls"]}
+
+
+def test_path_keeps_the_root_and_the_last_levels():
+    deep = ["Root", "A", "B", "C", "D"]
+    assert Representation(path_levels=4).path("T", deep) == "Root > C > D > T"
+    assert Representation(path_levels=2).path("T", deep) == "Root > T"
+    assert Representation(path_levels=1).path("T", deep) == "T"
+    assert Representation(path_levels=9).path("T", ["Root", "", "A"]) == "Root > A > T"
+
+
+def test_template_must_hold_the_body_and_known_fields_only():
+    with pytest.raises(ValueError, match="body"):
+        Representation(template="{path}")
+    with pytest.raises(ValueError, match="unknown"):
+        Representation(template="{site}\n{body}")
+
+
+def test_embedded_text_states_the_path_once_and_the_stored_text_stays_the_page_text():
+    rows = node_chunk_rows(NODE, Representation(), words, 100)
+    doc, chunk = rows
+    assert doc["ordinal"] == NODE_DOC_ORDINAL
+    assert doc["text"] == "Alpha Server > Admin Guide > Security > Configuring SSL\nTLS setup\ntls"
+    assert chunk["text"] == "Configuring SSL\nSet the key.\nSet the cert."
+    assert chunk["embedded_text"] == "Alpha Server > Admin Guide > Security > Configuring SSL\nSet the key.\nSet the cert."
+    assert chunk["embedded_text"].count("Configuring SSL") == 1
+    assert chunk["text_hash"] == content_hash(chunk["embedded_text"])
+    # BM25 indexes the body of a chunk (the path lives in the node document) and the document whole.
+    assert Representation().bm25_text(chunk) == "Set the key.\nSet the cert."
+    assert Representation().bm25_text(doc) == doc["text"]
+
+
+def test_a_chunk_under_another_path_is_another_chunk():
+    moved = {**NODE, "ancestor_titles": ["Beta Server", "Admin Guide", "Security"]}
+    here, there = node_chunk_rows(NODE, Representation(), words, 100), node_chunk_rows(moved, Representation(), words, 100)
+    assert here[1]["text"] == there[1]["text"] and here[1]["chunk_id"] != there[1]["chunk_id"]
+    assert Representation().node_inputs(NODE) != Representation().node_inputs(moved)
+    assert LEGACY.node_inputs(NODE) == LEGACY.node_inputs(moved)  # the legacy form ignores the path
+
+
+def test_legacy_representation_is_what_builds_did_before_templates():
+    rows = node_chunk_rows(NODE, LEGACY, words, 100)
+    assert [r["text"] for r in rows] == chunk_text("Configuring SSL", NODE["body"], words, 100)
+    assert all(r["embedded_text"] == r["text"] and r["ordinal"] >= 0 for r in rows)
+    assert LEGACY.bm25_text(rows[0]) == rows[0]["text"]
+    assert Representation.from_config({}) == LEGACY
+
+
+def test_the_path_tokens_are_reserved_so_embedded_texts_fit_the_limit(tokenizer):
+    count, limit = tokenizer_counter(tokenizer), 60
+    node = {**NODE, "ancestor_titles": ["A very long site name " * 3, "Section " * 4],
+            "body": "\n\n".join(f"Paragraph {i} says something about certificates and keys." for i in range(30))}
+    for additive in (False, True):
+        rows = node_chunk_rows(node, Representation(), count, limit, additive)
+        assert len(rows) > 3
+        for row in rows:
+            assert row["n_tokens"] == count([row["embedded_text"]])[0] <= limit
+            assert row["ordinal"] == NODE_DOC_ORDINAL or row["text"].startswith("Configuring SSL\n")

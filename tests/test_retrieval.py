@@ -1,8 +1,9 @@
 import numpy as np
+import pytest
 
-from serving.index import Postings
-from serving.retrieval import (bm25_top_k, build_subforest, node_scores, reciprocal_rank_fusion,
-                               top_k, top_nodes)
+from serving.index import Postings, bm25_fields
+from serving.retrieval import (RetrievalParams, bm25_scores, bm25_top_k, bm25f_chunk_scores, build_subforest,
+                               node_scores, reciprocal_rank_fusion, top_k, top_nodes, with_node_docs)
 
 
 def make_postings(docs: list[list[str]]) -> Postings:
@@ -84,3 +85,119 @@ def test_subforest_holds_hits_and_every_ancestor_in_document_order():
     assert [c["id"] for c in r1["children"]] == ["a"]  # b is not a hit nor an ancestor
     assert [c["id"] for c in r1["children"][0]["children"]] == ["a0", "a1"]
     assert r1["children"][0]["children"][1] == {"id": "a1", "title": "A1", "hit": True, "score": 0.5}
+
+
+# --- retrieval that uses the forest ------------------------------------------------------------------------------
+
+def test_each_bm25_field_scores_with_its_own_statistics():
+    # rows 0-2: chunk bodies; rows 3-4: node documents (paths)
+    docs = [["ssl", "key", "cert"], ["log", "rotat"], ["ssl"], ["alpha", "ssl"], ["beta", "ssl"]]
+    postings = make_postings(docs)
+    is_doc = np.array([False, False, False, True, True])
+    fields = bm25_fields(postings, is_doc)
+    assert (fields.body.n, fields.doc.n) == (3, 2)
+    assert fields.body.avg_length == 2.0 and fields.doc.avg_length == 2.0
+    row = postings.term_row["ssl"]
+    assert (fields.body.df[row], fields.doc.df[row]) == (2, 2)
+    body = bm25_scores(["ssl"], postings, field=fields.body)
+    np.testing.assert_allclose(body[:3], reference_bm25(["ssl"], docs[:3]), rtol=1e-5)
+    assert (body[3:] == 0).all()
+    doc = bm25_scores(["alpha"], postings, field=fields.doc)
+    np.testing.assert_allclose(doc[3:], reference_bm25(["alpha"], docs[3:]), rtol=1e-5)
+
+
+def test_a_chunk_adds_its_node_documents_score_times_the_path_weight():
+    docs = [["ssl", "key"], ["ssl", "key"], ["alpha", "ssl"], ["beta", "ssl"]]
+    postings = make_postings(docs)
+    is_doc = np.array([False, False, True, True])
+    chunk_node = np.array([0, 1, 0, 1])  # chunk 0 and document 2 belong to node 0
+    fields = bm25_fields(postings, is_doc)
+    chunks, own = bm25f_chunk_scores(["alpha", "ssl"], postings, fields, chunk_node, 2, path_weight=0.5)
+    body = bm25_scores(["alpha", "ssl"], postings, field=fields.body)
+    assert chunks[0] == pytest.approx(body[0] + 0.5 * own[2]) and chunks[1] == pytest.approx(body[1] + 0.5 * own[3])
+    assert chunks[0] > chunks[1] and (chunks[2:] == 0).all() and (own[:2] == 0).all()
+    unweighted, _ = bm25f_chunk_scores(["alpha", "ssl"], postings, fields, chunk_node, 2, path_weight=0.0)
+    assert unweighted[0] == unweighted[1]  # same bodies: only the path tells them apart
+
+
+def test_weighted_rrf_and_node_scores_with_the_nodes_own_match():
+    fused = reciprocal_rank_fusion([np.array([5, 7]), np.array([7, 9])], k=10, weights=(2.0, 0.0))
+    assert fused == {5: 2 / 11, 7: 2 / 12}
+    assert with_node_docs({0: 0.5, 1: 0.2}, {1: 0.4, 2: 0.1}, 0.5) == {0: 0.5, 1: 0.4, 2: 0.05}
+
+
+def test_retrieval_params_come_from_the_manifest_and_are_checked():
+    assert RetrievalParams.from_config({}).node_score == "max"  # an index without node documents
+    recorded = {"representation": {"template": "{path}\\n{body}", "path_levels": 4, "node_docs": True},
+                "retrieval": {"rrf_k": 30, "node_score": "max+doc"}}
+    params = RetrievalParams.from_config(recorded, rrf_k=None, path_weight=2.0)
+    assert (params.rrf_k, params.path_weight, params.node_score) == (30, 2.0, "max+doc")
+    with pytest.raises(ValueError):
+        RetrievalParams(node_score="sum")
+
+
+LOOKALIKE_BODY = [("Certificates", "Put the certificate and its private key in the configuration directory."),
+                  ("Restart", "Restart the service so that it reads them.")]
+
+
+def write_lookalike_sites(directory):
+    """Two sites, each with a page titled "Configuring SSL" whose text is the
+    same word for word: only the site (the path) tells them apart."""
+    from tests.conftest import tiny_page
+
+    for site, name in (("alpha", "Alpha Server"), ("beta", "Beta Gateway")):
+        pages = {f"{site}/index.html": (name, [], [("Overview", f"{name} serves requests.")]),
+                 f"{site}/admin/index.html": ("Administration", [(name, f"{site}/")],
+                                              [("Tasks", "Day to day administration tasks.")]),
+                 f"{site}/admin/ssl.html": ("Configuring SSL", [(name, f"{site}/"), ("Administration", f"{site}/admin/")],
+                                            LOOKALIKE_BODY)}
+        for path, (title, trail, sections) in pages.items():
+            target = directory / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(tiny_page(title, trail, sections), encoding="utf-8")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def lookalike_indexes(tmp_path_factory):
+    from tests.conftest import build_index
+
+    site = write_lookalike_sites(tmp_path_factory.mktemp("lookalike_site"))
+    out = {}
+    for name, flags in (("forest", ()), ("legacy", ("--chunk_template", "{title}\\n{body}", "--node_docs", "off"))):
+        out[name] = tmp_path_factory.mktemp(f"lookalike_{name}")
+        build_index(site, out[name], "--embedding_model", "hashing:384", *flags)
+    return out
+
+
+def _ssl_ranks(index, query: str, params: RetrievalParams) -> dict[str, tuple[int, float]]:
+    """Site -> (rank, score) of its "Configuring SSL" page among the hits."""
+    hits = index.retrieve(query, params=params).hits
+    out = {}
+    for rank, (row, score) in enumerate(hits, start=1):
+        if index.index.nodes["title"][row] == "Configuring SSL":
+            site = index.index.nodes["title"][index.index.node_row[index.index.nodes["ancestor_ids"][row][0]]]
+            out[site] = (rank, score)
+    return out
+
+
+def test_a_title_in_two_sites_ranks_the_site_the_query_names_first(lookalike_indexes):
+    """What this proves: with the hashing stand-in (bag of hashed words, no
+    semantics), both BM25 and dense only see words; the two pages' own texts are
+    identical, so the site name reaches the ranking only through the path in the
+    representation (node documents and path-prefixed embeddings). The legacy
+    representation indexes both pages identically, so it ranks them in the same
+    order (a tie broken by row) whichever site the query names."""
+    from serving.api import RitragIndex
+
+    forest, legacy = RitragIndex(str(lookalike_indexes["forest"])), RitragIndex(str(lookalike_indexes["legacy"]))
+    sparse_only = RetrievalParams(dense_weight=0.0)
+    for query, named, other in (("Configuring SSL in Alpha Server", "Alpha Server", "Beta Gateway"),
+                                ("Beta Gateway: configuring SSL", "Beta Gateway", "Alpha Server")):
+        for params in (forest.params, sparse_only, RetrievalParams(node_score="max")):
+            ranks = _ssl_ranks(forest, query, params)
+            assert ranks[named][0] < ranks[other][0], (query, params)
+    legacy_first = {min(ranks, key=lambda site: ranks[site][0])
+                    for ranks in (_ssl_ranks(legacy, q, legacy.params) for q in ("Configuring SSL in Alpha Server",
+                                                                                  "Beta Gateway: configuring SSL"))}
+    assert len(legacy_first) == 1

@@ -1,11 +1,13 @@
 """Chunks cut inside one node: never across a node boundary, never over the limit.
 
-A chunk is the node's title line followed by a run of whole paragraphs (a
-paragraph too long on its own is split at sentence ends, and a sentence too
-long at word boundaries). The title line makes a chunk findable by the name of
-its node, and a node with a title but no body still gets one chunk. Tokens are
-counted with the embedding model's own tokenizer, so the limit is the one the
-model really sees.
+A chunk is stored as the node's title line followed by a run of whole
+paragraphs (a paragraph too long on its own is split at sentence ends, and a
+sentence too long at word boundaries); a node with a title but no body still
+gets one chunk. What the model embeds is the index's representation of the
+chunk (ritrag/representation.py: by default its node's path, then its
+paragraphs): the limit holds for that text, the path's tokens reserved before
+paragraphs are packed. Tokens are counted with the embedding model's own
+tokenizer, so the limit is the one the model really sees.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import apache_beam as beam
 
 from ritrag.embedder import EmbedderSpec, load_tokenizer, model_token_limit
 from ritrag.ids import chunk_id_for, content_hash
+from ritrag.representation import LEGACY, NODE_DOC_ORDINAL, Representation
 
 TokenCounter = Callable[[Sequence[str]], list[int]]
 
@@ -53,51 +56,68 @@ def _pack(units: Sequence[str], sizes: Sequence[int], budget: int, sep: str) -> 
     return runs
 
 
-def _fit(texts: list[str], limit: int, count: TokenCounter) -> list[tuple[str, int]]:
+def _fit(passages: list[str], render: Callable[[str], str], limit: int, count: TokenCounter
+         ) -> list[tuple[str, str, int]]:
     """Counts of joined pieces are only nearly additive for some tokenizers:
-    recount whole chunks once (the counts stored with them), halve the few
-    that overflow."""
+    recount whole rendered chunks once (the counts stored with them), halve the
+    passages of the few that overflow. A passage of one character is kept as it
+    is (a header longer than the limit is the model's to truncate)."""
     out = []
-    for text, n in zip(texts, count(texts)):
-        if n <= limit:
-            out.append((text, n))
+    rendered = [render(p) for p in passages]
+    for passage, text, n in zip(passages, rendered, count(rendered)):
+        if n <= limit or len(passage) <= 1:
+            out.append((passage, text, n))
             continue
-        words = text.split(" ")
+        words = passage.split(" ")
         if len(words) > 1:
             mid = len(words) // 2
             halves = [" ".join(words[:mid]), " ".join(words[mid:])]
         else:
-            halves = [text[: len(text) // 2], text[len(text) // 2:]]
-        out.extend(_fit(halves, limit, count))
+            halves = [passage[: len(passage) // 2], passage[len(passage) // 2:]]
+        out.extend(_fit(halves, render, limit, count))
     return out
 
 
-def counted_chunks(title: str, body: str, count: TokenCounter, limit: int, additive: bool = False
-                   ) -> list[tuple[str, int]]:
-    """(text, tokens) of the chunks of one node, each at most `limit` tokens, in
-    document order. The tokenizer sees the paragraphs once (their counts are
+def counted_passages(body: str, render: Callable[[str], str], count: TokenCounter, limit: int,
+                     additive: bool = False) -> list[tuple[str, str, int]]:
+    """(passage, rendered text, tokens of the rendered text) of the chunks of one
+    node body, in document order: `render(passage)` is what the model embeds
+    (`render("")` is the header whose tokens every chunk reserves) and holds at
+    most `limit` tokens. The tokenizer sees the paragraphs once (their counts are
     packed); unless counts are `additive` (`counts_add_up`), it sees the finished
     chunks once more, to verify them and store their exact counts."""
-    header = title.strip()
+    header = render("")
     paragraphs = [" ".join(p.split()) for p in _PARAGRAPH_RE.split(body)]
     paragraphs = [p for p in paragraphs if p]
-    counts = count(([header + "\n"] if header else []) + paragraphs)
+    counts = count(([header] if header else []) + paragraphs)
     header_tokens = counts.pop(0) if header else 0
     budget = max(limit - header_tokens, limit // 2)
     units: list[tuple[str, int]] = []
     for paragraph, n in zip(paragraphs, counts):
         units.extend([(paragraph, n)] if n <= budget else _split_long(paragraph, budget, count))
     if not units:
-        return [(header, header_tokens)] if header else []
+        return [("", header, header_tokens)] if header else []
     passages = _pack([u for u, _ in units], [n for _, n in units], budget, "\n")
-    texts = [f"{header}\n{p}" if header else p for p, _ in passages]
     if not additive:
-        return _fit(texts, limit, count)
+        return _fit([p for p, _ in passages], render, limit, count)
     out = []
-    for text, (_, n) in zip(texts, passages):
+    for passage, n in passages:
         total = header_tokens + n
-        out.extend([(text, total)] if total <= limit else _fit([text], limit, count))
+        out.extend([(passage, render(passage), total)] if total <= limit else _fit([passage], render, limit, count))
     return out
+
+
+def _title_line(title: str) -> Callable[[str], str]:
+    """The stored form of a chunk: the node's title line, then its passage."""
+    header = title.strip()
+    return lambda passage: f"{header}\n{passage}" if header and passage else header or passage
+
+
+def counted_chunks(title: str, body: str, count: TokenCounter, limit: int, additive: bool = False
+                   ) -> list[tuple[str, int]]:
+    """(stored text, tokens) of the chunks of one node, the title line counted in,
+    each at most `limit` tokens, in document order."""
+    return [(text, n) for _, text, n in counted_passages(body, _title_line(title), count, limit, additive)]
 
 
 def chunk_text(title: str, body: str, count: TokenCounter, limit: int, additive: bool = False) -> list[str]:
@@ -105,21 +125,47 @@ def chunk_text(title: str, body: str, count: TokenCounter, limit: int, additive:
     return [text for text, _ in counted_chunks(title, body, count, limit, additive)]
 
 
+def _truncated(text: str, limit: int, count: TokenCounter) -> tuple[str, int]:
+    """`text` cut at a word boundary to at most `limit` tokens, with its count."""
+    n = count([text])[0]
+    words = text.split(" ")
+    while n > limit and len(words) > 1:
+        words = words[: max(1, len(words) * limit // (n + 1))]
+        text = " ".join(words)
+        n = count([text])[0]
+    return text, n
+
+
+def node_chunk_rows(node: dict, representation: Representation, count: TokenCounter, limit: int,
+                    additive: bool = False) -> list[dict]:
+    """Rows of the chunks table (CHUNKS_SCHEMA) for one node row: its chunks and,
+    if the representation has them, its node document (ordinal -1). Each row
+    also carries `embedded_text`, what the model embeds (not a column: it is
+    the representation's, derived again wherever needed)."""
+    title_line = _title_line(node["title"])
+    passages = counted_passages(node["body"], lambda p: representation.render(node, p), count, limit, additive)
+    pieces = [(ordinal, title_line(passage), embedded, n)
+              for ordinal, (passage, embedded, n) in enumerate(passages)]
+    if representation.node_docs:
+        doc, n = _truncated(representation.node_doc(node), limit, count)
+        pieces.insert(0, (NODE_DOC_ORDINAL, doc, doc, n))
+    return [{
+        "chunk_id": chunk_id_for(node["node_id"], ordinal, embedded),
+        "node_id": node["node_id"],
+        "page_id": node["page_id"],
+        "ordinal": ordinal,
+        "text": text,
+        "text_hash": content_hash(embedded),
+        "n_tokens": n_tokens,
+        "embedded_text": embedded,
+    } for ordinal, text, embedded, n_tokens in pieces]
+
+
 def chunk_rows(node_id: str, page_id: str, title: str, body: str, count: TokenCounter, limit: int,
                additive: bool = False) -> list[dict]:
-    """Rows of the chunks table (CHUNKS_SCHEMA) for one node of page `page_id`."""
-    rows = []
-    for ordinal, (text, n_tokens) in enumerate(counted_chunks(title, body, count, limit, additive)):
-        rows.append({
-            "chunk_id": chunk_id_for(node_id, ordinal, text),
-            "node_id": node_id,
-            "page_id": page_id,
-            "ordinal": ordinal,
-            "text": text,
-            "text_hash": content_hash(text),
-            "n_tokens": n_tokens,
-        })
-    return rows
+    """Chunk rows of a node known by its title and body alone (LEGACY representation)."""
+    node = {"node_id": node_id, "page_id": page_id, "title": title, "body": body, "ancestor_titles": []}
+    return node_chunk_rows(node, LEGACY, count, limit, additive)
 
 
 # Pre-tokenizers that split at every whitespace (and normalizers that map
@@ -160,9 +206,11 @@ def tokenizer_counter(tokenizer) -> TokenCounter:
     return count
 
 
-def node_chunker(spec: EmbedderSpec) -> Callable[[dict], list[dict]]:
-    """Node row -> its chunk rows, tokens counted by the tokenizer of `spec`'s
-    model (loaded here, once). Virtual and site nodes hold no text: no chunks."""
+def node_chunker(spec: EmbedderSpec, representation: Representation) -> Callable[[dict], list[dict]]:
+    """Node row -> its chunk rows in `representation`, tokens counted by the
+    tokenizer of `spec`'s model (loaded here, once): the one function the build,
+    the update and the tests chunk with. Virtual and site nodes hold no text:
+    no chunks and no node document."""
     tokenizer = load_tokenizer(spec)
     count, limit = tokenizer_counter(tokenizer), model_token_limit(spec, tokenizer)
     additive = counts_add_up(tokenizer)
@@ -170,7 +218,7 @@ def node_chunker(spec: EmbedderSpec) -> Callable[[dict], list[dict]]:
     def chunk(node: dict) -> list[dict]:
         if node["kind"] in ("site", "virtual"):
             return []
-        return chunk_rows(node["node_id"], node["page_id"], node["title"], node["body"], count, limit, additive)
+        return node_chunk_rows(node, representation, count, limit, additive)
 
     return chunk
 
@@ -178,12 +226,13 @@ def node_chunker(spec: EmbedderSpec) -> Callable[[dict], list[dict]]:
 class ChunkNodesFn(beam.DoFn):
     """Node rows -> chunk rows, counting tokens with the embedding model's tokenizer."""
 
-    def __init__(self, spec: EmbedderSpec):
+    def __init__(self, spec: EmbedderSpec, representation: Representation):
         self._spec = spec
+        self._representation = representation
         self._chunks = beam.metrics.Metrics.counter("ritrag.chunk", "chunks")
 
     def setup(self):
-        self._chunk = node_chunker(self._spec)
+        self._chunk = node_chunker(self._spec, self._representation)
 
     def process(self, node: dict):
         rows = self._chunk(node)

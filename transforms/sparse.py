@@ -18,15 +18,17 @@ import pyarrow as pa
 from apache_beam.transforms.window import GlobalWindows
 
 from ritrag.analyzer import term_frequencies
+from ritrag.representation import Representation
 from ritrag.schema import POSTINGS_SCHEMA, VOCABULARY_SCHEMA
 from transforms.tables import WriteShards, write_bytes, write_sorted_table
 
 BM25_STATS_FILE = "bm25.json"
 
 
-def chunk_terms(chunk: dict) -> tuple[int, dict[str, int]]:
-    """(chunk_id, term -> tf) of one chunk row."""
-    tf, _ = term_frequencies(chunk["text"])
+def chunk_terms(chunk: dict, representation: Representation) -> tuple[int, dict[str, int]]:
+    """(chunk_id, term -> tf) of one chunks-table row (a chunk's body, or a node
+    document), as `representation` indexes it."""
+    tf, _ = term_frequencies(representation.bm25_text(chunk))
     return chunk["chunk_id"], dict(tf)
 
 
@@ -92,22 +94,26 @@ class _SumPairs(beam.CombineFn):
 
 
 class BuildSparseIndex(beam.PTransform):
-    """Chunk rows -> postings and vocabulary shards and bm25.json in `out_dir`.
+    """Chunk rows -> postings and vocabulary shards and bm25.json in `out_dir`,
+    the terms of each row as `representation` indexes them. Node documents
+    (ordinal -1) share the files with chunks; the server tells the two fields
+    apart by ordinal and keeps separate statistics for each.
 
     `removed`, for a delta segment, holds the (chunk_id, term -> tf) of the chunks
     it tombstones: its vocabulary and bm25.json then hold signed differences, so
     that the sums over a version's segments stay the exact global statistics.
     """
 
-    def __init__(self, out_dir: str, num_shards: int, removed=None):
+    def __init__(self, out_dir: str, num_shards: int, representation: Representation, removed=None):
         super().__init__()
+        self._representation = representation
         self._out_dir = out_dir
         self._num_shards = num_shards
         self._removed = removed
 
     def expand(self, chunks):
         out_dir = self._out_dir
-        terms = chunks | "AnalyzeChunks" >> beam.Map(chunk_terms)
+        terms = chunks | "AnalyzeChunks" >> beam.Map(chunk_terms, self._representation)
         signed = terms | "Added" >> beam.Map(lambda ct: (ct[1], 1))
         if self._removed is not None:
             signed = ((signed, self._removed | "Removed" >> beam.Map(lambda ct: (ct[1], -1)))

@@ -1,0 +1,148 @@
+"""A flat RAG retriever over a corpus folder, as the reference ritrag's retrieval must beat.
+
+    python benchmarks/flat_baseline.py --corpus DIR --questions Q.jsonl [--out OUT.json]
+        [--words 180] [--k 200] [--n 50] [--model bundled:all-MiniLM-L6-v2]
+
+It knows nothing of the forest and reads no ritrag index: every HTML file
+under DIR is one page; its main text (ritrag's parser, so both retrievers see
+the same words) is cut into windows of `--words` words, each prefixed with
+the page's HTML <title>; BM25 is bm25s (English stop words, Snowball
+stemming) and dense is exact inner product of the same embedding model's
+vectors; the two top-k chunk lists are fused by RRF (k = 60), a page scores
+its best chunk, and the top-n pages are the ranking. Gold entries are paths
+relative to DIR's parent layout (`product/page.html`); a question whose gold
+lies in no page of DIR is left out. Metrics as `ritrag eval` computes them
+for its rankings: rank of the first gold page within the top n, hit@1,
+hit@5, MRR, overall and per tag (lookalike, half:a, half:b, ...).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from ritrag.embedder import DEFAULT_MODEL, EmbedderSpec, load_encoder  # noqa: E402
+from transforms.parse import UnparseablePage, parse_page  # noqa: E402
+
+RRF_K = 60
+
+
+def html_title(data: bytes) -> str:
+    import lxml.html
+
+    try:
+        titles = lxml.html.fromstring(data).xpath("//title")
+    except (ValueError, lxml.etree.ParserError):
+        return ""
+    return " ".join(titles[0].text_content().split()) if titles else ""
+
+
+def flat_chunks(corpus: str, words: int) -> tuple[list[str], list[str]]:
+    """(page of each chunk, chunk texts): `words`-word windows of each page's
+    main text, the page's <title> first."""
+    pages, texts = [], []
+    for directory, _, names in sorted(os.walk(corpus)):
+        for name in sorted(names):
+            if not name.lower().endswith((".html", ".htm")):
+                continue
+            path = os.path.join(directory, name)
+            relative = os.path.relpath(path, corpus).replace(os.sep, "/")
+            data = open(path, "rb").read()
+            try:
+                page = parse_page(data, "http://localhost/" + relative, "http://localhost/")
+            except UnparseablePage:
+                continue
+            title = html_title(data) or page.title
+            body = page.body.split()
+            for start in range(0, max(len(body), 1), words):
+                pages.append(relative)
+                texts.append(f"{title}\n{' '.join(body[start: start + words])}".strip())
+    return pages, texts
+
+
+def rrf(rankings: list[np.ndarray]) -> dict[int, float]:
+    fused: dict[int, float] = defaultdict(float)
+    for ranking in rankings:
+        for rank, item in enumerate(ranking.tolist(), start=1):
+            fused[item] += 1.0 / (RRF_K + rank)
+    return fused
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", required=True)
+    ap.add_argument("--questions", required=True)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--words", type=int, default=180)
+    ap.add_argument("--k", type=int, default=200)
+    ap.add_argument("--n", type=int, default=50)
+    ap.add_argument("--model", default=DEFAULT_MODEL)
+    args = ap.parse_args(argv)
+    import bm25s
+    import Stemmer
+
+    started = time.time()
+    pages, texts = flat_chunks(args.corpus, args.words)
+    known = set(pages)
+    print(f"{len(known)} pages, {len(texts)} chunks in {time.time() - started:.0f} s", flush=True)
+    stemmer = Stemmer.Stemmer("english")
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
+    spec = EmbedderSpec(model=args.model)
+    encoder = load_encoder(spec)
+    t0 = time.time()
+    vectors = encoder.embed(texts, spec.document_prefix).vectors
+    print(f"embedded {len(texts)} chunks in {time.time() - t0:.0f} s", flush=True)
+    page_of = np.array(pages, dtype=object)
+
+    questions = [json.loads(line) for line in open(args.questions, encoding="utf-8") if line.strip()]
+    questions = [q for q in questions if any(g in known for g in q["gold"])]
+    query_vectors = encoder.embed([q["question"] for q in questions], spec.query_prefix).vectors
+    k = min(args.k, len(texts))
+    results = []
+    for q, qv in zip(questions, query_vectors):
+        docs, scores = retriever.retrieve(bm25s.tokenize([q["question"]], stopwords="en", stemmer=stemmer,
+                                                         show_progress=False), k=k, show_progress=False)
+        sparse = docs[0][scores[0] > 0]
+        sims = vectors @ qv
+        dense = np.lexsort((np.arange(len(sims)), -sims))[:k]
+        best: dict[str, float] = {}
+        for chunk, score in rrf([sparse, dense]).items():
+            page = page_of[chunk]
+            best[page] = max(best.get(page, 0.0), score)
+        ranking = [p for p, _ in sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))][: args.n]
+        gold = set(q["gold"])
+        rank = next((i for i, p in enumerate(ranking, start=1) if p in gold), None)
+        results.append({"id": q["id"], "tags": q.get("tags", []), "rank": rank})
+
+    def summary(rows: list[dict]) -> dict:
+        ranks = [r["rank"] for r in rows]
+        return {"questions": len(rows),
+                "mrr": float(np.mean([1.0 / r if r else 0.0 for r in ranks])) if rows else None,
+                "hit@1": float(np.mean([r == 1 for r in ranks])) if rows else None,
+                "hit@5": float(np.mean([r is not None and r <= 5 for r in ranks])) if rows else None}
+
+    tags = sorted({t for r in results for t in r["tags"]})
+    report = {"corpus": args.corpus, "pages": len(known), "chunks": len(texts), "words": args.words,
+              "model": args.model, "k": args.k, "n": args.n, "overall": summary(results),
+              "by_tag": {t: summary([r for r in results if t in r["tags"]]) for t in tags},
+              "seconds": round(time.time() - started, 1), "questions": results}
+    print(json.dumps({key: report[key] for key in ("pages", "chunks", "overall")}), flush=True)
+    for tag in ("lookalike", "half:a", "half:b"):
+        if tag in report["by_tag"]:
+            print(tag, json.dumps(report["by_tag"][tag]), flush=True)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            json.dump(report, fh, indent=1)
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""What the index sees of a node and its chunks: the representation.
+
+A chunk's stored text (the chunks table) stays the page's own text: the node's
+title line, then a run of its paragraphs. What BM25 indexes and what the model
+embeds also say where the chunk lives, through the node's *path*: the title of
+the site root, its ancestors and the node itself, joined by " > "
+("Django > Topics > Databases > Configuring SSL"). Very deep paths keep the root
+and the last `path_levels - 1` levels, since the nearest ancestors and the site
+name disambiguate most.
+
+- Dense: each chunk's embedded text is `template` with `{path}` (the path, whose
+  last level is the title), `{title}` and `{body}` (the chunk's paragraphs, its
+  title line left out, so the title is stated once) filled in, stripped. The
+  chunker reserves the tokens of the template without its body, so the embedded
+  text fits the model's limit.
+- Sparse (BM25F-style, two fields): a chunk's own postings hold its body only;
+  the path is indexed once per node, in the node's *document*. At query time a
+  chunk scores body BM25 + `path_weight` x its node document's BM25, each field
+  with its own statistics and saturation (serving/retrieval.py), so a long body
+  does not drown the title and the title does not swamp the body.
+- Node documents (`node_docs`): one extra row per node that holds text, in the
+  chunks table with ordinal -1 (NODE_DOC_ORDINAL): the path, then the node's
+  summary and keywords when it has any. It is indexed in BM25 and embedded like
+  a chunk, so it flows through builds, updates, vector reuse and compaction as
+  chunks do; the server ranks node documents apart from chunks and combines a
+  node's own match with its best chunk (`node_score`).
+
+Chunk ids and text hashes are taken of the embedded text: a chunk whose path
+changed is a new chunk (re-embedded, old one tombstoned), and the embedding
+cache never hands a chunk the vector of the same words under another path.
+
+The representation is recorded in the manifest (config "representation"); an
+index built before it existed reads as LEGACY: template "{title}\\n{body}", no
+node documents, postings of the whole stored text, which is exactly what such
+builds did. One index holds one representation: an update that asks for another
+is refused (rebuild instead).
+"""
+from __future__ import annotations
+
+import dataclasses
+import string
+from typing import Any, Mapping, Sequence
+
+NODE_DOC_ORDINAL = -1  # the chunks-table ordinal of a node's own document
+PATH_SEPARATOR = " > "
+TEMPLATE_FIELDS = frozenset({"path", "title", "body"})
+DEFAULT_TEMPLATE = "{path}\n{body}"
+DEFAULT_PATH_LEVELS = 4
+# Query-time defaults of an index built with node documents (chosen on half a
+# development question set: benchmarks/RESULTS.md, "Retrieval with the forest").
+# Every one can be overridden per query (`RetrievalParams`).
+DEFAULT_RETRIEVAL: dict[str, Any] = {"rrf_k": 60, "sparse_weight": 1.0, "dense_weight": 1.0,
+                                     "path_weight": 1.0, "node_score": "max+doc", "node_doc_weight": 1.0}
+
+
+@dataclasses.dataclass(frozen=True)
+class Representation:
+    """How a node's chunks and document are turned into indexed and embedded text."""
+
+    template: str = DEFAULT_TEMPLATE
+    path_levels: int = DEFAULT_PATH_LEVELS
+    node_docs: bool = True
+
+    def __post_init__(self):
+        fields = {name for _, name, _, _ in string.Formatter().parse(self.template) if name is not None}
+        unknown = fields - TEMPLATE_FIELDS
+        if unknown or "body" not in fields:
+            raise ValueError(f"chunk template {self.template!r}: must contain {{body}} and may use only "
+                             f"{{path}}, {{title}}, {{body}} (unknown: {sorted(unknown)})")
+        if self.path_levels < 1:
+            raise ValueError(f"path levels must be at least 1, not {self.path_levels}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> "Representation":
+        """The representation a manifest's config records (LEGACY when it records none)."""
+        recorded = config.get("representation")
+        return cls(**recorded) if recorded is not None else LEGACY
+
+    def path(self, title: str, ancestor_titles: Sequence[str]) -> str:
+        """Root > ... > node title, at most `path_levels` levels (root and the last ones)."""
+        levels = [t.strip() for t in (*ancestor_titles, title) if t and t.strip()]
+        if len(levels) > self.path_levels:
+            head = levels[:1] if self.path_levels > 1 else []
+            levels = head + levels[len(levels) - self.path_levels + len(head):]
+        return PATH_SEPARATOR.join(levels)
+
+    def render(self, node: Mapping[str, Any], body: str) -> str:
+        """The embedded text of a chunk of `node` (a node row) holding paragraphs `body`."""
+        return self.template.format(path=self.path(node["title"], node["ancestor_titles"]),
+                                    title=node["title"].strip(), body=body).strip()
+
+    def node_doc(self, node: Mapping[str, Any]) -> str:
+        """The text of a node's own document: its path, summary and keywords."""
+        parts = [self.path(node["title"], node["ancestor_titles"]), (node.get("summary") or "").strip(),
+                 ", ".join(k.strip() for k in node.get("keywords") or () if k.strip())]
+        return "\n".join(p for p in parts if p)
+
+    def node_inputs(self, node: Mapping[str, Any]) -> tuple[str, str]:
+        """What of a node row its chunks' and document's indexed texts depend on,
+        besides its body: when this changes, the node is chunked again."""
+        return self.render(node, ""), self.node_doc(node) if self.node_docs else ""
+
+    def bm25_text(self, chunk: Mapping[str, Any]) -> str:
+        """What BM25 indexes of a chunks-table row: a node document whole; a
+        chunk's body (its stored text less the title line) when node documents
+        carry the path, else its whole stored text."""
+        text = chunk["text"]
+        if not self.node_docs or chunk["ordinal"] == NODE_DOC_ORDINAL:
+            return text
+        _, _, body = text.partition("\n")
+        return body
+
+
+def retrieval_defaults(representation: Representation) -> dict[str, Any]:
+    """The query-time parameters a build records for its representation: without
+    node documents, only the paper's rule (node score = best chunk) applies."""
+    if representation.node_docs:
+        return dict(DEFAULT_RETRIEVAL)
+    return {**DEFAULT_RETRIEVAL, "path_weight": 0.0, "node_score": "max", "node_doc_weight": 0.0}
+
+
+# What every index built before representations were recorded did.
+LEGACY = Representation(template="{title}\n{body}", path_levels=DEFAULT_PATH_LEVELS, node_docs=False)
+
+
+def refuse_mixing(live: Representation, asked: Representation) -> None:
+    """An update must keep the live index's representation: chunks embedded two
+    ways in one index would not be comparable."""
+    if live != asked:
+        raise ValueError(f"this index was built with representation {live.to_dict()}; the update asks for "
+                         f"{asked.to_dict()}. One index holds one representation: rebuild the index "
+                         f"(ritrag build) to change it, or leave the representation options out of the update")
