@@ -9,12 +9,16 @@ the same sub-forest written as:
 
 * pretty JSON: `json.dumps(trees, indent=2)`;
 * compact JSON: `serving.outline.toc_json_text(trees)`, what the server sends;
-* compact JSON without scores: only ids, titles, hit flags, metadata, tree
-  shape and order, the information the outline keeps (ranks instead of scores);
 * the outline before handles (`outline_before`, the form served until this
   change: two-space indent, `[id]` after the title, ` *rank` after it);
 * the outline with node ids (an answer outside an episode);
-* the outline with handles (an answer within an episode: what an agent reads).
+* the outline with handles (an answer within an episode: what an agent reads);
+
+each of the whole sub-forest as served (with scores, and summaries and
+keywords where the index has them), and compact JSON and the outline with
+handles once more of the sub-forest cut to ids, titles, hit flags, tree
+shape and order (no scores, summaries or keywords): the same information in
+both forms, the outline's hit ranks standing for the order of the scores.
 
 Medians and totals over the queries, and the ratio handles / compact JSON
 (per query, then its median; and of the totals). The sizes depend on the
@@ -52,18 +56,24 @@ def outline_before(trees: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def without_scores(trees: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{key: (without_scores(value) if key == "children" else value) for key, value in tree.items()
-             if key != "score"} for tree in trees]
+def structure_only(trees: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The trees with ids, titles, hit flags, shape and order only."""
+    return [{key: (structure_only(value) if key == "children" else value) for key, value in tree.items()
+             if key in ("id", "title", "hit", "children")} for tree in trees]
+
+
+def with_handles(trees: list[dict[str, Any]]) -> str:
+    return render_outline(trees, handle_letters="a")
 
 
 FORMS: dict[str, Callable[[list[dict[str, Any]]], str]] = {
     "pretty JSON": lambda trees: json.dumps(trees, ensure_ascii=False, indent=2),
     "compact JSON": toc_json_text,
-    "compact JSON, no scores": lambda trees: toc_json_text(without_scores(trees)),
     "outline before": outline_before,
     "outline, node ids": render_outline,
-    "outline, handles": lambda trees: render_outline(trees, handle_letters="a"),
+    "outline, handles": with_handles,
+    "ids, titles, hits only: compact JSON": lambda trees: toc_json_text(structure_only(trees)),
+    "ids, titles, hits only: outline, handles": lambda trees: with_handles(structure_only(trees)),
 }
 
 
@@ -88,21 +98,23 @@ def measure(index: RitragIndex, queries: list[str], n: int) -> dict[str, Any]:
             print(f"{done}/{len(queries)} queries, {rate:.1f}/s, ETA {(len(queries) - done) / rate:.0f} s",
                   flush=True)
     ratios = [h / c for h, c in zip(tokens["outline, handles"], tokens["compact JSON"])]
-    strict = [h / c for h, c in zip(tokens["outline, handles"], tokens["compact JSON, no scores"])]
+    same = [h / c for h, c in zip(tokens["ids, titles, hits only: outline, handles"],
+                                  tokens["ids, titles, hits only: compact JSON"])]
     return {"queries": len(queries), "tokens": tokens, "ratio_median": statistics.median(ratios),
-            "ratio_max": max(ratios), "strict_median": statistics.median(strict), "strict_max": max(strict),
+            "ratio_max": max(ratios), "same_median": statistics.median(same), "same_max": max(same),
             "lines": lines, "trimmed": trimmed}
 
 
 def table(name: str, m: dict[str, Any]) -> str:
-    compact = sum(m["tokens"]["compact JSON"])
     rows = [f"**{name}** ({m['queries']} queries)", "",
-            "| form | median tokens | total tokens | total / compact JSON |", "|---|---|---|---|"]
+            "| form | median tokens | total tokens | total / compact JSON of the same |", "|---|---|---|---|"]
     for form, counts in m["tokens"].items():
+        compact = sum(m["tokens"]["ids, titles, hits only: compact JSON" if form.startswith("ids")
+                                  else "compact JSON"])
         rows.append(f"| {form} | {statistics.median(counts):.0f} | {sum(counts):,} | {sum(counts) / compact:.3f} |")
-    rows += ["", f"Outline with handles / compact JSON, per query: median {m['ratio_median']:.3f}, "
-                 f"max {m['ratio_max']:.3f}; / compact JSON without scores: median {m['strict_median']:.3f}, "
-                 f"max {m['strict_max']:.3f}. Lines whose title was trimmed to `{PARENT_MARK}` + the rest: "
+    rows += ["", f"Outline with handles / compact JSON, per query: as served, median {m['ratio_median']:.3f}, "
+                 f"max {m['ratio_max']:.3f}; ids, titles and hits only, median {m['same_median']:.3f}, "
+                 f"max {m['same_max']:.3f}. Lines whose title was trimmed to `{PARENT_MARK}` + the rest: "
                  f"{m['trimmed']:,} of {m['lines']:,}."]
     return "\n".join(rows)
 
