@@ -48,7 +48,8 @@ setup(
         "serving": SERVING,
         "crawl": ["apache-beam>=2.60", *CRAWL],
         "gpu": ["faiss-gpu-cu12>=1.8"],
-        "bench": ["trafilatura>=2"],  # benchmarks/extract.py's reference extractor; never the build
+        # benchmarks/extract.py's reference extractor (never the build); flat_baseline.py's BM25
+        "bench": ["trafilatura>=2", "bm25s>=0.2"],
         "dev": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9", "pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100",
                 *SERVING, *CRAWL],
     },
