@@ -7,21 +7,30 @@
 
 Round 0 fetches the seeds (and, on a re-crawl, every page the previous CrawlDB
 knows, conditionally); each host's first round also reads its robots.txt and
-sitemaps. A round's job groups targets by host (politeness, see
-transforms/crawl_round.py), stores kept bodies per shard in WARC files and
-returns CrawlDB rows and discovered links; the launcher de-duplicates the links
-(crawl_key) against everything scheduled so far and makes them the next round's
-targets, until no new URL is in scope or --max_pages / --max_depth stop it. At
-the end this crawl's rows replace the previous rows of the same URLs and
-CRAWL_DIR/crawldb.parquet is replaced atomically.
+sitemaps. A round's job: [round 0: generate the fetch list from seeds and the
+previous CrawlDB] -> group targets by host and fetch (politeness, see
+transforms/crawl_round.py) -> store kept bodies per shard in WARC files and the
+round's CrawlDB rows in Parquet -> generate the next round's fetch list from the
+links found, de-duplicated against every URL scheduled so far
+(transforms.crawldb.Generate). Rounds continue until no new URL is in scope or
+--max_pages / --max_depth / --max_rounds stop them. A last job
+(transforms.crawldb.UpdateCrawlDb) merges this crawl's rows over the previous
+CrawlDB and CRAWL_DIR/crawldb.parquet is replaced atomically.
+
+The launcher holds no URL lists: rows, links and fetch lists pass between jobs
+as Parquet files, and the launcher keeps only counts, the robots rules of the
+hosts met (O(hosts)) and, for the last job, the redirect map (O(redirect rows)).
 
 CRAWL_DIR/
   crawldb.parquet                               ritrag.schema.CRAWLDB_SCHEMA
   warc/<crawl id>-rNN-sSSSSS-NNNNN.warc.gz      request + response records of kept bodies
+  LEASE                                         held while a crawl runs (ritrag.layout.IndexLease)
+  .rounds/<crawl id>/rNN/                       targets-*, rows-*, robots.json, mismatches-*; deleted at the end
 """
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import logging
 import os
@@ -32,22 +41,23 @@ from datetime import datetime, timezone
 
 import apache_beam as beam
 import pyarrow.parquet as pq
+from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines.build import BuildOptions
-from ritrag.schema import CRAWLDB_SCHEMA
-from transforms.crawl_round import (LINKS, ROBOTS, CrawlConfig, FetchHostFn, Link, StoreShardFn, shard_key)
-from transforms.crawldb import (CRAWLDB_FILE, WARC_DIR, CrawlTarget, crawldb_row, merge, read_crawldb,
-                                revisit_targets)
+from pipelines.build import BuildOptions, PublishOptions
+from ritrag.layout import IndexLayout, IndexLease
+from ritrag.schema import CRAWL_TARGET_SCHEMA, CRAWLDB_SCHEMA
+from transforms.crawl_round import COUNTERS, LINKS, ROBOTS, CrawlConfig, FetchHostFn, StoreShardFn, shard_key
+from transforms.crawldb import (STATUSES, WARC_DIR, CrawlTarget, Generate, UpdateCrawlDb, crawldb_path, crawldb_row,
+                                record_target, redirect_hops, revisit_record, scan_crawldb, target_record)
 from transforms.fetch import FetchPolicy
 from transforms.robots import RobotsRules
 from transforms.scope import BadUrl, Scope, clean_url, crawl_key, host_of
-from transforms.tables import parquet_bytes, write_bytes
+from transforms.tables import write_bytes
 
 LOG = logging.getLogger("ritrag.crawl")
 DEFAULT_USER_AGENT = "ritrag-crawl/0.1 (documentation indexer; set --crawl_user_agent to name yourself)"
-ROUNDS_DIR = ".rounds"  # a round's rows, links and robots rules, until the crawl ends
-VIA_RANK = {"sitemap": 0, "redirect": 1, "link": 2}  # which spelling of a URL wins when several arrive
+ROUNDS_DIR = ".rounds"  # a crawl's working files (fetch lists, rows, robots rules) until it ends
 
 
 class CrawlOptions(PipelineOptions):
@@ -81,8 +91,8 @@ class CrawlOptions(PipelineOptions):
                             help="a WARC file is closed once it reaches this size")
 
 
-class CrawlJobOptions(CrawlOptions, BuildOptions):
-    """Every flag the crawl reads (--out comes from BuildOptions)."""
+class CrawlJobOptions(CrawlOptions, BuildOptions, PublishOptions):
+    """Every flag the crawl reads (--out comes from BuildOptions, --break_lock from PublishOptions)."""
 
 
 def read_seeds(opts: CrawlJobOptions) -> tuple[list[str], list[dict]]:
@@ -108,60 +118,114 @@ def crawl_config(opts: CrawlJobOptions, seeds: list[str]) -> CrawlConfig:
                        opts.per_host_delay_s, opts.max_crawl_delay_s, opts.max_depth, opts.max_redirects)
 
 
-def round_pipeline(p: beam.Pipeline, targets: list[CrawlTarget], config: CrawlConfig,
-                   robots: dict[str, RobotsRules], sitemap_hosts: frozenset[str], warc_dir: str,
-                   file_prefix: str, crawl_id: str, opts: CrawlJobOptions, round_dir: str) -> None:
-    """One round: fetch grouped by host -> store per shard. Its CrawlDB rows, links
-    and robots rules go to files in `round_dir` for the launcher."""
-    fetched = (p
-               | "Targets" >> beam.Create(targets)
+def parquet_sink(prefix: str, schema, **kwargs) -> beam.io.WriteToParquet:
+    return beam.io.WriteToParquet(prefix, schema, file_name_suffix=".parquet", codec="zstd", **kwargs)
+
+
+def round_dir(work: str, number: int) -> str:
+    return os.path.join(work, f"r{number:02d}")
+
+
+def targets_pattern(work: str, number: int) -> str:
+    return os.path.join(round_dir(work, number), "targets-*.parquet")
+
+
+def count_rows(pattern: str) -> int:
+    """Rows of the Parquet files matching `pattern` (their footers only)."""
+    return sum(pq.ParquetFile(path).metadata.num_rows for path in glob.glob(pattern))
+
+
+def accounting_mismatch(keyed: tuple[str, dict]) -> list[str]:
+    """A round's URL whose number of targets and of page rows differ (each target
+    must end as exactly one page row)."""
+    url, groups = keyed
+    wanted, got = sum(groups["targets"]), sum(groups["rows"])
+    return [] if wanted == got else [json.dumps({"url": url, "targets": wanted, "rows": got})]
+
+
+def round_pipeline(p: beam.Pipeline, number: int, work: str, seed_targets: list[dict], previous_dir: str,
+                   scheduled_before: int, config: CrawlConfig, robots: dict[str, RobotsRules], warc_dir: str,
+                   crawl_id: str, opts: CrawlJobOptions) -> None:
+    """One round: [generate] -> fetch grouped by host -> store per shard ->
+    generate the next fetch list. Everything it produces goes to files under
+    round_dir(work, number) and targets of the next round's directory."""
+    here = round_dir(work, number)
+    if number == 0:
+        previous = ((p | "PreviousCrawlDb" >> beam.io.ReadFromParquet(crawldb_path(previous_dir))
+                     | "Revisits" >> beam.FlatMap(revisit_record))
+                    if os.path.exists(crawldb_path(previous_dir)) else p | "NoPrevious" >> beam.Create([]))
+        candidates = (previous, p | "Seeds" >> beam.Create(seed_targets)) | "Candidates" >> beam.Flatten()
+        targets = candidates | "GenerateFirst" >> Generate(p | "NoneScheduled" >> beam.Create([]),
+                                                           p | "Room" >> beam.Create([int(opts.max_pages)]))
+        targets | "WriteTargets" >> parquet_sink(os.path.join(here, "targets"), CRAWL_TARGET_SCHEMA)
+    else:
+        targets = p | "ReadTargets" >> beam.io.ReadFromParquet(targets_pattern(work, number))
+    fetched = (targets
+               | "ToTarget" >> beam.Map(record_target)
                | "KeyByHost" >> beam.Map(lambda t: (host_of(t.url), t))
                | "GroupByHost" >> beam.GroupByKey()
-               | "FetchHost" >> beam.ParDo(FetchHostFn(config, robots, sitemap_hosts)).with_outputs(
-                   LINKS, ROBOTS, main="outcomes"))
-    (fetched["outcomes"]
-     | "KeyByShard" >> beam.Map(shard_key, opts.warc_shards)
-     | "GroupByShard" >> beam.GroupByKey()
-     | "Store" >> beam.ParDo(StoreShardFn(warc_dir, file_prefix, crawl_id, opts.warc_max_bytes))
-     | "RowsToList" >> beam.combiners.ToList()
-     | "WriteRows" >> beam.Map(lambda rows: write_bytes(os.path.join(round_dir, "rows.parquet"),
-                                                        parquet_bytes(rows, CRAWLDB_SCHEMA))))
-    (fetched[LINKS]
-     | "LinkJson" >> beam.Map(lambda l: json.dumps({"via": l.via, **dataclasses.asdict(l.target)}))
-     | "LinksToList" >> beam.combiners.ToList()
-     | "WriteLinks" >> beam.Map(lambda lines: write_bytes(os.path.join(round_dir, "links.jsonl"),
-                                                          "\n".join(sorted(lines)).encode())))
-    (fetched[ROBOTS]
+               | "FetchHost" >> beam.ParDo(FetchHostFn(config, robots)).with_outputs(LINKS, ROBOTS, main="outcomes"))
+    rows = (fetched["outcomes"]
+            | "KeyByShard" >> beam.Map(shard_key, opts.warc_shards)
+            | "GroupByShard" >> beam.GroupByKey()
+            | "Store" >> beam.ParDo(StoreShardFn(warc_dir, f"{crawl_id}-r{number:02d}", crawl_id,
+                                                 opts.warc_max_bytes)))
+    rows | "WriteRows" >> parquet_sink(os.path.join(here, "rows"), CRAWLDB_SCHEMA)
+    ({"targets": targets | "TargetUrls" >> beam.Map(lambda r: (r["url"], 1)),
+      "rows": rows | "PageRows" >> beam.FlatMap(lambda r: [(r["url"], 1)] if r["kind"] == "page" else [])}
+     | "JoinAccounting" >> beam.CoGroupByKey()
+     | "Mismatches" >> beam.FlatMap(accounting_mismatch)
+     | "WriteMismatches" >> beam.io.WriteToText(os.path.join(here, "mismatches"), ".jsonl"))
+    (fetched[ROBOTS]  # one (host, rules) per host new in this round: O(hosts)
      | "RobotsToList" >> beam.combiners.ToList()
      | "WriteRobots" >> beam.Map(lambda pairs: write_bytes(
-         os.path.join(round_dir, "robots.json"),
+         os.path.join(here, "robots.json"),
          json.dumps({host: dataclasses.asdict(rules) for host, rules in pairs}).encode())))
+    earlier = [targets_pattern(work, n) for n in range(number)]
+    scheduled = ((p | "EarlierTargets" >> beam.Create(earlier)
+                  | "ReadEarlier" >> beam.io.ReadAllFromParquet(columns=["url"]),
+                  targets) | "Scheduled" >> beam.Flatten() | "ScheduledKeys" >> beam.Map(lambda r: crawl_key(r["url"])))
+    limit = opts.max_pages - scheduled_before
+    room = (targets | "CountTargets" >> beam.combiners.Count.Globally()
+            | "NextRoom" >> beam.Map(lambda n: limit - n))
+    (fetched[LINKS]
+     | "LinkRecords" >> beam.Map(lambda link: target_record(link.target, link.via))
+     | "GenerateNext" >> Generate(scheduled, room)
+     | "WriteNext" >> parquet_sink(os.path.join(round_dir(work, number + 1), "targets"), CRAWL_TARGET_SCHEMA))
 
 
-def read_round(round_dir: str) -> tuple[list[dict], list[Link], dict[str, RobotsRules]]:
-    rows = pq.read_table(os.path.join(round_dir, "rows.parquet")).to_pylist()
-    with open(os.path.join(round_dir, "links.jsonl"), encoding="utf-8") as fh:
-        links = [Link(CrawlTarget(**{k: v for k, v in d.items() if k != "via"}), d["via"])
-                 for d in map(json.loads, filter(None, fh.read().split("\n")))]
-    with open(os.path.join(round_dir, "robots.json"), encoding="utf-8") as fh:
-        robots = {host: RobotsRules(**d) for host, d in json.load(fh).items()}
-    return rows, links, robots
+ROW_COUNTERS = {f"{kind}_{status}" for kind in ("page", "robots", "sitemap") for status in STATUSES}
 
 
-def next_targets(links: list[Link], scheduled: set[str], room: int) -> list[CrawlTarget]:
-    """New URLs of a round's links, one spelling each (sitemap, then redirect, then
-    link; then the shortest), at most `room`, in URL order."""
-    best: dict[str, Link] = {}
-    for link in links:
-        key = crawl_key(link.target.url)
-        if key in scheduled:
-            continue
-        rank = (VIA_RANK[link.via], link.target.depth, len(link.target.url), link.target.url)
-        held = best.get(key)
-        if held is None or rank < (VIA_RANK[held.via], held.target.depth, len(held.target.url), held.target.url):
-            best[key] = link
-    chosen = sorted(best.values(), key=lambda l: (l.target.depth, l.target.url))[:max(room, 0)]
-    return sorted((l.target for l in chosen), key=lambda t: t.url)
+def run_job(options: PipelineOptions, build) -> dict[str, int]:
+    """Run one Beam job built by `build(p)`; its CrawlDB row counters (kind_status -> rows)."""
+    p = beam.Pipeline(options=options)
+    build(p)
+    result = p.run()
+    result.wait_until_finish()
+    counters = result.metrics().query(MetricsFilter().with_namespace(COUNTERS))["counters"]
+    return {c.key.metric.name: c.committed for c in counters if c.committed and c.key.metric.name in ROW_COUNTERS}
+
+
+def check_round(here: str, number: int) -> None:
+    """Every target of a round ended as exactly one page row, or the crawl stops
+    before the CrawlDB is written."""
+    bad = [line for path in sorted(glob.glob(os.path.join(here, "mismatches*")))
+           for line in open(path, encoding="utf-8").read().splitlines()]
+    if bad:
+        raise RuntimeError(f"round {number}: crawl accounting mismatch for {len(bad)} URLs "
+                           f"(e.g. {bad[:3]}); CrawlDB not written")
+
+
+def read_robots(here: str) -> dict[str, RobotsRules]:
+    with open(os.path.join(here, "robots.json"), encoding="utf-8") as fh:
+        return {host: RobotsRules(**d) for host, d in json.load(fh).items()}
+
+
+def previous_seeds(previous_dir: str) -> list[str]:
+    """The pages an earlier crawl started from (depth 0): a re-crawl's scope when no seed is given."""
+    return sorted({r["url"] for r in scan_crawldb(previous_dir, ["url", "kind", "depth"])
+                   if r["kind"] == "page" and r["depth"] == 0})
 
 
 def run(argv: list[str] | None = None) -> dict[str, int]:
@@ -174,47 +238,51 @@ def run(argv: list[str] | None = None) -> dict[str, int]:
     if not standard.runner:
         standard.runner = "FnApiRunner"
     seeds, bad_rows = read_seeds(opts)
-    previous = read_crawldb(opts.previous or opts.out)
-    if not seeds and not previous:
+    previous_dir = opts.previous or opts.out
+    scope_seeds = seeds or previous_seeds(previous_dir)
+    if not scope_seeds:
         raise ValueError("no valid seed URL (give --seed URL or --seeds FILE)" +
                          (f"; {len(bad_rows)} malformed" if bad_rows else ""))
-    config = crawl_config(opts, seeds or sorted({r["url"] for r in previous if r["kind"] == "page"}))
+    os.makedirs(opts.out, exist_ok=True)
+    with IndexLease(IndexLayout(opts.out), "crawl", opts.break_lock):
+        return crawl(options, opts, seeds, bad_rows, previous_dir, crawl_config(opts, scope_seeds))
+
+
+def crawl(options: PipelineOptions, opts: CrawlJobOptions, seeds: list[str], bad_rows: list[dict],
+          previous_dir: str, config: CrawlConfig) -> dict[str, int]:
+    """The rounds and the CrawlDB update, under the crawl directory's lease."""
     crawl_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     warc_dir = os.path.join(opts.out, WARC_DIR)
+    work = os.path.join(opts.out, ROUNDS_DIR, crawl_id)
     os.makedirs(warc_dir, exist_ok=True)
-
-    revisits = revisit_targets(previous)
-    known = {crawl_key(t.url) for t in revisits}
-    targets = revisits + [CrawlTarget(s) for s in dict.fromkeys(seeds) if crawl_key(s) not in known]
-    targets = sorted(targets, key=lambda t: t.url)[: opts.max_pages]
-    scheduled = {crawl_key(t.url) for t in targets}
+    seed_targets = [target_record(CrawlTarget(s), "seed") for s in dict.fromkeys(seeds)]
+    counts: Counter = Counter(f"{r['kind']}_{r['status']}" for r in bad_rows)
     robots: dict[str, RobotsRules] = {}
-    sitemap_done: set[str] = set()
-    rows: list[dict] = list(bad_rows)
-    started = time.time()
-    LOG.info("crawl %s: %d seeds, %d known pages to re-visit, scope %s", crawl_id, len(seeds), len(revisits),
+    scheduled, started, number = 0, time.time(), 0
+    LOG.info("crawl %s: %d seeds, re-visiting %s, scope %s", crawl_id, len(seeds),
+             crawldb_path(previous_dir) if os.path.exists(crawldb_path(previous_dir)) else "nothing",
              ", ".join(config.scope.prefixes))
     for number in range(opts.max_rounds):
-        if not targets:
+        here = round_dir(work, number)
+        os.makedirs(here, exist_ok=True)
+        counts.update(run_job(options, lambda p: round_pipeline(
+            p, number, work, seed_targets, previous_dir, scheduled, config, dict(robots), warc_dir, crawl_id, opts)))
+        check_round(here, number)
+        robots.update(read_robots(here))
+        fetched = count_rows(targets_pattern(work, number))
+        scheduled += fetched
+        upcoming = count_rows(targets_pattern(work, number + 1))
+        LOG.info("round %d: %d URLs fetched, %d new URLs for the next round, %d scheduled, %.0f s", number,
+                 fetched, upcoming, scheduled, time.time() - started)
+        if not upcoming:
             break
-        hosts = {host_of(t.url) for t in targets}
-        round_dir = os.path.join(opts.out, ROUNDS_DIR, f"{crawl_id}-r{number:02d}")
-        os.makedirs(round_dir, exist_ok=True)
-        with beam.Pipeline(options=options) as p:
-            round_pipeline(p, targets, config, dict(robots), frozenset(hosts - sitemap_done), warc_dir,
-                           f"{crawl_id}-r{number:02d}", crawl_id, opts, round_dir)
-        round_rows, links, round_robots = read_round(round_dir)
-        sitemap_done |= hosts
-        robots.update(round_robots)
-        check_round(targets, round_rows, number)
-        rows += round_rows
-        targets = next_targets(links, scheduled, opts.max_pages - len(scheduled))
-        scheduled |= {crawl_key(t.url) for t in targets}
-        LOG.info("round %d: %d rows, %d new URLs for the next round, %d scheduled, %.0f s", number,
-                 len(round_rows), len(targets), len(scheduled), time.time() - started)
-    counts = Counter(f"{r['kind']}_{r['status']}" for r in rows)
-    write_crawldb(opts.out, merge(previous, rows))
-    shutil.rmtree(os.path.join(opts.out, ROUNDS_DIR), ignore_errors=True)
+    rows_patterns = [os.path.join(round_dir(work, n), "rows-*.parquet") for n in range(number + 1)]
+    hops = redirect_hops(previous_dir, (r for pattern in rows_patterns for path in sorted(glob.glob(pattern))
+                                        for batch in pq.ParquetFile(path).iter_batches(
+                                            columns=["url", "kind", "status", "final_url"])
+                                        for r in batch.to_pylist() if r["kind"] == "page"))
+    update_crawldb(options, previous_dir, opts.out, rows_patterns, bad_rows, hops)
+    shutil.rmtree(work, ignore_errors=True)
     pages = sum(n for k, n in counts.items() if k.startswith("page_"))
     LOG.info("crawl accounting: %d page URLs scheduled = %s; %s; %.1f s (%.1f pages/s)",
              pages - len(bad_rows), " + ".join(f"{k[5:]} {n}" for k, n in sorted(counts.items())
@@ -225,23 +293,24 @@ def run(argv: list[str] | None = None) -> dict[str, int]:
     return dict(counts)
 
 
-def check_round(targets: list[CrawlTarget], rows: list[dict], number: int) -> None:
-    """Every target of a round ends as exactly one page row."""
-    wanted = Counter(t.url for t in targets)
-    got = Counter(r["url"] for r in rows if r["kind"] == "page")
-    if wanted != got:
-        missing, extra = wanted - got, got - wanted
-        raise RuntimeError(f"round {number}: crawl accounting mismatch: {sum(missing.values())} targets "
-                           f"without a row (e.g. {list(missing)[:3]}), {sum(extra.values())} rows without "
-                           f"a target (e.g. {list(extra)[:3]}); CrawlDB not written")
-
-
-def write_crawldb(crawl_dir: str, rows: list[dict]) -> None:
-    path = os.path.join(crawl_dir, CRAWLDB_FILE)
+def update_crawldb(options: PipelineOptions, previous_dir: str, out: str, rows_patterns: list[str],
+                   bad_rows: list[dict], hops: dict[str, str]) -> None:
+    """The last job: this crawl's rows over the previous CrawlDB, written aside
+    as one file and moved over CRAWL_DIR/crawldb.parquet."""
+    path = crawldb_path(out)
     tmp = path + ".tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(parquet_bytes(rows, CRAWLDB_SCHEMA))
-    os.replace(tmp, path)
+
+    def build(p: beam.Pipeline) -> None:
+        previous = (p | "ReadPrevious" >> beam.io.ReadFromParquet(crawldb_path(previous_dir))
+                    if os.path.exists(crawldb_path(previous_dir)) else p | "NoPrevious" >> beam.Create([]))
+        current = ((p | "RowFiles" >> beam.Create(rows_patterns) | "ReadRows" >> beam.io.ReadAllFromParquet(),
+                    p | "BadSeeds" >> beam.Create(bad_rows)) | "Current" >> beam.Flatten())
+        ({"previous": previous, "current": current}
+         | "Update" >> UpdateCrawlDb(hops)
+         | "Write" >> parquet_sink(tmp, CRAWLDB_SCHEMA, num_shards=1, shard_name_template=""))
+
+    run_job(options, build)
+    os.replace(tmp + ".parquet", path)
 
 
 if __name__ == "__main__":

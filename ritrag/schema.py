@@ -272,3 +272,21 @@ CRAWLDB_SCHEMA = pa.schema(
         pa.field("error", pa.string(), nullable=False),
     ]
 )
+
+# A URL scheduled or discovered during a crawl (CRAWL_DIR/.rounds/, deleted when the crawl ends):
+# transforms.crawldb.CrawlTarget's fields and how the URL was found.
+CRAWL_TARGET_SCHEMA = pa.schema(
+    [
+        pa.field("url", pa.string(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("depth", pa.int32(), nullable=False),
+        pa.field("discovered_from", pa.string(), nullable=False),
+        pa.field("redirects", pa.int32(), nullable=False),  # hops followed to reach this URL
+        pa.field("etag", pa.string(), nullable=False),  # validators of a re-visit ("" otherwise)
+        pa.field("last_modified", pa.string(), nullable=False),
+        pa.field("sha256", pa.string(), nullable=False),
+        pa.field("warc_file", pa.string(), nullable=False),
+        pa.field("warc_offset", pa.int64()),
+        pa.field("via", pa.string(), nullable=False),  # revisit | seed | sitemap | redirect | link
+    ]
+)

@@ -155,3 +155,36 @@ def test_damaged_warc_is_dead_lettered_with_file_and_offset(tmp_path):
     junk.write_bytes(b"<html>not a warc</html>")
     (letter,) = read_warc_pages(str(junk))
     assert letter.source == f"{junk}#0" and letter.reason == "bad_warc"
+
+
+def test_cut_point():
+    from transforms.crawldb import cut_point
+
+    hist = [((1, 5), 3), ((0, 9), 2), ((1, 2), 4)]
+    assert cut_point(hist, 9) is None and cut_point(hist, 100) is None
+    assert cut_point(hist, 2) == ((1, 2), 0)
+    assert cut_point(hist, 4) == ((1, 2), 2)
+    assert cut_point(hist, 0) == ((0, 9), 0)
+
+
+def test_generate_dedupes_prefers_spelling_and_caps_exactly():
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from transforms.crawldb import CrawlTarget, Generate, schedule_order, target_record
+
+    links = [target_record(CrawlTarget(f"http://h/p{i}.html", depth=1 + i % 3), "link") for i in range(60)]
+    links += [target_record(CrawlTarget("http://h/p1.html?utm_source=x", depth=1), "sitemap"),  # same key as p1
+              target_record(CrawlTarget("http://h/p2.html", depth=0), "link"),  # a second spelling, shallower
+              target_record(CrawlTarget("http://h/old.html", depth=1), "link")]
+    expected_all = {r["url"]: r for r in links if r["url"] not in ("http://h/old.html",)}
+    expected_all["http://h/p1.html"] = links[60]  # the sitemap spelling wins over the link
+    expected_all.pop("http://h/p1.html?utm_source=x")
+    expected_all["http://h/p2.html"] = links[61]  # same via: the shallower one
+    ordered = sorted(expected_all.values(), key=lambda r: (schedule_order(r), r["url"]))
+    for room, want in ((1000, ordered), (25, ordered[:25]), (0, [])):
+        with beam.Pipeline("FnApiRunner") as p:
+            got = p | beam.Create(links) | Generate(p | "S" >> beam.Create(["http://h/old.html"]),
+                                                     p | "R" >> beam.Create([room]))
+            assert_that(got | beam.Map(lambda r: (r["url"], r["via"], r["depth"])),
+                        equal_to([(r["url"], r["via"], r["depth"]) for r in want]))

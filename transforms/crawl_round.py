@@ -172,11 +172,10 @@ def crawl_host(host: str, targets: list[CrawlTarget], config: CrawlConfig, fetch
     """Everything one round does with one host: robots.txt (when not known yet:
     the rules are yielded for later rounds), sitemaps (first round of the host),
     then the targets, at most `per_host_concurrency` at a time."""
-    if rules is None and config.respect_robots:
-        rules, outcomes = fetch_robots(fetch_one, host)
+    if rules is None:  # a host new to this crawl: its rules are yielded for later rounds
+        rules, outcomes = fetch_robots(fetch_one, host) if config.respect_robots else (robots_rules(404), [])
         yield rules
         yield from outcomes
-    rules = rules or robots_rules(404)
     agent = config.policy.user_agent
     delay = max(config.per_host_delay_s, min(rules.crawl_delay(agent), config.max_crawl_delay_s))
     gate = gate_factory(delay)
@@ -201,10 +200,12 @@ def crawl_host(host: str, targets: list[CrawlTarget], config: CrawlConfig, fetch
 
 
 class FetchHostFn(beam.DoFn):
-    """(host, targets) -> Outcomes (main), Links (LINKS), (host, RobotsRules) (ROBOTS)."""
+    """(host, targets) -> Outcomes (main), Links (LINKS), (host, RobotsRules) (ROBOTS).
+    `robots`: the rules of the hosts earlier rounds met; a host not in it gets its
+    robots.txt and sitemaps read first."""
 
-    def __init__(self, config: CrawlConfig, robots: dict[str, RobotsRules], sitemap_hosts: frozenset[str]):
-        self._config, self._robots, self._sitemap_hosts = config, robots, sitemap_hosts
+    def __init__(self, config: CrawlConfig, robots: dict[str, RobotsRules]):
+        self._config, self._robots = config, robots
         self._requests = beam.metrics.Metrics.counter(COUNTERS, "http_requests")
 
     def setup(self):
@@ -225,7 +226,7 @@ class FetchHostFn(beam.DoFn):
         host, targets = host_targets
         targets = sorted(targets, key=lambda t: t.url)
         for item in crawl_host(host, targets, self._config, self._fetch, self._robots.get(host),
-                               host in self._sitemap_hosts):
+                               host not in self._robots):
             if isinstance(item, RobotsRules):
                 yield beam.pvalue.TaggedOutput(ROBOTS, (host, item))
             elif isinstance(item, Link):

@@ -1,19 +1,36 @@
 """The CrawlDB (CRAWL_DIR/crawldb.parquet, ritrag.schema.CRAWLDB_SCHEMA): what the
-crawls know of every URL, and the targets of the next fetch round.
+crawls know of every URL; and the two steps between fetch rounds, as Beam
+transforms (Nutch's generate and updatedb), so that no process holds a crawl's
+URLs.
 
-A crawl writes one row per URL it dealt with (each page scheduled, robots.txt,
-sitemap); at its end the rows of this crawl replace the previous rows of the same
-URL (`merge`), and redirect chains are followed to fill `final_url`.
+`Generate`: candidate URLs (target records, ritrag.schema.CRAWL_TARGET_SCHEMA:
+seeds and re-visits, or the links a round found) -> the next fetch list: one
+record per crawl_key not scheduled before (a CoGroupByKey with the scheduled
+keys), its best spelling (re-visit, seed, sitemap, redirect, link; then depth,
+length), at most `room` of them. The cap is exact without a global sort: a
+histogram of (depth, URL-hash bucket) -- at most depths x RANK_BUCKETS counts --
+gives the boundary bucket; buckets before it are kept whole and only the
+boundary bucket (~1/RANK_BUCKETS of one depth's URLs) is sorted by URL.
+
+`UpdateCrawlDb`: the previous CrawlDB and this crawl's rows, grouped by
+(kind, url): this crawl's rows replace the previous rows of the same URL;
+redirect rows get `final_url` = the end of their chain (`RedirectHops`, a map
+of the redirect rows only).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
+from typing import Iterable, Iterator
 
+import apache_beam as beam
 import pyarrow.parquet as pq
 
+from ritrag.ids import shard_of
 from ritrag.schema import CRAWLDB_SCHEMA
 from transforms.fetch import FetchResult
+from transforms.scope import crawl_key
 
 CRAWLDB_FILE = "crawldb.parquet"
 WARC_DIR = "warc"
@@ -25,6 +42,9 @@ STATUSES = ("fetched", "unchanged", "kept_other", "skipped_type", "redirect", "r
 INDEXABLE = ("fetched", "unchanged")  # pages whose WARC record build and update read
 REVISIT = ("fetched", "unchanged", "kept_other", "skipped_type", "redirect", "too_large", "http_error",
            "fetch_error", "disallowed")  # previous pages a re-crawl asks for again (gone ones stay gone)
+VIA_RANK = {"revisit": 0, "seed": 1, "sitemap": 2, "redirect": 3, "link": 4}  # which spelling of a URL wins
+RANK_BUCKETS = 4096  # URL-hash buckets per depth of Generate's cap
+SCAN_BATCH_ROWS = 65_536
 
 
 @dataclass(frozen=True)
@@ -55,49 +75,173 @@ def crawldb_row(target: CrawlTarget, status: str, crawl_id: str, result: FetchRe
             "warc_file": warc_file, "warc_offset": warc_offset, "error": error or r.error}
 
 
+def crawldb_path(crawl_dir: str) -> str:
+    return os.path.join(crawl_dir, CRAWLDB_FILE)
+
+
+def scan_crawldb(crawl_dir: str, columns: list[str]) -> Iterator[dict]:
+    """The CrawlDB's rows (only `columns`), streamed a batch at a time."""
+    path = crawldb_path(crawl_dir)
+    if not os.path.exists(path):
+        return
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=SCAN_BATCH_ROWS, columns=columns):
+        yield from batch.to_pylist()
+
+
 def read_crawldb(crawl_dir: str) -> list[dict]:
-    path = os.path.join(crawl_dir, CRAWLDB_FILE)
+    """The whole CrawlDB in memory (tests, small crawls; jobs stream it)."""
+    path = crawldb_path(crawl_dir)
     if not os.path.exists(path):
         return []
     return pq.read_table(path, schema=CRAWLDB_SCHEMA).to_pylist()
 
 
-def resolve_final_urls(rows: list[dict]) -> None:
-    """Set each redirect row's final_url to the end of its chain (as far as the rows go)."""
-    hop = {r["url"]: r["final_url"] for r in rows if r["kind"] == "page" and r["status"] == "redirect"}
-    for row in rows:
-        if row["status"] != "redirect":
-            continue
-        seen, url = {row["url"]}, row["final_url"]
-        while url in hop and url not in seen:
-            seen.add(url)
-            url = hop[url]
-        row["final_url"] = url
+def target_record(target: CrawlTarget, via: str) -> dict:
+    """A CRAWL_TARGET_SCHEMA record: a URL to fetch and how it was found."""
+    return {**dataclasses.asdict(target), "via": via}
 
 
-def merge(previous: list[dict], current: list[dict]) -> list[dict]:
-    """The new CrawlDB: this crawl's rows, and the previous rows of URLs it did not touch."""
-    touched = {(r["kind"], r["url"]) for r in current}
-    rows = [r for r in previous if (r["kind"], r["url"]) not in touched] + current
-    resolve_final_urls(rows)
-    return sorted(rows, key=lambda r: (r["kind"], r["url"]))
+TARGET_FIELDS = tuple(f.name for f in dataclasses.fields(CrawlTarget))
 
 
-def revisit_targets(previous: list[dict]) -> list[CrawlTarget]:
-    """The previous crawl's pages, with the validators for conditional GETs."""
-    return [CrawlTarget(r["url"], "page", r["depth"], r["discovered_from"], 0, r["etag"], r["last_modified"],
-                        r["sha256"], r["warc_file"], r["warc_offset"])
-            for r in previous if r["kind"] == "page" and r["status"] in REVISIT]
+def record_target(record: dict) -> CrawlTarget:
+    return CrawlTarget(**{k: record[k] for k in TARGET_FIELDS})
 
 
-def indexable_sources(crawl_dir: str) -> list[str]:
-    """Record sources ("<warc file>#<offset>") of the pages the CrawlDB holds as
-    current: what `ritrag build` / `update` read from a crawl directory."""
+def revisit_record(row: dict) -> list[dict]:
+    """A previous CrawlDB row as a re-crawl target (with the validators for a
+    conditional GET), or nothing (other kinds; gone pages stay gone)."""
+    if row["kind"] != "page" or row["status"] not in REVISIT:
+        return []
+    return [target_record(CrawlTarget(row["url"], "page", row["depth"], row["discovered_from"], 0, row["etag"],
+                                      row["last_modified"], row["sha256"], row["warc_file"], row["warc_offset"]),
+                          "revisit")]
+
+
+def spelling_rank(record: dict) -> tuple:
+    return VIA_RANK[record["via"]], record["depth"], len(record["url"]), record["url"]
+
+
+def schedule_order(record: dict) -> tuple[int, int]:
+    """Generate's cap keeps targets in this order (then by URL): shallow first."""
+    return record["depth"], shard_of(record["url"], RANK_BUCKETS)
+
+
+def cut_point(histogram: Iterable[tuple[tuple[int, int], int]], room: int) -> tuple[tuple[int, int], int] | None:
+    """Where `room` cuts a fetch list whose schedule_order histogram is given:
+    None when all fit, else (boundary key, how many of its URLs to keep)."""
+    total = 0
+    for key, n in sorted(histogram):
+        if total + n > room:
+            return key, max(room - total, 0)
+        total += n
+    return None
+
+
+def best_new(keyed: tuple[str, dict]) -> list[dict]:
+    """A crawl_key's candidates -> its best spelling, unless it was scheduled."""
+    _, groups = keyed
+    candidates = list(groups["candidate"])
+    if any(True for _ in groups["scheduled"]) or not candidates:
+        return []
+    return [min(candidates, key=spelling_rank)]
+
+
+class SplitAtCut(beam.DoFn):
+    """Targets before the cut (main), in the boundary bucket (BOUNDARY), after it (dropped)."""
+
+    BOUNDARY = "boundary"
+
+    def process(self, record: dict, cut):
+        if cut is None or schedule_order(record) < cut[0]:
+            yield record
+        elif schedule_order(record) == cut[0]:
+            yield beam.pvalue.TaggedOutput(self.BOUNDARY, record)
+
+
+class Generate(beam.PTransform):
+    """Candidate target records -> the fetch list (see the module docstring).
+    `scheduled`: crawl_keys already scheduled; `room`: a one-element PCollection."""
+
+    def __init__(self, scheduled: beam.PCollection, room: beam.PCollection):
+        super().__init__()
+        self._scheduled, self._room = scheduled, room
+
+    def expand(self, candidates):
+        new = ({"candidate": candidates | "KeyCandidates" >> beam.Map(lambda r: (crawl_key(r["url"]), r)),
+                "scheduled": self._scheduled | "KeyScheduled" >> beam.Map(lambda k: (k, None))}
+               | "JoinScheduled" >> beam.CoGroupByKey()
+               | "BestNew" >> beam.FlatMap(best_new))
+        cut = (new
+               | "OrderKey" >> beam.Map(lambda r: (schedule_order(r), 1))
+               | "Histogram" >> beam.CombinePerKey(sum)
+               | "HistogramList" >> beam.combiners.ToList()
+               | "CutPoint" >> beam.Map(cut_point, room=beam.pvalue.AsSingleton(self._room)))
+        split = new | "SplitAtCut" >> beam.ParDo(SplitAtCut(), cut=beam.pvalue.AsSingleton(cut)).with_outputs(
+            SplitAtCut.BOUNDARY, main="kept")
+        boundary = (split[SplitAtCut.BOUNDARY]
+                    | "OneBoundary" >> beam.Map(lambda r: (None, r))
+                    | "GroupBoundary" >> beam.GroupByKey()
+                    | "TakeBoundary" >> beam.FlatMap(
+                        lambda kv, cut: sorted(kv[1], key=lambda r: r["url"])[:cut[1]],
+                        cut=beam.pvalue.AsSingleton(cut)))
+        return (split["kept"], boundary) | "Targets" >> beam.Flatten()
+
+
+def redirect_hops(previous_dir: str, current_rows: Iterable[dict]) -> dict[str, str]:
+    """url -> next hop of every page the new CrawlDB holds as a redirect: the
+    previous redirects, then this crawl's page rows (url, status, final_url)
+    replacing them. Memory: the redirect rows only."""
+    hops = {r["url"]: r["final_url"] for r in scan_crawldb(previous_dir, ["url", "kind", "status", "final_url"])
+            if r["kind"] == "page" and r["status"] == "redirect"}
+    for row in current_rows:
+        if row["status"] == "redirect":
+            hops[row["url"]] = row["final_url"]
+        else:
+            hops.pop(row["url"], None)
+    return hops
+
+
+def chain_end(row: dict, hops: dict[str, str]) -> dict:
+    """A redirect row with final_url = the end of its chain (as far as the rows go)."""
+    if row["kind"] != "page" or row["status"] != "redirect":
+        return row
+    seen, url = {row["url"]}, row["final_url"]
+    while url in hops and url not in seen:
+        seen.add(url)
+        url = hops[url]
+    return {**row, "final_url": url}
+
+
+def newest_rows(keyed: tuple[tuple[str, str], dict]) -> list[dict]:
+    """This crawl's rows of a URL, else the previous ones."""
+    _, groups = keyed
+    return list(groups["current"]) or list(groups["previous"])
+
+
+class UpdateCrawlDb(beam.PTransform):
+    """{"previous": rows, "current": rows} -> the new CrawlDB rows (module docstring)."""
+
+    def __init__(self, hops: dict[str, str]):
+        super().__init__()
+        self._hops = hops
+
+    def expand(self, rows):
+        key = lambda r: ((r["kind"], r["url"]), r)  # noqa: E731
+        return ({name: pcoll | f"Key{name.title()}" >> beam.Map(key) for name, pcoll in rows.items()}
+                | "JoinByUrl" >> beam.CoGroupByKey()
+                | "Newest" >> beam.FlatMap(newest_rows)
+                | "ChainEnd" >> beam.Map(chain_end, self._hops))
+
+
+def indexable_source(row: dict, crawl_dir: str) -> list[str]:
+    """The record source ("<warc file>#<offset>") of a page the CrawlDB holds as
+    current, or nothing: what `ritrag build` / `update` read from a crawl directory."""
     from transforms.warc import record_source
 
-    return sorted(record_source(os.path.join(crawl_dir, WARC_DIR, r["warc_file"]), r["warc_offset"])
-                  for r in read_crawldb(crawl_dir)
-                  if r["kind"] == "page" and r["status"] in INDEXABLE and r["warc_file"])
+    if row["kind"] != "page" or row["status"] not in INDEXABLE or not row["warc_file"]:
+        return []
+    return [record_source(os.path.join(crawl_dir, WARC_DIR, row["warc_file"]), row["warc_offset"])]
 
 
 def is_crawl_dir(path: str) -> bool:

@@ -232,16 +232,23 @@ class ReadWarcPages(beam.PTransform):
                 | "ReadRecords" >> beam.FlatMap(read_warc_pages))
 
 
-class ReadRecordSources(beam.PTransform):
-    """Record sources ("file#offset") -> WarcPage records (or DeadLetters)."""
+class ReadCrawlDirPages(beam.PTransform):
+    """A crawl directory -> WarcPage records (or DeadLetters) of the pages its
+    CrawlDB holds as current; the CrawlDB is read as a Beam source, not listed
+    in the launcher."""
 
-    def __init__(self, sources: Iterable[str]):
+    def __init__(self, crawl_dir: str):
         super().__init__()
-        self._sources = list(sources)
+        self._dir = crawl_dir
 
     def expand(self, pbegin):
+        from transforms.crawldb import crawldb_path, indexable_source
+
         return (pbegin
-                | "RecordSources" >> beam.Create(self._sources)
+                | "ReadCrawlDb" >> beam.io.ReadFromParquet(crawldb_path(self._dir),
+                                                           columns=["kind", "status", "warc_file", "warc_offset"])
+                | "RecordSources" >> beam.FlatMap(indexable_source, self._dir)
+                | "Reshuffle" >> beam.Reshuffle()
                 | "ReadRecord" >> beam.Map(read_record))
 
 
@@ -263,8 +270,6 @@ class ReadWarcInput(beam.PTransform):
         self._pattern = pattern
 
     def expand(self, pbegin):
-        from transforms.crawldb import indexable_sources
-
         if is_warc_pattern(self._pattern):
             return pbegin | "ReadWarcFiles" >> ReadWarcPages(self._pattern)
-        return pbegin | "ReadCrawlDir" >> ReadRecordSources(indexable_sources(self._pattern[:-2]))
+        return pbegin | "ReadCrawlDir" >> ReadCrawlDirPages(self._pattern[:-2])
