@@ -13,6 +13,7 @@
     ritrag mcp INDEX [--transport stdio|streamable-http]  MCP server with the GetToC and Read tools
     ritrag tools [--format openai|anthropic|mcp]        the tool definitions, as JSON
     ritrag agent INDEX "question" --base_url URL --model NAME [--api_key_env VAR] [--transcript FILE]
+    ritrag eval INDEX QUESTIONS.jsonl [--k 200 --n 50 --max_calls 10 --chunks 10] [--out DIR] [--agent ...]
 
 The CLI is the top of the dependency graph: it imports the jobs lazily, so the
 serving commands never load Beam.
@@ -203,6 +204,39 @@ def _agent(args: argparse.Namespace, extra: list[str]) -> int:
     return 0 if result.error is None else 1
 
 
+def _eval(args: argparse.Namespace, extra: list[str]) -> int:
+    from serving.api import one_thread_per_query
+    from serving.eval import AgentConfig, EvalConfig, EvalInputError, evaluate, load_questions, open_index
+    from serving.eval_report import render_text, write_report
+    from serving.errors import ToolError
+
+    one_thread_per_query()  # questions run one after another; see one_thread_per_query
+
+    agent = None
+    if args.agent:
+        if not (args.base_url and args.model):
+            raise ToolError("invalid_arguments", "--agent needs --base_url and --model")
+        api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
+        if args.api_key_env and not api_key:
+            raise ToolError("invalid_arguments", f"--api_key_env: the environment variable {args.api_key_env} is not set")
+        agent = AgentConfig(base_url=args.base_url, model=args.model, api_key=api_key, max_calls=args.max_calls,
+                            max_toc=args.max_toc, transcripts_dir=args.transcripts, judge_model=args.judge_model,
+                            toc_format=args.toc_format, temperature=args.temperature, max_tokens=args.max_tokens)
+    config = EvalConfig(k=args.k, n=args.n, max_calls=args.max_calls, ids_per_read=args.ids_per_read,
+                        max_chars=args.max_chars, chunks=args.chunks)
+    try:
+        questions = load_questions(args.questions)
+        report = evaluate(open_index(args.index), questions, config, agent,
+                          progress=lambda line: print(line, file=sys.stderr))
+    except EvalInputError as exc:  # a clean refusal, printed by main as one JSON line
+        raise ToolError("invalid_arguments", str(exc)) from None
+    print(render_text(report))
+    if args.out:
+        paths = write_report(report, args.out)
+        print(f"\nreport: {paths['json']}, {paths['html']}")
+    return 0
+
+
 def _service_arguments(p: argparse.ArgumentParser, port: int) -> None:
     from serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N
     from serving.budget import Budget
@@ -339,6 +373,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--temperature", type=float, help="sampling temperature (default: the endpoint's)")
     p.add_argument("--max_tokens", type=int, help="completion tokens per model call (default: the endpoint's)")
     p.set_defaults(func=_agent)
+
+    p = sub.add_parser("eval", help="score an index on a question file: the sub-forest beside the method's baselines",
+                       description="Question file format: benchmarks/questions/README.md. Prints the table; --out "
+                                   "writes eval.json and a self-contained eval.html. Real agent numbers need a "
+                                   "real model behind --base_url.")
+    p.add_argument("index")
+    p.add_argument("questions", help="JSONL question file")
+    p.add_argument("--k", type=int, default=DEFAULT_K, help="chunks recalled per retriever")
+    p.add_argument("--n", type=int, default=DEFAULT_N, help="nodes kept (GetToC hits, BM25- and dense-only rankings)")
+    p.add_argument("--max_calls", type=int, default=Budget.calls,
+                   help="tool calls per question, the one GetToC included (reader and agent)")
+    p.add_argument("--ids_per_read", type=int, default=1, help="nodes the deterministic reader asks per Read")
+    p.add_argument("--max_chars", type=int, default=DEFAULT_MAX_CHARS, help="characters of a node one Read returns")
+    p.add_argument("--chunks", type=int, default=10, help="chunks the plain-RAG baseline reads")
+    p.add_argument("--out", help="directory for eval.json and eval.html")
+    p.add_argument("--agent", action="store_true", help="also run the agent loop on every question")
+    p.add_argument("--base_url", help="OpenAI-compatible endpoint (with --agent)")
+    p.add_argument("--model", help="model name (with --agent)")
+    p.add_argument("--api_key_env", help="the environment variable holding the endpoint's API key")
+    p.add_argument("--max_toc", type=int, default=Budget.toc_calls, help="GetToC calls per question (agent)")
+    p.add_argument("--toc_format", choices=("json", "outline"), default="json", help="what GetToC shows the agent")
+    p.add_argument("--temperature", type=float, help="the agent's sampling temperature (default: the endpoint's)")
+    p.add_argument("--max_tokens", type=int, help="completion tokens per model call (default: the endpoint's)")
+    p.add_argument("--transcripts", help="directory for one JSONL transcript per question (agent)")
+    p.add_argument("--judge_model", help="grade agent answers against questions' `answer` with this model")
+    p.set_defaults(func=_eval)
 
     args, extra = top.parse_known_args(argv)
     jobs = ("build", "update", "compact", "crawl")  # Beam jobs: runner flags pass through; progress is logged

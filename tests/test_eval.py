@@ -229,10 +229,13 @@ def test_cli_eval(tiny_hash_index, tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "q", "gold": ["a"]}\n{oops\n', encoding="utf-8")
     assert cli.main(["eval", str(tiny_hash_index), str(bad)]) == 2
-    assert "bad.jsonl: line 2: not valid JSON" in capsys.readouterr().err
+    error = json.loads(capsys.readouterr().err)["error"]  # a refusal: one JSON line, as every sub-command's
+    assert error["reason"] == "invalid_arguments" and "bad.jsonl: line 2: not valid JSON" in error["message"]
     (tmp_path / "empty.jsonl").write_text("")
     assert cli.main(["eval", str(tiny_hash_index), str(tmp_path / "empty.jsonl")]) == 2
     assert "no questions" in capsys.readouterr().err
+    assert cli.main(["eval", str(tiny_hash_index), qfile, "--agent"]) == 2
+    assert "--agent needs --base_url and --model" in capsys.readouterr().err
 
 
 @pytest.mark.slow
