@@ -103,3 +103,12 @@ def test_an_index_of_another_format_is_refused_with_what_to_do(tmp_path):
 
     with pytest.raises(IndexLoadError, match=f"format 1 .*reads format {FORMAT_VERSION}.*rebuild"):
         Manifest.from_json(json.dumps({"format_version": 1}).encode())
+
+
+def test_a_cut_postings_cache_is_rebuilt_not_fatal(synthetic, loaded, tmp_path):
+    LoadedIndex(synthetic, cache_dir=str(tmp_path))
+    (cached,) = [p for p in tmp_path.rglob("chunk_index.npy")]
+    cached.write_bytes(cached.read_bytes()[: cached.stat().st_size // 2])
+    again = LoadedIndex(synthetic, cache_dir=str(tmp_path))
+    np.testing.assert_array_equal(again.postings.chunk_index, loaded.postings.chunk_index)
+    assert LoadedIndex(synthetic, cache_dir=str(tmp_path)).postings.chunk_index.shape == loaded.postings.chunk_index.shape

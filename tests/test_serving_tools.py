@@ -246,3 +246,12 @@ def test_episode_memory_is_bounded():
 
 def _preorder(trees):
     return [node for node, _ in preorder(trees)]
+
+
+@pytest.mark.parametrize("argv", [["toc", "{index}", "port", "--k", "-1"], ["toc", "{index}", "port", "--n", "0"],
+                                  ["read", "{index}", "x", "--max_chars", "-5"],
+                                  ["read", "{index}", "x", "--offset", "-10"]])
+def test_cli_refuses_out_of_range_numbers_with_one_json_line(tiny_hash_index, capsys, argv):
+    assert cli.main([a.format(index=tiny_hash_index) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and json.loads(err)["error"]["reason"] == "invalid_arguments"
