@@ -351,3 +351,52 @@ def test_the_version_watcher_survives_a_bad_current_and_retries_each_tick(tiny_h
         assert service.index.version == "v000002" and watcher.status()["last_error"] is None
     finally:
         watcher.stop()
+
+
+@pytest.fixture(scope="module")
+def hashed_snapshots(tmp_path_factory):
+    """build(A) + update(B) and build(B) with the hashing stand-in, in the default
+    (path-aware) representation: B moves a page and re-attaches the children of
+    a deleted one, so unchanged pages change paths."""
+    root = tmp_path_factory.mktemp("update_hashed")
+    a, b = write_tiny_site(root / "a"), make_snapshot_b(root / "b")
+    updated, fresh = root / "updated", root / "fresh"
+    build_index(a, updated, "--embedding_model", "hashing:384")
+    update.run(["--input", str(b), "--index", str(updated)])
+    build_index(b, fresh, "--embedding_model", "hashing:384")
+    return updated, fresh
+
+
+def live_vectors(index_dir: Path, chunk_ids) -> dict:
+    from ritrag.vectors import VectorStore
+
+    live = LiveIndex.open(IndexLayout(str(index_dir)))
+    store = VectorStore.open([f.path for f in live.files["vectors"]])
+    return dict(zip(chunk_ids, store.vectors(list(chunk_ids)).tolist()))
+
+
+def test_build_and_update_chunk_with_the_same_function():
+    from transforms import chunk
+
+    assert update.node_chunker is chunk.node_chunker  # UpdatePagesFn and RechunkReplacedFn
+    assert "node_chunker(self._spec, self._representation)" in __import__("inspect").getsource(chunk.ChunkNodesFn)
+
+
+def test_an_update_gives_the_rows_and_vectors_of_a_fresh_build_in_the_path_representation(hashed_snapshots):
+    updated, fresh = hashed_snapshots
+    for kind in ("nodes", "chunks", "pages"):
+        assert live_table(updated, kind) == live_table(fresh, kind), kind
+    chunks = live_table(fresh, "chunks")
+    assert any(c["ordinal"] == -1 for c in chunks.values())  # node documents are rows too
+    moved = next(c for c in chunks.values() if c["ordinal"] == -1 and c["text"].endswith("Deploying"))
+    assert moved["text"] == "Shop Server > Version 2 > Deploying"  # the page moved under Version 2
+    assert live_vectors(updated, list(chunks)) == live_vectors(fresh, list(chunks))
+
+
+def test_an_update_refuses_another_representation(hashed_snapshots, tmp_path):
+    updated, _ = hashed_snapshots
+    before = IndexLayout(str(updated)).current_version()
+    for flags in (["--chunk_template", "{title}\\n{body}"], ["--node_docs", "off"], ["--path_levels", "2"]):
+        with pytest.raises(ValueError, match="rebuild"):
+            update.run(["--input", str(tmp_path), "--index", str(updated), *flags])
+    assert IndexLayout(str(updated)).current_version() == before
