@@ -146,8 +146,9 @@ def node_chunk_rows(node: dict, representation: Representation, count: TokenCoun
     passages = counted_passages(node["body"], lambda p: representation.render(node, p), count, limit, additive)
     pieces = [(ordinal, title_line(passage), embedded, n)
               for ordinal, (passage, embedded, n) in enumerate(passages)]
-    if representation.node_docs:
-        doc, n = _truncated(representation.node_doc(node), limit, count)
+    doc = representation.node_doc(node) if representation.node_docs else ""
+    if doc:  # a node with neither title nor path nor metadata has nothing to match
+        doc, n = _truncated(doc, limit, count)
         pieces.insert(0, (NODE_DOC_ORDINAL, doc, doc, n))
     return [{
         "chunk_id": chunk_id_for(node["node_id"], ordinal, embedded),
