@@ -66,11 +66,13 @@ def test_chunks_stay_inside_their_node_and_under_the_limit(sample_index):
     assert len(chunks) > 300
     squash = lambda s: "".join(s.split())
     for c in chunks:
+        assert 0 < c["n_tokens"] <= limit  # tokens of what the model embeds (the representation's text)
+        if c["ordinal"] == -1:  # the node's own document: its path, summary, keywords
+            continue
         node = nodes[c["node_id"]]
         title, _, passage = c["text"].partition("\n")
         assert title == node["title"].strip()
         assert squash(passage) in squash(node["body"])  # text of this node only
-        assert 0 < c["n_tokens"] <= limit
     recount = tokenizer([c["text"] for c in chunks[:500]], add_special_tokens=False)["input_ids"]
     assert max(map(len, recount)) <= limit
 
