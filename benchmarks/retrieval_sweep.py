@@ -38,9 +38,13 @@ TAGS = ("lookalike", "half:a", "half:b")
 
 
 def figures(report: dict) -> dict:
+    """GetToC's (subforest) MRR and hit@1, and those of its BM25 and dense sides alone."""
     def pick(block: dict) -> dict:
         s = block.get("subforest", {})
-        return {"scored": block.get("scored"), "mrr": s.get("mrr"), "hit@1": s.get("hit@1")}
+        out = {"scored": block.get("scored"), "mrr": s.get("mrr"), "hit@1": s.get("hit@1")}
+        for side in ("bm25", "dense"):
+            out[side] = {m: block.get(side, {}).get(m) for m in ("mrr", "hit@1")}
+        return out
 
     return {"overall": pick(report["overall"]), **{t: pick(report["by_tag"].get(t, {})) for t in TAGS}}
 
