@@ -5,6 +5,7 @@
     ritrag read INDEX NODE_ID... [--max_chars N] [--offset N]
     ritrag update INPUT --index INDEX [Beam runner options]
     ritrag crawl SEED_URL... --out CRAWL_DIR [--seeds FILE] [crawl options]   then build/update CRAWL_DIR
+    ritrag refresh SEED_URL... --crawl_dir CRAWL_DIR --index INDEX   crawl -> update (or build) -> publish
     ritrag compact INDEX | ritrag versions INDEX | ritrag rollback INDEX VERSION
     ritrag prune INDEX [--keep 5]
     ritrag inspect INDEX [--html REPORT.html]
@@ -44,12 +45,23 @@ def _job(name: str, flags: Callable[[argparse.Namespace], list[str]], index: Cal
     return run
 
 
+def _seed_flags(args: argparse.Namespace) -> list[str]:
+    return ([f for url in args.seeds for f in ("--seed", url)]
+            + (["--seeds", args.seeds_file] if args.seeds_file else []))
+
+
 def _crawl(args: argparse.Namespace, extra: list[str]) -> int:
     from pipelines import crawl
 
-    flags = [f for url in args.seeds for f in ("--seed", url)] + ["--out", args.out]
-    counts = crawl.run(flags + (["--seeds", args.seeds_file] if args.seeds_file else []) + extra)
+    counts = crawl.run([*_seed_flags(args), "--out", args.out, *extra])
     print(json.dumps({"crawl_dir": args.out, "rows": counts}))
+    return 0
+
+
+def _refresh(args: argparse.Namespace, extra: list[str]) -> int:
+    from pipelines import refresh
+
+    print(json.dumps(refresh.run([*_seed_flags(args), "--crawl_dir", args.crawl_dir, "--index", args.index, *extra])))
     return 0
 
 
@@ -300,6 +312,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", dest="seeds_file", default=None, help="file of seed URLs, one per line")
     p.set_defaults(func=_crawl)
 
+    p = sub.add_parser("refresh", help="the scheduled loop: crawl -> update (or first build) -> publish",
+                       description="Unknown options go to the crawl and build/update jobs (see pipelines/refresh.py).")
+    p.add_argument("seeds", nargs="*", help="seed URLs (a re-crawl may omit them: the CrawlDB's are used)")
+    p.add_argument("--crawl_dir", required=True, help="crawl directory, re-crawled with conditional GETs")
+    p.add_argument("--index", required=True, help="index directory: updated, or built if it has no version")
+    p.add_argument("--seeds", dest="seeds_file", default=None, help="file of seed URLs, one per line")
+    p.set_defaults(func=_refresh)
+
     p = sub.add_parser("compact", help="merge a version's segments into one, dropping dead rows (a Beam job)")
     p.add_argument("index")
     p.set_defaults(func=_job("compact", lambda a: ["--index", a.index], lambda a: a.index))
@@ -401,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_eval)
 
     args, extra = top.parse_known_args(argv)
-    jobs = ("build", "update", "compact", "crawl")  # Beam jobs: runner flags pass through; progress is logged
+    jobs = ("build", "update", "compact", "crawl", "refresh")  # Beam jobs: runner flags pass through; progress is logged
     if extra and args.command not in jobs:
         top.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.INFO if args.verbose or args.command in jobs else logging.WARNING,

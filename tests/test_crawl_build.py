@@ -1,7 +1,8 @@
-"""crawl -> build equals building the served folder; a re-crawl with nothing
-changed gets 304s and an update that indexes nothing; after pages change, appear
-and go, re-crawl + update equals a fresh build of the new site; damaged WARC
-input is dead-lettered with file and offset."""
+"""The scheduled loop (`refresh`: crawl -> build, then crawl -> update) against a
+served site: the first build equals building the served folder; a refresh with
+nothing changed gets 304s and publishes an empty delta; after pages change,
+appear and go, a refresh equals a fresh build of the new site. A crawl takes
+its directory's lease. Damaged WARC input is dead-lettered with file and offset."""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,8 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import build, crawl, update
+from pipelines import build, crawl, refresh
+from ritrag import cli
 from serving.api import RitragIndex
 from tests.conftest import SAMPLE
 from tests.crawl_site import CrawlSite
@@ -21,9 +23,8 @@ SITE = "sphinx"
 BUILD = ["--embedding_model", "hashing:384", "--site_depth", "1"]
 
 
-def crawl_flags(site, out):
-    return ["--seed", site.base + f"{SITE}/index.html", "--out", str(out), "--per_host_delay_s", "0",
-            "--timeout_s", "2", "--retries", "1", "--retry_backoff_s", "0.01", "--warc_shards", "2"]
+CRAWL = ["--per_host_delay_s", "0", "--timeout_s", "2", "--retries", "1", "--retry_backoff_s", "0.01",
+         "--warc_shards", "2"]
 
 
 def statuses(out):
@@ -40,50 +41,63 @@ def site(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_crawl_build_update_cycle(site, tmp_path):
-    out = tmp_path / "crawl"
-    crawl.run(crawl_flags(site, out))
-    from_warc, from_files = tmp_path / "from_warc", tmp_path / "from_files"
-    build.run(["--input", str(out), "--out", str(from_warc), *BUILD])
+def test_refresh_cycle(site, tmp_path, capsys):
+    """`refresh` (crawl -> build the first time, crawl -> update after) against
+    the served site, the second run through `ritrag refresh`."""
+    crawl_dir, index = tmp_path / "crawl", tmp_path / "index"
+    flags = ["--crawl_dir", str(crawl_dir), "--index", str(index), *CRAWL, *BUILD]
+    first = refresh.run(["--seed", site.base + f"{SITE}/index.html", *flags])
+    assert first["built"] and first["crawl"]["page_fetched"] == len(site.page_paths())
+    from_files = tmp_path / "from_files"
     build.run(["--input", str(site.root), "--out", str(from_files), "--base_url", site.base, *BUILD])
     for kind in ("nodes", "chunks", "pages"):
-        assert live_table(from_warc, kind) == live_table(from_files, kind), kind
+        assert live_table(index, kind) == live_table(from_files, kind), kind
     query = "configure extensions"
-    assert RitragIndex(str(from_warc)).get_toc(query) == RitragIndex(str(from_files)).get_toc(query)
+    before = RitragIndex(str(index)).get_toc(query)
+    assert before == RitragIndex(str(from_files)).get_toc(query)
 
-    # nothing changed: 304s, no new WARC files, an update that indexes nothing
-    warcs = sorted((out / "warc").iterdir())
+    # nothing changed: 304s, no new WARC files, and a new version that is an empty delta
+    warcs = sorted((crawl_dir / "warc").iterdir())
     site.log.clear()
-    crawl.run(crawl_flags(site, out))
+    capsys.readouterr()
+    assert cli.main(["refresh", site.base + f"{SITE}/index.html", *flags]) == 0
+    second = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     pages = [r for r in site.log if r.path.startswith(f"/{SITE}/")]
     assert pages and all(r.status == 304 for r in pages)
-    assert sorted((out / "warc").iterdir()) == warcs
-    assert set(statuses(out).values()) <= {"unchanged", "gone", "redirect", "skipped_type", "too_large",
-                                           "disallowed", "fetch_error"}
-    before = RitragIndex(str(from_warc)).get_toc(query)
-    version = update.run(["--input", str(out), "--index", str(from_warc)])
-    manifest = json.loads((from_warc / "versions" / f"{version}.json").read_text())
+    assert sorted((crawl_dir / "warc").iterdir()) == warcs
+    assert set(statuses(crawl_dir).values()) <= {"unchanged", "gone", "redirect", "skipped_type", "too_large",
+                                                 "disallowed", "fetch_error"}
+    assert not second["built"] and second["version"] != first["version"]
+    manifest = json.loads((index / "versions" / f"{second['version']}.json").read_text())
     assert manifest["segments"][-1]["counts"]["pages_indexed"] == 0
     assert manifest["segments"][-1]["counts"].get("chunks_added", 0) == 0
-    after = RitragIndex(str(from_warc)).get_toc(query)
+    after = RitragIndex(str(index)).get_toc(query)
     assert {**after, "version": None} == {**before, "version": None}
-    assert live_table(from_warc, "nodes") == live_table(from_files, "nodes")
+    assert live_table(index, "nodes") == live_table(from_files, "nodes")
 
-    # change one page, add one, delete one; re-crawl + update == fresh build of the new folder
+    # change one page, add one, delete one: refresh == fresh build of the new folder
     (site.root / SITE / "faq.html").write_text((site.root / SITE / "faq.html").read_text().replace(
         "</body>", "<p>Frequently rotated answers about crawling.</p></body>"))
     shutil.copy(site.root / SITE / "support.html", site.root / SITE / "support-copy.html")
     (site.root / SITE / "glossary.html").unlink()
-    crawl.run(crawl_flags(site, out))
-    st = statuses(out)
+    refresh.run(["--seed", site.base + f"{SITE}/index.html", *flags])
+    st = statuses(crawl_dir)
     assert st[site.base + f"{SITE}/glossary.html"] == "gone"
     assert st[site.base + f"{SITE}/faq.html"] == "fetched"
     assert st[site.base + f"{SITE}/support-copy.html"] == "fetched"
-    update.run(["--input", str(out), "--index", str(from_warc)])
     fresh = tmp_path / "fresh"
     build.run(["--input", str(site.root), "--out", str(fresh), "--base_url", site.base, *BUILD])
     for kind in ("nodes", "chunks", "pages"):
-        assert live_table(from_warc, kind) == live_table(fresh, kind), kind
+        assert live_table(index, kind) == live_table(fresh, kind), kind
+
+
+def test_a_crawl_takes_the_crawl_directorys_lease(tmp_path):
+    from ritrag.layout import LEASE_FILE, IndexLayout, IndexLease, IndexLockedError
+
+    with IndexLease(IndexLayout(str(tmp_path)), "another crawl"):
+        with pytest.raises(IndexLockedError, match="another crawl"):
+            crawl.run(["--seed", "http://127.0.0.1:9/", "--out", str(tmp_path)])
+        assert [p.name for p in tmp_path.iterdir()] == [LEASE_FILE]  # refused before anything was written
 
 
 def test_damaged_warc_input_is_dead_lettered(tmp_path):
