@@ -504,6 +504,27 @@ def test_block_boundaries_are_kept_around_wrapper_divs():
                                         "Nested block", "tail"]
 
 
+def test_a_contents_list_of_the_page_own_sections_is_not_text_but_one_of_other_pages_is():
+    """A long page's contents at its top (links to its own anchors) repeats its headings;
+    a chapter's contents linking its pages is the page's text and its children's order."""
+    own = ('<div class="toc"><p><b>Table of Contents</b></p><dl class="toc">'
+           '<dt><a href="#setup">1. Setup</a></dt><dt><a href="linux.html#usage">2. Usage</a></dt></dl></div>')
+    body = (f'<div id="content"><h1>Installing on Linux</h1>{own}<h2 id="setup">1. Setup</h2><p>Unpack it.</p>'
+            '<h2 id="usage">2. Usage</h2><p>Run it.</p></div>')
+    page = parse(html(body))
+    assert "Table of Contents" not in page.body and page.sections[0].text == ""
+    others = ('<div id="content"><h1>Installation</h1><div class="toctree-wrapper"><ul>'
+              '<li><a href="linux.html">On Linux</a></li><li><a href="windows.html">On Windows</a></li></ul></div></div>')
+    index = parse(html(others), url=f"{SITE}/install/index.html")
+    assert index.body == "On Linux\nOn Windows"
+    assert index.nav_order == (f"{SITE}/install/linux.html", f"{SITE}/install/windows.html")
+
+
+def test_section_sign_links_ending_a_paragraph_are_dropped():
+    body = '<main><h1>Notes</h1><p>Fix a crash (Jane Doe) <a href="#n1">§</a> <a href="#n2">§</a></p></main>'
+    assert parse(html(body)).body == "Fix a crash (Jane Doe)"
+
+
 def test_an_empty_or_tiny_main_region_is_not_trusted():
     body = ('<header><a href="/">Home</a></header><main id="app"></main>'
             '<div id="content"><h1>Installing on Linux</h1><p>Download the archive for your distribution '

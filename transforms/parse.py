@@ -174,6 +174,10 @@ _string_value = etree.XPath("string()", smart_strings=False)
 # line breaks and indentation are.
 _normalized_string = etree.XPath("normalize-space()", smart_strings=False)
 _SPACES = re.compile(r"[\s\u00a0\u2000-\u200a\u202f\u205f\u3000]+")
+# No-break and other Unicode spaces, with the ASCII spaces next to them: one
+# character class without \s scans several times faster than _SPACES.
+_UNICODE_SPACES = "\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+_UNICODE_SPACE_RUN = re.compile(f" ?[{_UNICODE_SPACES}][ {_UNICODE_SPACES}]*")
 _CRUMB_EDGE_CHARS = " »›>/|→«‹<·•:\\"
 _CRUMB_SEPARATOR = re.compile(r"\s*[»›→]\s*|\s+[>|/\\·•]\s+")
 
@@ -988,9 +992,12 @@ def _is_skip_link(link: etree._Element) -> bool:
         (link.text or "").lstrip().lower().startswith(("skip to", "jump to")))
 
 
-def _strip_boilerplate(main: etree._Element, marked_main: bool, survey: _Survey) -> None:
+def _strip_boilerplate(main: etree._Element, marked_main: bool, survey: _Survey,
+                       in_page_tocs: list[etree._Element]) -> None:
     etree.strip_elements(main, *(_DROP_TAGS if marked_main else _DROP_TAGS + _CHROME_TAGS),
                          with_tail=False)
+    for toc in in_page_tocs:
+        _drop(toc)
     for el, always in survey.boilerplate:
         # Inside a marked-up main region, a "header" or "sidebar" is the text's own.
         if (always or not marked_main) and _is_inside(el, main):
@@ -1001,21 +1008,31 @@ def _strip_boilerplate(main: etree._Element, marked_main: bool, survey: _Survey)
         _drop(link)
 
 
-def _find_nav_order(main: etree._Element, survey: _Survey, loc: _Location) -> tuple[str, ...]:
-    """Same-site pages linked from the page's own table of contents, in order."""
+def _find_nav_order(main: etree._Element, survey: _Survey, loc: _Location
+                    ) -> tuple[tuple[str, ...], list[etree._Element]]:
+    """Same-site pages linked from the page's own tables of contents, in order;
+    and those tables of contents that link only to places in the page itself (a
+    long page's contents at its top): they repeat its headings, so are no text."""
     order: dict[str, None] = {}
     resolved: dict[str, str | None] = {}
+    in_page = []
     for toc in survey.tocs:
         if toc is not main and not _is_inside(toc, main):
             continue
+        links = leaves_page = 0
         for link in toc.iter("a"):
             page_href = (link.get("href") or "").split("#", 1)[0]
             if page_href not in resolved:
-                resolved[page_href] = loc.resolve(page_href) if page_href.strip() else None
+                resolved[page_href] = loc.resolve(page_href) if page_href.strip() else loc.url
             url = resolved[page_href]
-            if url and url not in loc.self_urls and loc.inside_site(url):
-                order[url] = None
-    return tuple(order)
+            links += 1
+            if url not in loc.self_urls:
+                leaves_page += 1
+                if url and loc.inside_site(url):
+                    order[url] = None
+        if links and not leaves_page and toc is not main:
+            in_page.append(toc)
+    return tuple(order), in_page
 
 
 # ------------------------------------------------------------------------- text and sections
@@ -1040,7 +1057,7 @@ _BLOCK_MARKS: dict[str, tuple[str, str]] = {  # tag -> (mark before its text, ma
     **dict.fromkeys(("td", "th"), (" | ", "")),  # rows read "| cell | cell"
 }
 _CELL_TAGS = ("td", "th")
-_PERMALINK_CHARS = "¶ "
+_PERMALINK_CHARS = "¶§ "
 _PERMALINK_GLYPHS = re.compile(r"(?:\s*[¶§🔗]|\s+#)+$")
 _PERMALINK_ENDINGS = ("¶", "§", "🔗", " #")
 
@@ -1268,14 +1285,14 @@ def _parse_utf8(utf8: bytes, url: str, site: str) -> ParsedPage:
     trail = _find_trail(root, survey, head, loc, utf8)
 
     main, marked_main = _find_main(root, survey)
-    nav_order = _find_nav_order(main, survey, loc)
-    _strip_boilerplate(main, marked_main, survey)
+    nav_order, in_page_tocs = _find_nav_order(main, survey, loc)
+    _strip_boilerplate(main, marked_main, survey, in_page_tocs)
     pre_blocks = _mark_pre_blocks(main)
     _mark_blocks(main)
     headings = _mark_headings(main)
     text = _normalized_string(main)
     if not text.isascii():
-        text = _SPACES.sub(" ", text)  # no-break and other Unicode spaces, which normalize-space keeps
+        text = _UNICODE_SPACE_RUN.sub(" ", text)  # normalize-space collapses ASCII whitespace only
 
     title, title_index = _page_title(headings, head, loc.url)
     sections = _split_sections(text, headings, title, title_index, pre_blocks)
