@@ -3,6 +3,9 @@
 # the embed step can go to GPU workers (docs/GPU.md), everything else stays on CPU.
 #   PROJECT=my-proj REGION=europe-west1 BUCKET=gs://my-bucket INPUT='gs://my-bucket/crawl/**' \
 #     infra/runners/dataflow.sh --base_url https://docs.example.com/ --site_depth 1
+# No crawl line here: the crawl's launcher keeps its fetch lists and CrawlDB on a
+# path it shares with the workers (docs/CRAWL.md), which Dataflow workers cannot
+# mount; crawl with local.sh, flink.sh or spark.sh and build/update from the result.
 set -euo pipefail
 : "${PROJECT:?}" "${REGION:?}" "${BUCKET:?}" "${INPUT:?}"
 INDEX=${INDEX:-/mnt/index}          # the launcher publishes here; mount shared storage for serving
