@@ -77,7 +77,8 @@ def forest_report(index_dir: str, version: str | None = None) -> dict:
         if site is not None:
             site["base"] = {**decided, "input": input_site}
     return {"index": index_dir, "version": manifest.version, "sites": dict(sorted(sites.items())),
-            "base_url": manifest.config.get("base_url"), "trail_cascade": trail_cascade(manifest.stats),
+            "base_url": manifest.config.get("base_url"), "bases_recorded": "site_bases" in manifest.config,
+            "trail_cascade": trail_cascade(manifest.stats),
             "dead_letters": dict(dead), "dead_letters_by_source_dir": {k: dict(v) for k, v in dead_by_site.items()}}
 
 
@@ -94,10 +95,12 @@ def trail_cascade(stats: dict) -> dict[str, dict[str, int]]:
     return dict(sorted(cascade.items()))
 
 
-def _base_line(site: dict, base_url: str | None) -> str:
+def _base_line(site: dict, report: dict) -> str:
     decided = site.get("base")
+    if not report.get("bases_recorded"):
+        return f"base: {report.get('base_url')} (built before base URLs were inferred)"
     if decided is None:
-        return f"base: given ({base_url})" if base_url else "base: not recorded"
+        return f"base: given ({report.get('base_url')})"
     if decided["status"] == "inferred":
         return (f"base: inferred {decided['base']} from {decided['pages']} pages naming their URL "
                 f"(input {decided['input']})")
@@ -114,7 +117,7 @@ def render_text(report: dict) -> str:
     for name, s in report["sites"].items():
         lines.append(f"\n== {name}: {s['pages']} pages, {s['sections']} sections, {s['virtual']} virtual, "
                      f"{s['placed_by_markup']:.1%} placed by page markup, {s['orphans']} orphans")
-        lines.append("  " + _base_line(s, report.get("base_url")))
+        lines.append("  " + _base_line(s, report))
         lines.append("  trail methods: " + ", ".join(f"{k} {v}" for k, v in s["methods"].most_common()))
         lines.append("  depth: " + ", ".join(f"{d}:{c}" for d, c in sorted(s["depths"].items())))
         lines.append("  largest fan-outs: " + "; ".join(f"{t!r} {c}" for c, t, _ in s["fanouts"][:5]))
@@ -157,7 +160,7 @@ def render_html(report: dict) -> str:
     for name, s in report["sites"].items():
         parts.append(f"<section><h2>{html.escape(name)}</h2><p>{s['pages']} pages, {s['sections']} sections, "
                      f"{s['virtual']} virtual nodes, <b>{s['placed_by_markup']:.1%}</b> placed by page markup, "
-                     f"{s['orphans']} orphans</p><p>{html.escape(_base_line(s, report.get('base_url')))}</p>"
+                     f"{s['orphans']} orphans</p><p>{html.escape(_base_line(s, report))}</p>"
                      f"<div class='charts'>"
                      + _bar_chart(dict(s["methods"]), "pages by trail method")
                      + _bar_chart(dict(s["depths"]), "pages by depth") + "</div>")

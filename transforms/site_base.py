@@ -104,8 +104,9 @@ def public_url(url: str, site: str, base: str) -> str:
 
 
 class _NamedBasesFn(beam.DoFn):
-    """A file -> (its site, the bases its head implies); pages naming none give
-    (site, empty), so that every site of the input is decided."""
+    """An HTML file -> (its site, the bases its head implies); pages naming none
+    give (site, empty), so that every site of the input is decided. Files the
+    parse dead-letters unread give nothing."""
 
     def __init__(self, parser, suffixes: tuple[str, ...]):
         self._parser = parser  # pipelines.build.PageParser: the same URLs as the parse
@@ -113,14 +114,15 @@ class _NamedBasesFn(beam.DoFn):
 
     def process(self, readable: fileio.ReadableFile):
         path = readable.metadata.path
+        # Files the parse refuses (not HTML, outside the input, not regular) are not opened here either.
+        if not path.lower().endswith(self._suffixes) or self._parser.refusal(path) is not None:
+            return
         url = self._parser.input_url(path)
         site = site_of(url, self._parser.site_depth)
-        declared: tuple[str, ...] = ()
-        if path.lower().endswith(self._suffixes):  # what else there is, the parse dead-letters
-            try:
-                declared = declared_page_urls(readable.read(), self._parser.max_page_bytes)
-            except OSError:
-                pass
+        try:
+            declared = declared_page_urls(readable.read(), self._parser.max_page_bytes)
+        except OSError:
+            declared = ()  # the parse dead-letters what cannot be read
         yield site, Counter(page_bases(url, site, declared))
 
 
