@@ -45,7 +45,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines.build import (COUNTERS, DEAD, PAGE_COUNTERS, InputOptions, PageParser, ParsePagesFn,
                              chosen_source, reread_page,
                              counter_values, required,
-                             count_input_files, input_root_and_pattern, page_node_rows, page_url,
+                             count_input_files, input_root_and_pattern, page_node_rows,
                              place_site, placement_row, prepare_job, publish_and_prune, representation_of,
                              run_pipeline,
                              write_dead_letters)
@@ -197,7 +197,7 @@ class HashInputFn(beam.DoFn):
             return
         path = readable.metadata.path
         digest = "" if self._parser.refusal(path) else raw_hash(readable.read())
-        yield normalize_url(page_url(path, self._parser.root, self._parser.base_url)), InputFile(path, digest)
+        yield normalize_url(self._parser.locate(path)[0]), InputFile(path, digest)
 
 
 class OpenForParse(beam.DoFn):
@@ -463,8 +463,9 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: LiveIndex,
 
     old_pages = (p | "LivePages" >> ReadLiveRows(live, "pages")
                  | "KeyOldPageByUrl" >> beam.Map(lambda r: (r["url"], r)))
+    # The sites' public bases the build inferred (config.site_bases) key the pages as they did then.
     parser = PageParser(root, config["base_url"], config["site_depth"], opts.max_page_bytes,
-                        opts.follow_links_outside_input)
+                        opts.follow_links_outside_input).with_site_bases(config.get("site_bases"))
     files = (p | "ReadWarc" >> ReadWarcInput(pattern) if is_warc_input(pattern)
              else p | "MatchFiles" >> fileio.MatchFiles(pattern) | "ReadMatches" >> fileio.ReadMatches())
     inputs = files | "HashInputs" >> beam.ParDo(HashInputFn(parser))

@@ -130,3 +130,16 @@ def test_a_site_naming_several_bases_or_none_keeps_its_input_urls():
     assert (several.status, several.base, several.candidates) == (
         SEVERAL, None, {"https://a.example": 3, "https://b.example": 1})
     assert choose_base(Counter()).status == NONE
+
+
+def test_an_update_of_an_inferred_index_keys_pages_by_their_public_urls(tmp_path):
+    from pipelines import update
+
+    mirror = write_mirror(tmp_path / "mirror")
+    out = tmp_path / "idx"
+    build.run(["--input", str(mirror), "--embedding_model", "hashing:384", "--out", str(out)])
+    before = node_table(out)
+    update.run(["--input", str(mirror), "--index", str(out)])
+    manifest = IndexLayout(str(out)).load_manifest()
+    assert manifest.stats["pages"]["pages_unchanged"] == len(PAGES)
+    assert node_table(out) == before
