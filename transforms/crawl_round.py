@@ -140,15 +140,14 @@ def discover_sitemaps(fetch_one: Callable[..., FetchResult], host: str, rules: R
                 yield Link(CrawlTarget(page, depth=1, discovered_from=url), "sitemap")
 
 
-def follow_ups(outcome: Outcome, config: CrawlConfig) -> list[Link]:
-    """Links of a fetched page (next depth) or the target of a redirect (same depth)."""
+def follow_ups(outcome: Outcome, links: list[str], config: CrawlConfig) -> list[Link]:
+    """The `links` of a fetched page (next depth) or the target of a redirect (same depth)."""
     result, target = outcome.result, outcome.target
     candidates: list[tuple[str, CrawlTarget, str]] = []
     if outcome.status == "redirect":
         candidates = [(result.location, replace(target, url=result.location, discovered_from=target.url,
                                                 redirects=target.redirects + 1), "redirect")]
-    elif outcome.status == "fetched" and result.body and target.depth < config.max_depth:
-        links, _ = page_links(result.body, target.url)
+    elif outcome.status == "fetched" and links and target.depth < config.max_depth:
         candidates = [(u, CrawlTarget(u, depth=target.depth + 1, discovered_from=target.url), "link")
                       for u in links]
     out, keys = [], set()
@@ -183,20 +182,21 @@ def crawl_host(host: str, targets: list[CrawlTarget], config: CrawlConfig, fetch
     if with_sitemaps:
         yield from discover_sitemaps(gated, host, rules, config)
 
-    def one(target: CrawlTarget) -> Outcome:
+    def one(target: CrawlTarget) -> tuple[Outcome, list[str]]:
+        """The target's outcome and its page's links (one parse gives both)."""
         if target.redirects > config.max_redirects:
-            return Outcome(target, "redirect_limit", error=f"more than {config.max_redirects} redirects")
+            return Outcome(target, "redirect_limit", error=f"more than {config.max_redirects} redirects"), []
         if config.respect_robots and not rules.allows(target.url, agent):
-            return Outcome(target, "disallowed")
+            return Outcome(target, "disallowed"), []
         result = gated(target.url, etag=target.etag, last_modified=target.last_modified)
         status = "unchanged" if result.outcome == "not_modified" else result.outcome
-        canonical = page_links(result.body, target.url)[1] if result.outcome == "fetched" else ""
-        return Outcome(target, status, result, canonical)
+        links, canonical = page_links(result.body, target.url) if result.outcome == "fetched" else ([], "")
+        return Outcome(target, status, result, canonical), links
 
     with ThreadPoolExecutor(max_workers=max(1, config.per_host_concurrency)) as pool:
-        for outcome in pool.map(one, targets):
+        for outcome, links in pool.map(one, targets):
             yield outcome
-            yield from follow_ups(outcome, config)
+            yield from follow_ups(outcome, links, config)
 
 
 class FetchHostFn(beam.DoFn):

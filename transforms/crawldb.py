@@ -139,12 +139,11 @@ def cut_point(histogram: Iterable[tuple[tuple[int, int], int]], room: int) -> tu
 
 
 def best_new(keyed: tuple[str, dict]) -> list[dict]:
-    """A crawl_key's candidates -> its best spelling, unless it was scheduled."""
+    """A crawl_key's best spelling, unless it was scheduled."""
     _, groups = keyed
-    candidates = list(groups["candidate"])
-    if any(True for _ in groups["scheduled"]) or not candidates:
+    if any(True for _ in groups["scheduled"]):
         return []
-    return [min(candidates, key=spelling_rank)]
+    return list(groups["candidate"])
 
 
 class SplitAtCut(beam.DoFn):
@@ -168,8 +167,10 @@ class Generate(beam.PTransform):
         self._scheduled, self._room = scheduled, room
 
     def expand(self, candidates):
-        new = ({"candidate": candidates | "KeyCandidates" >> beam.Map(lambda r: (crawl_key(r["url"]), r)),
-                "scheduled": self._scheduled | "KeyScheduled" >> beam.Map(lambda k: (k, None))}
+        best = (candidates  # a combiner: spellings are reduced before the shuffle (links repeat a lot)
+                | "KeyCandidates" >> beam.Map(lambda r: (crawl_key(r["url"]), r))
+                | "BestSpelling" >> beam.CombinePerKey(lambda records: min(records, key=spelling_rank)))
+        new = ({"candidate": best, "scheduled": self._scheduled | "KeyScheduled" >> beam.Map(lambda k: (k, None))}
                | "JoinScheduled" >> beam.CoGroupByKey()
                | "BestNew" >> beam.FlatMap(best_new))
         cut = (new
