@@ -520,6 +520,17 @@ def test_a_contents_list_of_the_page_own_sections_is_not_text_but_one_of_other_p
     assert index.nav_order == (f"{SITE}/install/linux.html", f"{SITE}/install/windows.html")
 
 
+def test_a_language_picker_is_not_text_but_a_paragraph_naming_a_translation_is():
+    picker = ('<div class="languages"><p><span>Available Languages: </span><a href="../en/linux.html">en</a> | '
+              '<a href="../fr/linux.html" hreflang="fr" rel="alternate">fr</a> | '
+              '<a href="../ja/linux.html" hreflang="ja" rel="alternate">ja</a></p></div>')
+    prose = ('<p>This guide was written in French first; <a href="../fr/linux.html" hreflang="fr">the original'
+             '</a> has the installer screenshots.</p>')
+    page = parse(html(f"<main><h1>Installing on Linux</h1>{picker}<p>Download it.</p>{prose}{picker}</main>"))
+    assert page.body == ("Download it.\n\nThis guide was written in French first; the original has the "
+                         "installer screenshots.")
+
+
 def test_section_sign_links_ending_a_paragraph_are_dropped():
     body = '<main><h1>Notes</h1><p>Fix a crash (Jane Doe) <a href="#n1">§</a> <a href="#n2">§</a></p></main>'
     assert parse(html(body)).body == "Fix a crash (Jane Doe)"

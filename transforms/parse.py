@@ -992,12 +992,35 @@ def _is_skip_link(link: etree._Element) -> bool:
         (link.text or "").lstrip().lower().startswith(("skip to", "jump to")))
 
 
+_LANGUAGE_LINKS = etree.XPath(".//a[@hreflang]")
+_PICKER_BLOCKS = ("p", "div", "ul", "ol", "nav", "section", "td", "dl")
+_MAX_PICKER_LINK_CHARS = 24  # "English", "fr", "Deutsch (Schweiz)"
+_MAX_PICKER_LABEL_CHARS = 40  # "Available Languages:", "This page in:" and separators
+
+
+def _language_pickers(main: etree._Element) -> list[etree._Element]:
+    """Blocks that only offer the page in other languages: links marked with
+    ``hreflang`` (and their siblings), each short, with at most a short label."""
+    pickers: list[etree._Element] = []
+    for link in _LANGUAGE_LINKS(main):
+        block = link.getparent()
+        while block is not None and block is not main and block.tag not in _PICKER_BLOCKS:
+            block = block.getparent()
+        if block is None or block is main or any(block is p or _is_inside(block, p) for p in pickers):
+            continue
+        link_texts = [_text_of(a) for a in block.iter("a")]
+        if all(len(t) <= _MAX_PICKER_LINK_CHARS for t in link_texts) and (
+                len(_text_of(block)) - sum(map(len, link_texts)) <= _MAX_PICKER_LABEL_CHARS):
+            pickers.append(block)
+    return pickers
+
+
 def _strip_boilerplate(main: etree._Element, marked_main: bool, survey: _Survey,
-                       in_page_tocs: list[etree._Element]) -> None:
+                       in_page_tocs: list[etree._Element], has_language_links: bool) -> None:
     etree.strip_elements(main, *(_DROP_TAGS if marked_main else _DROP_TAGS + _CHROME_TAGS),
                          with_tail=False)
-    for toc in in_page_tocs:
-        _drop(toc)
+    for el in in_page_tocs + (_language_pickers(main) if has_language_links else []):
+        _drop(el)
     for el, always in survey.boilerplate:
         # Inside a marked-up main region, a "header" or "sidebar" is the text's own.
         if (always or not marked_main) and _is_inside(el, main):
@@ -1286,7 +1309,7 @@ def _parse_utf8(utf8: bytes, url: str, site: str) -> ParsedPage:
 
     main, marked_main = _find_main(root, survey)
     nav_order, in_page_tocs = _find_nav_order(main, survey, loc)
-    _strip_boilerplate(main, marked_main, survey, in_page_tocs)
+    _strip_boilerplate(main, marked_main, survey, in_page_tocs, b"hreflang" in utf8)
     pre_blocks = _mark_pre_blocks(main)
     _mark_blocks(main)
     headings = _mark_headings(main)
