@@ -188,3 +188,17 @@ def test_generate_dedupes_prefers_spelling_and_caps_exactly():
                                                      p | "R" >> beam.Create([room]))
             assert_that(got | beam.Map(lambda r: (r["url"], r["via"], r["depth"])),
                         equal_to([(r["url"], r["via"], r["depth"]) for r in want]))
+
+
+def test_recent_links_drop_repeats_but_pass_better_spellings():
+    from transforms.crawl_round import Link, RecentLinks
+    from transforms.crawldb import CrawlTarget
+
+    recent = RecentLinks(size=2)
+    assert recent.admit(Link(CrawlTarget("http://h/a", depth=2), "link"))
+    assert not recent.admit(Link(CrawlTarget("http://h/a", depth=2), "link"))
+    assert recent.admit(Link(CrawlTarget("http://h/a", depth=1), "sitemap"))  # better: passes
+    assert not recent.admit(Link(CrawlTarget("http://h/a/index.html", depth=3), "link"))  # same key, worse
+    assert recent.admit(Link(CrawlTarget("http://h/b", depth=1), "link"))
+    assert recent.admit(Link(CrawlTarget("http://h/c", depth=1), "link"))  # evicts a
+    assert recent.admit(Link(CrawlTarget("http://h/a", depth=5), "link"))  # forgotten: passes again

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Iterator
@@ -27,7 +28,7 @@ from typing import Callable, Iterable, Iterator
 import apache_beam as beam
 
 from ritrag.ids import shard_of
-from transforms.crawldb import CrawlTarget, crawldb_row
+from transforms.crawldb import CrawlTarget, crawldb_row, link_rank
 from transforms.fetch import FetchPolicy, FetchResult, fetch
 from transforms.links import page_links
 from transforms.robots import RobotsRules, robots_rules
@@ -38,6 +39,7 @@ COUNTERS = "ritrag.crawl"
 MAX_SITEMAPS_PER_HOST = 1000
 MAX_ROBOTS_REDIRECTS = 5
 LINKS, ROBOTS = "links", "robots"
+RECENT_LINKS = 100_000  # crawl_keys a host's round remembers to drop repeated links early
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,29 @@ def follow_ups(outcome: Outcome, links: list[str], config: CrawlConfig) -> list[
     return out
 
 
+class RecentLinks:
+    """The links one host's round already emitted (an LRU of crawl_key -> rank,
+    at most `size`): a repeat that is no better than the one emitted is dropped
+    here, before the pipeline sees it. Navigation repeats the same links on every
+    page, so this removes most of them in bounded memory; Generate still
+    de-duplicates exactly, and a better spelling always passes."""
+
+    def __init__(self, size: int = RECENT_LINKS):
+        self._size, self._ranks = size, OrderedDict()
+
+    def admit(self, link: "Link") -> bool:
+        key, rank = crawl_key(link.target.url), link_rank(link.target.url, link.via, link.target.depth)
+        held = self._ranks.get(key)
+        if held is not None and held <= rank:
+            self._ranks.move_to_end(key)
+            return False
+        self._ranks[key] = rank
+        self._ranks.move_to_end(key)
+        if len(self._ranks) > self._size:
+            self._ranks.popitem(last=False)
+        return True
+
+
 def crawl_host(host: str, targets: list[CrawlTarget], config: CrawlConfig, fetch_one: Callable[..., FetchResult],
                rules: RobotsRules | None, with_sitemaps: bool,
                gate_factory: Callable[[float], HostGate] = HostGate) -> Iterator[Outcome | Link | RobotsRules]:
@@ -179,8 +204,9 @@ def crawl_host(host: str, targets: list[CrawlTarget], config: CrawlConfig, fetch
     delay = max(config.per_host_delay_s, min(rules.crawl_delay(agent), config.max_crawl_delay_s))
     gate = gate_factory(delay)
     gated = lambda url, **kw: fetch_one(url, before_request=gate.wait, **kw)  # noqa: E731
+    recent = RecentLinks()
     if with_sitemaps:
-        yield from discover_sitemaps(gated, host, rules, config)
+        yield from (i for i in discover_sitemaps(gated, host, rules, config) if not isinstance(i, Link) or recent.admit(i))
 
     def one(target: CrawlTarget) -> tuple[Outcome, list[str]]:
         """The target's outcome and its page's links (one parse gives both)."""
@@ -196,7 +222,7 @@ def crawl_host(host: str, targets: list[CrawlTarget], config: CrawlConfig, fetch
     with ThreadPoolExecutor(max_workers=max(1, config.per_host_concurrency)) as pool:
         for outcome, links in pool.map(one, targets):
             yield outcome
-            yield from follow_ups(outcome, links, config)
+            yield from filter(recent.admit, follow_ups(outcome, links, config))
 
 
 class FetchHostFn(beam.DoFn):

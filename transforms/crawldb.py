@@ -96,12 +96,12 @@ def read_crawldb(crawl_dir: str) -> list[dict]:
     return pq.read_table(path, schema=CRAWLDB_SCHEMA).to_pylist()
 
 
+TARGET_FIELDS = tuple(f.name for f in dataclasses.fields(CrawlTarget))
+
+
 def target_record(target: CrawlTarget, via: str) -> dict:
     """A CRAWL_TARGET_SCHEMA record: a URL to fetch and how it was found."""
-    return {**dataclasses.asdict(target), "via": via}
-
-
-TARGET_FIELDS = tuple(f.name for f in dataclasses.fields(CrawlTarget))
+    return {**{name: getattr(target, name) for name in TARGET_FIELDS}, "via": via}  # (asdict deep-copies: slow)
 
 
 def record_target(record: dict) -> CrawlTarget:
@@ -119,7 +119,12 @@ def revisit_record(row: dict) -> list[dict]:
 
 
 def spelling_rank(record: dict) -> tuple:
-    return VIA_RANK[record["via"]], record["depth"], len(record["url"]), record["url"]
+    return link_rank(record["url"], record["via"], record["depth"])
+
+
+def link_rank(url: str, via: str, depth: int) -> tuple:
+    """Of several spellings of one URL, the lowest rank is scheduled."""
+    return VIA_RANK[via], depth, len(url), url
 
 
 def schedule_order(record: dict) -> tuple[int, int]:
