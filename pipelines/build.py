@@ -202,7 +202,6 @@ class PageParser:
         if not stat.S_ISREG(mode):
             return DeadLetter(path, "read", "not_regular_file", "a FIFO, device, socket or directory")
         return None
-    site_bases: tuple[tuple[str, str], ...] = ()  # (site as the input names it, its public base)
 
     def input_url(self, path: str) -> str:
         """The URL the input names the file at `path` by: base_url + its relative path."""
@@ -480,7 +479,8 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
     parser = PageParser(root, opts.base_url or DEFAULT_BASE_URL, opts.site_depth, opts.max_page_bytes,
                         opts.follow_links_outside_input)
     site_bases = None
-    if opts.base_url is None:  # the user's --base_url wins over what pages say
+    # The user's --base_url wins over what pages say; WARC records carry their own URLs.
+    if opts.base_url is None and not is_warc_input(pattern):
         decided = p | "InferSiteBases" >> InferSiteBases(pattern, parser, HTML_SUFFIXES)
         decided | "WriteSiteBases" >> beam.Map(lambda d: write_bytes(
             os.path.join(segment_dir, SITE_BASES_FILE), json.dumps(d, sort_keys=True, indent=1).encode()))
