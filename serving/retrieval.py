@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ritrag.representation import Representation, retrieval_defaults
+from ritrag.representation import DEFAULT_RETRIEVAL, Representation, retrieval_defaults
 from serving.index import Bm25Field, Bm25Fields, Postings
 
 RRF_K = 60
@@ -32,12 +32,12 @@ class RetrievalParams:
     """Query-time parameters of hybrid retrieval (the build records its defaults
     in the manifest, config "retrieval"; benchmarks/RESULTS.md has the sweep)."""
 
-    rrf_k: float = RRF_K
-    sparse_weight: float = 1.0  # weight of the BM25 ranking in the fusion
-    dense_weight: float = 1.0  # weight of the dense ranking in the fusion
-    path_weight: float = 1.0  # BM25 field weight of the path (node document) in a chunk's score
-    node_score: str = "max+doc"  # "max": the best chunk (the paper); "max+doc": plus the node's own match
-    node_doc_weight: float = 1.0  # weight of the node's own fused score under "max+doc"
+    rrf_k: float = DEFAULT_RETRIEVAL["rrf_k"]
+    sparse_weight: float = DEFAULT_RETRIEVAL["sparse_weight"]  # weight of the BM25 ranking in the fusion
+    dense_weight: float = DEFAULT_RETRIEVAL["dense_weight"]  # weight of the dense ranking in the fusion
+    path_weight: float = DEFAULT_RETRIEVAL["path_weight"]  # BM25 weight of the path field in a chunk's score
+    node_score: str = DEFAULT_RETRIEVAL["node_score"]  # "max": best chunk (the paper); "max+doc": + own match
+    node_doc_weight: float = DEFAULT_RETRIEVAL["node_doc_weight"]  # the node's own fused score under "max+doc"
 
     def __post_init__(self):
         if self.node_score not in NODE_SCORES:

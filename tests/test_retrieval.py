@@ -194,7 +194,7 @@ def test_a_title_in_two_sites_ranks_the_site_the_query_names_first(lookalike_ind
     sparse_only = RetrievalParams(dense_weight=0.0)
     for query, named, other in (("Configuring SSL in Alpha Server", "Alpha Server", "Beta Gateway"),
                                 ("Beta Gateway: configuring SSL", "Beta Gateway", "Alpha Server")):
-        for params in (forest.params, sparse_only, RetrievalParams(node_score="max")):
+        for params in (forest.params, sparse_only, RetrievalParams(node_score="max+doc")):
             ranks = _ssl_ranks(forest, query, params)
             assert ranks[named][0] < ranks[other][0], (query, params)
     legacy_first = {min(ranks, key=lambda site: ranks[site][0])
