@@ -174,12 +174,21 @@ _string_value = etree.XPath("string()", smart_strings=False)
 # line breaks and indentation are.
 _normalized_string = etree.XPath("normalize-space()", smart_strings=False)
 _SPACES = re.compile(r"[\s\u00a0\u2000-\u200a\u202f\u205f\u3000]+")
-# No-break and other Unicode spaces, with the ASCII spaces next to them: one
-# character class without \s scans several times faster than _SPACES.
-_UNICODE_SPACES = "\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
-_UNICODE_SPACE_RUN = re.compile(f" ?[{_UNICODE_SPACES}][ {_UNICODE_SPACES}]*")
+# Unicode spaces other than the no-break space, which is by far the most common
+# (&nbsp;) and is replaced with str.replace: a regex scan of a page's text costs
+# several times more.
+_RARE_UNICODE_SPACES = re.compile("[\u0085\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 _CRUMB_EDGE_CHARS = " »›>/|→«‹<·•:\\"
 _CRUMB_SEPARATOR = re.compile(r"\s*[»›→]\s*|\s+[>|/\\·•]\s+")
+
+
+def _collapse_unicode_spaces(text: str) -> str:
+    """Text whose ASCII whitespace normalize-space collapsed, with its Unicode
+    spaces collapsed too."""
+    text = _RARE_UNICODE_SPACES.sub(" ", text.replace("\xa0", " "))
+    while "  " in text:
+        text = text.replace("  ", " ")
+    return text
 
 
 def _collapse(text: str) -> str:
@@ -1315,7 +1324,7 @@ def _parse_utf8(utf8: bytes, url: str, site: str) -> ParsedPage:
     headings = _mark_headings(main)
     text = _normalized_string(main)
     if not text.isascii():
-        text = _UNICODE_SPACE_RUN.sub(" ", text)  # normalize-space collapses ASCII whitespace only
+        text = _collapse_unicode_spaces(text)  # normalize-space collapses ASCII whitespace only
 
     title, title_index = _page_title(headings, head, loc.url)
     sections = _split_sections(text, headings, title, title_index, pre_blocks)
