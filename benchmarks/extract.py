@@ -15,7 +15,8 @@ Scores are token-level: lower-cased word tokens as bags (a token counts as
 often as it occurs), precision = shared tokens / the candidate's tokens,
 recall = shared tokens / the reference's tokens, micro-averaged over the
 pages of a product. ritrag against trafilatura is one pair (trafilatura
-against ritrag is the same pair swapped). Pages where trafilatura agrees with
+against ritrag is the same pair swapped); per product, the tokens each keeps
+that the other does not show what differs. Pages where trafilatura agrees with
 the marked container clearly better than ritrag (F1 ahead by > 0.2) are listed
 with the tokens ritrag kept or missed most, to be turned into fixtures.
 
@@ -40,6 +41,7 @@ from transforms.parse import UnparseablePage, parse_page
 BASE = "http://localhost/"
 _TOKEN = re.compile(r"\w+")
 _CLEARLY_BETTER = 0.2
+_LISTED_TOKENS = 10
 
 
 def tokens(text: str) -> collections.Counter:
@@ -125,7 +127,8 @@ def main(argv: list[str] | None = None) -> None:
 
     pages = sample(args.corpus, args.per_product, args.seed)
     table: dict[str, dict] = collections.defaultdict(lambda: {
-        "pages": 0, "marked": 0, "ours_vs_traf": Pair(), "ours_vs_main": Pair(), "traf_vs_main": Pair()})
+        "pages": 0, "marked": 0, "ours_vs_traf": Pair(), "ours_vs_main": Pair(), "traf_vs_main": Pair(),
+        "ours_only": collections.Counter(), "traf_only": collections.Counter()})
     worse = []
     for product, url, data in pages:
         try:
@@ -137,6 +140,8 @@ def main(argv: list[str] | None = None) -> None:
         row = table[product]
         row["pages"] += 1
         row["ours_vs_traf"].add(ours, traf)
+        row["ours_only"] += ours - traf
+        row["traf_only"] += traf - ours
         main_text = marked_main_text(data)
         if main_text is None:
             continue
@@ -170,6 +175,11 @@ def main(argv: list[str] | None = None) -> None:
     lines.append(f"| all | {len(pages)} | {total['ours_vs_traf'].cell()} | "
                  f"{sum(r['marked'] for r in table.values())} | {total['ours_vs_main'].cell()} | "
                  f"{total['traf_vs_main'].cell()} |")
+    lines += ["", "Tokens one extractor keeps and the other does not, most frequent first (all pages):", "",
+              "| product | ritrag only | trafilatura only |", "|---|---|---|"]
+    for product, row in sorted(table.items()):
+        lines.append(f"| {product} | {' '.join(t for t, _ in row['ours_only'].most_common(_LISTED_TOKENS))} | "
+                     f"{' '.join(t for t, _ in row['traf_only'].most_common(_LISTED_TOKENS))} |")
     lines.append("")
     lines.append(f"Pages where trafilatura matches the marked main better than ritrag (F1 gap > {_CLEARLY_BETTER}): "
                  f"{len(worse)}.")
