@@ -104,8 +104,10 @@ def _base_line(site: dict, report: dict) -> str:
     if decided["status"] == "inferred":
         return (f"base: inferred {decided['base']} from {decided['pages']} pages naming their URL "
                 f"(input {decided['input']})")
-    named = ", ".join(f"{b} ({n})" for b, n in decided["candidates"].items())
-    return f"base: {decided['status']} (kept {decided['input']})" + (f"; named: {named}" if named else "")
+    if decided["status"] == "several":
+        named = ", ".join(f"{b} ({n} pages)" for b, n in decided["candidates"].items())
+        return f"base: kept {decided['input']}: its pages name several bases: {named}"
+    return f"base: kept {decided['input']}: no page names a public URL ending with its own path"
 
 
 def _site_dir(source: str) -> str:

@@ -109,7 +109,8 @@ def test_without_self_named_urls_the_absolute_crumbs_pass_over_to_the_visible_tr
     assert counts["trail_passed_over_jsonld"] == len(PAGES)  # every list named only places off the site
     assert counts["trail_taken_breadcrumb"] == len(PAGES) - 1  # all but the home page's, which names itself
     report = render_text(forest_report(str(out)))
-    assert "base: none" in report and "jsonld tried 6, taken 0, passed over 6" in report
+    assert "base: kept http://localhost/: no page names a public URL" in report
+    assert "jsonld tried 6, taken 0, passed over 6" in report
 
 
 def test_base_candidate_agrees_with_the_path_inside_the_site():
