@@ -22,13 +22,13 @@ import json
 import os
 import sys
 import time
-from collections import defaultdict
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from ritrag.embedder import DEFAULT_MODEL, EmbedderSpec, load_encoder  # noqa: E402
+from serving.retrieval import reciprocal_rank_fusion  # noqa: E402
 from transforms.parse import UnparseablePage, parse_page  # noqa: E402
 
 RRF_K = 60
@@ -65,14 +65,6 @@ def flat_chunks(corpus: str, words: int) -> tuple[list[str], list[str]]:
                 pages.append(relative)
                 texts.append(f"{title}\n{' '.join(body[start: start + words])}".strip())
     return pages, texts
-
-
-def rrf(rankings: list[np.ndarray]) -> dict[int, float]:
-    fused: dict[int, float] = defaultdict(float)
-    for ranking in rankings:
-        for rank, item in enumerate(ranking.tolist(), start=1):
-            fused[item] += 1.0 / (RRF_K + rank)
-    return fused
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -114,7 +106,7 @@ def main(argv: list[str] | None = None) -> dict:
         sims = vectors @ qv
         dense = np.lexsort((np.arange(len(sims)), -sims))[:k]
         best: dict[str, float] = {}
-        for chunk, score in rrf([sparse, dense]).items():
+        for chunk, score in reciprocal_rank_fusion([sparse, dense], RRF_K).items():
             page = page_of[chunk]
             best[page] = max(best.get(page, 0.0), score)
         ranking = [p for p, _ in sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))][: args.n]
