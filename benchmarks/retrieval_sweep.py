@@ -9,8 +9,9 @@ the questions tagged `--tune_tag` only. Parameters are swept one at a time,
 each starting from the best setting so far (coordinate ascent), in the order
 of SWEEP; the chosen setting is then reported on every tag, the held-back
 half included, beside the index's recorded defaults and the paper's rule
-(node_score "max"); `--settings` evaluates given settings instead. `--gold_under DIR` keeps the questions whose gold names a
-file under DIR (a subset corpus); the others would be unresolvable anyway.
+(node_score "max"); `--settings` evaluates given settings instead. `--gold_under
+DIR` keeps the questions whose gold names a file under DIR (a subset corpus);
+the others would be unresolvable anyway.
 """
 from __future__ import annotations
 

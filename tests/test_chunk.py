@@ -122,7 +122,8 @@ def test_embedded_text_states_the_path_once_and_the_stored_text_stays_the_page_t
     assert doc["ordinal"] == NODE_DOC_ORDINAL
     assert doc["text"] == "Alpha Server > Admin Guide > Security > Configuring SSL\nTLS setup\ntls"
     assert chunk["text"] == "Configuring SSL\nSet the key.\nSet the cert."
-    assert chunk["embedded_text"] == "Alpha Server > Admin Guide > Security > Configuring SSL\nSet the key.\nSet the cert."
+    path = "Alpha Server > Admin Guide > Security > Configuring SSL"
+    assert chunk["embedded_text"] == f"{path}\nSet the key.\nSet the cert."
     assert chunk["embedded_text"].count("Configuring SSL") == 1
     assert chunk["text_hash"] == content_hash(chunk["embedded_text"])
     # BM25 indexes the body of a chunk (the path lives in the node document) and the document whole.
@@ -132,7 +133,8 @@ def test_embedded_text_states_the_path_once_and_the_stored_text_stays_the_page_t
 
 def test_a_chunk_under_another_path_is_another_chunk():
     moved = {**NODE, "ancestor_titles": ["Beta Server", "Admin Guide", "Security"]}
-    here, there = node_chunk_rows(NODE, Representation(), words, 100), node_chunk_rows(moved, Representation(), words, 100)
+    here = node_chunk_rows(NODE, Representation(), words, 100)
+    there = node_chunk_rows(moved, Representation(), words, 100)
     assert here[1]["text"] == there[1]["text"] and here[1]["chunk_id"] != there[1]["chunk_id"]
     assert Representation().node_inputs(NODE) != Representation().node_inputs(moved)
     assert LEGACY.node_inputs(NODE) == LEGACY.node_inputs(moved)  # the legacy form ignores the path

@@ -149,7 +149,8 @@ def write_lookalike_sites(directory):
         pages = {f"{site}/index.html": (name, [], [("Overview", f"{name} serves requests.")]),
                  f"{site}/admin/index.html": ("Administration", [(name, f"{site}/")],
                                               [("Tasks", "Day to day administration tasks.")]),
-                 f"{site}/admin/ssl.html": ("Configuring SSL", [(name, f"{site}/"), ("Administration", f"{site}/admin/")],
+                 f"{site}/admin/ssl.html": ("Configuring SSL",
+                                            [(name, f"{site}/"), ("Administration", f"{site}/admin/")],
                                             LOOKALIKE_BODY)}
         for path, (title, trail, sections) in pages.items():
             target = directory / path
