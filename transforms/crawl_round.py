@@ -206,7 +206,8 @@ def crawl_host(host: str, targets: list[CrawlTarget], config: CrawlConfig, fetch
     gated = lambda url, **kw: fetch_one(url, before_request=gate.wait, **kw)  # noqa: E731
     recent = RecentLinks()
     if with_sitemaps:
-        yield from (i for i in discover_sitemaps(gated, host, rules, config) if not isinstance(i, Link) or recent.admit(i))
+        yield from (item for item in discover_sitemaps(gated, host, rules, config)
+                    if not isinstance(item, Link) or recent.admit(item))
 
     def one(target: CrawlTarget) -> tuple[Outcome, list[str]]:
         """The target's outcome and its page's links (one parse gives both)."""

@@ -24,7 +24,7 @@ import io
 import uuid
 import zlib
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Iterator
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
