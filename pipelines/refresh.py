@@ -11,7 +11,7 @@ then the index's), so two refreshes of the same crawl or index never overlap.
 
 Nothing changed at the source: every page is `unchanged` (304 or same sha256),
 no WARC record is written, and the update publishes a new version whose one new
-segment is an empty delta (0 pages indexed, 0 chunks added, 0 tombstones).
+segment is an empty delta (0 pages indexed, 0 chunks added).
 """
 from __future__ import annotations
 
