@@ -17,7 +17,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 NODE_ID_CHARS = 12
 
-_INDEX_FILES = ("index.html", "index.htm", "index.php", "default.html", "default.htm")
+# File names that stand for their directory. `default.html` is left out: on
+# documentation sites it is often a page of its own beside `index.html`
+# (merging the two would lose one); a server that really serves it as the
+# directory index names it by its canonical link, which the forest honours.
+_INDEX_FILES = ("index.html", "index.htm", "index.php")
 
 
 def _digest(*parts: str, size: int) -> bytes:

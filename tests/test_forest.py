@@ -1,4 +1,4 @@
-from ritrag.ids import node_id_for
+from ritrag.ids import node_id_for, normalize_url
 from ritrag.schema import Crumb, PageSkeleton, Section
 from transforms.forest import build_site_forest, expand_sections
 
@@ -117,3 +117,10 @@ def test_sections_nest_by_heading_level_and_skipped_levels_keep_text():
     assert deep.ancestor_titles == placed.ancestor_titles + ("Page", "Install")
     assert [t1, t2, t3] == ["install text", "deep text", "usage text"]
     assert deep.url == f"{SITE}/p#deep"
+
+
+def test_index_files_stand_for_their_directory_but_default_html_is_a_page():
+    assert normalize_url("https://Docs.Example.com:443/a/b/index.html#x") == "https://docs.example.com/a/b"
+    assert normalize_url("https://docs.example.com/a/b/") == "https://docs.example.com/a/b"
+    # Two real pages side by side (auth/index.html and auth/default.html) must stay two.
+    assert normalize_url("https://docs.example.com/auth/default.html") != normalize_url("https://docs.example.com/auth/index.html")
