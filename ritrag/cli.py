@@ -109,10 +109,12 @@ def _rollback(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _prune(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.layout import IndexLayout, IndexLease, prune_versions
+    from serving.errors import checked_int
 
+    keep = checked_int("keep", args.keep, 1)
     layout = IndexLayout(args.index)
     with IndexLease(layout, "prune", args.break_lock):
-        print(json.dumps({"deleted": prune_versions(layout, args.keep)}))
+        print(json.dumps({"deleted": prune_versions(layout, keep)}))
     return 0
 
 

@@ -250,7 +250,8 @@ def _preorder(trees):
 
 @pytest.mark.parametrize("argv", [["toc", "{index}", "port", "--k", "-1"], ["toc", "{index}", "port", "--n", "0"],
                                   ["read", "{index}", "x", "--max_chars", "-5"],
-                                  ["read", "{index}", "x", "--offset", "-10"]])
+                                  ["read", "{index}", "x", "--offset", "-10"],
+                                  ["prune", "{index}", "--keep", "0"]])
 def test_cli_refuses_out_of_range_numbers_with_one_json_line(tiny_hash_index, capsys, argv):
     assert cli.main([a.format(index=tiny_hash_index) for a in argv]) == 2
     err = capsys.readouterr().err
