@@ -274,27 +274,19 @@ class ParsePagesFn(beam.DoFn):
             self._read.inc()
         refused = (DeadLetter(path, "read", "not_html") if not path.lower().endswith(HTML_SUFFIXES)
                    else self._parser.refusal(path))
-        if refused:
-            self._dead.inc()
-            yield beam.pvalue.TaggedOutput(DEAD, refused)
-            return
-        page = parse_or_dead_letter(self._parser.with_site_bases(site_bases), path, readable.read, "parse")
-        if isinstance(page, DeadLetter):
-            self._dead.inc()
-            yield beam.pvalue.TaggedOutput(DEAD, page)
-        else:
-            self._parsed.inc()
-            self._count_trail(page)
-            yield page
-
+        yield from self._emit(
+            refused or parse_or_dead_letter(self._parser.with_site_bases(site_bases), path, readable.read, "parse"))
 
     def _process_record(self, record: WarcPage | DeadLetter, site_bases: dict | None):
         if self._count_read:
             self._read.inc()
         if isinstance(record, WarcPage) and classify_content(record.content_type, record.payload) != "html":
             record = DeadLetter(record.source, "read", "not_html", record.content_type)
-        page = record if isinstance(record, DeadLetter) else parse_or_dead_letter(
-            self._parser.with_site_bases(site_bases), record.source, lambda: record.payload, "parse", record.url)
+        yield from self._emit(record if isinstance(record, DeadLetter) else parse_or_dead_letter(
+            self._parser.with_site_bases(site_bases), record.source, lambda: record.payload, "parse", record.url))
+
+    def _emit(self, page: ParsedPage | DeadLetter):
+        """Counts one input's outcome and routes it: a page, or a dead letter."""
         if isinstance(page, DeadLetter):
             self._dead.inc()
             yield beam.pvalue.TaggedOutput(DEAD, page)

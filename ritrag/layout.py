@@ -134,9 +134,11 @@ def sha256_file(path: str, block: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def write_atomic(path: str, data: bytes) -> None:
+def write_atomic(path: str, data: bytes, exclusive: bool = False) -> None:
     """Write via a temporary file in the same directory and an atomic rename (an
-    object store writes a whole object atomically by itself)."""
+    object store writes a whole object atomically by itself). `exclusive`
+    (local files): hard-link instead of rename, so that only one writer can
+    create `path`; the others get FileExistsError."""
     if is_remote(path):
         with _remote_fs().create(path) as fh:
             fh.write(data)
@@ -149,11 +151,13 @@ def write_atomic(path: str, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+        if exclusive:
+            os.link(tmp, path)  # fails if path exists
+        else:
+            os.replace(tmp, path)
+    finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise
 
 
 @dataclass(frozen=True)
@@ -369,20 +373,11 @@ class IndexLease:
                 return False
             write_atomic(self.path, data)
             return (self.holder() or {}).get("token") == self.record["token"]
-        directory = os.path.dirname(self.path)
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".lease-")
         try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.link(tmp, self.path)  # fails if the lease exists
+            write_atomic(self.path, data, exclusive=True)
             return True
         except FileExistsError:
             return False
-        finally:
-            os.unlink(tmp)
 
 
 def _is_stale(holder: dict[str, Any] | None) -> bool:
