@@ -21,8 +21,9 @@ method's baselines over the same index and the same retriever.
 - `agent` (optional): `serving.agent.run_agent` with a real model.
 
 Gold: each entry of a question's `gold` is a target, resolved to the live
-nodes it names: a node id (that node and its sections), a URL, or a URL
-suffix matching the end of a node's URL at a path boundary (both compared
+nodes it names: a node id (that node and its sections), a URL, or a
+suffix matching the end of a node's URL, or of the input file its page was
+read from (the pages table's `source`), at a path boundary (both compared
 after `ritrag.ids.normalize_url`, scheme and fragment ignored, so a gold page
 matches every section node of that page). An entry that names no node is
 reported as unresolvable, never scored as a miss; a question none of whose
@@ -183,13 +184,21 @@ class GoldResolver:
         page_ids = idx.node_column("page_id").to_pylist()
         self._by_suffix: dict[str, set[int]] = defaultdict(set)
         self._by_page: dict[str, set[int]] = defaultdict(set)
+        by_url: dict[str, set[int]] = defaultdict(set)
         for row in rows.tolist():
             if page_ids[row]:
                 self._by_page[page_ids[row]].add(row)
             if urls[row]:
-                segments = _url_key(urls[row]).split("/")
-                for i in range(len(segments)):
-                    self._by_suffix["/".join(segments[i:])].add(row)
+                by_url[_url_key(urls[row])].add(row)
+        # A suffix names a page by its URL or by the input it was read from: a
+        # site whose public base was inferred (or a WARC) has URLs that no
+        # longer end with the corpus-relative path a question file gives.
+        for url, source in idx.page_sources():
+            by_url[_suffix_key(source)] |= by_url.get(_url_key(url), set())
+        for key, url_rows in by_url.items():
+            segments = key.split("/")
+            for i in range(len(segments)):
+                self._by_suffix["/".join(segments[i:])] |= url_rows
 
     def resolve(self, gold: str) -> frozenset[int]:
         """Live node rows of one gold entry; empty when it names none."""

@@ -366,6 +366,16 @@ class LoadedIndex:
         tables = [pq.read_table(f, columns=[name]) for f in self._node_files]
         return pa.concat_tables(tables)[name].combine_chunks() if tables else pa.array([], pa.string())
 
+    def page_sources(self) -> list[tuple[str, str]]:
+        """(url, input source) of every indexed page, from the pages tables: the
+        file or WARC record each page was read from, for tools that name pages
+        by their input (an evaluation's gold written as corpus paths)."""
+        tables = [pq.read_table(f, columns=["url", "source"]) for f in self._files("pages")]
+        if not tables:
+            return []
+        table = pa.concat_tables(tables)
+        return list(zip(table["url"].to_pylist(), table["source"].to_pylist()))
+
     def chunk_texts(self, rows: Sequence[int]) -> dict[int, str]:
         """Text of the given chunk rows, from the chunk shard files that hold
         them (each file read once, its live rows only)."""

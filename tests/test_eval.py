@@ -101,7 +101,7 @@ def test_sample_questions_load():
 
 # ---- gold resolution and a whole run over the tiny index ----------------------------------------------------------
 
-def test_gold_resolution_rules(tiny_hash_index):
+def test_gold_resolution_rules(tiny_hash_index, tiny_site):
     index = loaded_index(str(tiny_hash_index))
     resolver = ev.GoldResolver(index, ev.live_rows(index))
     v2 = resolver.resolve(f"{BASE}/shop/v2/config.html")
@@ -115,6 +115,8 @@ def test_gold_resolution_rules(tiny_hash_index):
     node_id = index.index.nodes["node_id"][next(iter(v2))]
     assert resolver.resolve(node_id) == v2
     assert resolver.resolve("shop/v9/nowhere.html") == frozenset()
+    # The input file's path names the page too (its URL ends elsewhere when a base was inferred).
+    assert resolver.resolve(f"{tiny_site.name}/shop/v2/config.html") == v2
 
 
 def _write(path: Path, rows: list) -> str:
