@@ -316,6 +316,74 @@ def test_a_trail_naming_only_the_root_yields_to_later_rules_but_beats_the_url():
     assert (root_only.trail_method, root_only.trail, root_only.trail_passed_over) == ("jsonld", (), ())
 
 
+def nav_list(*items: str) -> str:
+    return '<header><nav role="navigation"><ul class="bar">' + "".join(items) + "</ul></nav></header>"
+
+
+API_USE_URL = f"{SITE}/example.base/example/lang/class-use/Text.html"
+
+
+def test_hierarchical_navigation_bar_before_the_highlighted_item_is_the_trail():
+    """An API reference's top bar: Overview, Module, Package, Class, then the page's
+    own cell, highlighted but unlinked, then pages beside it (Tree, Index, Help)."""
+    bar = nav_list('<li><a href="../../../../index.html">Overview</a></li>',
+                   '<li><a href="../../../module-summary.html">Module</a></li>',
+                   '<li><a href="../package-summary.html">Package</a></li>',
+                   '<li><a href="../Text.html" title="class in example.lang">Class</a></li>',
+                   '<li class="cell-highlight">Use</li>',
+                   '<li><a href="../package-tree.html">Tree</a></li>',
+                   '<li><a href="../../../../index-files/index-1.html">Index</a></li>',
+                   '<li><a href="../../../../help-doc.html#use">Help</a></li>')
+    body = bar + "<main><h1>Uses of Class example.lang.Text</h1><p>No usage of Text.</p></main>"
+    page = parse(html(body), url=API_USE_URL)
+    package = f"{SITE}/example.base/example/lang"
+    assert page.trail_method == "nav_bar"
+    assert page.trail == (Crumb("Module", f"{SITE}/example.base/module-summary.html"),
+                          Crumb("Package", f"{package}/package-summary.html"),
+                          Crumb("Class", f"{package}/Text.html"))
+    # Unlinked (disabled) entries before the page's cell name no place and are skipped.
+    tree = nav_list('<li><a href="../../../index.html">Overview</a></li>',
+                    '<li><a href="../../module-summary.html">Module</a></li>',
+                    '<li><a href="package-summary.html">Package</a></li>',
+                    '<li>Class</li>', '<li>Use</li>', '<li class="cell-highlight">Tree</li>',
+                    '<li><a href="../../../help-doc.html">Help</a></li>')
+    page = parse(html(tree + ARTICLE), url=f"{package}/package-tree.html")
+    assert (page.trail_method, [c.title for c in page.trail]) == ("nav_bar", ["Module", "Package"])
+    # It ranks below every breadcrumb and up-link rule.
+    up = parse(html(body, '<link rel="up" href="../Text.html" title="Text">'), url=API_USE_URL)
+    assert (up.trail_method, up.trail) == ("up_link", (Crumb("Text", f"{package}/Text.html"),))
+
+
+def test_a_site_menu_with_a_current_section_is_not_a_trail():
+    # Sections that are siblings in the site's top directory: one level only.
+    flat = nav_list('<li><a href="../index.html">Home</a></li>', '<li><a href="../start.html">Start</a></li>',
+                    '<li class="active"><a href="index.html">Installation</a></li>',
+                    '<li><a href="../blog/">Blog</a></li>')
+    assert parse(html(flat + ARTICLE)).trail_method == "url"
+    # A section beside the page's directory, not above it, before the current one.
+    beside = nav_list('<li><a href="../index.html">Home</a></li>',
+                      '<li><a href="../index.html">Installation</a></li>',
+                      '<li><a href="../../api/reference.html">API</a></li>',
+                      '<li><a aria-current="page" href="setup.html">Setup</a></li>')
+    assert parse(html(beside + ARTICLE), url=f"{SITE}/install/linux/setup.html").trail_method == "url"
+    # No item marked as the page (two unlinked items styled alike): no trail.
+    unmarked = nav_list('<li><a href="../index.html">Home</a></li>',
+                        '<li><a href="index.html">Installation</a></li>',
+                        '<li class="off">Linux</li>', '<li class="off">Windows</li>')
+    assert parse(html(unmarked + ARTICLE)).trail_method == "url"
+
+
+def test_a_navigation_bar_whose_links_are_not_above_the_page_is_not_a_trail():
+    aside = nav_list('<li><a href="../../other/a.html">Other</a></li>',
+                     '<li><a href="../../other/deeper/b.html">Deeper</a></li>',
+                     '<li class="cell-highlight">Here</li>')
+    assert parse(html(aside + ARTICLE), url=f"{SITE}/x/y/page.html").trail_method == "url"
+    # Holding directories, but innermost first: not a path from the top.
+    reversed_order = nav_list('<li><a href="index.html">Y</a></li>', '<li><a href="../index.html">X</a></li>',
+                              '<li class="cell-highlight">Here</li>')
+    assert parse(html(reversed_order + ARTICLE), url=f"{SITE}/x/y/page.html").trail_method == "url"
+
+
 # ------------------------------------------------------------------ title
 
 def test_title_prefers_the_first_h1_of_the_main_content():

@@ -31,7 +31,13 @@ than the page itself:
 8. ``up_link``      a parent-only signal: ``a[accesskey=u]`` (DocBook's navheader,
                     Sphinx), ``a[rel=up]``, ``<link rel=up>``. The trail is just the
                     parent; the forest step chains parents across pages;
-9. ``url``          every directory between the site root and the page.
+9. ``nav_bar``      a hierarchical navigation bar: in a list inside ``<nav>`` or
+                    ``role=navigation``, the links before the item marked as the page
+                    (``aria-current``, an "active"/"current" class, or the one unlinked
+                    item styled apart), when every one of them leads into a directory
+                    that holds the page, outermost first, over at least two levels
+                    (API references' "Overview / Module / Package / Class" bar);
+10. ``url``         every directory between the site root and the page.
 
 Structured data comes first because it is written for machines and states the
 hierarchy outright; the visible trail next because it is what a reader is shown;
@@ -51,6 +57,7 @@ import dataclasses
 import json
 import re
 import threading
+from collections import Counter
 from functools import lru_cache
 from itertools import islice
 from html import unescape
@@ -224,7 +231,7 @@ def _is_inside(el: etree._Element, container: etree._Element) -> bool:
 
 # What an element can be, by its tag, class, id or role; one bit each.
 (_CRUMBS, _PATH, _RELATED, _CURRENT, _TOC, _CONTAINER, _WRAPPER, _BOILERPLATE, _CHROME,
- _SECTION, _MAIN, _ROLE_MAIN, _ARTICLE, _NAV, _HEAD) = (1 << bit for bit in range(15))
+ _SECTION, _MAIN, _ROLE_MAIN, _ARTICLE, _NAV, _HEAD, _NAVIGATION) = (1 << bit for bit in range(16))
 
 _CONTAINER_IDS = frozenset(("main-content", "maincontent", "content", "page-content", "main", "primary"))
 _CLASS_WORDS = {"related": _RELATED, "current": _CURRENT, "toc": _TOC, "toctree-wrapper": _TOC,
@@ -281,7 +288,8 @@ _CLASS_NAMES = _NamePatterns(re.compile("breadcrumb|crumbs"), *map(
 _ID_NAMES = _NamePatterns(*map(
     _id_pattern, (_BREADCRUMB_WORDS, _PATH_WORDS, _BOILERPLATE_WORDS, _CHROME_WORDS)))
 _ROLE_KINDS = {
-    **dict.fromkeys(("navigation", "search", "menu", "menubar", "toolbar"), _BOILERPLATE),
+    **dict.fromkeys(("search", "menu", "menubar", "toolbar"), _BOILERPLATE),
+    "navigation": _BOILERPLATE | _NAVIGATION,
     **dict.fromkeys(("banner", "contentinfo", "complementary"), _CHROME),
     "main": _ROLE_MAIN,
     "doc-toc": _TOC,
@@ -337,6 +345,7 @@ class _Survey:
     containers: list[tuple[int, etree._Element]] = dataclasses.field(default_factory=list)
     boilerplate: list[tuple[etree._Element, bool]] = dataclasses.field(default_factory=list)
     tocs: list[etree._Element] = dataclasses.field(default_factory=list)
+    navigation: list[etree._Element] = dataclasses.field(default_factory=list)  # <nav>, role=navigation
 
     def add(self, el: etree._Element, kinds: int) -> None:
         if kinds & _HEAD:
@@ -357,6 +366,8 @@ class _Survey:
             self.boilerplate.append((el, bool(kinds & _BOILERPLATE)))
         if kinds & _TOC:
             self.tocs.append(el)
+        if kinds & (_NAV | _NAVIGATION):
+            self.navigation.append(el)
 
 
 def _survey(root: etree._Element) -> _Survey:
@@ -888,7 +899,67 @@ def _link_rel_up_trail(head: _Head, loc: _Location) -> list[_RawCrumb]:
     return [_RawCrumb(_clean_crumb_title(title) or _url_segment_title(href), loc.resolve(href))]
 
 
-# -- 9. the URL
+# -- 9. a hierarchical navigation bar
+
+def _marked_item(items: list[etree._Element]) -> int | None:
+    """The index of the item a navigation list marks as the page shown: one marked
+    current, else the one unlinked item with a class no other item has (the
+    highlighted cell of a bar whose other unlinked items are disabled entries)."""
+    for index, li in enumerate(items):
+        if _is_current(li) or _is_current(li.find(".//a[@href]")):
+            return index
+    classes = Counter(li.get("class") for li in items)
+    styled = [index for index, li in enumerate(items)
+              if li.get("class") and classes[li.get("class")] == 1 and li.find(".//a[@href]") is None]
+    return styled[0] if len(styled) == 1 else None
+
+
+def _holding_level(url: str | None, loc: _Location) -> int | None:
+    """How deep the directory of a link's target is, if that directory holds the
+    page (it is the page's own directory or one above it); else None. A
+    directory's index page, normalized to the directory's URL, is the directory."""
+    if url is None:
+        return None
+    target, here = urlsplit(url), urlsplit(loc.directory)
+    if (target.scheme, target.netloc) != (here.scheme, here.netloc):
+        return None
+    path = target.path.rstrip("/")
+    if not here.path.startswith(path + "/"):
+        path = path[: path.rfind("/")]
+        if not here.path.startswith(path + "/"):
+            return None
+    return path.count("/")
+
+
+def _nav_bar_trail(survey: _Survey, loc: _Location) -> list[_RawCrumb]:
+    """The links before the marked item of a navigation list, if each leads into a
+    directory holding the page, outermost first, and they span two levels or more.
+    A site menu fails this: its sections are siblings in one directory or lie
+    beside the page's directory, not above it."""
+    for nav in survey.navigation:
+        for listing in nav.iter("ul", "ol"):
+            items = _top_level_items(listing)
+            marked = _marked_item(items)
+            if not marked:
+                continue
+            crumbs, levels = [], []
+            for li in items[:marked]:
+                link = li.find(".//a[@href]")
+                if link is None:
+                    continue  # a disabled entry names no place
+                crumb = _crumb(li, link, loc)
+                level = _holding_level(crumb.url, loc)
+                if level is None or (levels and level < levels[-1]):
+                    break
+                crumbs.append(crumb)
+                levels.append(level)
+            else:
+                if len(set(levels)) >= 2:
+                    return crumbs
+    return []
+
+
+# -- 10. the URL
 
 def _url_trail(loc: _Location) -> tuple[Crumb, ...]:
     site, page = urlsplit(loc.site), urlsplit(loc.url)
@@ -925,6 +996,7 @@ def _find_trail(root: etree._Element, survey: _Survey, head: _Head, loc: _Locati
         ("toc_current", lambda: b"current" in source and _toc_current_trail(root, loc)),
         ("up_link", lambda: any(hint in source for hint in _UP_LINK_HINTS) and _up_anchor_trail(root, loc)),
         ("up_link", lambda: _link_rel_up_trail(head, loc)),
+        ("nav_bar", lambda: _nav_bar_trail(survey, loc)),
     )
     passed_over: list[str] = []
     names_root = None  # the first rule that named the site root (or a home page) and nothing else
