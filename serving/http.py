@@ -147,15 +147,17 @@ def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSet
     `watch` (if given) makes the watcher that follows newly published
     versions, which the app starts and reports on."""
     metrics = _Metrics()
-    state: dict[str, Any] = {"service": None, "failed": None}
+    state: dict[str, Any] = {"service": None, "failed": None, "stopping": False}
+    watcher_lock = threading.Lock()  # a load that ends after shutdown must not start a watcher
 
     def load_in_background() -> None:
         try:
             service = load()
             service.index.embed_query("warm up")
-            state["service"] = service
-            if watch is not None:
-                metrics.watcher = watch(service).start()
+            with watcher_lock:
+                if watch is not None and not state["stopping"]:
+                    metrics.watcher = watch(service).start()
+            state["service"] = service  # ready only once its watcher reports in /readyz
             metrics.ready.set(1)
             LOG.info("ready: index %s", service.index.version)
         except Exception as exc:  # reported by /healthz and /readyz; the trace goes to the log only
@@ -165,8 +167,10 @@ def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSet
     async def lifespan(_: FastAPI):
         threading.Thread(target=load_in_background, name="ritrag-load", daemon=True).start()
         yield
-        if metrics.watcher is not None:
-            metrics.watcher.stop()
+        with watcher_lock:
+            state["stopping"] = True
+            if metrics.watcher is not None:
+                metrics.watcher.stop()
 
     app = FastAPI(title="ritrag", version="1", lifespan=lifespan, description=(
         "GetToC and Read over a breadcrumb-forest index (the RIT-RAG tools). Pass an `episode_id` to count "
