@@ -31,6 +31,15 @@ import time
 from typing import Callable
 
 API_KEY_ENV = "RITRAG_API_KEY"
+# Query-time retrieval parameters `ritrag eval` can override (serving.retrieval.RetrievalParams).
+RETRIEVAL_FLAGS: dict[str, tuple[Callable[[str], object], str]] = {
+    "node_score": (str, "node score: max (the paper's rule: best chunk) or max+doc (+ the node's own match)"),
+    "path_weight": (float, "BM25 weight of the node path field in a chunk's score"),
+    "sparse_weight": (float, "weight of the BM25 ranking in the fusion"),
+    "dense_weight": (float, "weight of the dense ranking in the fusion"),
+    "rrf_k": (float, "reciprocal rank fusion constant"),
+    "node_doc_weight": (float, "weight of the node's own match under max+doc"),
+}
 
 
 def _job(name: str, flags: Callable[[argparse.Namespace], list[str]], index: Callable[[argparse.Namespace], str]):
@@ -223,6 +232,7 @@ def _eval(args: argparse.Namespace, extra: list[str]) -> int:
     from serving.eval import AgentConfig, EvalConfig, EvalInputError, evaluate, load_questions, open_index
     from serving.eval_report import render_text, write_report
     from serving.errors import ToolError
+    from serving.retrieval import RetrievalParams
 
     one_thread_per_query()  # questions run one after another; see one_thread_per_query
 
@@ -236,8 +246,13 @@ def _eval(args: argparse.Namespace, extra: list[str]) -> int:
         agent = AgentConfig(base_url=args.base_url, model=args.model, api_key=api_key, max_calls=args.max_calls,
                             max_toc=args.max_toc, transcripts_dir=args.transcripts, judge_model=args.judge_model,
                             toc_format=args.toc_format, temperature=args.temperature, max_tokens=args.max_tokens)
+    retrieval = {name: getattr(args, name) for name in RETRIEVAL_FLAGS if getattr(args, name) is not None}
+    try:
+        RetrievalParams(**retrieval)  # checks the values before any work
+    except ValueError as exc:
+        raise ToolError("invalid_arguments", str(exc)) from None
     config = EvalConfig(k=args.k, n=args.n, max_calls=args.max_calls, ids_per_read=args.ids_per_read,
-                        max_chars=args.max_chars, chunks=args.chunks)
+                        max_chars=args.max_chars, chunks=args.chunks, retrieval=retrieval or None)
     try:
         questions = load_questions(args.questions)
         report = evaluate(open_index(args.index), questions, config, agent,
@@ -409,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ids_per_read", type=int, default=1, help="nodes the deterministic reader asks per Read")
     p.add_argument("--max_chars", type=int, default=DEFAULT_MAX_CHARS, help="characters of a node one Read returns")
     p.add_argument("--chunks", type=int, default=10, help="chunks the plain-RAG baseline reads")
+    for name, (kind, help_text) in RETRIEVAL_FLAGS.items():
+        p.add_argument(f"--{name}", type=kind, help=f"{help_text} (default: the index's recorded value)")
     p.add_argument("--out", help="directory for eval.json and eval.html")
     p.add_argument("--agent", action="store_true", help="also run the agent loop on every question")
     p.add_argument("--base_url", help="OpenAI-compatible endpoint (with --agent)")

@@ -227,6 +227,13 @@ def test_cli_eval(tiny_hash_index, tmp_path, capsys):
     assert re.search(r"^subforest\s", out, re.MULTILINE) and "GetToC latency" in out
     assert (tmp_path / "out" / "eval.html").exists()
     assert json.loads((tmp_path / "out" / "eval.json").read_text())["config"]["max_calls"] == 4
+    assert cli.main(["eval", str(tiny_hash_index), qfile, "--out", str(tmp_path / "o2"),
+                     "--node_score", "max", "--path_weight", "0.25"]) == 0
+    assert json.loads((tmp_path / "o2" / "eval.json").read_text())["config"]["retrieval"] == {
+        "node_score": "max", "path_weight": 0.25}
+    capsys.readouterr()
+    assert cli.main(["eval", str(tiny_hash_index), qfile, "--node_score", "best"]) == 2
+    assert "node_score must be one of" in json.loads(capsys.readouterr().err)["error"]["message"]
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "q", "gold": ["a"]}\n{oops\n', encoding="utf-8")
