@@ -44,7 +44,8 @@ setup(
     python_requires=">=3.10",
     install_requires=CORE + EMBED,
     extras_require={
-        "pipeline": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9"],
+        # build and update read WARC input (warcio) and sniff content types (transforms/fetch.py, httpx)
+        "pipeline": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9", "warcio>=1.7", "httpx>=0.27"],
         "serving": SERVING,
         "crawl": ["apache-beam>=2.60", *CRAWL],
         "gpu": ["faiss-gpu-cu12>=1.8"],
