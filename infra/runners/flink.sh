@@ -3,10 +3,7 @@
 # The SDK harness runs as a Docker container per task manager (or use
 # --environment_type=PROCESS with the project installed on every task manager).
 #   FLINK_MASTER=flink-jobmanager:8081 INPUT='s3://bucket/crawl/**' infra/runners/flink.sh --site_depth 1
-# The crawl and the scheduled loop (crawl -> update, or build the first time -> publish),
-# with CRAWL_DIR on a volume the launcher and every worker mount (docs/CRAWL.md):
-#   JOB=crawl SEEDS=seeds.txt CRAWL_DIR=/mnt/crawl ... [crawl options]
-#   JOB=refresh SEEDS=seeds.txt CRAWL_DIR=/mnt/crawl INDEX=/mnt/index ... [crawl and build options]
+# JOB=crawl and JOB=refresh run the crawl and the scheduled loop (infra/runners/cluster_job.sh).
 set -euo pipefail
 : "${FLINK_MASTER:?}"
 runner=(
@@ -15,14 +12,4 @@ runner=(
   --environment_config "${SDK_IMAGE:-ritrag-worker:latest}"
   --parallelism "${PARALLELISM:-32}"
 )
-case "${JOB:-build}" in
-  crawl)   : "${SEEDS:?}" "${CRAWL_DIR:?}"
-           exec python -m pipelines.crawl "${runner[@]}" --seeds "$SEEDS" --out "$CRAWL_DIR" \
-             --warc_shards "${NUM_SHARDS:-32}" "$@" ;;
-  refresh) : "${SEEDS:?}" "${CRAWL_DIR:?}"
-           exec python -m pipelines.refresh "${runner[@]}" --seeds "$SEEDS" --crawl_dir "$CRAWL_DIR" \
-             --index "${INDEX:-/mnt/index}" --num_shards "${NUM_SHARDS:-32}" --warc_shards "${NUM_SHARDS:-32}" "$@" ;;
-esac
-: "${INPUT:?}"
-exec python -m pipelines.build "${runner[@]}" \
-  --input "$INPUT" --out "${INDEX:-/mnt/index}" --num_shards "${NUM_SHARDS:-32}" "$@"
+source "$(dirname "$0")/cluster_job.sh"
