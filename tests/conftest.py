@@ -10,6 +10,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample" / "pages"
+# The dev corpus (shared/corpus/build_corpus.sh output), for the tests that run on it
+# where present: $RITRAG_DEV_CORPUS, else a `corpus` folder next to the checkout.
+DEV_CORPUS = Path(os.environ.get("RITRAG_DEV_CORPUS", ROOT.parent / "corpus"))
 BASE = "https://docs.example.com"
 
 # path -> (title, trail [(title, path)], sections [(heading, text)]); "" is the home page.

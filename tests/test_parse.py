@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ritrag.schema import Crumb
+from tests.conftest import DEV_CORPUS
 from transforms.parse import UnparseablePage, parse_page
 
 SITE = "https://docs.example.com/guide"
@@ -699,7 +700,7 @@ def test_ten_megabyte_page_parses_in_reasonable_time():
 
 # ------------------------------------------------------------------ the real corpus, where present
 
-CORPUS = Path("/work/corpus")
+CORPUS = DEV_CORPUS
 # product -> rule expected to place its pages (from the markup each product shows)
 EXPECTED_METHODS = {
     "python": "related_bar", "sphinx": "related_bar", "flask": "related_bar",

@@ -5,21 +5,18 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from benchmarks.check_questions import (CorpusPages, check_evidence, check_format, load_questions, main,
                                         product_of)
+from tests.conftest import DEV_CORPUS
 
 ROOT = Path(__file__).resolve().parent.parent
 DEV = ROOT / "benchmarks" / "questions" / "dev.jsonl"
 PRODUCTS = {"apache-httpd", "debian-reference", "django", "flask", "linux", "openjdk", "pandas",
             "postgresql", "python", "sphinx"}
-# The dev corpus (shared/corpus/build_corpus.sh output): $RITRAG_DEV_CORPUS, else a
-# `corpus` folder next to the checkout.
-DEV_CORPUS = Path(os.environ.get("RITRAG_DEV_CORPUS", ROOT.parent / "corpus"))
 
 
 def question(qid: str, gold: str, evidence: list[str], *tags: str, **extra) -> dict:
