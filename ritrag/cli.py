@@ -208,16 +208,22 @@ def _tools(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def _api_key(args: argparse.Namespace) -> str | None:
+    """The endpoint's API key from the variable `--api_key_env` names (agent, eval --agent)."""
+    if not args.api_key_env:
+        return None
+    api_key = os.environ.get(args.api_key_env)
+    if not api_key:
+        from serving.errors import ToolError
+
+        raise ToolError("invalid_arguments", f"--api_key_env: the environment variable {args.api_key_env} is not set")
+    return api_key
+
+
 def _agent(args: argparse.Namespace, extra: list[str]) -> int:
     from serving.agent import run_agent
 
-    api_key = None
-    if args.api_key_env:
-        api_key = os.environ.get(args.api_key_env)
-        if not api_key:
-            print(json.dumps({"error": f"--api_key_env: the environment variable {args.api_key_env} is not set"}),
-                  file=sys.stderr)
-            return 2
+    api_key = _api_key(args)
     result = run_agent(args.index, args.question, base_url=args.base_url, model=args.model, api_key=api_key,
                        max_calls=args.max_calls, max_toc=args.max_toc, transcript_path=args.transcript,
                        toc_format=args.toc_format, timeout_s=args.timeout_s, temperature=args.temperature,
@@ -240,10 +246,7 @@ def _eval(args: argparse.Namespace, extra: list[str]) -> int:
     if args.agent:
         if not (args.base_url and args.model):
             raise ToolError("invalid_arguments", "--agent needs --base_url and --model")
-        api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
-        if args.api_key_env and not api_key:
-            raise ToolError("invalid_arguments", f"--api_key_env: the environment variable {args.api_key_env} is not set")
-        agent = AgentConfig(base_url=args.base_url, model=args.model, api_key=api_key, max_calls=args.max_calls,
+        agent = AgentConfig(base_url=args.base_url, model=args.model, api_key=_api_key(args), max_calls=args.max_calls,
                             max_toc=args.max_toc, transcripts_dir=args.transcripts, judge_model=args.judge_model,
                             toc_format=args.toc_format, temperature=args.temperature, max_tokens=args.max_tokens)
     retrieval = {name: getattr(args, name) for name in RETRIEVAL_FLAGS if getattr(args, name) is not None}
