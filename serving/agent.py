@@ -99,6 +99,8 @@ class EndpointError(Exception):
     """The chat-completions endpoint did not give a usable reply."""
 
 
+TIMEOUT_S = 120.0  # seconds one model call may take (connect, read, write)
+
 def chat_completion(client: httpx.Client, base_url: str, body: dict[str, Any], api_key: str | None
                     ) -> dict[str, Any]:
     """POST `body` to `{base_url}/chat/completions` and return the parsed
@@ -125,7 +127,7 @@ def chat_completion(client: httpx.Client, base_url: str, body: dict[str, Any], a
 
 def run_agent(index: str | ToolService, question: str, *, base_url: str, model: str, api_key: str | None = None,
               max_calls: int = Budget.calls, max_toc: int = Budget.toc_calls, transcript_path: str | None = None,
-              toc_format: TocFormat | None = None, max_turns: int | None = None, timeout_s: float = 120.0,
+              toc_format: TocFormat | None = None, max_turns: int | None = None, timeout_s: float = TIMEOUT_S,
               temperature: float | None = None, max_tokens: int | None = None,
               client: httpx.Client | None = None) -> AgentResult:
     """Answer `question` with the model at `base_url` using GetToC and Read
@@ -367,7 +369,7 @@ def parse_judge_reply(text: str) -> float | None:
 
 
 def judge_answer(question: str, reference: str, answer: str, *, base_url: str, model: str,
-                 api_key: str | None = None, timeout_s: float = 120.0, client: httpx.Client | None = None) -> float:
+                 api_key: str | None = None, timeout_s: float = TIMEOUT_S, client: httpx.Client | None = None) -> float:
     """An LLM judge's score in [0, 1] of `answer` against `reference`
     (`JUDGE_PROMPT`, temperature 0): 1 correct, 0.5 partly, 0 wrong. NaN when
     there is no score: the endpoint failed or its reply held no score in

@@ -39,6 +39,7 @@ node is correct when it belongs to a target; recall is over targets.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -323,17 +324,17 @@ def evaluate(index: RitragIndex, questions: Sequence[Question], config: EvalConf
     live = live_rows(index)
     resolver = GoldResolver(index, live)
     roots = _tree_roots(index)
-    service = _agent_service(index) if agent is not None else None
     index.embed_query("warm up")  # the query model loads on first use: not a GetToC's latency
     started = time.perf_counter()
     runs = []
-    for i, q in enumerate(questions, start=1):
-        runs.append(_retrieve(index, resolver, roots, q, config))
-        if agent is not None and runs[-1].targets:
-            runs[-1].agent = _run_agent(service, q, runs[-1], agent)
-        if progress and (i % 20 == 0 or i == len(questions)):
-            rate = i / (time.perf_counter() - started)
-            progress(f"eval: {i}/{len(questions)} questions, {rate:.1f}/s, ETA {(len(questions) - i) / rate:.0f} s")
+    with _agent_session(index, agent) as session:
+        for i, q in enumerate(questions, start=1):
+            runs.append(_retrieve(index, resolver, roots, q, config))
+            if session is not None and runs[-1].targets:
+                runs[-1].agent = _run_agent(*session, q, runs[-1], agent)
+            if progress and (i % 20 == 0 or i == len(questions)):
+                rate = i / (time.perf_counter() - started)
+                progress(f"eval: {i}/{len(questions)} questions, {rate:.1f}/s, ETA {(len(questions) - i) / rate:.0f} s")
     texts = _read_texts(index, runs, config)
     trees = _tree_tocs(index, roots[live], live, {r.top_root for r in runs if r.top_root is not None})
     results = [_score(index, run, texts, trees, config) for run in runs]
@@ -497,15 +498,25 @@ def _agent_config(agent: AgentConfig | None) -> dict[str, Any] | None:
     return {key: value for key, value in asdict(agent).items() if key != "api_key"}  # never write the key
 
 
-def _agent_service(index: RitragIndex):
+@contextlib.contextmanager
+def _agent_session(index: RitragIndex, agent: AgentConfig | None):
+    """(tool service, HTTP client) the agent runs of one evaluation share (one
+    connection pool to the endpoint); None without agent mode, so plain
+    evaluation imports no HTTP client."""
+    if agent is None:
+        yield None
+        return
+    import httpx
+
+    from serving.agent import TIMEOUT_S
     from serving.tools import ToolService
 
-    return ToolService(index)
+    with httpx.Client(timeout=TIMEOUT_S) as client:
+        yield ToolService(index), client
 
 
-def _run_agent(service, q: Question, run: _Run, agent: AgentConfig) -> dict[str, Any]:
-    """One agent episode on question `q` (`serving.agent.run_agent`, imported
-    here: plain evaluation needs no HTTP client), scored against its targets."""
+def _run_agent(service, client, q: Question, run: _Run, agent: AgentConfig) -> dict[str, Any]:
+    """One agent episode on question `q` (`serving.agent.run_agent`), scored against its targets."""
     from serving import agent as agent_module
 
     index: RitragIndex = service.index
@@ -516,7 +527,7 @@ def _run_agent(service, q: Question, run: _Run, agent: AgentConfig) -> dict[str,
     result = agent_module.run_agent(service, q.question, base_url=agent.base_url, model=agent.model,
                                     api_key=agent.api_key, max_calls=agent.max_calls, max_toc=agent.max_toc,
                                     transcript_path=transcript, toc_format=agent.toc_format,
-                                    temperature=agent.temperature, max_tokens=agent.max_tokens)
+                                    temperature=agent.temperature, max_tokens=agent.max_tokens, client=client)
     rows = [r for r in (index.index.node_row.get(i) for i in result.nodes_read) if r is not None]
     precision, recall, f1 = node_prf(rows, run.targets)
     out = {"answer": result.answer, "nodes_read": list(result.nodes_read), "precision": precision, "recall": recall,
@@ -525,7 +536,7 @@ def _run_agent(service, q: Question, run: _Run, agent: AgentConfig) -> dict[str,
            "transcript": transcript}
     if agent.judge_model and q.answer:
         score = agent_module.judge_answer(q.question, q.answer, result.answer, base_url=agent.base_url,
-                                          model=agent.judge_model, api_key=agent.api_key)
+                                          model=agent.judge_model, api_key=agent.api_key, client=client)
         out["judge"] = None if math.isnan(score) else score
     return out
 
