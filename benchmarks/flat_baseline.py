@@ -1,7 +1,7 @@
 """A flat RAG retriever over a corpus folder, as the reference ritrag's retrieval must beat.
 
     python benchmarks/flat_baseline.py --corpus DIR --questions Q.jsonl [--out OUT.json]
-        [--words 180] [--k 200] [--n 50] [--model bundled:all-MiniLM-L6-v2]
+        [--words 180] [--k 200] [--n 50] [--model bundled:all-MiniLM-L6-v2] [--dtype auto]
 
 It knows nothing of the forest and reads no ritrag index: every HTML file
 under DIR is one page; its main text (ritrag's parser, so both retrievers see
@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ritrag.embedder import DEFAULT_MODEL, EmbedderSpec, load_encoder  # noqa: E402
+from ritrag.embedder import DEFAULT_MODEL, EmbedderSpec, available_cpus, load_encoder  # noqa: E402
 from serving.retrieval import reciprocal_rank_fusion  # noqa: E402
 from transforms.parse import UnparseablePage, parse_page  # noqa: E402
 
@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--k", type=int, default=200)
     ap.add_argument("--n", type=int, default=50)
     ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"),
+                    help="the encoder's dtype, as the build's --embed_dtype (compare like with like)")
     args = ap.parse_args(argv)
     import bm25s
     import Stemmer
@@ -88,7 +90,9 @@ def main(argv: list[str] | None = None) -> dict:
     retriever = bm25s.BM25()
     retriever.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
     spec = EmbedderSpec(model=args.model)
-    encoder = load_encoder(spec)
+    # The build's CPU setting (one torch thread per batch, a batch per CPU), so
+    # that both retrievers' vectors come from the same arithmetic.
+    encoder = load_encoder(spec, dtype=args.dtype, cpu_parallelism=available_cpus())
     t0 = time.time()
     vectors = encoder.embed(texts, spec.document_prefix).vectors
     print(f"embedded {len(texts)} chunks in {time.time() - t0:.0f} s", flush=True)
@@ -123,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     tags = sorted({t for r in results for t in r["tags"]})
     report = {"corpus": args.corpus, "pages": len(known), "chunks": len(texts), "words": args.words,
-              "model": args.model, "k": args.k, "n": args.n, "overall": summary(results),
+              "model": args.model, "dtype": args.dtype, "k": args.k, "n": args.n, "overall": summary(results),
               "by_tag": {t: summary([r for r in results if t in r["tags"]]) for t in tags},
               "seconds": round(time.time() - started, 1), "questions": results}
     print(json.dumps({key: report[key] for key in ("pages", "chunks", "overall")}), flush=True)
