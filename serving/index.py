@@ -29,8 +29,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ritrag.representation import NODE_DOC_ORDINAL, Representation
-from ritrag.layout import IndexLayout, Manifest, dead_ids_per_segment, live_mask, parse_shard_file_name
+from ritrag.layout import IndexLayout, Manifest, dead_ids_per_segment, is_remote, live_mask, parse_shard_file_name
 from ritrag.vectors import VectorStore
+from serving.remote import IndexMirror, default_cache_dir, mirror
 
 LOG = logging.getLogger("ritrag.serving")
 
@@ -152,10 +153,21 @@ class LoadedIndex:
     """One version of an index, ready for retrieval. With a `cache_dir`, the
     postings arrays built at the first load are saved there and memory-mapped
     by later loads: a restart skips their assembly, and pages of postings no
-    query touches are never read."""
+    query touches are never read.
+
+    A `root` in an object store (gs://, s3://, any fsspec URL) is first
+    mirrored into `cache_dir` (serving.remote: copied, verified against the
+    manifest once, stamped), and the mirror is loaded like a local index."""
 
     def __init__(self, root: str, version: str | None = None, cache_dir: str | None = None):
-        self.layout = IndexLayout(root)
+        self.mirror: IndexMirror | None = None
+        if is_remote(root):
+            cache_dir = cache_dir or default_cache_dir()
+            self.mirror = mirror(root, cache_dir)
+            version = self.mirror.fetch(version)
+            self.layout: IndexLayout = self.mirror.layout
+        else:
+            self.layout = IndexLayout(root)
         self.manifest: Manifest = self.layout.load_manifest(version)
         self.version = self.manifest.version
         self.cache_dir = cache_dir

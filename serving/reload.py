@@ -8,6 +8,11 @@ started with, and none waits for the load. The query model is handed over when
 both versions use the same embedder spec. Memory peaks at two loaded
 versions during a swap.
 
+An index in an object store (serving.remote) is polled there: the new
+version is copied into the cache and verified whole before it is loaded, so
+a swap never reaches a partial or damaged copy; after a swap, cached versions
+beyond the cache's limits are evicted (never the one served).
+
 Whatever goes wrong while checking or loading (a CURRENT that names no
 version, a damaged or missing file, a load that raises) is logged, counted
 (`failures`) and kept as `last_error` for /readyz and /metrics; the old
@@ -21,8 +26,9 @@ import threading
 import time
 from typing import Any
 
-from ritrag.layout import IndexLayout
+from ritrag.layout import IndexLayout, is_remote
 from serving.api import RitragIndex
+from serving.remote import default_cache_dir, mirror
 from serving.tools import ToolService
 
 LOG = logging.getLogger("ritrag.serving.reload")
@@ -34,16 +40,20 @@ class VersionWatcher:
     def __init__(self, service: ToolService, index_dir: str, interval_s: float = 10.0,
                  cache_dir: str | None = None):
         self._service = service
-        self._layout = IndexLayout(index_dir)
+        self._mirror = mirror(index_dir, cache_dir or default_cache_dir()) if is_remote(index_dir) else None
+        self._layout = self._mirror or IndexLayout(index_dir)  # what current_version() asks
         self._index_dir = index_dir
         self._interval_s = interval_s
         self._cache_dir = cache_dir
         self.failures = 0  # checks or loads that raised, since start
+        self.swaps = 0  # versions swapped in, since start
         self.last_error: dict[str, Any] | None = None  # the latest failure; None once a check succeeds
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ritrag-version-watcher", daemon=True)
 
     def start(self) -> "VersionWatcher":
+        if self._mirror is not None:
+            self._mirror.mark_serving(self._service.index.version)
         self._thread.start()
         return self
 
@@ -57,6 +67,8 @@ class VersionWatcher:
         live = self._service.index
         current = None
         try:
+            if self._mirror is not None:
+                self._mirror.mark_serving(live.version)
             current = self._layout.current_version()
             if current is None or current == live.version:
                 self.last_error = None
@@ -74,13 +86,20 @@ class VersionWatcher:
             self.last_error = {"version": current, "message": message, "at": time.time()}
             return False
         self._service.index = fresh
+        self.swaps += 1
         self.last_error = None
         LOG.info("now serving %s (was %s)", current, live.version)
+        if self._mirror is not None:
+            try:
+                self._mirror.mark_serving(current)
+                self._mirror.evict(serving=current)
+            except OSError:  # the cache keeps an extra version until the next swap
+                LOG.exception("evicting old versions from the cache of %s failed", self._index_dir)
         return True
 
     def status(self) -> dict[str, Any]:
         """What /readyz shows of the watcher: failures since start and the latest one."""
-        return {"failures": self.failures, "last_error": self.last_error}
+        return {"failures": self.failures, "swaps": self.swaps, "last_error": self.last_error}
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
