@@ -10,7 +10,7 @@
     ritrag prune INDEX [--keep 5]
     ritrag inspect INDEX [--html REPORT.html]
     ritrag synth --pages N --out DIR [--sites 4 --depth 4 --fanout 8 --words 400 --seed 0]
-    ritrag serve INDEX [--host 127.0.0.1 --port 8000]    HTTP: /v1/toc, /v1/read, /docs, a web page
+    ritrag serve INDEX|URL [--host 127.0.0.1 --port 8000]  HTTP: /v1/toc, /v1/read, /docs, a web page
     ritrag mcp INDEX [--transport stdio|streamable-http]  MCP server with the GetToC and Read tools
     ritrag tools [--format openai|anthropic|mcp]        the tool definitions, as JSON
     ritrag agent INDEX "question" --base_url URL --model NAME [--api_key_env VAR] [--transcript FILE]
@@ -154,20 +154,44 @@ def _watcher(args: argparse.Namespace, service):
     return VersionWatcher(service, args.index, args.watch_s, args.cache_dir)
 
 
-def _tool_service(args: argparse.Namespace, watch: bool = True):
+def _episode_state(args: argparse.Namespace) -> tuple:
+    """(budgets, episode memory): this process's, or shared in Redis."""
+    from serving.budget import Budget, EpisodeBudgets, EpisodeMemory
+
+    budget = Budget(calls=args.max_calls, toc_calls=args.max_toc_calls)
+    if args.budget_store == "memory":
+        return EpisodeBudgets(budget), EpisodeMemory()
+    from serving.budget_store import redis_episode_state
+
+    return redis_episode_state(args.budget_store, budget, fail_open=args.budget_store_failure == "open")
+
+
+def _tool_service(args: argparse.Namespace, watch: bool = True, episode_state: tuple | None = None):
     from serving.api import RitragIndex, one_thread_per_query
-    from serving.budget import Budget, EpisodeBudgets
     from serving.tools import Limits, ToolService
 
     limits = Limits(max_query_chars=args.max_query_chars, max_ids_per_read=args.max_ids_per_read,
                     max_chars_per_node=args.max_chars, max_request_bytes=args.max_request_bytes)
-    budgets = EpisodeBudgets(Budget(calls=args.max_calls, toc_calls=args.max_toc_calls))
+    budgets, episodes = episode_state or _episode_state(args)
+    _object_store_cache(args)
     one_thread_per_query()
     service = ToolService(RitragIndex(args.index, cache_dir=args.cache_dir), limits, budgets, k=args.k, n=args.n,
-                          toc_format=getattr(args, "toc_format", "json"))
+                          toc_format=getattr(args, "toc_format", "json"), episodes=episodes)
     if watch and args.watch_s > 0:
         _watcher(args, service).start()
     return service
+
+
+def _object_store_cache(args: argparse.Namespace) -> None:
+    """For an index in an object store, its cache's limits (and, at once, a
+    clear refusal when the store's package is missing)."""
+    from ritrag.layout import is_remote
+
+    if is_remote(args.index):
+        from serving.remote import mirror
+
+        mirror(args.index, args.cache_dir, keep_versions=args.cache_keep_versions, workers=args.copy_workers,
+               max_bytes=int(args.cache_max_gib * 2**30) if args.cache_max_gib else None)
 
 
 def _serve(args: argparse.Namespace, extra: list[str]) -> int:
@@ -177,7 +201,10 @@ def _serve(args: argparse.Namespace, extra: list[str]) -> int:
 
     settings = HttpSettings(api_key=os.environ.get(API_KEY_ENV) or None, cors_origins=tuple(args.cors_origin),
                             max_request_bytes=args.max_request_bytes)
-    app = create_app(lambda: _tool_service(args, watch=False), settings,
+    # A missing store package or a bad --budget_store is refused here, not in the background load.
+    _object_store_cache(args)
+    episode_state = _episode_state(args)
+    app = create_app(lambda: _tool_service(args, watch=False, episode_state=episode_state), settings,
                      watch=(lambda service: _watcher(args, service)) if args.watch_s > 0 else None)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
     return 0
@@ -274,8 +301,20 @@ def _service_arguments(p: argparse.ArgumentParser, port: int) -> None:
     from serving.budget import Budget
     from serving.tools import Limits
 
-    p.add_argument("index")
-    p.add_argument("--cache_dir", help="keep the postings built at the first start here; later starts map them")
+    p.add_argument("index", help="index directory, or an object-store URL (gs://, s3://, any fsspec URL)")
+    p.add_argument("--cache_dir", help="keep the postings built at the first start here; later starts map them. "
+                                       "An object-store index is copied here too (default ~/.cache/ritrag)")
+    p.add_argument("--cache_keep_versions", type=int, default=2,
+                   help="object-store index: cached versions kept (never evicting the one served)")
+    p.add_argument("--cache_max_gib", type=float, default=0, help="object-store index: evict cached versions "
+                   "past this size, oldest first (0: no size limit)")
+    p.add_argument("--copy_workers", type=int, default=8, help="object-store index: files copied at once")
+    p.add_argument("--budget_store", default="memory",
+                   help="where episode budgets and handles live: memory (this process) or redis://HOST:PORT/DB "
+                        "(shared by replicas)")
+    p.add_argument("--budget_store_failure", choices=("closed", "open"), default="closed",
+                   help="when Redis does not answer: refuse counted calls with a 503 (closed) or serve them "
+                        "uncounted (open)")
     p.add_argument("--watch_s", type=float, default=10.0,
                    help="check CURRENT this often and swap to a newly published version (0: never)")
     p.add_argument("--host", default="127.0.0.1")

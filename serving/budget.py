@@ -6,6 +6,8 @@ answer issued, and the nodes Read returned).
 Both live in this process's memory, bounded: the least recently used
 episodes are forgotten past `max_episodes`, and an episode idle for `idle_s`
 starts afresh. Calls without an episode id are not counted and keep no state.
+Replicas behind one load balancer share both through Redis instead
+(serving.budget_store, the same methods).
 """
 from __future__ import annotations
 
@@ -88,22 +90,26 @@ class EpisodeBudgets:
             if not (over_calls or over_toc):
                 usage.calls += 1
                 usage.toc_calls += tool == GET_TOC
-            left = self._left(episode_id, usage)
-        if over_calls or over_toc:
-            what = (f"all {self.budget.calls} tool calls" if over_calls
-                    else f"all {self.budget.toc_calls} GetToC calls")
-            hint = "; Read is still allowed" if not over_calls else "; answer with what you have read"
-            raise ToolError("budget_exhausted", f"episode {episode_id!r} has used {what}{hint}",
-                            budget=left)
-        return left
-
-    def _left(self, episode_id: str, usage: _Usage) -> dict[str, int | str]:
-        calls_left = self.budget.calls - usage.calls
-        return {"episode_id": episode_id, "calls_left": calls_left,
-                "get_toc_left": min(calls_left, self.budget.toc_calls - usage.toc_calls)}
+            return charged(self.budget, episode_id, usage.calls, usage.toc_calls, over_calls, over_toc)
 
     def __len__(self) -> int:
         return len(self._usage)
+
+
+def charged(budget: Budget, episode_id: str, calls: int, toc_calls: int, over_calls: bool, over_toc: bool
+            ) -> dict[str, int | str]:
+    """What is left of `budget` after an episode's `calls` (`toc_calls` of
+    them GetToC); `ToolError("budget_exhausted")` when the call that asked
+    was refused for going over the calls or the GetToC calls. Every budget
+    store reports through this one function."""
+    calls_left = budget.calls - calls
+    left = {"episode_id": episode_id, "calls_left": calls_left,
+            "get_toc_left": min(calls_left, budget.toc_calls - toc_calls)}
+    if over_calls or over_toc:
+        what = f"all {budget.calls} tool calls" if over_calls else f"all {budget.toc_calls} GetToC calls"
+        hint = "; Read is still allowed" if not over_calls else "; answer with what you have read"
+        raise ToolError("budget_exhausted", f"episode {episode_id!r} has used {what}{hint}", budget=left)
+    return left
 
 
 @dataclass

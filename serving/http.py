@@ -24,6 +24,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from importlib.resources import files
+from collections.abc import Sized
 from typing import Any, Callable, Literal
 
 from fastapi import FastAPI, Request
@@ -32,12 +33,13 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector,
                                generate_latest)
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from serving.auth import UNAUTHORIZED, header_map, key_matches, send_error
 from serving.errors import ToolError
 from serving.reload import VersionWatcher
+from serving.remote import IndexMirror, mirrors
 from serving.schemas import ErrorResult, ReadRequest, ReadResult, TocRequest, TocResult, tool_definitions
 from serving.tools import ToolService, invalid_arguments
 
@@ -68,12 +70,51 @@ class _Metrics:
         self.ready = Gauge("ritrag_ready", "1 once the index is loaded", registry=self.registry)
         self.episodes = Gauge("ritrag_episodes", "Episodes with a budget in memory", registry=self.registry)
         self.watcher: VersionWatcher | None = None
-        self.registry.register(self)  # collect(): the watcher's counts, read when scraped
+        self.service: ToolService | None = None
+        self.registry.register(self)  # collect(): the watcher's, cache's and store's counts, read when scraped
 
     def collect(self):
         yield CounterMetricFamily("ritrag_reload_failures", "Checks or loads of a newly published version that "
                                   "failed (the previous version kept serving)",
                                   value=self.watcher.failures if self.watcher else 0)
+        yield CounterMetricFamily("ritrag_reload_swaps", "Newly published versions swapped in",
+                                  value=self.watcher.swaps if self.watcher else 0)
+        if self.service is not None:
+            version = GaugeMetricFamily("ritrag_index_version", "Number of the index version served (v000042: 42)",
+                                        labels=["version"])
+            version.add_metric([self.service.index.version], int(self.service.index.version[1:]))
+            yield version
+            store = getattr(self.service.budgets, "store", None)
+            if store is not None:
+                yield from store.collect()
+        yield from _cache_metrics(mirrors())
+
+
+def _cache_metrics(found: list[IndexMirror]):
+    """Per object-store mirror: fill progress of the version being cached,
+    and counts since start."""
+    gauges = {name: GaugeMetricFamily(f"ritrag_cache_{name}", f"Cache fill of the version being cached: {name}",
+                                      labels=["index", "version"])
+              for name in ("files_done", "files_total", "bytes_done", "bytes_total")}
+    counters = {name: CounterMetricFamily(f"ritrag_cache_{name}", help_text, labels=["index"]) for name, help_text in (
+        ("bytes_copied", "Bytes copied from the object store"),
+        ("files_refused", "Copies refused: size or sha256 differs from the manifest"),
+        ("evicted_versions", "Cached versions evicted"))}
+    for found_mirror in found:
+        progress = found_mirror.progress
+        with progress.lock:
+            for name, family in gauges.items():
+                family.add_metric([found_mirror.uri, progress.version or ""], getattr(progress, name))
+            for name, family in counters.items():
+                family.add_metric([found_mirror.uri], getattr(progress, name))
+    if found:
+        yield from gauges.values()
+        yield from counters.values()
+
+
+def _count_episodes(metrics: _Metrics, budgets: Any) -> None:
+    if isinstance(budgets, Sized):  # kept in this process; a shared store (Redis) has no per-process count
+        metrics.episodes.set(len(budgets))
 
 
 class _Guard:
@@ -157,7 +198,7 @@ def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSet
             with watcher_lock:
                 if watch is not None and not state["stopping"]:
                     metrics.watcher = watch(service).start()
-            state["service"] = service  # ready only once its watcher reports in /readyz
+            metrics.service = state["service"] = service  # ready only once its watcher reports in /readyz
             metrics.ready.set(1)
             LOG.info("ready: index %s", service.index.version)
         except Exception as exc:  # reported by /healthz and /readyz; the trace goes to the log only
@@ -209,7 +250,7 @@ def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSet
     def get_toc(request: TocRequest) -> dict[str, Any]:
         result = service().get_toc(request.query, k=request.k, n=request.n, format=request.format,
                                    episode_id=request.episode_id, collapse_read=request.collapse_read)
-        metrics.episodes.set(len(service().budgets))
+        _count_episodes(metrics, service().budgets)
         return result
 
     @app.post("/v1/read", response_model=ReadResult, response_model_exclude_none=True, responses=ERROR_RESPONSES,
@@ -217,7 +258,7 @@ def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSet
     def read(request: ReadRequest) -> dict[str, Any]:
         result = service().read(request.node_ids, offset=request.offset, max_chars=request.max_chars,
                                 episode_id=request.episode_id)
-        metrics.episodes.set(len(service().budgets))
+        _count_episodes(metrics, service().budgets)
         return result
 
     @app.get("/v1/tools", summary="The tool definitions, for wiring an agent")
