@@ -49,10 +49,17 @@ setup(
         "serving": SERVING,
         "crawl": ["apache-beam>=2.60", *CRAWL],
         "gpu": ["faiss-gpu-cu12>=1.8"],
+        # serving an index from object storage (serving/remote.py) and sharing episodes in Redis (serving/budget_store.py)
+        "s3": ["fsspec>=2023.1", "s3fs>=2023.1"],
+        "gcs": ["fsspec>=2023.1", "gcsfs>=2023.1"],
+        "redis": ["redis>=5"],
         # benchmarks/extract.py's reference extractor (never the build); flat_baseline.py's BM25
         "bench": ["trafilatura>=2", "bm25s>=0.2"],
         "dev": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9", "pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100",
-                *SERVING, *CRAWL],
+                *SERVING, *CRAWL,
+                # the fleet tests: an S3-compatible server (moto), Redis, the Kubernetes schemas
+                "fsspec>=2023.1", "s3fs>=2023.1", "moto[server]>=5", "redis>=5", "kubernetes-validate>=1.30",
+                "pyyaml>=6"],
     },
     entry_points={"console_scripts": ["ritrag=ritrag.cli:main"]},
 )

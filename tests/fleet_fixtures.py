@@ -1,6 +1,6 @@
-"""Servers the fleet tests run on 127.0.0.1: a real Redis (Debian's
-`redis-server`; .ci/run installs it) that a test can stop and start again on
-the same port, and free ports."""
+"""What the fleet tests share: publishing an index to an object store as a
+build does, and servers on 127.0.0.1: a real Redis (Debian's `redis-server`;
+.ci/run installs it) that a test can stop and start again on the same port."""
 from __future__ import annotations
 
 import shutil
@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from ritrag.layout import Manifest
 
 REDIS_SERVER = shutil.which("redis-server")
 needs_redis = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed (apt-get install "
@@ -56,3 +58,29 @@ class RedisServer:
             self.process.terminate()
             self.process.wait(timeout=10)
             self.process = None
+
+
+def publish(local: Path, fs, root: str) -> None:
+    """Copy a local index to `root` in the fsspec filesystem `fs` the way a
+    build publishes: segment files, then manifests, then CURRENT last."""
+    for top in ("segments", "versions"):
+        for path in sorted((local / top).rglob("*")):
+            if path.is_file() and not path.name.startswith("."):
+                fs.pipe_file(f"{root}/{path.relative_to(local).as_posix()}", path.read_bytes())
+    fs.pipe_file(f"{root}/CURRENT", (local / "CURRENT").read_bytes())
+
+
+def publish_copy_as(fs, root: str, version: str) -> Manifest:
+    """Publish `version`: the live version's files under a new segment id (so
+    a replica has to copy them), then its manifest, then CURRENT."""
+    live_name = fs.cat_file(f"{root}/CURRENT").decode().strip()
+    live = Manifest.from_json(fs.cat_file(f"{root}/versions/{live_name}.json"))
+    assert len(live.segments) == 1
+    segment = f"seg-{version}"
+    for name in live.segments[0]["files"]:
+        fs.pipe_file(f"{root}/segments/{segment}/{name}", fs.cat_file(f"{root}/segments/{live.segments[0]['id']}/{name}"))
+    manifest = Manifest(**{**live.__dict__, "version": version, "parent": live.version,
+                           "segments": [{**live.segments[0], "id": segment}]})
+    fs.pipe_file(f"{root}/versions/{version}.json", manifest.to_json())
+    fs.pipe_file(f"{root}/CURRENT", f"{version}\n".encode())
+    return manifest

@@ -2,7 +2,6 @@
 in-memory filesystem: copy, verify once, stamp, resume, refuse, evict."""
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from pathlib import Path
@@ -17,41 +16,13 @@ from serving.api import RitragIndex
 from serving.reload import VersionWatcher
 from serving.remote import IndexMirror, filesystem
 from serving.tools import ToolService
-
-
-def publish(local: Path, uri: str) -> None:
-    """Copy a local index to `uri` the way a build publishes: segment files,
-    then manifests, then CURRENT last."""
-    fs, root = fsspec.core.url_to_fs(uri)
-    for top in ("segments", "versions"):
-        for path in sorted((local / top).rglob("*")):
-            if path.is_file() and not path.name.startswith("."):
-                fs.pipe_file(f"{root}/{path.relative_to(local).as_posix()}", path.read_bytes())
-    fs.pipe_file(f"{root}/CURRENT", (local / "CURRENT").read_bytes())
-
-
-def publish_copy_as(uri: str, version: str) -> Manifest:
-    """Publish `version`: the live version's files under a new segment id (so
-    a replica has to copy them), then its manifest, then CURRENT."""
-    fs, root = fsspec.core.url_to_fs(uri)
-    live = json.loads(fs.cat_file(f"{root}/versions/{fs.cat_file(f'{root}/CURRENT').decode().strip()}.json"))
-    segment = f"seg-{version}"
-    for seg in live["segments"]:
-        for name in seg["files"]:
-            fs.pipe_file(f"{root}/segments/{segment}/{name}", fs.cat_file(f"{root}/segments/{seg['id']}/{name}"))
-    files = {name: entry for seg in live["segments"] for name, entry in seg["files"].items()}
-    assert len(live["segments"]) == 1
-    manifest = Manifest(**{**live, "version": version, "parent": live["version"],
-                           "segments": [{**live["segments"][0], "id": segment, "files": files}]})
-    fs.pipe_file(f"{root}/versions/{version}.json", manifest.to_json())
-    fs.pipe_file(f"{root}/CURRENT", f"{version}\n".encode())
-    return manifest
+from tests.fleet_fixtures import publish, publish_copy_as
 
 
 @pytest.fixture
 def store(tiny_hash_index) -> str:
     uri = f"memory://ritrag-{uuid.uuid4().hex[:8]}/index"
-    publish(tiny_hash_index, uri)
+    publish(tiny_hash_index, *fsspec.core.url_to_fs(uri))
     yield uri
     fsspec.filesystem("memory").rm(uri.split("://")[1].split("/")[0], recursive=True)
 
@@ -133,7 +104,7 @@ def test_a_partial_copy_is_resumed_and_a_bad_one_redone(store, tmp_path):
 def test_a_damaged_object_is_refused_and_the_old_version_keeps_serving(store, tmp_path, damage):
     service = ToolService(RitragIndex(store, cache_dir=str(tmp_path)))
     watcher = VersionWatcher(service, store, interval_s=3600, cache_dir=str(tmp_path))
-    manifest = publish_copy_as(store, "v000002")
+    manifest = publish_copy_as(*fsspec.core.url_to_fs(store), "v000002")
     fs, _ = fsspec.core.url_to_fs(store)
     segment_id, name, _ = largest_file(manifest)
     remote = f"{watcher._mirror.root}/segments/{segment_id}/{name}"
@@ -151,7 +122,7 @@ def test_eviction_keeps_the_served_version_and_one_another_replica_serves(store,
     mirror = IndexMirror(store, str(tmp_path), keep_versions=1)
     mirror.fetch()
     for version in ("v000002", "v000003"):
-        publish_copy_as(store, version)
+        publish_copy_as(*fsspec.core.url_to_fs(store), version)
         mirror.fetch()
     assert mirror.cached_versions() == ["v000001", "v000002", "v000003"]
     other = Path(mirror.local_root) / "serving" / "v000003" / "otherhost-1"
@@ -169,7 +140,7 @@ def test_eviction_keeps_the_served_version_and_one_another_replica_serves(store,
 def test_a_size_limit_evicts_all_but_the_served_version(store, tmp_path):
     mirror = IndexMirror(store, str(tmp_path), keep_versions=5, max_bytes=1)
     mirror.fetch()
-    publish_copy_as(store, "v000002")
+    publish_copy_as(*fsspec.core.url_to_fs(store), "v000002")
     mirror.fetch()
     assert mirror.evict(serving="v000002") == ["v000001"] and mirror.cached_versions() == ["v000002"]
 
