@@ -3,6 +3,12 @@
 The model is named by an `EmbedderSpec`, which the build records in the manifest
 so that the server embeds queries with exactly the model, prefixes, length limit
 and normalization the documents were embedded with (`check_compatible`).
+Its `backend` names the runtime whose arithmetic made the vectors: an index
+from a runtime this install does not have is refused when it loads
+(`check_backend_available`), not answered with noise. Torch's float dtypes
+(float32, float16, bfloat16) are one backend: their vectors agree to cosine
+0.9999 (benchmarks/RESULTS.md), so a query embedded in one finds documents
+embedded in another; the dtype is a per-machine speed choice (`resolve_dtype`).
 
 `SentenceEncoder` is the one embedding path for documents (the Beam embed step)
 and queries (`QueryEmbedder`, the server): texts are sorted by token length and
@@ -29,6 +35,12 @@ CHUNK_TOKEN_LIMIT = 512  # METHOD.md: chunks are at most 512 tokens
 # to 4096 ran alike and 8192 slower (a batch falls out of cache); on a GPU the
 # budget is bounded by memory, and an out-of-memory error halves it.
 DEFAULT_MAX_BATCH_TOKENS = {"cuda": 65536, "mps": 16384, "cpu": 2048}
+# The runtimes this install embeds with. Others were measured and left out
+# (docs/GPU.md, "CPU-only machines"): sentence-transformers' ONNX and OpenVINO
+# backends do not install beside transformers 5, and torch's dynamic int8
+# quantization fails the quality check (top-10 neighbour agreement 0.76).
+BACKENDS = ("torch",)
+DTYPES = ("float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,7 @@ class EmbedderSpec:
     document_prefix: str = ""
     normalize: bool = True
     max_seq_length: int | None = None  # None: the model's own limit
+    backend: str = "torch"  # one of BACKENDS; indexes from before the field are torch
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -160,6 +173,18 @@ def check_compatible(manifest_spec: EmbedderSpec | dict[str, Any], spec: Embedde
         )
 
 
+def check_backend_available(spec: EmbedderSpec) -> None:
+    """Raise `IncompatibleEmbedderError` when `spec`'s backend is not one this
+    install embeds with: its queries could not be embedded like the index's
+    documents. Cheap (loads no model), so a server calls it when it loads an
+    index, before the first query."""
+    if spec.backend not in BACKENDS:
+        raise IncompatibleEmbedderError(
+            f"the index's vectors were made with the embedding backend {spec.backend!r}, which this "
+            f"install does not have (it embeds with: {', '.join(BACKENDS)}); serve it from an install "
+            "with that backend or rebuild the index")
+
+
 def token_budget_batches(lengths: Sequence[int], max_batch_tokens: int) -> list[list[int]]:
     """Indices into `lengths`, longest first, cut into batches whose padded size
     (rows x longest row) stays within `max_batch_tokens`. Sorting first means a
@@ -237,17 +262,31 @@ def embed_with_backoff(
     return BackoffResult(vectors, max_batch_tokens, backoffs)
 
 
+def cpu_has_amx_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 matrices in AMX tiles (Intel Xeon
+    since Sapphire Rapids). torch's probe is private, hence the guard: a torch
+    without it counts as no AMX, which keeps float32."""
+    import torch
+
+    probe = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    return bool(probe and probe())
+
+
 def resolve_dtype(device: str, dtype: str = "auto"):
     """The torch dtype to run the model in. "auto" is float16 on CUDA (tensor
     cores, half the memory; BERT-family encoders do not overflow it, and its
-    10-bit mantissa keeps vectors closer to float32 than bfloat16 does) and
-    float32 elsewhere."""
+    10-bit mantissa keeps vectors closer to float32 than bfloat16 does);
+    bfloat16 on a CPU with AMX (2.4x float32's rate at cosine 0.99995 to its
+    vectors, benchmarks/RESULTS.md); float32 elsewhere (a CPU without AMX
+    emulates bfloat16 matrix products, not measured to gain here)."""
     import torch
 
     if dtype == "auto":
-        return torch.float16 if device.startswith("cuda") else torch.float32
-    if dtype not in ("float32", "float16", "bfloat16"):
-        raise ValueError(f"dtype must be auto, float32, float16 or bfloat16, not {dtype!r}")
+        if device.startswith("cuda"):
+            return torch.float16
+        return torch.bfloat16 if device == "cpu" and cpu_has_amx_bf16() else torch.float32
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be auto, {', '.join(DTYPES)}, not {dtype!r}")
     return getattr(torch, dtype)
 
 
@@ -275,6 +314,7 @@ def _least_used_gpu() -> str:
 class Embedded(NamedTuple):
     vectors: np.ndarray  # float32, one row per text, in input order
     oom_backoffs: int
+    dtype: str  # the arithmetic that made them ("bfloat16", ...), for the build's counters
 
 
 class SentenceEncoder:
@@ -302,10 +342,13 @@ class SentenceEncoder:
                  max_batch_tokens: int | None = None, cpu_parallelism: int | None = None):
         import torch
 
+        check_backend_available(spec)
         device = choose_device(device)
         self.device = _least_used_gpu() if device == "cuda" else device
         self.model = load_sentence_transformer(spec, self.device)
-        self.model.to(resolve_dtype(self.device, dtype))
+        torch_dtype = resolve_dtype(self.device, dtype)
+        self.dtype = str(torch_dtype).removeprefix("torch.")
+        self.model.to(torch_dtype)
         self.model.eval()
         self.normalize = spec.normalize
         self.max_batch_tokens = max_batch_tokens or DEFAULT_MAX_BATCH_TOKENS[self.device.split(":")[0]]
@@ -325,7 +368,7 @@ class SentenceEncoder:
         """float32 vectors of `prefix + text` for each text, in input order."""
         texts = list(texts)
         if not texts:
-            return Embedded(np.empty((0, self.dimension), dtype=np.float32), 0)
+            return Embedded(np.empty((0, self.dimension), dtype=np.float32), 0, self.dtype)
         with self._tokenizer_lock:
             lengths = [len(ids) for ids in self.model.tokenizer(
                 [prefix + t for t in texts], truncation=True, max_length=self.model.max_seq_length,
@@ -338,7 +381,7 @@ class SentenceEncoder:
         # Only ever lowered: a concurrent call that started from the old budget
         # must not undo another's back-off.
         self.max_batch_tokens = min(self.max_batch_tokens, result.max_batch_tokens)
-        return Embedded(result.vectors, result.oom_backoffs)
+        return Embedded(result.vectors, result.oom_backoffs, self.dtype)
 
     def _forward(self, texts: list[str], prefix: str) -> np.ndarray:
         import torch
@@ -371,6 +414,8 @@ class HashingEncoder:
     Lexical, not semantic: it lets scale benchmarks measure every other stage
     of a build without paying for model inference (they say so in their output)."""
 
+    dtype = "hashing"
+
     def __init__(self, dimension: int, normalize: bool = True):
         self._dimension = dimension
         self.normalize = normalize
@@ -396,7 +441,7 @@ class HashingEncoder:
         if self.normalize:
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
             vectors /= np.where(norms > 0, norms, 1.0)
-        return Embedded(vectors, 0)
+        return Embedded(vectors, 0, self.dtype)
 
 
 def load_encoder(spec: EmbedderSpec, device: str | None = None, **options) -> "SentenceEncoder | HashingEncoder":

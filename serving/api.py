@@ -15,8 +15,9 @@ from typing import Sequence
 import numpy as np
 
 from ritrag.analyzer import analyze
+from ritrag.layout import BM25_PARAMETERS
 from ritrag.vectors import rerank_exact
-from ritrag.embedder import EmbedderSpec, QueryEmbedder
+from ritrag.embedder import EmbedderSpec, QueryEmbedder, check_backend_available
 from serving.errors import ToolError, checked_int, checked_text
 from serving.index import LoadedIndex
 from serving.retrieval import (RetrievalParams, bm25_top_k, bm25f_chunk_scores, build_subforest, dense_top_k,
@@ -84,6 +85,7 @@ class RitragIndex:
         self.index = LoadedIndex(index_dir, version, cache_dir)
         self.params = RetrievalParams.from_config(self.index.manifest.config)
         self._spec = EmbedderSpec.from_dict(self.index.manifest.config["embedder"])
+        check_backend_available(self._spec)  # refused at load, not at the first query
         self._device = device
         self._embedder: QueryEmbedder | None = None
         self._embedder_lock = threading.Lock()
@@ -126,7 +128,7 @@ class RitragIndex:
         documents (rows of the chunk arrays), best first."""
         idx, params = self.index, params or self.params
         bm25 = idx.manifest.config.get("bm25", {})
-        k1, b = bm25.get("k1", 1.2), bm25.get("b", 0.75)
+        k1, b = bm25.get("k1", BM25_PARAMETERS["k1"]), bm25.get("b", BM25_PARAMETERS["b"])
         vector = self.embed_query(query) if query_vector is None else query_vector
         fields = idx.bm25_fields
         # With node documents in the dense index, twice k' neighbours are split into chunks and documents.

@@ -22,7 +22,10 @@ How the step lands on GPU machines:
 
 Metrics (namespace "ritrag.embed"): `chunks_embedded` counts texts that went
 through the model (the incremental update checks it to prove that cached
-chunks were not re-embedded), `oom_backoffs` counts budget halvings. RunInference
+chunks were not re-embedded), `chunks_embedded_<dtype>` the same per arithmetic
+the workers ran (`--embed_dtype auto` resolves on each worker, by its device;
+the build records these counts in its manifest), `oom_backoffs` counts budget
+halvings. RunInference
 reports its own batch and latency metrics under the same namespace.
 """
 from __future__ import annotations
@@ -35,9 +38,10 @@ from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunInference
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from ritrag.embedder import EmbedderSpec, SentenceEncoder, available_cpus, choose_device, load_encoder
+from ritrag.embedder import DTYPES, EmbedderSpec, SentenceEncoder, available_cpus, choose_device, load_encoder
 
 METRICS_NAMESPACE = "ritrag.embed"
+DTYPE_COUNTER_PREFIX = "chunks_embedded_"  # + the dtype: chunks each worker dtype embedded
 # Texts per RunInference batch: the pool that SentenceEncoder sorts by length
 # and cuts into token-budget batches. Bigger pools pad less; 1024 chunks of
 # text is a few MB, cheap to hold and to send through the shared-model proxy.
@@ -57,8 +61,10 @@ class EmbedOptions(PipelineOptions):
         parser.add_argument("--embed_min_ram", default=None,
                             help="Beam min_ram resource hint for the embed step, e.g. 16GB")
         parser.add_argument("--embed_dtype", default="auto",
-                            choices=("auto", "float32", "float16", "bfloat16"),
-                            help="auto: float16 on CUDA, float32 elsewhere")
+                            choices=("auto", *DTYPES),
+                            help="auto: float16 on CUDA, bfloat16 on a CPU with AMX (Intel Xeon since "
+                                 "Sapphire Rapids), float32 elsewhere; all give interchangeable vectors "
+                                 "(docs/GPU.md)")
         parser.add_argument("--embed_max_batch_tokens", type=int, default=None,
                             help="padded tokens per forward pass (default: by device)")
         parser.add_argument("--embed_batch_size", type=int, default=DEFAULT_BATCH_SIZE,
@@ -123,6 +129,7 @@ class SentenceTransformerModelHandler(ModelHandler[str, np.ndarray, SentenceEnco
         # counters are bumped here, in the DoFn's own thread.
         embedded = model.embed(batch, self._spec.document_prefix)
         self._chunks_embedded.inc(len(batch))
+        Metrics.counter(METRICS_NAMESPACE, DTYPE_COUNTER_PREFIX + embedded.dtype).inc(len(batch))
         if embedded.oom_backoffs:
             self._oom_backoffs.inc(embedded.oom_backoffs)
         return list(embedded.vectors)
