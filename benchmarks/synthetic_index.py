@@ -26,7 +26,8 @@ import pyarrow.parquet as pq
 from ritrag.analyzer import analyze
 from ritrag.embedder import DEFAULT_MODEL, EmbedderSpec
 from ritrag.ids import chunk_id_for, node_id_for, shard_of
-from ritrag.layout import IndexLayout, new_manifest, shard_file_name
+from ritrag.layout import (BM25_PARAMETERS, BM25_STATS_FILE, DEAD_LETTERS_FILE, DENSE_INFO_FILE, IndexLayout,
+                           new_manifest, shard_file_name)
 from ritrag.schema import CHUNKS_SCHEMA, DEAD_LETTERS_SCHEMA, NODES_SCHEMA, POSTINGS_SCHEMA, VOCABULARY_SCHEMA
 
 ROW_GROUP_ROWS = 4096  # as transforms/tables.py writes them (importing it would load Beam)
@@ -177,9 +178,9 @@ def write_synthetic_index(out: str, nodes: int = 1_000_000, sites: int = 16, fan
     write_table(os.path.join(seg_dir, shard_file_name("vocabulary", 0, 1, "parquet")),
                 {"term": words[order], "df": df[order]}, VOCABULARY_SCHEMA)
     bm25 = {"n_chunks": nodes, "n_terms": int(offsets[-1]), "avg_chunk_terms": float(offsets[-1] / nodes)}
-    with open(os.path.join(seg_dir, "bm25.json"), "w", encoding="utf-8") as fh:
+    with open(os.path.join(seg_dir, BM25_STATS_FILE), "w", encoding="utf-8") as fh:
         json.dump(bm25, fh, sort_keys=True)
-    pq.write_table(DEAD_LETTERS_SCHEMA.empty_table(), os.path.join(seg_dir, "dead_letters.parquet"))
+    pq.write_table(DEAD_LETTERS_SCHEMA.empty_table(), os.path.join(seg_dir, DEAD_LETTERS_FILE))
 
     # Vectors: one random direction per site plus noise, unit length.
     centres = rng.standard_normal((sites, DIM)).astype(np.float32)
@@ -195,7 +196,7 @@ def write_synthetic_index(out: str, nodes: int = 1_000_000, sites: int = 16, fan
         faiss.write_index(shard, os.path.join(seg_dir, shard_file_name("dense", s, num_shards, "faiss")))
     dense = {"factory": factory, "dim": DIM, "metric": "inner_product", "n_vectors": nodes,
              "train_sample": len(sample)}
-    with open(os.path.join(seg_dir, "dense.json"), "w", encoding="utf-8") as fh:
+    with open(os.path.join(seg_dir, DENSE_INFO_FILE), "w", encoding="utf-8") as fh:
         json.dump(dense, fh, sort_keys=True)
 
     counts = {"pages_read": nodes, "pages_indexed": nodes, "chunks": nodes}
@@ -203,7 +204,7 @@ def write_synthetic_index(out: str, nodes: int = 1_000_000, sites: int = 16, fan
     spec = EmbedderSpec(model=DEFAULT_MODEL)
     manifest = new_manifest(layout, [segment], stats={"bm25": bm25, "pages": counts},
                             config={"embedder": {**spec.to_dict(), "dimension": DIM}, "dense": dense,
-                                    "bm25": {"k1": 1.2, "b": 0.75}, "granularity": "page",
+                                    "bm25": dict(BM25_PARAMETERS), "granularity": "page",
                                     "num_shards": num_shards, "base_url": "https://synthetic.example/",
                                     "site_depth": 1})
     layout.publish(manifest)

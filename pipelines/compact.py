@@ -20,15 +20,14 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.build import prepare_job, publish_and_prune, required, run_pipeline
-from pipelines.update import IndexOptions, LiveFile, LiveIndex, ReadLiveRows
-from ritrag.layout import new_manifest, open_read
+from pipelines.launcher import IndexOptions, prepare_job, publish_and_prune, required, run_pipeline
+from ritrag.layout import BM25_STATS_FILE, LiveFile, LiveFiles, new_manifest, open_read
 from ritrag.representation import Representation
 from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA
 from ritrag.vectors import VectorShard
-from transforms.dense import BuildDenseIndex, trained_empty_index_of
-from transforms.sparse import BM25_STATS_FILE, BuildSparseIndex
-from transforms.tables import WriteParquetTable
+from transforms.dense import BuildDenseIndex, live_trained_index
+from transforms.sparse import BuildSparseIndex
+from transforms.tables import ReadLiveRows, WriteParquetTable
 
 LOG = logging.getLogger("ritrag.compact")
 TABLES = (("nodes", NODES_SCHEMA, "node_id"), ("pages", PAGES_SCHEMA, "url"), ("chunks", CHUNKS_SCHEMA, "chunk_id"))
@@ -47,7 +46,7 @@ def live_vectors(live_file: LiveFile) -> Iterable[tuple[int, np.ndarray]]:
                 yield chunk_id, vector
 
 
-def compact_pipeline(p: beam.Pipeline, live: LiveIndex, segment_dir: str) -> None:
+def compact_pipeline(p: beam.Pipeline, live: LiveFiles, segment_dir: str) -> None:
     num_shards = live.manifest.config["num_shards"]
     rows = {}
     for kind, schema, id_column in TABLES:
@@ -59,7 +58,7 @@ def compact_pipeline(p: beam.Pipeline, live: LiveIndex, segment_dir: str) -> Non
     (p
      | "VectorFiles" >> beam.Create(live.files.get("vectors", []))
      | "LiveVectors" >> beam.FlatMap(live_vectors)
-     | "Dense" >> BuildDenseIndex(segment_dir, num_shards, trained=trained_empty_index_of(live.files["dense"][0].path)))
+     | "Dense" >> BuildDenseIndex(segment_dir, num_shards, trained=live_trained_index(live)))
 
 
 def run(argv: list[str] | None = None) -> str:
@@ -67,7 +66,7 @@ def run(argv: list[str] | None = None) -> str:
     options = PipelineOptions(argv)
     opts = required(options, IndexOptions, "index")
     with prepare_job(options, opts.index, "compact") as (layout, segment_id, segment_dir):
-        live = LiveIndex.open(layout)
+        live = LiveFiles.open(layout)
         started = time.time()
         LOG.info("compacting %s (%d segments) into %s", live.manifest.version, len(live.manifest.segments),
                  segment_dir)

@@ -228,7 +228,7 @@ def _mcp(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _tools(args: argparse.Namespace, extra: list[str]) -> int:
-    from serving.schemas import tool_definitions
+    from serving.tool_models import tool_definitions
 
     json.dump(tool_definitions(args.format), sys.stdout, indent=1)
     print()

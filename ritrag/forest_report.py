@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ritrag.layout import IndexLayout
+from ritrag.layout import DEAD_LETTERS_FILE, IndexLayout, LiveFiles, live_table
 
 SITE_ROOT_METHOD = "site_root"  # the method transforms.forest records for a site's root
 REPORT_COLUMNS = ["node_id", "parent_id", "site", "kind", "depth", "title", "url", "trail_method"]
@@ -30,13 +30,12 @@ TOP_FANOUTS = 10
 def forest_report(index_dir: str, version: str | None = None) -> dict:
     """Per-site statistics of the forest of one index version."""
     layout = IndexLayout(index_dir)
-    manifest = layout.load_manifest(version)
-    node_files, dead_files = [], []
-    for seg in manifest.segments:
-        node_files += [layout.verified_path(seg, n) for n in layout.segment_files(seg, "nodes")]
-        if "dead_letters.parquet" in seg["files"]:
-            dead_files.append(layout.verified_path(seg, "dead_letters.parquet"))
-    nodes = pa.concat_tables([pq.read_table(f, columns=REPORT_COLUMNS) for f in node_files]).to_pylist()
+    live = LiveFiles.open(layout, version, kinds=("nodes",))
+    manifest = live.manifest
+    dead_files = [layout.verified_path(seg, DEAD_LETTERS_FILE) for seg in manifest.segments
+                  if DEAD_LETTERS_FILE in seg["files"]]
+    # Live rows only: after an update, a replaced node's old row is tombstoned in its segment.
+    nodes = pa.concat_tables([live_table(f, "nodes", REPORT_COLUMNS) for f in live.files["nodes"]]).to_pylist()
 
     by_id = {n["node_id"]: n for n in nodes}
     children = Counter(n["parent_id"] for n in nodes if n["parent_id"])

@@ -6,10 +6,18 @@ INDEX/
   LEASE                        while a job writes: who holds the index (owner, pid, host, segment)
   versions/v000003.json        manifest: segments, tombstones, stats, config, checksums
   segments/<segment-id>/       written once, never modified
-     nodes-SSSSS-of-NNNNN.parquet     chunks-SSSSS-of-NNNNN.parquet
+     nodes-SSSSS-of-NNNNN.parquet     chunks-SSSSS-of-NNNNN.parquet     pages-SSSSS-of-NNNNN.parquet
      postings-SSSSS-of-NNNNN.parquet  vocabulary-SSSSS-of-NNNNN.parquet
-     dense-SSSSS-of-NNNNN.faiss       dead_letters.parquet
+     dense-SSSSS-of-NNNNN.faiss       vectors-SSSSS-of-NNNNN.zarr.zip
+     bm25.json  dense.json  dense_trained.faiss  dead_letters.parquet
+     site_bases.json (builds without --base_url)  tombstones.parquet (updates)
 ```
+
+This module is the one home of that format: the names below, the manifest, the
+checksummed open (`IndexLayout.verified_path`), the live-row filter
+(`LiveFiles`, `live_rows`: a row is live unless a later segment tombstoned its
+id) and the BM25 parameters. Jobs, the server, `ritrag inspect` and the
+benchmarks name files only through it.
 
 Jobs reach remote paths (gs://, s3://, ...) through Beam's FileSystems, so the same
 code publishes to local disk or an object store; the serving process reads a
@@ -38,7 +46,14 @@ from typing import Any, Iterable
 
 # 2: vocabulary sharded by term (vocabulary-SSSSS-of-NNNNN.parquet, was vocabulary.parquet)
 FORMAT_VERSION = 2
-TOMBSTONES_FILE = "tombstones.parquet"
+TOMBSTONES_FILE = "tombstones.parquet"  # ids that this segment supersedes or deletes in earlier ones
+BM25_STATS_FILE = "bm25.json"  # the segment's chunk and term counts (signed in an update's delta)
+DENSE_INFO_FILE = "dense.json"  # factory string, nprobe, rerank, dimension of the dense shards
+DENSE_TRAINED_FILE = "dense_trained.faiss"  # the trained empty index: later segments add to a copy of it
+DEAD_LETTERS_FILE = "dead_letters.parquet"
+SITE_BASES_FILE = "site_bases.json"  # each site's inferred public base, when --base_url was not given
+# Recorded in every manifest's config; the server scores with the manifest's values.
+BM25_PARAMETERS = {"k1": 1.2, "b": 0.75}
 LOG = logging.getLogger("ritrag.layout")
 LEASE_FILE = "LEASE"
 _VERSION_RE = re.compile(r"^v(\d{6})$")
@@ -451,6 +466,72 @@ def dead_ids_per_segment(layout: IndexLayout, manifest: Manifest) -> list[DeadId
             later = DeadIds(later.node_ids | own.node_ids, later.chunk_ids | own.chunk_ids,
                             later.urls | own.urls)
     return out[::-1]
+
+
+@dataclass(frozen=True)
+class LiveFile:
+    """One table file of a version, with the ids later segments killed."""
+
+    path: str
+    dead: DeadIds
+
+
+# The id column of each table that tombstones name.
+LIVE_KEYS = {"pages": ("url", "urls"), "nodes": ("node_id", "node_ids"), "chunks": ("chunk_id", "chunk_ids")}
+
+
+@dataclass(frozen=True)
+class LiveFiles:
+    """A published version's files by kind, each verified against the manifest
+    and paired with the ids that later segments killed."""
+
+    manifest: Manifest
+    files: dict[str, list[LiveFile]]
+    dense_trained: str | None = None  # the trained empty index every dense shard was added to
+
+    @classmethod
+    def open(cls, layout: IndexLayout, version: str | None = None,
+             kinds: Iterable[str] = ("pages", "nodes", "chunks", "dense", "vectors")) -> "LiveFiles":
+        manifest = layout.load_manifest(version)
+        dead = dead_ids_per_segment(layout, manifest)
+        files: dict[str, list[LiveFile]] = {}
+        for segment, seg_dead in zip(manifest.segments, dead):
+            for kind in kinds:
+                for name in layout.segment_files(segment, kind):
+                    files.setdefault(kind, []).append(LiveFile(layout.verified_path(segment, name), seg_dead))
+        base = manifest.segments[0] if manifest.segments else {"files": {}}
+        trained = layout.verified_path(base, DENSE_TRAINED_FILE) if DENSE_TRAINED_FILE in base["files"] else None
+        return cls(manifest, files, trained)
+
+
+def live_table(live_file: LiveFile, kind: str, columns: list[str] | None = None):
+    """The Arrow table of one table file without the rows later segments tombstoned."""
+    import pyarrow.parquet as pq
+
+    key, dead_field = LIVE_KEYS[kind]
+    if columns is not None and key not in columns:
+        columns = [key, *columns]
+    table = pq.read_table(live_file.path, columns=columns)
+    return table.filter(live_mask(table[key], getattr(live_file.dead, dead_field)))
+
+
+def live_rows(live_file: LiveFile, kind: str, columns: list[str] | None = None) -> Iterable[dict]:
+    """Rows of one table file that no later segment tombstoned; each row carries
+    `_file`, the file it came from, for later point reads."""
+    for row in live_table(live_file, kind, columns).to_pylist():
+        row["_file"] = live_file.path
+        yield row
+
+
+def read_rows_by_id(path: str, id_column: str, ids: list, columns: list[str]) -> dict:
+    """Point reads: the rows of `ids` from one sorted Parquet file (row-group
+    statistics prune what is not needed)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path, columns=[id_column, *columns], filters=pc.field(id_column).isin(pa.array(ids)))
+    return {row[id_column]: row for row in table.to_pylist()}
 
 
 def new_manifest(

@@ -33,7 +33,7 @@ import httpx
 from serving.budget import GET_TOC, READ, Budget, EpisodeBudgets
 from serving.errors import ToolError
 from serving.outline import count_tokens, toc_json_text
-from serving.schemas import TOOLS, tool_definitions
+from serving.tool_models import TOOLS, tool_definitions
 from serving.tools import ToolService, TocFormat
 
 LOG = logging.getLogger("ritrag.serving.agent")

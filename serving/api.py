@@ -19,7 +19,7 @@ from ritrag.layout import BM25_PARAMETERS
 from ritrag.vectors import rerank_exact
 from ritrag.embedder import EmbedderSpec, QueryEmbedder, check_backend_available
 from serving.errors import ToolError, checked_int, checked_text
-from serving.index import LoadedIndex
+from serving.index import LoadedVersion
 from serving.retrieval import (RetrievalParams, bm25_top_k, bm25f_chunk_scores, build_subforest, dense_top_k,
                                node_scores, reciprocal_rank_fusion, top_k, top_nodes, with_node_docs)
 
@@ -82,7 +82,7 @@ class RitragIndex:
 
     def __init__(self, index_dir: str, version: str | None = None, device: str | None = None,
                  cache_dir: str | None = None):
-        self.index = LoadedIndex(index_dir, version, cache_dir)
+        self.index = LoadedVersion(index_dir, version, cache_dir)
         self.params = RetrievalParams.from_config(self.index.manifest.config)
         self._spec = EmbedderSpec.from_dict(self.index.manifest.config["embedder"])
         check_backend_available(self._spec)  # refused at load, not at the first query

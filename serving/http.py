@@ -40,7 +40,7 @@ from serving.auth import UNAUTHORIZED, header_map, key_matches, send_error
 from serving.errors import ToolError
 from serving.reload import VersionWatcher
 from serving.remote import IndexMirror, mirrors
-from serving.schemas import ErrorResult, ReadRequest, ReadResult, TocRequest, TocResult, tool_definitions
+from serving.tool_models import ErrorResult, ReadRequest, ReadResult, TocRequest, TocResult, tool_definitions
 from serving.tools import ToolService, invalid_arguments
 
 LOG = logging.getLogger("ritrag.serving.http")

@@ -29,7 +29,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ritrag.representation import NODE_DOC_ORDINAL, Representation
-from ritrag.layout import IndexLayout, Manifest, dead_ids_per_segment, is_remote, live_mask, parse_shard_file_name
+from ritrag.layout import (BM25_STATS_FILE, IndexLayout, Manifest, dead_ids_per_segment, is_remote, live_mask,
+                           parse_shard_file_name)
 from ritrag.vectors import VectorStore
 from serving.remote import IndexMirror, default_cache_dir, mirror
 
@@ -149,7 +150,7 @@ def _fixed_width(array: pa.Array) -> np.ndarray:
     return np.asarray(array.to_numpy(zero_copy_only=False), dtype=object).astype(bytes)
 
 
-class LoadedIndex:
+class LoadedVersion:
     """One version of an index, ready for retrieval. With a `cache_dir`, the
     postings arrays built at the first load are saved there and memory-mapped
     by later loads: a restart skips their assembly, and pages of postings no
@@ -277,7 +278,7 @@ class LoadedIndex:
             arrays = self._assemble_postings(pa.array(vocabulary, pa.string()), chunk_shards)
             if cache:
                 _save_arrays(cache, arrays)
-        stats = [json.load(open(f, encoding="utf-8")) for f in self._file("bm25.json")]
+        stats = [json.load(open(f, encoding="utf-8")) for f in self._file(BM25_STATS_FILE)]
         n_chunks = sum(s["n_chunks"] for s in stats)
         n_terms = sum(s["n_terms"] for s in stats)
         return Postings(term_row={t: i for i, t in enumerate(vocabulary)}, **arrays, df=df, n_chunks=n_chunks,

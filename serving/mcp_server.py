@@ -1,6 +1,6 @@
 """The MCP face: GetToC and Read as MCP tools over one `ToolService`, served on
 stdio or streamable HTTP (the `mcp` SDK's low-level server, so that the tools'
-input schemas are exactly the strict ones of `serving.schemas`).
+input schemas are exactly the strict ones of `serving.tool_models`).
 
 A call counts against an episode's budget when its request `_meta` carries
 `"ritrag/episode_id"`. A refused call is a tool result with isError and the
@@ -21,7 +21,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from serving.auth import ApiKeyGuard
 from serving.errors import ToolError
 from serving.outline import toc_json_text
-from serving.schemas import EPISODE_META_KEY, tool_definitions
+from serving.tool_models import EPISODE_META_KEY, tool_definitions
 from serving.tools import ToolService
 
 LOG = logging.getLogger("ritrag.serving.mcp")

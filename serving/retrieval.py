@@ -1,6 +1,6 @@
 """Hybrid retrieval and the query-induced sub-forest (METHOD.md, steps 1-5).
 
-Pure numpy functions over a `LoadedIndex`'s arrays, so each step is testable on
+Pure numpy functions over a `LoadedVersion`'s arrays, so each step is testable on
 its own: BM25 top-k', dense top-k', reciprocal rank fusion, node score = max of
 its chunks' fused scores, top-n nodes, union with all ancestors, trees ordered
 by their best node score and children in document order.
@@ -20,8 +20,11 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ritrag.layout import BM25_PARAMETERS
 from ritrag.representation import DEFAULT_RETRIEVAL, Representation, retrieval_defaults
 from serving.index import Bm25Field, Bm25Fields, Postings
+
+K1, B = BM25_PARAMETERS["k1"], BM25_PARAMETERS["b"]  # defaults; GetToC passes the manifest's
 
 RRF_K = 60
 NODE_SCORES = ("max", "max+doc")
@@ -56,7 +59,7 @@ class RetrievalParams:
                       **{k: v for k, v in overrides.items() if v is not None}})
 
 
-def bm25_scores(terms: Sequence[str], postings: Postings, k1: float = 1.2, b: float = 0.75,
+def bm25_scores(terms: Sequence[str], postings: Postings, k1: float = K1, b: float = B,
                 field: Bm25Field | None = None) -> np.ndarray:
     """BM25 score of every chunk row for the analyzed query `terms`: over all
     rows with the index's global statistics, or over the rows of one `field`
@@ -80,7 +83,7 @@ def bm25_scores(terms: Sequence[str], postings: Postings, k1: float = 1.2, b: fl
     return scores
 
 
-def bm25_top_k(terms: Sequence[str], postings: Postings, k: int, k1: float = 1.2, b: float = 0.75
+def bm25_top_k(terms: Sequence[str], postings: Postings, k: int, k1: float = K1, b: float = B
                ) -> tuple[np.ndarray, np.ndarray]:
     """(chunk rows, scores) of the k best chunks for the analyzed query `terms`,
     best first; ties broken by chunk row for determinism."""
@@ -88,7 +91,7 @@ def bm25_top_k(terms: Sequence[str], postings: Postings, k: int, k1: float = 1.2
 
 
 def bm25f_chunk_scores(terms: Sequence[str], postings: Postings, bm25_fields: Bm25Fields, chunk_node: np.ndarray,
-                       n_nodes: int, path_weight: float, k1: float = 1.2, b: float = 0.75
+                       n_nodes: int, path_weight: float, k1: float = K1, b: float = B
                        ) -> tuple[np.ndarray, np.ndarray]:
     """(chunk scores, node document scores), both per chunk row: a chunk scores
     its body's BM25 + `path_weight` x its node document's BM25 (each field with

@@ -24,7 +24,7 @@ from serving.api import (DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N, RitragIndex, c
 from serving.budget import GET_TOC, READ, EpisodeBudgets, EpisodeMemory
 from serving.errors import ToolError
 from serving.outline import TOKENIZER, count_tokens, is_handle, preorder, render_outline, toc_json_text
-from serving.schemas import TOOLS
+from serving.tool_models import TOOLS
 
 TocFormat = Literal["json", "outline", "both"]
 

@@ -20,7 +20,7 @@ from ritrag.cli import main
 from serving.agent import judge_answer, parse_judge_reply, run_agent
 from serving.eval import node_prf
 from serving.outline import parse_outline
-from serving.schemas import tool_definitions
+from serving.tool_models import tool_definitions
 from serving.tools import ToolService
 from tests.serving_fixtures import loaded_index, serving
 

@@ -210,7 +210,8 @@ def test_multi_process_local_runner_builds_the_same_index(tiny_site, tiny_index,
 def test_a_page_changed_between_the_two_reads_is_dead_lettered_not_lost(tiny_site, tmp_path):
     import apache_beam as beam
 
-    from pipelines.build import DEAD, PAGES_OUTPUT, NodeRowsFn, PageParser, read_file
+    from transforms.nodes import PAGES_OUTPUT, NodeRowsFn
+    from transforms.pages import DEAD, PageParser, read_file
     from ritrag.schema import NodePlacement, PageSource
 
     path = str(tmp_path / "page.html")

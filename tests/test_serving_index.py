@@ -12,7 +12,7 @@ import pytest
 from benchmarks.synthetic_index import write_synthetic_index
 from ritrag.analyzer import analyze
 from ritrag.layout import IndexLayout
-from serving.index import LoadedIndex, Postings
+from serving.index import LoadedVersion, Postings
 from serving.retrieval import bm25_top_k
 
 
@@ -35,8 +35,8 @@ def synthetic(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
-def loaded(synthetic) -> LoadedIndex:
-    return LoadedIndex(synthetic)
+def loaded(synthetic) -> LoadedVersion:
+    return LoadedVersion(synthetic)
 
 
 def test_bodies_stay_on_disk_and_come_by_point_lookup(synthetic, loaded):
@@ -61,7 +61,7 @@ def test_node_ids_map_to_rows_and_odd_ids_to_nothing(synthetic, loaded):
     assert loaded.nodes["ancestor_ids"][row][-1:] == ([parents[row]] if parents[row] else [])
 
 
-def reference_postings(synthetic: str, loaded: LoadedIndex) -> Postings:
+def reference_postings(synthetic: str, loaded: LoadedVersion) -> Postings:
     """The CSR built the plain way: every posting's term string, one global sort."""
     postings = table(synthetic, "postings")
     terms = postings["term"].to_pylist()
@@ -88,8 +88,8 @@ def test_postings_score_like_a_plainly_built_index(synthetic, loaded):
 
 
 def test_a_cache_dir_keeps_the_postings_for_the_next_start(synthetic, loaded, tmp_path):
-    first = LoadedIndex(synthetic, cache_dir=str(tmp_path))
-    second = LoadedIndex(synthetic, cache_dir=str(tmp_path))
+    first = LoadedVersion(synthetic, cache_dir=str(tmp_path))
+    second = LoadedVersion(synthetic, cache_dir=str(tmp_path))
     assert isinstance(second.postings.chunk_index, np.memmap)
     assert not isinstance(first.postings.chunk_index, np.memmap)
     for name in ("indptr", "chunk_index", "tf", "chunk_length"):
@@ -106,9 +106,9 @@ def test_an_index_of_another_format_is_refused_with_what_to_do(tmp_path):
 
 
 def test_a_cut_postings_cache_is_rebuilt_not_fatal(synthetic, loaded, tmp_path):
-    LoadedIndex(synthetic, cache_dir=str(tmp_path))
+    LoadedVersion(synthetic, cache_dir=str(tmp_path))
     (cached,) = [p for p in tmp_path.rglob("chunk_index.npy")]
     cached.write_bytes(cached.read_bytes()[: cached.stat().st_size // 2])
-    again = LoadedIndex(synthetic, cache_dir=str(tmp_path))
+    again = LoadedVersion(synthetic, cache_dir=str(tmp_path))
     np.testing.assert_array_equal(again.postings.chunk_index, loaded.postings.chunk_index)
-    assert LoadedIndex(synthetic, cache_dir=str(tmp_path)).postings.chunk_index.shape == loaded.postings.chunk_index.shape
+    assert LoadedVersion(synthetic, cache_dir=str(tmp_path)).postings.chunk_index.shape == loaded.postings.chunk_index.shape

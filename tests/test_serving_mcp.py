@@ -15,7 +15,7 @@ from mcp.client.streamable_http import streamable_http_client
 from serving.budget import Budget, EpisodeBudgets
 from serving.mcp_server import streamable_http_app
 from serving.outline import parse_outline
-from serving.schemas import EPISODE_META_KEY, tool_definitions
+from serving.tool_models import EPISODE_META_KEY, tool_definitions
 from serving.tools import ToolService
 from tests.serving_fixtures import loaded_index, serving
 

@@ -13,7 +13,7 @@ from ritrag import cli
 from serving.budget import Budget, EpisodeBudgets, EpisodeMemory
 from serving.errors import ToolError
 from serving.outline import count_tokens, preorder, render_outline, toc_json_text
-from serving.schemas import GetTocArgs, ReadArgs, strict_schema, tool_definitions
+from serving.tool_models import GetTocArgs, ReadArgs, strict_schema, tool_definitions
 from serving.tools import Limits, ToolService, mark_read
 
 # OpenAI's strict mode: the keywords it supports (anything else is rejected).

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from pipelines import update
-from pipelines.update import LiveIndex, live_rows, plan_page_update, replaced_rows
-from ritrag.layout import IndexLayout
+from transforms import delta
+from transforms.delta import plan_page_update, replaced_rows
+from ritrag.layout import IndexLayout, LiveFile, LiveFiles, live_rows
 from ritrag.representation import Representation
 from ritrag.schema import NodePlacement
 from tests.conftest import TINY_SITE, build_index, tiny_page, write_tiny_site
@@ -39,7 +40,7 @@ def make_snapshot_b(directory: Path) -> Path:
 
 
 def live_table(index_dir: Path, kind: str) -> dict:
-    live = LiveIndex.open(IndexLayout(str(index_dir)))
+    live = LiveFiles.open(IndexLayout(str(index_dir)))
     key = {"nodes": "node_id", "chunks": "chunk_id", "pages": "url"}[kind]
     rows = {}
     for f in live.files.get(kind, []):
@@ -73,6 +74,21 @@ def test_update_matches_a_fresh_build(snapshots):
 
 
 @pytest.mark.slow
+def test_inspect_after_an_update_counts_each_live_node_once(snapshots):
+    from ritrag.forest_report import forest_report
+
+    _, _, updated, fresh = snapshots
+    # The update replaced nodes (an edited page, a moved page): their old rows
+    # stay in the first segment, tombstoned, and must not be counted again.
+    assert IndexLayout(str(updated)).load_manifest().tombstones["node_id"] > 0
+    counted = {site: (s["pages"], s["sections"], s["virtual"], dict(s["methods"]), dict(s["depths"]))
+               for site, s in forest_report(str(updated))["sites"].items()}
+    expected = {site: (s["pages"], s["sections"], s["virtual"], dict(s["methods"]), dict(s["depths"]))
+                for site, s in forest_report(str(fresh))["sites"].items()}
+    assert counted == expected
+
+
+@pytest.mark.slow
 def test_update_embeds_exactly_the_chunks_with_new_text(snapshots):
     a, _, updated, fresh = snapshots
     layout = IndexLayout(str(updated))
@@ -89,7 +105,7 @@ def live_table_version(index_dir: Path, manifest) -> dict:
     rows = {}
     for seg in manifest.segments:
         for name in layout.segment_files(seg, "chunks"):
-            for row in live_rows(update.LiveFile(layout.verified_path(seg, name), _no_dead()), "chunks"):
+            for row in live_rows(LiveFile(layout.verified_path(seg, name), _no_dead()), "chunks"):
                 rows[row["chunk_id"]] = row
     return rows
 
@@ -133,7 +149,7 @@ def test_a_failed_update_leaves_the_previous_version_served(snapshots, tmp_path,
     build_index(a, index)
     with monkeypatch.context() as m:
         if fail_at == "pipeline":  # after the segment's tables, before its tombstones
-            m.setattr(update, "write_tombstones", failing_on_call(1, update.write_tombstones))
+            m.setattr(delta, "write_tombstones", failing_on_call(1, delta.write_tombstones))
         else:  # publication writes the manifest (call 1), then CURRENT (call 2)
             m.setattr(layout_module, "write_atomic",
                       failing_on_call(1 if fail_at == "manifest" else 2, layout_module.write_atomic))
@@ -172,7 +188,7 @@ def test_plan_of_a_deleted_page_tombstones_its_rows_chunks_and_url():
 
 
 def test_plan_of_a_new_page_that_could_not_be_read_again_keeps_its_place():
-    from pipelines.build import placement_row
+    from transforms.nodes import placement_row
     from ritrag.schema import NodePlacement
 
     placement = NodePlacement("p", "r", "s", "page", 0, 1, "Page", "u", ("r",), ("Root",), "url")
@@ -370,7 +386,7 @@ def hashed_snapshots(tmp_path_factory):
 def live_vectors(index_dir: Path, chunk_ids) -> dict:
     from ritrag.vectors import VectorStore
 
-    live = LiveIndex.open(IndexLayout(str(index_dir)))
+    live = LiveFiles.open(IndexLayout(str(index_dir)))
     store = VectorStore.open([f.path for f in live.files["vectors"]])
     return dict(zip(chunk_ids, store.vectors(list(chunk_ids)).tolist()))
 
@@ -378,7 +394,7 @@ def live_vectors(index_dir: Path, chunk_ids) -> dict:
 def test_build_and_update_chunk_with_the_same_function():
     from transforms import chunk
 
-    assert update.node_chunker is chunk.node_chunker  # UpdatePagesFn and RechunkReplacedFn
+    assert delta.node_chunker is chunk.node_chunker  # UpdatePagesFn and RechunkReplacedFn
     assert "node_chunker(self._spec, self._representation)" in __import__("inspect").getsource(chunk.ChunkNodesFn)
 
 

@@ -18,11 +18,11 @@ import pyarrow as pa
 from apache_beam.transforms.window import GlobalWindows
 
 from ritrag.analyzer import term_frequencies
+from ritrag.layout import BM25_STATS_FILE
 from ritrag.representation import Representation
 from ritrag.schema import POSTINGS_SCHEMA, VOCABULARY_SCHEMA
 from transforms.tables import WriteShards, write_bytes, write_sorted_table
 
-BM25_STATS_FILE = "bm25.json"
 
 
 def chunk_terms(chunk: dict, representation: Representation) -> tuple[int, dict[str, int]]:

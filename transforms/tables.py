@@ -35,7 +35,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
 from ritrag.ids import shard_of
-from ritrag.layout import is_remote, shard_file_name
+from ritrag.layout import LiveFiles, is_remote, live_rows, shard_file_name
 
 LOG = logging.getLogger("ritrag.tables")
 ROW_GROUP_ROWS = 4096  # small groups keep point lookups of one node cheap
@@ -258,3 +258,17 @@ class WriteParquetTable(beam.PTransform):
             to_table=lambda shard_rows: pa.Table.from_pylist(shard_rows, schema=schema),
             write=lambda path, table: write_sorted_table(path, table, schema, [id_column]),
         )
+
+
+class ReadLiveRows(beam.PTransform):
+    """The live rows of one kind of table (`ritrag.layout.live_rows`), each with its `_file`."""
+
+    def __init__(self, live: LiveFiles, kind: str, columns: list[str] | None = None):
+        super().__init__()
+        self._files, self._kind, self._columns = live.files.get(kind, []), kind, columns
+
+    def expand(self, pbegin):
+        kind, columns = self._kind, self._columns
+        return (pbegin
+                | "Files" >> beam.Create(self._files)
+                | "Rows" >> beam.FlatMap(lambda f: live_rows(f, kind, columns)))

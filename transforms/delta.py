@@ -1,0 +1,480 @@
+"""The incremental update's stages: a new input snapshot against the live
+version -> the rows, chunks, tombstones and vectors of one delta segment.
+
+  DiffInput            input files x live pages table, by URL: unchanged (the stored
+                       skeleton), new or changed (to parse), gone (a URL tombstone)
+  ParseChangedPages    the new and changed files, parsed as the build parses them
+  PlanPageUpdates      per page: placement x page source x live rows -> `plan_page_update`
+  ReplaceRows          re-placed rows of unchanged pages: bodies read back, chunked again
+                       where the representation changed
+  RemovedChunkTerms    the terms of tombstoned chunks, for signed BM25 deltas
+  WriteTombstones      the segment's tombstones table
+  ReuseOrEmbedVectors  a live chunk with the same text lends its stored vector; the
+                       others go through the model
+
+`plan_page_update` is pure: what one page contributes to the delta, tested
+directly. The job (pipelines/update.py) strings these together.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import apache_beam as beam
+import pyarrow.parquet as pq
+from apache_beam.io import fileio
+from apache_beam.io.filesystems import FileSystems
+
+from ritrag.embedder import EmbedderSpec
+from ritrag.ids import node_id_for, normalize_url, raw_hash
+from ritrag.layout import TOMBSTONES_FILE, LiveFiles, read_rows_by_id
+from ritrag.representation import Representation
+from ritrag.schema import (NODES_SCHEMA, TOMBSTONES_SCHEMA, DeadLetter, NodePlacement, PageSkeleton, PageSource,
+                           ParsedPage, WarcPage, page_row)
+from transforms.chunk import node_chunker
+from transforms.embed import EmbedChunks
+from transforms.nodes import page_node_rows, placement_row
+from transforms.pages import COUNTERS, DEAD, PageParser, ParsePagesFn, chosen_source, reread_page
+from transforms.sparse import chunk_terms
+from transforms.tables import ReadLiveRows, parquet_bytes, write_bytes
+from transforms.warc import ReadWarcInput, is_warc_input, read_record, split_record_source
+
+PLACEMENT_FIELDS = ("parent_id", "site", "kind", "position", "depth", "title", "url",
+                    "ancestor_ids", "ancestor_titles", "trail_method")
+NODE_SKELETON_COLUMNS = [f.name for f in NODES_SCHEMA if f.name != "body"]
+CHUNK_REF_COLUMNS = ["chunk_id", "node_id", "page_id", "text_hash"]
+
+
+# --- diff ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class InputFile:
+    path: str
+    raw_hash: str
+
+
+class ClassifyFn(beam.DoFn):
+    """Per URL: unchanged -> stored skeleton; new/changed -> to parse; gone -> tombstone."""
+
+    PARSE, DEAD_URL = "parse", "dead_url"
+
+    def __init__(self):
+        self._read = beam.metrics.Metrics.counter(COUNTERS, "pages_read")
+        self._unchanged = beam.metrics.Metrics.counter(COUNTERS, "pages_unchanged")
+        self._deleted = beam.metrics.Metrics.counter(COUNTERS, "pages_deleted")
+        self._replaced = beam.metrics.Metrics.counter(COUNTERS, "pages_replaced")
+
+    def process(self, joined):
+        url, group = joined
+        inputs, old = list(group["input"]), list(group["old"])
+        self._read.inc(len(inputs))
+        if not inputs:
+            self._deleted.inc()
+            yield beam.pvalue.TaggedOutput(self.DEAD_URL, url)
+            return
+        if len(inputs) == 1 and len(old) == 1 and inputs[0].raw_hash == old[0]["raw_hash"]:
+            self._unchanged.inc()
+            yield PageSkeleton.from_row(old[0])
+            return
+        if old:
+            self._replaced.inc()
+            yield beam.pvalue.TaggedOutput(self.DEAD_URL, url)
+        for item in inputs:
+            yield beam.pvalue.TaggedOutput(self.PARSE, item.path)
+
+
+class HashInputFn(beam.DoFn):
+    """An input file -> (its URL, its path and raw hash). A file the parser
+    refuses to open (outside the input, not a regular file) is not read: its
+    empty hash matches no page, so it goes to ParsePagesFn, which dead-letters it."""
+
+    def __init__(self, parser: PageParser):
+        self._parser = parser
+
+    def process(self, readable: fileio.ReadableFile | WarcPage | DeadLetter):
+        if isinstance(readable, WarcPage):  # a WARC input's record: its URL is in it
+            yield normalize_url(readable.url), InputFile(readable.source, raw_hash(readable.payload))
+            return
+        if isinstance(readable, DeadLetter):  # an unreadable WARC record: read again by ParsePagesFn, dead-lettered
+            yield readable.source, InputFile(readable.source, "")
+            return
+        path = readable.metadata.path
+        digest = "" if self._parser.refusal(path) else raw_hash(readable.read())
+        yield normalize_url(self._parser.locate(path)[0]), InputFile(path, digest)
+
+
+class OpenForParse(beam.DoFn):
+    """Path -> a readable file for ParsePagesFn (the raw bytes were dropped after hashing)."""
+
+    def process(self, path: str):
+        if split_record_source(path):  # a WARC record (or a DeadLetter if it cannot be read)
+            yield read_record(path)
+            return
+        yield fileio.ReadableFile(FileSystems.match([path])[0].metadata_list[0])
+
+
+# --- page by page ---------------------------------------------------------------
+
+@dataclass
+class PagePlan:
+    """What one page (or virtual node) contributes to the delta segment."""
+
+    rows: list[dict] = field(default_factory=list)  # node rows to write, bodies known
+    rows_needing_body: list[dict] = field(default_factory=list)  # re-placed rows; body from `_file`
+    chunks: list[dict] = field(default_factory=list)  # chunk rows to add
+    dead_nodes: list[str] = field(default_factory=list)
+    dead_chunks: list[tuple[str, int]] = field(default_factory=list)  # (file, chunk id)
+    dead_urls: list[str] = field(default_factory=list)  # pages-table rows
+    page_rows: list[dict] = field(default_factory=list)  # pages-table rows to write
+    indexed: int = 0
+    merged: int = 0
+
+
+def replaced_placement(row: dict, placement: NodePlacement) -> dict:
+    new = dict(row)
+    for name in PLACEMENT_FIELDS:
+        value = getattr(placement, name)
+        new[name] = list(value) if isinstance(value, tuple) else value
+    return new
+
+
+def replaced_rows(placement: NodePlacement, old_rows: list[dict]) -> list[dict]:
+    """Old rows of an unchanged page (the page and its sections) under the page's
+    new placement: only the rows whose placement differs."""
+    page = next(r for r in old_rows if r["node_id"] == placement.node_id)
+    base = len(page["ancestor_ids"])
+    out = []
+    for row in old_rows:
+        if row["node_id"] == placement.node_id:
+            new = replaced_placement(row, placement)
+        else:
+            new = dict(row)
+            new["ancestor_ids"] = [*placement.ancestor_ids, placement.node_id, *row["ancestor_ids"][base + 1:]]
+            new["ancestor_titles"] = [*placement.ancestor_titles, placement.title,
+                                      *row["ancestor_titles"][base + 1:]]
+            new["depth"] = placement.depth + (row["depth"] - page["depth"])
+            new["site"], new["trail_method"] = placement.site, placement.trail_method
+            if row["parent_id"] == page["node_id"]:
+                new["parent_id"] = placement.node_id
+        if any(new[f] != row[f] for f in PLACEMENT_FIELDS):
+            out.append(new)
+    return out
+
+
+def plan_page_update(placement: NodePlacement | None, page: ParsedPage | None, n_parsed: int,
+                     old_rows: list[dict], old_chunks: list[dict], granularity: str,
+                     chunker: Callable[[dict], list[dict]], representation: Representation) -> PagePlan:
+    """The delta of one group: a page (its placement, the page indexed of the
+    `n_parsed` freshly parsed at its URL, its live node rows and chunk refs) or a
+    virtual/site node. `page` is None when nothing was parsed at the URL, or when
+    the page indexed could not be read again (then it is dead-lettered).
+
+    A re-placed row whose representation changed (its path, in a path-aware
+    representation) carries `_old_chunks`, the (file, chunk id) of its live
+    chunks: it is chunked again once its body is read back (`rechunk_replaced`)."""
+    plan = PagePlan()
+    old_ids = [r["node_id"] for r in old_rows]
+    if placement is None:  # deleted, or merged into another page by its canonical link
+        plan.merged = n_parsed
+        plan.dead_nodes = old_ids
+        plan.dead_chunks = [(c["_file"], c["chunk_id"]) for c in old_chunks]
+        # Its pages row goes too, so that the page is parsed afresh if it comes back.
+        plan.dead_urls = [r["url"] for r in old_rows if r["kind"] == "page" and r["node_id"] == r["page_id"]]
+        return plan
+    plan.merged = max(n_parsed - 1, 0)
+    if placement.kind != "page" or (page is None and not old_rows):  # no text: no chunks
+        old = old_rows[0] if old_rows else None
+        row = placement_row(placement)
+        if old is None or any(old[f] != row[f] for f in PLACEMENT_FIELDS):
+            plan.rows = [row]
+            plan.dead_nodes = old_ids
+        return plan
+    if page is not None:
+        plan.indexed = 1
+        plan.rows = page_node_rows(placement, page, granularity)
+        plan.page_rows = [page_row(page)]
+        plan.dead_nodes = old_ids
+        new_chunks = [c for row in plan.rows for c in chunker(row)]
+        new_ids = {c["chunk_id"] for c in new_chunks}
+        old_ids_set = {c["chunk_id"] for c in old_chunks}
+        plan.chunks = [c for c in new_chunks if c["chunk_id"] not in old_ids_set]
+        plan.dead_chunks = [(c["_file"], c["chunk_id"]) for c in old_chunks if c["chunk_id"] not in new_ids]
+        return plan
+    plan.rows_needing_body = replaced_rows(placement, old_rows)
+    plan.dead_nodes = [r["node_id"] for r in plan.rows_needing_body]
+    old_by_id = {r["node_id"]: r for r in old_rows}
+    for row in plan.rows_needing_body:
+        if representation.node_inputs(row) != representation.node_inputs(old_by_id[row["node_id"]]):
+            row["_old_chunks"] = [(c["_file"], c["chunk_id"]) for c in old_chunks if c["node_id"] == row["node_id"]]
+    return plan
+
+
+class UpdatePagesFn(beam.DoFn):
+    """One group -> node rows, chunk rows and tombstones of the delta segment; the
+    page indexed is read and parsed again (shuffles carry its source, not its text)."""
+
+    NEED_BODY, CHUNKS, PAGES, TOMBSTONE = "need_body", "chunks", "pages", "tombstone"
+
+    def __init__(self, spec: EmbedderSpec, representation: Representation, granularity: str, parser: PageParser):
+        self._spec, self._granularity, self._parser = spec, granularity, parser
+        self._representation = representation
+        self._indexed = beam.metrics.Metrics.counter(COUNTERS, "pages_indexed")
+        self._merged = beam.metrics.Metrics.counter(COUNTERS, "pages_merged_duplicates")
+        self._dead = beam.metrics.Metrics.counter(COUNTERS, "pages_dead_lettered")
+        self._added = beam.metrics.Metrics.counter(COUNTERS, "chunks_added")
+
+    def setup(self):
+        self._chunker = node_chunker(self._spec, self._representation)
+
+    def process(self, joined):
+        _, g = joined
+        placements = list(g["placement"])
+        sources = list(g["parsed"])
+        chosen, _ = chosen_source(sources)
+        page = reread_page(self._parser, chosen) if placements and chosen else None
+        if isinstance(page, DeadLetter):
+            self._dead.inc()
+            yield beam.pvalue.TaggedOutput(DEAD, page)
+            page = None
+        plan = plan_page_update(placements[0] if placements else None, page, len(sources),
+                                list(g["old_nodes"]), list(g["old_chunks"]), self._granularity,
+                                self._chunker, self._representation)
+        self._indexed.inc(plan.indexed)
+        self._merged.inc(plan.merged)
+        self._added.inc(len(plan.chunks))
+        yield from plan.rows
+        for row in plan.rows_needing_body:
+            yield beam.pvalue.TaggedOutput(self.NEED_BODY, row)
+        for chunk in plan.chunks:
+            yield beam.pvalue.TaggedOutput(self.CHUNKS, chunk)
+        for row in plan.page_rows:
+            yield beam.pvalue.TaggedOutput(self.PAGES, row)
+        for node_id in plan.dead_nodes:
+            yield beam.pvalue.TaggedOutput(self.TOMBSTONE, ("node_id", node_id))
+        for url in plan.dead_urls:
+            yield beam.pvalue.TaggedOutput(self.TOMBSTONE, ("url", url))
+        for file, chunk_id in plan.dead_chunks:
+            yield beam.pvalue.TaggedOutput(self.TOMBSTONE, ("chunk_id", (file, chunk_id)))
+
+
+def attach_bodies(file_and_rows: tuple[str, Iterable[dict]]) -> Iterable[dict]:
+    path, rows = file_and_rows
+    rows = list(rows)
+    found = read_rows_by_id(path, "node_id", [r["node_id"] for r in rows], ["body"])
+    for row in rows:
+        yield {**{k: v for k, v in row.items() if k != "_file"}, "body": found[row["node_id"]]["body"]}
+
+
+def rechunk_replaced(row: dict, chunker: Callable[[dict], list[dict]]
+                     ) -> tuple[dict, list[dict], list[tuple[str, int]]]:
+    """(the node row, chunks to add, (file, chunk id) to tombstone) of a re-placed
+    row with its body: one that carries `_old_chunks` is chunked again; chunks
+    whose id survives are kept as they are."""
+    old = row.get("_old_chunks")
+    row = {k: v for k, v in row.items() if k != "_old_chunks"}
+    if old is None:
+        return row, [], []
+    new = chunker(row)
+    new_ids, old_ids = {c["chunk_id"] for c in new}, {chunk_id for _, chunk_id in old}
+    return (row, [c for c in new if c["chunk_id"] not in old_ids],
+            [(f, chunk_id) for f, chunk_id in old if chunk_id not in new_ids])
+
+
+class RechunkReplacedFn(beam.DoFn):
+    """Re-placed node rows (bodies attached) -> the rows; chunks (CHUNKS) and
+    chunk tombstones (TOMBSTONE) of those whose representation changed."""
+
+    def __init__(self, spec: EmbedderSpec, representation: Representation):
+        self._spec, self._representation = spec, representation
+        self._added = beam.metrics.Metrics.counter(COUNTERS, "chunks_added")
+
+    def setup(self):
+        self._chunker = node_chunker(self._spec, self._representation)
+
+    def process(self, row: dict):
+        row, chunks, dead = rechunk_replaced(row, self._chunker)
+        self._added.inc(len(chunks))
+        yield row
+        for chunk in chunks:
+            yield beam.pvalue.TaggedOutput(UpdatePagesFn.CHUNKS, chunk)
+        for file, chunk_id in dead:
+            yield beam.pvalue.TaggedOutput(UpdatePagesFn.TOMBSTONE, ("chunk_id", (file, chunk_id)))
+
+
+def removed_chunk_terms(file_and_ids: tuple[str, Iterable[int]], representation: Representation
+                        ) -> Iterable[tuple[int, dict]]:
+    path, ids = file_and_ids
+    for chunk_id, row in read_rows_by_id(path, "chunk_id", sorted(set(ids)), ["text", "ordinal"]).items():
+        yield chunk_terms({"chunk_id": chunk_id, **row}, representation)
+
+
+def write_tombstones(out_dir: str, dead: list[tuple[str, object]]) -> None:
+    """`dead`: (column of TOMBSTONES_SCHEMA, id) pairs."""
+    rows = [{"node_id": None, "chunk_id": None, "url": None, column: value}
+            for column, value in sorted(set(dead), key=lambda kv: (kv[0], str(kv[1])))]
+    write_bytes(os.path.join(out_dir, TOMBSTONES_FILE), parquet_bytes(rows, TOMBSTONES_SCHEMA))
+
+
+def tombstone_counts(path: str) -> dict[str, int]:
+    table = pq.read_table(path)
+    return {column: len(table) - table[column].null_count for column in table.column_names}
+
+
+# --- vectors: reuse by text, embed the rest -----------------------------------------
+
+def split_reuse(joined: tuple[str, dict]) -> Iterable:
+    """Per text hash: new chunks whose text a live chunk has -> (new id, live id) on
+    the main output; the others -> (id, text) on 'embed'."""
+    _, g = joined
+    live = sorted(r["chunk_id"] for r in g["live"])
+    for chunk in g["new"]:
+        if live:
+            yield chunk["chunk_id"], live[0]
+        else:
+            yield beam.pvalue.TaggedOutput("embed", (chunk["chunk_id"], chunk["embedded_text"]))
+
+
+class ReadStoredVectorsFn(beam.DoFn):
+    """(new chunk id, live chunk id) -> (new chunk id, the live chunk's stored vector)."""
+
+    def __init__(self, vector_files: list[str]):
+        self._files = vector_files
+        self._reused = beam.metrics.Metrics.counter(COUNTERS, "chunks_reused_vectors")
+
+    def setup(self):
+        from ritrag.vectors import VectorStore
+
+        self._store = VectorStore.open(self._files)
+
+    def process(self, pair: tuple[int, int]):
+        new_id, live_id = pair
+        self._reused.inc()
+        yield new_id, self._store.vectors([live_id])[0]
+
+
+# --- the stages, as composite transforms ------------------------------------------
+
+class DiffInput(beam.PTransform):
+    """pbegin -> unchanged pages' stored skeletons (main), paths to parse
+    (ClassifyFn.PARSE) and URLs to tombstone (ClassifyFn.DEAD_URL)."""
+
+    def __init__(self, pattern: str, parser: PageParser, live: LiveFiles):
+        super().__init__()
+        self._pattern, self._parser, self._live = pattern, parser, live
+
+    def expand(self, pbegin):
+        old_pages = (pbegin
+                     | "LivePages" >> ReadLiveRows(self._live, "pages")
+                     | "KeyOldPageByUrl" >> beam.Map(lambda r: (r["url"], r)))
+        files = (pbegin | "ReadWarc" >> ReadWarcInput(self._pattern) if is_warc_input(self._pattern)
+                 else pbegin | "MatchFiles" >> fileio.MatchFiles(self._pattern) | "ReadMatches" >> fileio.ReadMatches())
+        inputs = files | "HashInputs" >> beam.ParDo(HashInputFn(self._parser))
+        return ({"input": inputs, "old": old_pages}
+                | "JoinByUrl" >> beam.CoGroupByKey()
+                | "Classify" >> beam.ParDo(ClassifyFn()).with_outputs(ClassifyFn.PARSE, ClassifyFn.DEAD_URL,
+                                                                       main="unchanged"))
+
+
+class ParseChangedPages(beam.PTransform):
+    """Paths of new and changed files -> parsed pages ("pages") and dead letters (DEAD)."""
+
+    def __init__(self, parser: PageParser):
+        super().__init__()
+        self._parser = parser
+
+    def expand(self, paths):
+        return (paths
+                | "Open" >> beam.ParDo(OpenForParse())
+                | "Parse" >> beam.ParDo(ParsePagesFn(self._parser, count_read=False)).with_outputs(
+                    DEAD, main="pages"))
+
+
+class PlanPageUpdates(beam.PTransform):
+    """{"placements": NodePlacement, "pages": parsed pages, "live_nodes": live node rows
+    (NODE_SKELETON_COLUMNS), "live_chunks": live chunk refs (CHUNK_REF_COLUMNS)}, joined by
+    page -> node rows (main) and UpdatePagesFn's NEED_BODY, CHUNKS, PAGES, TOMBSTONE and DEAD outputs."""
+
+    def __init__(self, spec: EmbedderSpec, representation: Representation, granularity: str, parser: PageParser):
+        super().__init__()
+        self._fn = UpdatePagesFn(spec, representation, granularity, parser)
+
+    def expand(self, inputs):
+        return (
+            {"placement": inputs["placements"] | "KeyPlacement" >> beam.Map(lambda n: (n.node_id, n)),
+             "parsed": inputs["pages"] | "KeySourceById" >> beam.Map(
+                 lambda pg: (node_id_for(pg.url), PageSource.of(pg))),
+             "old_nodes": inputs["live_nodes"] | "KeyOldNodeByPage" >> beam.Map(
+                 lambda r: (r["page_id"] or r["node_id"], r)),
+             "old_chunks": inputs["live_chunks"] | "KeyOldChunkByPage" >> beam.Map(lambda c: (c["page_id"], c))}
+            | "JoinByPage" >> beam.CoGroupByKey()
+            | "PlanPages" >> beam.ParDo(self._fn).with_outputs(
+                UpdatePagesFn.NEED_BODY, UpdatePagesFn.CHUNKS, UpdatePagesFn.PAGES, UpdatePagesFn.TOMBSTONE,
+                DEAD, main="nodes"))
+
+
+class ReplaceRows(beam.PTransform):
+    """Re-placed rows without bodies -> the rows with their bodies read back (main),
+    and the CHUNKS and TOMBSTONE outputs of those chunked again."""
+
+    def __init__(self, spec: EmbedderSpec, representation: Representation):
+        super().__init__()
+        self._spec, self._representation = spec, representation
+
+    def expand(self, rows):
+        return (rows
+                | "KeyByFile" >> beam.Map(lambda r: (r["_file"], r))
+                | "GroupByFile" >> beam.GroupByKey()
+                | "AttachBodies" >> beam.FlatMap(attach_bodies)
+                | "RechunkReplaced" >> beam.ParDo(RechunkReplacedFn(self._spec, self._representation)).with_outputs(
+                    UpdatePagesFn.CHUNKS, UpdatePagesFn.TOMBSTONE, main="nodes"))
+
+
+class RemovedChunkTerms(beam.PTransform):
+    """Tombstones ((column, id) pairs) -> (sign, term frequencies) of the removed chunks."""
+
+    def __init__(self, representation: Representation):
+        super().__init__()
+        self._representation = representation
+
+    def expand(self, dead):
+        return (dead
+                | "DeadChunks" >> beam.Filter(lambda kv: kv[0] == "chunk_id")
+                | "DeadChunkByFile" >> beam.Map(lambda kv: kv[1])
+                | "GroupDeadByFile" >> beam.GroupByKey()
+                | "RemovedTerms" >> beam.FlatMap(removed_chunk_terms, self._representation))
+
+
+class WriteTombstones(beam.PTransform):
+    """Tombstones ((column, id) pairs; chunk ids as (file, id)) -> the segment's tombstones table."""
+
+    def __init__(self, out_dir: str):
+        super().__init__()
+        self._out_dir = out_dir
+
+    def expand(self, dead):
+        out_dir = self._out_dir
+        return (dead
+                | "TombstoneIds" >> beam.Map(lambda kv: (kv[0], kv[1][1]) if kv[0] == "chunk_id" else kv)
+                | "AllTombstones" >> beam.combiners.ToList()
+                | "Write" >> beam.Map(lambda d: write_tombstones(out_dir, d)))
+
+
+class ReuseOrEmbedVectors(beam.PTransform):
+    """{"new": new chunk rows, "live": live chunk refs} -> (chunk id, vector) of every new
+    chunk: the stored vector of a live chunk with the same text, else the model's."""
+
+    def __init__(self, live: LiveFiles, embed: EmbedChunks):
+        super().__init__()
+        self._vector_files = [f.path for f in live.files.get("vectors", [])]
+        self._embed = embed
+
+    def expand(self, chunks):
+        split = (
+            {"new": chunks["new"] | "KeyNewByText" >> beam.Map(lambda c: (c["text_hash"], c)),
+             "live": chunks["live"] | "KeyLiveByText" >> beam.Map(lambda c: (c["text_hash"], c))}
+            | "JoinByText" >> beam.CoGroupByKey()
+            | "SplitReuse" >> beam.FlatMap(split_reuse).with_outputs("embed", main="reuse"))
+        reused = split["reuse"] | "StoredVectors" >> beam.ParDo(ReadStoredVectorsFn(self._vector_files))
+        embedded = split["embed"] | "Embed" >> self._embed
+        return (reused, embedded) | "AllVectors" >> beam.Flatten()

@@ -1,0 +1,135 @@
+"""The forest stage: parsed pages -> node rows, placed per site.
+
+Only skeletons (`PageSkeleton`: URL, title, trail) are grouped by site and
+placed by `transforms.forest.build_site_forest`; each placement is then joined
+by URL with the sources of the pages parsed there, and the page indexed is
+read and parsed again (`transforms.pages.reread_page`) to fill its node rows,
+so no shuffle carries page text. Node rows follow `ritrag.schema.NODES_SCHEMA`;
+`placement_row` is their one constructor, shared with the incremental update.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import apache_beam as beam
+
+from ritrag.schema import DeadLetter, NodePlacement, PageSkeleton, PageSource, ParsedPage, page_row
+from transforms.forest import build_site_forest, expand_sections
+from transforms.pages import COUNTERS, DEAD, PageParser, chosen_source, reread_page
+
+PAGES_OUTPUT = "pages"  # the tagged output of pages-table rows
+
+
+def place_site(site_and_pages: tuple[str, Iterable[PageSkeleton]]) -> Iterable[NodePlacement]:
+    site, pages = site_and_pages
+    forest = build_site_forest(site, pages)
+    beam.metrics.Metrics.counter(COUNTERS, "cycles_broken").inc(forest.broken_cycles)
+    return forest.placements
+
+
+class PlaceSkeletons(beam.PTransform):
+    """Page skeletons -> every node's placement, one forest per site (only
+    skeletons are grouped: a site's URLs, titles and trails, never its text)."""
+
+    def expand(self, skeletons):
+        return (skeletons
+                | "KeyBySite" >> beam.Map(lambda s: (s.site, s))
+                | "GroupBySite" >> beam.GroupByKey()
+                | "PlaceSite" >> beam.FlatMap(place_site))
+
+
+def placement_row(placement: NodePlacement, body: str = "", page: ParsedPage | None = None,
+                  page_id: str | None = None) -> dict:
+    """The NODES_SCHEMA row of a placed node; `page` and `page_id` for nodes holding page text."""
+    return {
+        "node_id": placement.node_id,
+        "parent_id": placement.parent_id,
+        "page_id": page_id,
+        "site": placement.site,
+        "kind": placement.kind,
+        "position": placement.position,
+        "depth": placement.depth,
+        "title": placement.title,
+        "url": placement.url,
+        "ancestor_ids": list(placement.ancestor_ids),
+        "ancestor_titles": list(placement.ancestor_titles),
+        "body": body,
+        "summary": page.description if page else "",
+        "keywords": list(page.keywords) if page else [],
+        "content_hash": page.content_hash if page else "",
+        "trail_method": placement.trail_method,
+    }
+
+
+class NodeRowsFn(beam.DoFn):
+    """The rows of one URL: its placement joined with the sources of the pages
+    parsed at that URL. The page indexed is read and parsed again, so no shuffle
+    carries page text: its node rows go to the main output, its pages-table row
+    to PAGES_OUTPUT. A page that cannot be read again becomes a dead letter (DEAD)."""
+
+    def __init__(self, parser: PageParser, granularity: str):
+        self._parser = parser
+        self._granularity = granularity
+        self._merged = beam.metrics.Metrics.counter(COUNTERS, "pages_merged_duplicates")
+        self._indexed = beam.metrics.Metrics.counter(COUNTERS, "pages_indexed")
+        self._dead = beam.metrics.Metrics.counter(COUNTERS, "pages_dead_lettered")
+
+    def process(self, joined: tuple[str, dict], site_bases: dict | None = None):
+        _, group = joined
+        placements = list(group["placement"])
+        sources = list(group["page"])
+        if not placements:
+            self._merged.inc(len(sources))
+            return
+        placement = placements[0]
+        chosen, merged = chosen_source(sources)
+        if chosen is None:  # a trail entry that is not a page of the corpus
+            yield placement_row(placement)
+            return
+        self._merged.inc(merged)
+        page = reread_page(self._parser.with_site_bases(site_bases), chosen)
+        if isinstance(page, DeadLetter):
+            self._dead.inc()
+            yield beam.pvalue.TaggedOutput(DEAD, page)
+            yield placement_row(placement)  # keeps the children it already placed
+            return
+        self._indexed.inc()
+        yield beam.pvalue.TaggedOutput(PAGES_OUTPUT, page_row(page))
+        yield from page_node_rows(placement, page, self._granularity)
+
+
+def page_node_rows(placement: NodePlacement, page: ParsedPage, granularity: str) -> list[dict]:
+    """Node rows holding one placed page's text: the page, and its sections when
+    the granularity is "section"."""
+    if granularity == "page":
+        return [placement_row(placement, page.body, page, placement.node_id)]
+    return [placement_row(node, text, page, placement.node_id)
+            for node, text in expand_sections(placement, page.sections)]
+
+
+class BuildForestNodes(beam.PTransform):
+    """Parsed pages -> node rows ("nodes"), placed per site from skeletons and
+    joined with their text by URL; the pages-table rows of the pages indexed
+    (PAGES_OUTPUT); dead letters of pages that could not be read again (DEAD).
+    Only skeletons and page sources are shuffled, never page text."""
+
+    def __init__(self, parser: PageParser, granularity: str, site_bases=None):
+        super().__init__()
+        self._parser = parser
+        self._granularity = granularity
+        self._side = {} if site_bases is None else {"site_bases": site_bases}
+
+    def expand(self, pages):
+        placements = (
+            pages
+            | "Skeleton" >> beam.Map(PageSkeleton.of)
+            | "Place" >> PlaceSkeletons()
+            | "KeyPlacementByLocation" >> beam.Map(lambda n: (n.url if n.kind == "page" else n.node_id, n))
+        )
+        sources = pages | "KeySourceByUrl" >> beam.Map(lambda p: (p.url, PageSource.of(p)))
+        return (
+            {"placement": placements, "page": sources}
+            | "JoinPlacementAndSource" >> beam.CoGroupByKey()
+            | "NodeRows" >> beam.ParDo(NodeRowsFn(self._parser, self._granularity), **self._side
+                                       ).with_outputs(PAGES_OUTPUT, DEAD, main="nodes")
+        )

@@ -1,0 +1,273 @@
+"""The pages stage: input files (a folder, a glob, WARC files or a crawl
+directory) -> ParsedPage records, every input accounted for.
+
+Each file is a page or a dead letter with a reason (`DEAD` output): not HTML,
+outside the input root, not a regular file, unreadable, unparseable. A page
+is parsed twice in a job (`ParsePagesFn`, then `reread_page` once it is
+placed), so that no shuffle carries page text; `PageParser` keeps the two
+passes identical, and a file that changed between them is dead-lettered.
+
+Counters (namespace "ritrag.build", summed by the launcher's accounting):
+pages_read = pages_indexed + pages_dead_lettered + pages_merged_duplicates
+(+ pages_unchanged in an update); trail_taken_<method> and
+trail_passed_over_<method> say how the breadcrumb cascade went.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import stat
+import logging
+from typing import Callable, Iterable
+
+import apache_beam as beam
+from apache_beam.io import fileio
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from ritrag.ids import raw_hash, site_of
+from ritrag.layout import DEAD_LETTERS_FILE, is_remote
+from ritrag.schema import DEAD_LETTERS_SCHEMA, DeadLetter, PageSource, ParsedPage, WarcPage
+from transforms.fetch import classify_content
+from transforms.parse import UnparseablePage, parse_page
+from transforms.site_base import public_url
+from transforms.tables import parquet_bytes, write_bytes
+from transforms.warc import ReadWarcInput, is_warc_input, read_record, split_record_source
+
+LOG = logging.getLogger("ritrag.pages")
+COUNTERS = "ritrag.build"
+HTML_SUFFIXES = (".html", ".htm", ".xhtml", ".shtml")
+DEAD = "dead"  # the tagged output of dead letters
+DEFAULT_BASE_URL = "http://localhost/"
+# pages_read = pages_indexed + pages_dead_lettered + pages_merged_duplicates
+PAGE_COUNTERS = ("pages_read", "pages_parsed", "pages_indexed", "pages_dead_lettered",
+                 "pages_merged_duplicates")
+
+
+class InputOptions(PipelineOptions):
+    """Options of every job that reads HTML input (build, update). Beam gathers the
+    flags of the direct subclasses of PipelineOptions (to pass them to workers), so
+    each flag is defined once, in a direct subclass; a job reads its flags through a
+    view class that inherits the ones it needs (`BuildJobOptions`)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument("--input", help="directory or glob of HTML files (any Beam filesystem)")
+        parser.add_argument("--embed_device", default=None, help="cuda, mps or cpu (default: auto)")
+        parser.add_argument("--max_page_bytes", type=int, default=20 * 1024 * 1024)
+        parser.add_argument("--follow_links_outside_input", action="store_true",
+                            help="index files whose real path (symbolic links resolved) lies outside the "
+                                 "input directory; by default they are dead letters (outside_input)")
+
+
+def input_root_and_pattern(spec: str) -> tuple[str, str]:
+    """(directory that relative URLs start from, glob of the files to read)."""
+    if any(ch in spec for ch in "*?["):
+        root = spec[: min(spec.index(ch) for ch in "*?[" if ch in spec)]
+        return root.rsplit("/", 1)[0] + "/", spec
+    root = spec if spec.endswith("/") else spec + "/"
+    return root, root + "**"
+
+
+def page_url(path: str, root: str, base_url: str) -> str:
+    relative = path[len(root):] if path.startswith(root) else os.path.basename(path)
+    return base_url.rstrip("/") + "/" + relative.lstrip("/")
+
+
+@dataclasses.dataclass(frozen=True)
+class PageParser:
+    """How a job turns one input file into a ParsedPage: the same in every pass."""
+
+    root: str
+    base_url: str
+    site_depth: int
+    max_page_bytes: int
+    follow_links_outside_input: bool = False
+    site_bases: tuple[tuple[str, str], ...] = ()  # (site as the input names it, its public base)
+
+    def refusal(self, path: str) -> DeadLetter | None:
+        """Why the file at `path` must not be opened, as a dead letter; None when
+        it may be. A local file whose real path lies outside the input root (a
+        symbolic link to /etc/passwd, or to another folder) would leak into the
+        index; a FIFO or device would block or never end. Object stores have
+        neither links nor special files."""
+        if is_remote(path):
+            return None
+        real = os.path.realpath(path)
+        root = os.path.realpath(self.root)
+        if not self.follow_links_outside_input and os.path.commonpath([root, real]) != root:
+            return DeadLetter(path, "read", "outside_input", "its real path lies outside the input directory; "
+                                                             "--follow_links_outside_input to index it")
+        try:
+            mode = os.stat(real).st_mode
+        except OSError as exc:
+            return DeadLetter(path, "read", "unreadable", f"{type(exc).__name__}: {exc}")
+        if not stat.S_ISREG(mode):
+            return DeadLetter(path, "read", "not_regular_file", "a FIFO, device, socket or directory")
+        return None
+
+    def input_url(self, path: str) -> str:
+        """The URL the input names the file at `path` by: base_url + its relative path."""
+        return page_url(path, self.root, self.base_url)
+
+    def with_site_bases(self, decided: dict[str, dict] | None) -> "PageParser":
+        """This parser, giving the sites that InferSiteBases gave a public base their public URLs."""
+        if not decided:
+            return self
+        return dataclasses.replace(self, site_bases=tuple(sorted(
+            (site, d["base"]) for site, d in decided.items() if d["base"])))
+
+    def locate(self, path: str, url: str | None = None) -> tuple[str, str]:
+        """(URL, site) of a page: `url` where the input records it (WARC), else the
+        input's URL for `path`, under its site's public base where one was inferred.
+        Every job keys pages by this URL."""
+        url = url or self.input_url(path)
+        site = site_of(url, self.site_depth)
+        base = dict(self.site_bases).get(site)
+        return (public_url(url, site, base), base) if base else (url, site)
+
+    def parse(self, path: str, data: bytes, url: str | None = None) -> ParsedPage:
+        """`url`: the page's own URL where the input records it (WARC), else the input's."""
+        url, site = self.locate(path, url)
+        page = parse_page(data, url, site, max_bytes=self.max_page_bytes)
+        return dataclasses.replace(page, source=path, raw_hash=raw_hash(data))
+
+
+def parse_or_dead_letter(parser: PageParser, path: str, read: Callable[[], bytes], stage: str,
+                         url: str | None = None):
+    """The ParsedPage of the file at `path`, or a DeadLetter of `stage` saying why not."""
+    try:
+        return parser.parse(path, read(), url)
+    except UnparseablePage as exc:
+        return DeadLetter(path, stage, exc.reason, exc.detail)
+    except OSError as exc:
+        return DeadLetter(path, stage, "unreadable", f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # a parser bug must cost one page, not the job
+        LOG.exception("unexpected error parsing %s", path)
+        return DeadLetter(path, stage, "parser_error", f"{type(exc).__name__}: {exc}")
+
+
+class ParsePagesFn(beam.DoFn):
+    """(path, bytes) -> ParsedPage, or a DeadLetter on the DEAD output."""
+
+    def __init__(self, parser: PageParser, count_read: bool = True):
+        self._parser = parser
+        self._count_read = count_read  # an update counts its reads when it diffs the input
+        self._read = beam.metrics.Metrics.counter(COUNTERS, "pages_read")
+        self._parsed = beam.metrics.Metrics.counter(COUNTERS, "pages_parsed")
+        self._dead = beam.metrics.Metrics.counter(COUNTERS, "pages_dead_lettered")
+        self._trail_counters: dict[str, beam.metrics.metricbase.Counter] = {}
+
+    def _count_trail(self, page: ParsedPage) -> None:
+        """trail_taken_<method> and trail_passed_over_<method>: how the cascade went."""
+        for name in (f"trail_taken_{page.trail_method}", *(f"trail_passed_over_{m}" for m in page.trail_passed_over)):
+            if name not in self._trail_counters:
+                self._trail_counters[name] = beam.metrics.Metrics.counter(COUNTERS, name)
+            self._trail_counters[name].inc()
+
+    def process(self, readable: fileio.ReadableFile | WarcPage | DeadLetter, site_bases: dict | None = None):
+        if not isinstance(readable, fileio.ReadableFile):  # a WARC input's record (transforms/warc.py)
+            yield from self._process_record(readable, site_bases)
+            return
+        path = readable.metadata.path
+        if self._count_read:
+            self._read.inc()
+        refused = (DeadLetter(path, "read", "not_html") if not path.lower().endswith(HTML_SUFFIXES)
+                   else self._parser.refusal(path))
+        yield from self._emit(
+            refused or parse_or_dead_letter(self._parser.with_site_bases(site_bases), path, readable.read, "parse"))
+
+    def _process_record(self, record: WarcPage | DeadLetter, site_bases: dict | None):
+        if self._count_read:
+            self._read.inc()
+        if isinstance(record, WarcPage) and classify_content(record.content_type, record.payload) != "html":
+            record = DeadLetter(record.source, "read", "not_html", record.content_type)
+        yield from self._emit(record if isinstance(record, DeadLetter) else parse_or_dead_letter(
+            self._parser.with_site_bases(site_bases), record.source, lambda: record.payload, "parse", record.url))
+
+    def _emit(self, page: ParsedPage | DeadLetter):
+        """Counts one input's outcome and routes it: a page, or a dead letter."""
+        if isinstance(page, DeadLetter):
+            self._dead.inc()
+            yield beam.pvalue.TaggedOutput(DEAD, page)
+        else:
+            self._parsed.inc()
+            self._count_trail(page)
+            yield page
+
+
+def read_file(path: str) -> bytes:
+    with FileSystems.open(path) as fh:
+        return fh.read()
+
+
+def reread_page(parser: PageParser, source: PageSource) -> ParsedPage | DeadLetter:
+    """The page at `source` read and parsed again, or a DeadLetter if it cannot be,
+    or if its file changed since it was first read."""
+    if split_record_source(source.source):  # a WARC record: its URL is in it
+        record = read_record(source.source)
+        if isinstance(record, DeadLetter):
+            return dataclasses.replace(record, stage="reread")
+        page = parse_or_dead_letter(parser, source.source, lambda: record.payload, "reread", record.url)
+    else:
+        page = parse_or_dead_letter(parser, source.source, lambda: read_file(source.source), "reread")
+    if isinstance(page, ParsedPage) and page.raw_hash != source.raw_hash:
+        return DeadLetter(source.source, "reread", "changed_during_build",
+                          "the file changed between the job's two reads")
+    return page
+
+
+def chosen_source(sources: Iterable[PageSource]) -> tuple[PageSource | None, int]:
+    """(the source indexed of pages parsed at one URL: the least content hash,
+    the number of the others, merged into it)."""
+    ranked = sorted(sources, key=lambda s: (s.content_hash, s.source))
+    return (ranked[0] if ranked else None), max(len(ranked) - 1, 0)
+
+
+def write_dead_letters(out_dir: str, letters: list[DeadLetter]) -> None:
+    rows = sorted(({"source": d.source, "stage": d.stage, "reason": d.reason, "detail": d.detail}
+                   for d in letters), key=lambda r: (r["source"], r["stage"]))
+    write_bytes(os.path.join(out_dir, DEAD_LETTERS_FILE), parquet_bytes(rows, DEAD_LETTERS_SCHEMA))
+
+
+class WriteDeadLetters(beam.PTransform):
+    """Every stage's dead letters (a tuple of PCollections) -> the segment's one
+    dead-letters table, written even when it is empty. Dead letters are few
+    (one per bad input file), so they are gathered in one list."""
+
+    def __init__(self, out_dir: str):
+        super().__init__()
+        self._out_dir = out_dir
+
+    def expand(self, dead_letters):
+        out_dir = self._out_dir
+        return (dead_letters
+                | "Flatten" >> beam.Flatten()
+                | "ToList" >> beam.combiners.ToList()
+                | "Write" >> beam.Map(lambda letters: write_dead_letters(out_dir, letters)))
+
+
+class ParsePages(beam.PTransform):
+    """File pattern -> parsed pages (main output) and dead letters (DEAD).
+    `site_bases`: InferSiteBases' decisions as a side input, or None."""
+
+    def __init__(self, pattern: str, parser: PageParser, site_bases=None):
+        super().__init__()
+        self._pattern = pattern
+        self._parser = parser
+        self._side = {} if site_bases is None else {"site_bases": site_bases}
+
+    def expand(self, pbegin):
+        if is_warc_input(self._pattern):
+            inputs = pbegin | "ReadWarc" >> ReadWarcInput(self._pattern)
+        else:
+            inputs = (pbegin
+                      | "MatchFiles" >> fileio.MatchFiles(self._pattern)
+                      | "ReadMatches" >> fileio.ReadMatches())
+        return inputs | "Parse" >> beam.ParDo(ParsePagesFn(self._parser), **self._side).with_outputs(
+            DEAD, main="pages")
+
+
+def count_input_files(pattern: str) -> int:
+    """Files the job will read, for the ETA of progress lines."""
+    return sum(len(m.metadata_list) for m in FileSystems.match([pattern]))
