@@ -25,6 +25,11 @@ CRAWL = [
     "protego>=0.3",  # robots.txt (Scrapy's parser)
     "httpx>=0.27",  # pooled HTTP/1.1 keep-alive client
 ]
+SOURCES = [  # the input kinds besides HTML (transforms/sources)
+    "markdown-it-py>=3",  # Markdown
+    "pyyaml>=6",  # front matter, mkdocs.yml
+    "pypdf>=5",  # PDF text and outlines
+]
 SERVING = [
     "fastapi>=0.115",
     "uvicorn>=0.30",
@@ -45,7 +50,7 @@ setup(
     install_requires=CORE + EMBED,
     extras_require={
         # build and update read WARC input (warcio) and sniff content types (transforms/fetch.py, httpx)
-        "pipeline": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9", "warcio>=1.7", "httpx>=0.27"],
+        "pipeline": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9", "warcio>=1.7", "httpx>=0.27", *SOURCES],
         "serving": SERVING,
         "crawl": ["apache-beam>=2.60", *CRAWL],
         "gpu": ["faiss-gpu-cu12>=1.8"],
@@ -55,7 +60,7 @@ setup(
         "redis": ["redis>=5"],
         # benchmarks/extract.py's reference extractor (never the build); flat_baseline.py's BM25
         "bench": ["trafilatura>=2", "bm25s>=0.2"],
-        "dev": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9", "pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100",
+        "dev": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9", *SOURCES, "pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100",
                 *SERVING, *CRAWL,
                 # the fleet tests: an S3-compatible server (moto), Redis, the Kubernetes schemas
                 "fsspec>=2023.1", "s3fs>=2023.1", "moto[server]>=5", "redis>=5", "kubernetes-validate>=1.30",

@@ -217,7 +217,7 @@ def test_a_page_changed_between_the_two_reads_is_dead_lettered_not_lost(tiny_sit
     path = str(tmp_path / "page.html")
     shutil.copy(next(str(p) for p in sorted(tiny_site.rglob("*.html"))), path)
     parser = PageParser(str(tmp_path) + "/", BASE, 0, 1 << 20)
-    page = parser.parse(path, read_file(path))
+    [page] = parser.parse(path, read_file(path))
     placement = NodePlacement("n1", None, page.site, "page", 0, 0, page.title, page.url, (), (), "url")
     fn = NodeRowsFn(parser, "page")
 

@@ -1,8 +1,12 @@
 """The pages stage: input files (a folder, a glob, WARC files or a crawl
 directory) -> ParsedPage records, every input accounted for.
 
-Each file is a page or a dead letter with a reason (`DEAD` output): not HTML,
-outside the input root, not a regular file, unreadable, unparseable. A page
+Each file is one page (or several: a forum thread's posts), or a dead letter
+with a reason (`DEAD` output): of no kind a parser reads (`unknown_kind`),
+outside the input root, not a regular file, unreadable, unparseable. Which
+parser reads a file is decided by its content first and its name second
+(transforms/sources/dispatch.py): HTML (transforms/parse), Markdown, PDF,
+Discourse topics, paper JSON (transforms/sources). A page
 is parsed twice in a job (`ParsePagesFn`, then `reread_page` once it is
 placed), so that no shuffle carries page text; `PageParser` keeps the two
 passes identical, and a file that changed between them is dead-lettered.
@@ -25,18 +29,20 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from ritrag.ids import raw_hash, site_of
+from ritrag.ids import normalize_url, raw_hash, site_of
 from ritrag.layout import DEAD_LETTERS_FILE, is_remote
 from ritrag.schema import DEAD_LETTERS_SCHEMA, DeadLetter, PageSource, ParsedPage, WarcPage
 from transforms.fetch import classify_content
 from transforms.parse import UnparseablePage, parse_page
 from transforms.site_base import public_url
+from transforms.sources import (HTML, SourceFile, document_url_path, parse_document, record_source, sniff_kind,
+                                split_document_source)
+from transforms.sources.dispatch import HTML_SUFFIXES, PDF  # noqa: F401 (HTML_SUFFIXES: pipelines/build.py)
 from transforms.tables import parquet_bytes, write_bytes
 from transforms.warc import ReadWarcInput, is_warc_input, read_record, split_record_source
 
 LOG = logging.getLogger("ritrag.pages")
 COUNTERS = "ritrag.build"
-HTML_SUFFIXES = (".html", ".htm", ".xhtml", ".shtml")
 DEAD = "dead"  # the tagged output of dead letters
 DEFAULT_BASE_URL = "http://localhost/"
 # pages_read = pages_indexed + pages_dead_lettered + pages_merged_duplicates
@@ -52,7 +58,8 @@ class InputOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser):
-        parser.add_argument("--input", help="directory or glob of HTML files (any Beam filesystem)")
+        parser.add_argument("--input", help="directory or glob of input files: HTML, Markdown, PDF, Discourse "
+                                            "topic or paper JSON, by content (any Beam filesystem)")
         parser.add_argument("--embed_device", default=None, help="cuda, mps or cpu (default: auto)")
         parser.add_argument("--max_page_bytes", type=int, default=20 * 1024 * 1024)
         parser.add_argument("--follow_links_outside_input", action="store_true",
@@ -71,7 +78,7 @@ def input_root_and_pattern(spec: str) -> tuple[str, str]:
 
 def page_url(path: str, root: str, base_url: str) -> str:
     relative = path[len(root):] if path.startswith(root) else os.path.basename(path)
-    return base_url.rstrip("/") + "/" + relative.lstrip("/")
+    return base_url.rstrip("/") + "/" + document_url_path(relative).lstrip("/")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,18 +133,37 @@ class PageParser:
         base = dict(self.site_bases).get(site)
         return (public_url(url, site, base), base) if base else (url, site)
 
-    def parse(self, path: str, data: bytes, url: str | None = None) -> ParsedPage:
-        """`url`: the page's own URL where the input records it (WARC), else the input's."""
+    def document_url(self, path: str) -> str:
+        """The normalized URL of another input file (a nav file names documents by path)."""
+        return normalize_url(self.locate(path)[0])
+
+    def parse(self, path: str, data: bytes, url: str | None = None, kind: str | None = None) -> list[ParsedPage]:
+        """The pages of one input: one, or a thread's posts (each `source` then
+        names its record). `url`: the page's own URL where the input records it
+        (WARC), else the input's; `kind`: what the input says it is (a WARC
+        record's content type), else sniffed."""
         url, site = self.locate(path, url)
-        page = parse_page(data, url, site, max_bytes=self.max_page_bytes)
-        return dataclasses.replace(page, source=path, raw_hash=raw_hash(data))
+        kind = kind or sniff_kind(path, data)
+        if kind == HTML:
+            pages = [(None, parse_page(data, url, site, max_bytes=self.max_page_bytes))]
+        else:
+            document = SourceFile(path, data, normalize_url(url), site, self.root, self.document_url)
+            pages = parse_document(kind, document, self.max_page_bytes)
+        digest = raw_hash(data)
+        return [dataclasses.replace(page, source=record_source(path, key) if key else path, raw_hash=digest)
+                for key, page in pages]
+
+
+def warc_kind(record: WarcPage) -> str | None:
+    """The parser kind of a WARC record by its declared content type (sniffed when generic), None if none reads it."""
+    return {"html": HTML, "pdf": PDF}.get(classify_content(record.content_type, record.payload))
 
 
 def parse_or_dead_letter(parser: PageParser, path: str, read: Callable[[], bytes], stage: str,
-                         url: str | None = None):
-    """The ParsedPage of the file at `path`, or a DeadLetter of `stage` saying why not."""
+                         url: str | None = None, kind: str | None = None) -> list[ParsedPage] | DeadLetter:
+    """The ParsedPages of the file at `path`, or a DeadLetter of `stage` saying why not."""
     try:
-        return parser.parse(path, read(), url)
+        return parser.parse(path, read(), url, kind)
     except UnparseablePage as exc:
         return DeadLetter(path, stage, exc.reason, exc.detail)
     except OSError as exc:
@@ -170,27 +196,28 @@ class ParsePagesFn(beam.DoFn):
             yield from self._process_record(readable, site_bases)
             return
         path = readable.metadata.path
-        if self._count_read:
-            self._read.inc()
-        refused = (DeadLetter(path, "read", "not_html") if not path.lower().endswith(HTML_SUFFIXES)
-                   else self._parser.refusal(path))
-        yield from self._emit(
-            refused or parse_or_dead_letter(self._parser.with_site_bases(site_bases), path, readable.read, "parse"))
+        yield from self._emit(self._parser.refusal(path) or parse_or_dead_letter(
+            self._parser.with_site_bases(site_bases), path, readable.read, "parse"))
 
     def _process_record(self, record: WarcPage | DeadLetter, site_bases: dict | None):
-        if self._count_read:
-            self._read.inc()
-        if isinstance(record, WarcPage) and classify_content(record.content_type, record.payload) != "html":
-            record = DeadLetter(record.source, "read", "not_html", record.content_type)
+        if isinstance(record, WarcPage) and warc_kind(record) is None:
+            record = DeadLetter(record.source, "read", "unknown_kind", record.content_type)
         yield from self._emit(record if isinstance(record, DeadLetter) else parse_or_dead_letter(
-            self._parser.with_site_bases(site_bases), record.source, lambda: record.payload, "parse", record.url))
+            self._parser.with_site_bases(site_bases), record.source, lambda: record.payload, "parse", record.url,
+            warc_kind(record)))
 
-    def _emit(self, page: ParsedPage | DeadLetter):
-        """Counts one input's outcome and routes it: a page, or a dead letter."""
-        if isinstance(page, DeadLetter):
+    def _emit(self, outcome: list[ParsedPage] | DeadLetter):
+        """Counts one input's outcome and routes it: its pages (each a page read:
+        a thread's posts count one each), or a dead letter."""
+        if isinstance(outcome, DeadLetter):
+            if self._count_read:
+                self._read.inc()
             self._dead.inc()
-            yield beam.pvalue.TaggedOutput(DEAD, page)
-        else:
+            yield beam.pvalue.TaggedOutput(DEAD, outcome)
+            return
+        for page in outcome:
+            if self._count_read:
+                self._read.inc()
             self._parsed.inc()
             self._count_trail(page)
             yield page
@@ -208,10 +235,15 @@ def reread_page(parser: PageParser, source: PageSource) -> ParsedPage | DeadLett
         record = read_record(source.source)
         if isinstance(record, DeadLetter):
             return dataclasses.replace(record, stage="reread")
-        page = parse_or_dead_letter(parser, source.source, lambda: record.payload, "reread", record.url)
+        pages = parse_or_dead_letter(parser, source.source, lambda: record.payload, "reread", record.url,
+                                     warc_kind(record))
     else:
-        page = parse_or_dead_letter(parser, source.source, lambda: read_file(source.source), "reread")
-    if isinstance(page, ParsedPage) and page.raw_hash != source.raw_hash:
+        path = (split_document_source(source.source) or (source.source,))[0]  # a record of a thread: its file
+        pages = parse_or_dead_letter(parser, path, lambda: read_file(path), "reread")
+    if isinstance(pages, DeadLetter):
+        return dataclasses.replace(pages, source=source.source)
+    page = next((p for p in pages if p.source == source.source), None)
+    if page is None or page.raw_hash != source.raw_hash:
         return DeadLetter(source.source, "reread", "changed_during_build",
                           "the file changed between the job's two reads")
     return page

@@ -29,7 +29,7 @@ from transforms.parse.text import collapse_unicode_spaces, normalized_string
 from transforms.parse.trail import find_trail
 
 
-def _page_hash(page: ParsedPage) -> str:
+def page_content_hash(page: ParsedPage) -> str:
     # Everything the index stores of the page (the URL is its key), so that a page
     # whose hash is unchanged needs no re-indexing. Section texts are appended
     # raw: JSON-escaping the bulk of the page would cost more than hashing it.
@@ -110,4 +110,4 @@ def _parse_utf8(utf8: bytes, url: str, site: str) -> ParsedPage:
         language=head.language,
         nav_order=nav_order,
     )
-    return dataclasses.replace(page, content_hash=_page_hash(page))
+    return dataclasses.replace(page, content_hash=page_content_hash(page))

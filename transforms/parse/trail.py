@@ -449,8 +449,10 @@ def _nav_bar_trail(survey: Survey, loc: Location) -> list[_RawCrumb]:
 
 # -- 10. the URL
 
-def _url_trail(loc: Location) -> tuple[Crumb, ...]:
-    site, page = urlsplit(loc.site), urlsplit(loc.url)
+def directory_trail(site_url: str, page_url: str) -> tuple[Crumb, ...]:
+    """One crumb per directory between the site and the page, titled by its name
+    (also how documents that name no trail of their own are placed: transforms/sources)."""
+    site, page = urlsplit(site_url), urlsplit(page_url)
     site_path = site.path.rstrip("/")
     if (site.scheme, site.netloc) != (page.scheme, page.netloc) or not page.path.startswith(site_path + "/"):
         return ()
@@ -502,4 +504,4 @@ def find_trail(root: etree._Element, survey: Survey, head: Head, loc: Location,
         # No later rule placed the page: the markup that put it under the root
         # outweighs the directories of its URL, which are only a guess.
         return _Trail((), names_root, tuple(m for m in passed_over if m != names_root))
-    return _Trail(_url_trail(loc), "url", tuple(passed_over))
+    return _Trail(directory_trail(loc.site, loc.url), "url", tuple(passed_over))

@@ -1,0 +1,20 @@
+"""Input files that are not HTML pages -> the same `ParsedPage` records the HTML
+parser makes, so that every later stage treats them alike. One module per kind,
+`dispatch` the one door (`sniff_kind`, `parse_document`):
+
+- `common`     `SourceFile`, heading anchors, a document's page and content hash
+- `nav`        a document's trail: the `mkdocs.yml` nav, else its folders
+- `markdown`   Markdown (markdown-it-py): front matter, headings -> sections
+- `pdf`        PDF (pypdf): the outline -> sections, else one section per page
+- `discourse`  a Discourse topic's JSON: the topic a page, each reply a page under
+               the post it answers
+- `paper`      a paper's JSON (S2ORC / QASPER style): title, abstract, sections
+- `dispatch`   the kind of a file (content first, name second), the URL a
+               document is served at, record sources of multi-page files
+"""
+from transforms.sources.common import SourceFile
+from transforms.sources.dispatch import (HTML, document_url_path, parse_document, record_source, sniff_kind,
+                                         split_document_source)
+
+__all__ = ["HTML", "SourceFile", "document_url_path", "parse_document", "record_source", "sniff_kind",
+           "split_document_source"]

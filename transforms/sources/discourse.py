@@ -1,0 +1,85 @@
+"""A Discourse topic's JSON (`/t/<id>.json`: `title`, `post_stream.posts`) ->
+one page per post.
+
+* The topic is the file's page (its URL the file's, `.json` dropped): titled by
+  the topic, its text the opening post's.
+* Every other post is a page of its own at `<topic URL>/<post number>` (as
+  Discourse links posts), record `post-<number>` of the file, titled
+  "#<number> <author>"; its trail is the topic's, then the topic, then the chain
+  of posts it replies to (`reply_to_post_number`), outermost first, so each
+  reply sits under the post it answers and direct replies under the topic
+  (trail method "reply_to"). A reply to a post the file does not hold (deleted,
+  or beyond the posts the JSON carries) sits under the topic, trail method
+  "reply_to_missing" (counted by the build's trail_taken_* counters).
+* An accepted answer says so in its description; the topic's tags are its keywords.
+* Text: the post's rendered HTML (`cooked`) reduced to plain text, a block per
+  paragraph; `raw` (Markdown source) when a post has no `cooked`.
+"""
+from __future__ import annotations
+
+import json
+
+from ritrag.schema import Crumb, ParsedPage, Section
+from transforms.parse import UnparseablePage
+from transforms.parse.location import url_segment_title
+from transforms.sources.common import SourceFile, document_page, html_text
+from transforms.sources.nav import document_trail
+
+
+def load_json_object(data: bytes, what: str) -> dict:
+    """The JSON object of an input file; UnparseablePage("invalid_json") otherwise."""
+    try:
+        value = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UnparseablePage("invalid_json", str(exc)) from exc
+    if not isinstance(value, dict):
+        raise UnparseablePage("invalid_json", f"{what} is a JSON object, not a {type(value).__name__}")
+    return value
+
+
+def _post_text(post: dict) -> str:
+    cooked = post.get("cooked")
+    return html_text(cooked) if isinstance(cooked, str) and cooked else str(post.get("raw") or "").strip()
+
+
+def _post_title(post: dict) -> str:
+    author = post.get("username") or post.get("name") or ""
+    return f"#{post['post_number']} {author}".strip()
+
+
+def parse_discourse(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
+    topic = load_json_object(file.data, "a Discourse topic")
+    stream = topic.get("post_stream")
+    posts = stream.get("posts") if isinstance(stream, dict) else None
+    by_number = {p["post_number"]: p for p in posts or () if isinstance(p, dict)
+                 and isinstance(p.get("post_number"), int) and not isinstance(p.get("post_number"), bool)}
+    if not by_number:
+        raise UnparseablePage("no_content", "a Discourse topic without posts (post_stream.posts)")
+    title = str(topic.get("title") or topic.get("fancy_title") or url_segment_title(file.url))
+    tags = tuple(str(t.get("name", "") if isinstance(t, dict) else t) for t in topic.get("tags") or ())
+    trail, method, _, _ = document_trail(file)
+    opening = min(by_number)
+    out = [(None, document_page(file, title=title, trail=trail, trail_method=method, keywords=tags,
+                                sections=(Section(title, 0, "", _post_text(by_number[opening])),)))]
+    topic_crumbs = (*trail, Crumb(title, file.url))
+    for number in sorted(by_number):
+        if number == opening:
+            continue
+        post = by_number[number]
+        chain, seen, target, missing = [], {number}, post.get("reply_to_post_number"), False
+        while isinstance(target, int) and target != opening and target not in seen:
+            if target not in by_number:
+                chain, missing = [], True
+                break
+            chain.append(target)
+            seen.add(target)
+            target = by_number[target].get("reply_to_post_number")
+        url = f"{file.url}/{number}"
+        post_title = _post_title(post)
+        crumbs = topic_crumbs + tuple(Crumb(_post_title(by_number[n]), f"{file.url}/{n}") for n in reversed(chain))
+        out.append((f"post-{number}", document_page(
+            file, url=url, title=post_title, trail=crumbs,
+            trail_method="reply_to_missing" if missing else "reply_to",
+            description="accepted answer" if post.get("accepted_answer") else "",
+            sections=(Section(post_title, 0, "", _post_text(post)),))))
+    return out

@@ -1,0 +1,145 @@
+"""Markdown document -> `ParsedPage` (markdown-it-py, CommonMark with tables).
+
+* Front matter (a YAML block between `---` lines at the top): `title`,
+  `description`, `tags`/`keywords`.
+* Title: the front matter's title, else a first-level heading that opens the
+  document, else the nav entry's title (`mkdocs.yml`), else the file name. A
+  heading used as the title (an opening one equal to the front matter's title,
+  too) opens no section: its text is the document's own.
+* Headings below the title cut the text into `Section`s; anchors are the ones
+  MkDocs gives (Python-Markdown's toc slugs), so section URLs are the published ones.
+* Text is the rendered plain text, never markup: paragraphs apart by a blank
+  line, list items and table rows a line each (cells " | "), code verbatim,
+  inline HTML reduced to its text, comments dropped.
+* Placement: the `mkdocs.yml` nav when one sits in the document's folder or
+  above it (inside the input), else the folders (transforms/sources/nav.py).
+"""
+from __future__ import annotations
+
+import re
+
+import yaml
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+from ritrag.schema import ParsedPage, Section
+from transforms.parse import UnparseablePage
+from transforms.parse.location import url_segment_title
+from transforms.sources.common import SourceFile, document_page, heading_anchor, html_text, section_path
+from transforms.sources.nav import document_trail
+
+_MARKDOWN = MarkdownIt("commonmark").enable(["table", "strikethrough"])
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL)
+_CELL_CLOSE = ("th_close", "td_close")
+
+
+def split_front_matter(text: str) -> tuple[dict, str]:
+    """(front matter as a dict, the Markdown after it); a block that is not a
+    YAML mapping is left in the text, as MkDocs leaves it."""
+    match = _FRONT_MATTER.match(text)
+    if not match:
+        return {}, text
+    try:
+        meta = yaml.safe_load(match.group(1))
+    except yaml.YAMLError:
+        return {}, text
+    return (meta, text[match.end():]) if isinstance(meta, dict) else ({}, text)
+
+
+def _inline_text(token: Token) -> str:
+    parts = []
+    for child in token.children or ():
+        if child.type in ("text", "code_inline"):
+            parts.append(child.content)
+        elif child.type == "softbreak":
+            parts.append(" ")
+        elif child.type == "hardbreak":
+            parts.append("\n")
+        elif child.type == "image":
+            parts.append(_inline_text(child) or child.attrGet("alt") or "")
+    return "".join(parts).strip()
+
+
+class _Heading:
+    def __init__(self, level: int, title: str):
+        self.level, self.title = level, title
+
+
+def rendered_blocks(markdown: str) -> list[_Heading | tuple[str, bool]]:
+    """The document as headings and text blocks, in order; a block is (text,
+    tight): tight blocks (list items after the first of a list run) follow the
+    one before on the next line instead of after a blank line."""
+    out: list[_Heading | tuple[str, bool]] = []
+    tokens = _MARKDOWN.parse(markdown)
+    list_depth, in_list_run = 0, False
+    row: list[str] = []
+    rows: list[str] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        kind = token.type
+        if kind == "heading_open":
+            out.append(_Heading(int(token.tag[1:]), _inline_text(tokens[i + 1])))
+            in_list_run = False
+            i += 3
+            continue
+        if kind in ("bullet_list_open", "ordered_list_open"):
+            list_depth += 1
+        elif kind in ("bullet_list_close", "ordered_list_close"):
+            list_depth -= 1
+            in_list_run = in_list_run and list_depth > 0
+        elif kind == "inline" and tokens[i - 1].type in ("th_open", "td_open"):
+            row.append(_inline_text(token))
+        elif kind == "tr_close":
+            rows.append(" | ".join(row))
+            row = []
+        elif kind == "table_close":
+            out.append(("\n".join(rows), False))
+            rows = []
+        elif kind in ("inline", "fence", "code_block", "html_block"):
+            text = (_inline_text(token) if kind == "inline" else
+                    token.content.rstrip("\n") if kind != "html_block" else html_text(token.content))
+            if text:
+                out.append((text, in_list_run))
+                in_list_run = list_depth > 0
+        i += 1
+    return out
+
+
+def parse_markdown(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
+    try:
+        text = file.data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UnparseablePage("undecodable", f"Markdown is read as UTF-8: {exc}") from exc
+    meta, markdown = split_front_matter(text)
+    blocks = rendered_blocks(markdown)
+    if not blocks and not meta.get("title"):
+        raise UnparseablePage("no_content", "neither text nor a heading")
+    trail, method, nav_title, nav_order = document_trail(file)
+    title = str(meta.get("title") or "")
+    if blocks and isinstance(blocks[0], _Heading) and blocks[0].level == 1 and (
+            not title or blocks[0].title == title):
+        title = title or blocks[0].title
+        blocks = blocks[1:]
+    title = title or nav_title or url_segment_title(file.url)
+    sections: list[tuple[str, int, str, tuple[str, ...], list[str]]] = [(title, 0, "", (), [])]
+    anchors: set[str] = set()
+    open_titles: list[tuple[int, str]] = []
+    for block in blocks:
+        if isinstance(block, _Heading):
+            path = section_path(open_titles, block.level, block.title)
+            sections.append((block.title, block.level, heading_anchor(block.title, anchors), path, []))
+            continue
+        text, tight = block
+        pieces = sections[-1][4]
+        if pieces:
+            pieces.append("\n" if tight else "\n\n")
+        pieces.append(text)
+    keywords = meta.get("tags") or meta.get("keywords") or []
+    keywords = tuple(str(k) for k in keywords if k) if isinstance(keywords, list) else (str(keywords),)
+    page = document_page(
+        file, title=title, trail=trail, trail_method=method, nav_order=nav_order,
+        description=str(meta.get("description") or ""), keywords=keywords,
+        sections=tuple(Section(t, level, anchor, "".join(pieces), path)
+                       for t, level, anchor, path, pieces in sections))
+    return [(None, page)]

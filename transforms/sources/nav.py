@@ -1,0 +1,145 @@
+"""Where a document file sits: its trail, from a docs-as-code nav file when one
+covers it, else from its folders.
+
+* `mkdocs.yml` in the document's folder or a folder above it (inside the input):
+  its `nav` places every document it lists (method "mkdocs_nav"). A nav section
+  is a crumb: linked to the section's index page (`index.md` / `README.md`
+  listed in it) when it has one, else a label (a virtual node). The docs folder's
+  own index page, when there is one, is the home every other document hangs
+  under. An index page lists its section's entries as its `nav_order`, so
+  siblings keep the nav's order. Documents the nav does not list, and nav
+  entries that are links, fall back to folders.
+* Folders (method "folders"): one crumb per directory between the site and the
+  document (`transforms.parse.trail.directory_trail`), linked to the directory's
+  URL, which is its index document's URL (`index.md` and `README.md` are served
+  as `index.html`: transforms/sources/dispatch.py `document_url_path`), so a
+  folder with an index page is that page and one without is a virtual node
+  titled by the folder's name.
+
+The nav file is read once per worker (cached by path): a build that edits
+`mkdocs.yml` while it runs may place documents by either version.
+"""
+from __future__ import annotations
+
+import functools
+import posixpath
+from dataclasses import dataclass, field
+
+import yaml
+from apache_beam.io.filesystems import FileSystems
+
+from ritrag.schema import Crumb
+from transforms.parse.trail import directory_trail
+from transforms.sources.common import SourceFile
+
+MKDOCS_CONFIG = "mkdocs.yml"
+INDEX_NAMES = ("index.md", "README.md")
+
+
+class _LenientLoader(yaml.SafeLoader):
+    """safe_load that reads tags MkDocs themes use (`!!python/name:...`, `!ENV`) as null."""
+
+
+_LenientLoader.add_multi_constructor("tag:yaml.org,2002:python/", lambda loader, suffix, node: None)
+_LenientLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+@dataclass
+class Nav:
+    """A nav flattened: every listed document (path relative to the docs folder)
+    with its chain of section titles and its own title; each section's index
+    document and entries in order (a section is keyed by its chain; () is the top)."""
+
+    docs_dir: str
+    entries: dict[str, tuple[tuple[str, ...], str | None]] = field(default_factory=dict)
+    section_index: dict[tuple[str, ...], str] = field(default_factory=dict)
+    section_entries: dict[tuple[str, ...], list[str | tuple[str, ...]]] = field(default_factory=dict)
+
+
+def parse_nav(config_text: str, config_dir: str) -> Nav | None:
+    """The nav of an `mkdocs.yml` (None when it has none or is not YAML)."""
+    try:
+        config = yaml.load(config_text, Loader=_LenientLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError:
+        return None
+    if not isinstance(config, dict) or not isinstance(config.get("nav"), list):
+        return None
+    nav = Nav(posixpath.join(config_dir, str(config.get("docs_dir") or "docs")))
+    _walk(nav, config["nav"], ())
+    return nav
+
+
+def _walk(nav: Nav, items: list, chain: tuple[str, ...]) -> None:
+    listed = nav.section_entries.setdefault(chain, [])
+    for item in items:
+        title, value = (None, item) if isinstance(item, str) else (
+            next(iter(item.items())) if isinstance(item, dict) and len(item) == 1 else (None, None))
+        if isinstance(value, list) and title is not None:
+            listed.append(chain + (str(title),))
+            _walk(nav, value, chain + (str(title),))
+        elif isinstance(value, str) and "://" not in value and value not in nav.entries:
+            path = posixpath.normpath(value.lstrip("/"))
+            nav.entries[path] = (chain, None if title is None else str(title))
+            listed.append(path)
+            if chain and posixpath.basename(path) in INDEX_NAMES and chain not in nav.section_index:
+                nav.section_index[chain] = path
+
+
+@functools.lru_cache(maxsize=64)
+def _load_nav(config_path: str) -> Nav | None:
+    try:
+        with FileSystems.open(config_path) as fh:
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    return parse_nav(text, posixpath.dirname(config_path))
+
+
+@functools.lru_cache(maxsize=4096)
+def _exists(path: str) -> bool:
+    return FileSystems.exists(path)
+
+
+def _covering_nav(file: SourceFile) -> Nav | None:
+    """The nav of the nearest `mkdocs.yml` in the document's folder or above it, within the input."""
+    if not file.root or not file.path.startswith(file.root):
+        return None
+    folders = file.path[len(file.root):].split("/")[:-1]
+    for depth in range(len(folders), -1, -1):
+        config = file.root + "/".join([*folders[:depth], MKDOCS_CONFIG]).lstrip("/")
+        if _exists(config):
+            return _load_nav(config)
+    return None
+
+
+def nav_trail(nav: Nav, relative: str, url_of) -> tuple[tuple[Crumb, ...], str | None, tuple[str, ...]]:
+    """(trail, nav title, nav order) of the document at `relative` (to the docs folder), listed in `nav`."""
+    chain, title = nav.entries[relative]
+    indexes = nav.section_index.get(chain) == relative
+    listed_chain = chain[:-1] if indexes else chain
+    home = next((name for name in INDEX_NAMES if name in nav.entries and not nav.entries[name][0]), None)
+    crumbs = [Crumb(title_, url_of(nav.section_index[chain[:i + 1]]) if chain[:i + 1] in nav.section_index
+                    else None) for i, title_ in enumerate(listed_chain)]
+    if home and relative != home:
+        crumbs.insert(0, Crumb(nav.entries[home][1] or "Home", url_of(home)))
+    own = chain if indexes else (() if relative == home else None)
+    order = tuple(url_of(entry) if isinstance(entry, str) else url_of(nav.section_index[entry])
+                  for entry in nav.section_entries.get(own, ()) if own is not None
+                  and (isinstance(entry, str) or entry in nav.section_index)
+                  and entry != relative)
+    return tuple(crumbs), title, order
+
+
+def document_trail(file: SourceFile) -> tuple[tuple[Crumb, ...], str, str | None, tuple[str, ...]]:
+    """(trail, trail method, title the nav gives it or None, nav order) of a document file."""
+    nav = _covering_nav(file) if file.url_of else None
+    if nav is not None:
+        docs_dir = nav.docs_dir.rstrip("/") + "/"
+        relative = file.path[len(docs_dir):] if file.path.startswith(docs_dir) else None
+        if relative in nav.entries:
+            def url_of(path: str) -> str:
+                return file.url_of(docs_dir + path)
+
+            crumbs, title, order = nav_trail(nav, relative, url_of)
+            return crumbs, "mkdocs_nav", title, order
+    return directory_trail(file.site, file.url), "folders", None, ()

@@ -1,0 +1,86 @@
+"""A paper's JSON -> one document `ParsedPage`, its sections as heading sections.
+
+Shapes read (one paper per file):
+* S2ORC: `title`, `abstract` (a string or a list of `{text}`), `body_text`: a
+  list of paragraphs `{section, sec_num, text}`; consecutive paragraphs of one
+  section make one section, titled "<sec_num> <section>", nested by the number
+  ("3.2" is level 2).
+* QASPER: `title`, `abstract`, `full_text`: a list of `{section_name,
+  paragraphs}`; a name "A ::: B" is section B nested in A.
+* Plain: `title`, `abstract`, `sections`: a list of `{heading (or title),
+  paragraphs (a list) or text, level}`.
+The abstract is the document's own text (before the first section); the
+authors (`authors`: names or `{first, last}`) its description. Placement: the
+folders (transforms/sources/nav.py).
+"""
+from __future__ import annotations
+
+from ritrag.schema import ParsedPage, Section
+from transforms.parse import UnparseablePage
+from transforms.parse.location import url_segment_title
+from transforms.sources.common import SourceFile, document_page, heading_anchor, section_path
+from transforms.sources.discourse import load_json_object
+from transforms.sources.nav import document_trail
+
+
+def _text(value) -> str:
+    """A string, or the texts of a list of strings / {text} objects, a paragraph each."""
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, list):
+        return "\n\n".join(t for t in (_text(v.get("text") if isinstance(v, dict) else v) for v in value) if t)
+    return ""
+
+
+def _author(author) -> str:
+    if isinstance(author, dict):
+        return " ".join(str(author.get(k) or "") for k in ("first", "last")).strip() or str(author.get("name") or "")
+    return str(author)
+
+
+def paper_sections(paper: dict) -> list[tuple[str, int, str]]:
+    """(title, level, text) of every section, in order (module doc: the three shapes)."""
+    out: list[tuple[str, int, str]] = []
+    if isinstance(paper.get("body_text"), list):
+        for paragraph in paper["body_text"]:
+            if not isinstance(paragraph, dict):
+                continue
+            number, name = str(paragraph.get("sec_num") or "").strip(), str(paragraph.get("section") or "").strip()
+            title = f"{number} {name}".strip() or "Body"
+            text = _text(paragraph.get("text"))
+            if out and out[-1][0] == title:
+                out[-1] = (title, out[-1][1], "\n\n".join(t for t in (out[-1][2], text) if t))
+            else:
+                out.append((title, number.count(".") + 1 if number else 1, text))
+    elif isinstance(paper.get("full_text"), list):
+        for section in paper["full_text"]:
+            if isinstance(section, dict):
+                names = [n.strip() for n in str(section.get("section_name") or "Body").split(":::")]
+                out.append((names[-1] or "Body", len(names), _text(section.get("paragraphs"))))
+    elif isinstance(paper.get("sections"), list):
+        for section in paper["sections"]:
+            if isinstance(section, dict):
+                level = section.get("level")
+                out.append((str(section.get("heading") or section.get("title") or "Body").strip(),
+                            level if isinstance(level, int) and level > 0 else 1,
+                            _text(section.get("paragraphs") or section.get("text"))))
+    return out
+
+
+def parse_paper(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
+    paper = load_json_object(file.data, "a paper")
+    title = " ".join(str(paper.get("title") or "").split()) or url_segment_title(file.url)
+    abstract = _text(paper.get("abstract"))
+    found = paper_sections(paper)
+    if not abstract and not any(text for _, _, text in found):
+        raise UnparseablePage("no_content", "a paper without an abstract or section text")
+    anchors: set[str] = set()
+    open_titles: list[tuple[int, str]] = []
+    sections = [Section(title, 0, "", abstract, ())]
+    sections += [Section(name, level, heading_anchor(name, anchors), text, section_path(open_titles, level, name))
+                 for name, level, text in found]
+    authors = paper.get("authors")
+    description = ", ".join(a for a in map(_author, authors) if a) if isinstance(authors, list) else ""
+    trail, method, _, _ = document_trail(file)
+    return [(None, document_page(file, title=title, trail=trail, trail_method=method, description=description,
+                                 sections=tuple(sections)))]
