@@ -28,7 +28,6 @@ import random
 import re
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -36,7 +35,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.results import cpu_description, write_section
-from benchmarks.serving import free_port, percentiles, sample_queries
+from benchmarks.serving import free_port, percentiles, sample_queries, start_server
 from serving.api import RitragIndex
 
 NOTE = ("The budget store's time per call is wall time inside the server, waits for the GIL behind concurrent "
@@ -58,24 +57,9 @@ def publish(local: Path, fs, root: str) -> int:
     return total
 
 
-def start_server(uri: str, env: dict, cache_dir: str, *flags: str) -> tuple[subprocess.Popen, str, float]:
-    """A `ritrag serve` process and its URL, once ready; and the seconds it took."""
-    port = free_port()
-    start = time.perf_counter()
-    server = subprocess.Popen([sys.executable, "-m", "ritrag.cli", "serve", uri, "--port", str(port),
-                               "--cache_dir", cache_dir, "--watch_s", "0", *flags],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    with httpx.Client(base_url=url, timeout=5) as probe:
-        while True:
-            if server.poll() is not None:
-                raise RuntimeError("the server exited while loading")
-            try:
-                if probe.get("/readyz").status_code == 200:
-                    return server, url, time.perf_counter() - start
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
+def start_fleet_server(uri: str, env: dict, cache_dir: str, *flags: str) -> tuple[subprocess.Popen, str, float]:
+    """A replica serving `uri` from `cache_dir`, no version polling; once ready."""
+    return start_server(uri, "--cache_dir", cache_dir, "--watch_s", "0", *flags, env=env)
 
 
 def metric(url: str, name: str) -> float:
@@ -153,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
                  f"(no network latency: a lower bound of a real store's copy time); Redis is on the same host. "
                  f"{NOTE}", ""]
         for label in ("cold (empty cache)", "warm cache (restart)"):
-            server, url, ready_s = start_server(uri, env, cache)
+            server, url, ready_s = start_fleet_server(uri, env, cache)
             copied = metric(url, "ritrag_cache_bytes_copied_total")
             stop(server)
             lines.append(f"- start of `ritrag serve {uri}`, {label}: ready in {ready_s:.1f} s, "
@@ -167,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         unlimited = ["--max_calls", str(10**9), "--max_toc_calls", str(10**9)]
         for store in ("memory", f"redis://127.0.0.1:{redis_port}/0"):
-            server, url, _ = start_server(uri, env, cache, "--budget_store", store, *unlimited)
+            server, url, _ = start_fleet_server(uri, env, cache, "--budget_store", store, *unlimited)
             try:
                 latencies, errors = load(url, queries, args.load_s, args.concurrency)
                 store_ms = ""

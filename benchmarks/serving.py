@@ -108,26 +108,29 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def start_server(index: str, *flags: str, env: dict | None = None) -> tuple[subprocess.Popen, str, float]:
+    """A `ritrag serve INDEX` process and its URL, once /readyz says ready; and the seconds that took."""
+    port = free_port()
+    start = time.perf_counter()
+    server = subprocess.Popen([sys.executable, "-m", "ritrag.cli", "serve", index, "--port", str(port), *flags],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    with httpx.Client(base_url=url, timeout=5) as probe:
+        while True:
+            if server.poll() is not None:
+                raise RuntimeError("the server exited while loading")
+            try:
+                if probe.get("/readyz").status_code == 200:
+                    return server, url, time.perf_counter() - start
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+
+
 def load_test(index_dir: str, queries: list[str], seconds: float, concurrency: int, cache_dir: str | None
               ) -> list[str]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    start = time.perf_counter()
-    cache = ["--cache_dir", cache_dir] if cache_dir else []
-    server = subprocess.Popen([sys.executable, "-m", "ritrag.cli", "serve", index_dir, "--port", str(port), *cache],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server, url, ready_s = start_server(index_dir, *(["--cache_dir", cache_dir] if cache_dir else []))
     try:
-        with httpx.Client(base_url=url, timeout=5) as probe:
-            while True:
-                if server.poll() is not None:
-                    raise RuntimeError("the server exited while loading")
-                try:
-                    if probe.get("/readyz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.2)
-        ready_s = time.perf_counter() - start
         proc = psutil.Process(server.pid)
         rss_ready = proc.memory_info().rss
 
