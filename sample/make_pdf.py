@@ -24,11 +24,14 @@ def _escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
 
 
-def write(path: str) -> None:
+def write(path: str, pages: list[list[str]] = PAGES, outline: list[tuple[str, int, str | None]] = OUTLINE,
+          password: str | None = None) -> None:
+    """A PDF of `pages` (lines of text each) with `outline` ((title, page index,
+    parent title) entries), encrypted with `password` if given (tests build variants)."""
     writer = PdfWriter()
     font = DictionaryObject({NameObject("/Type"): NameObject("/Font"), NameObject("/Subtype"): NameObject("/Type1"),
                              NameObject("/BaseFont"): NameObject("/Helvetica")})
-    for lines in PAGES:
+    for lines in pages:
         page = writer.add_blank_page(width=300, height=400)
         ops = "".join(f"BT /F1 11 Tf 20 {370 - 20 * i} Td ({_escape(line)}) Tj ET\n" for i, line in enumerate(lines))
         stream = DecodedStreamObject()
@@ -37,9 +40,11 @@ def write(path: str) -> None:
             {NameObject("/F1"): font})})
         page.replace_contents(stream)
     items = {}
-    for title, page_index, parent in OUTLINE:
+    for title, page_index, parent in outline:
         items[title] = writer.add_outline_item(title=title, page_number=page_index, parent=items.get(parent))
     writer.add_metadata({"/Title": "Tidepool Field Guide", "/Subject": "Pocket reference"})
+    if password:
+        writer.encrypt(password, algorithm="AES-128")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as fh:
         writer.write(fh)

@@ -1,0 +1,242 @@
+"""Input kinds besides HTML (transforms/sources): sniffing, each parser's tree
+(titles, order, section boundaries, no text lost or owned twice), dead letters
+of bad input, and one mixed build whose forest holds every kind."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from ritrag.schema import PageSource
+from transforms.pages import PageParser, parse_or_dead_letter, read_file, reread_page
+from transforms.parse import UnparseablePage
+from transforms.sources import document_url_path, sniff_kind
+from transforms.sources.markdown import rendered_blocks, split_front_matter
+
+SAMPLE = Path(__file__).resolve().parent.parent / "sample"
+MIXED = SAMPLE / "mixed"
+BASE = "http://localhost/"
+
+
+def _make_pdf():
+    spec = importlib.util.spec_from_file_location("make_pdf", SAMPLE / "make_pdf.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def parse(path: Path, root: Path = MIXED):
+    parser = PageParser(str(root) + "/", BASE, 1, 1 << 24)
+    return parse_or_dead_letter(parser, str(path), lambda: read_file(str(path)), "parse")
+
+
+def by_title(pages):
+    return {p.title: p for p in pages}
+
+
+# --- kinds ------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, data, kind", [
+    ("a.html", b"<p>no doctype</p>", "html"),
+    ("a.md", b"<!DOCTYPE html><html><p>HTML whatever the name</p></html>", "html"),
+    ("a.bin", b"%PDF-1.7\n...", "pdf"),
+    ("a.json", b'{"title": "t", "post_stream": {"posts": []}}', "discourse"),
+    ("a", b'{"title": "t", "abstract": "a", "body_text": []}', "paper"),
+    ("docs/a.MD", b"# Title", "markdown"),
+    ("a.pdf", b"not a pdf", "pdf"),
+])
+def test_kind_is_sniffed_from_content_then_name(name, data, kind):
+    assert sniff_kind(name, data) == kind
+
+
+def test_unknown_kind_names_what_was_seen():
+    with pytest.raises(UnparseablePage) as err:
+        sniff_kind("mkdocs.yml", b"site_name: x\n")
+    assert err.value.reason == "unknown_kind" and "'.yml'" in err.value.detail and "site_name" in err.value.detail
+
+
+def test_document_urls():
+    assert document_url_path("a/b/setup.md") == "a/b/setup.html"
+    assert document_url_path("a/README.md") == "a/index.html"
+    assert document_url_path("t/welcome.json") == "t/welcome"
+    assert document_url_path("a/manual.pdf") == "a/manual.pdf"
+    assert document_url_path("a/page.html") == "a/page.html"
+
+
+# --- Markdown ---------------------------------------------------------------
+
+def test_markdown_front_matter_and_plain_text():
+    meta, rest = split_front_matter("---\ntitle: T\ntags: [a, b]\n---\n# T\n\nbody\n")
+    assert meta == {"title": "T", "tags": ["a", "b"]} and rest == "# T\n\nbody\n"
+    assert split_front_matter("---\n- not a mapping\n---\ntext") == ({}, "---\n- not a mapping\n---\ntext")
+    blocks = rendered_blocks("Some *emphasis* and `code`.\n\n- one\n- two\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n"
+                             "```\nx = 1\n```\n\n<!-- hidden -->\n")
+    assert blocks == [("Some emphasis and code.", False), ("one", False), ("two", True), ("a | b\n1 | 2", False),
+                      ("x = 1", False)]
+
+
+def test_markdown_sections_lose_and_repeat_no_text():
+    [page] = parse(MIXED / "handbook/docs/guide/config.md")
+    assert page.title == "Configuration" and page.trail_method == "mkdocs_nav"
+    assert [(s.title, s.level, s.anchor, s.path) for s in page.sections] == [
+        ("Configuration", 0, "", ()), ("Probes", 2, "probes", ("Probes",)),
+        ("Calibration", 3, "calibration", ("Probes", "Calibration")), ("Alarms", 2, "alarms", ("Alarms",))]
+    source = (MIXED / "handbook/docs/guide/config.md").read_text()
+    for sentence in ("Tidepool reads one TOML file at start-up.", "every month.", "to a webhook."):
+        assert page.body.count(sentence) == 1 and sentence in source
+    assert "#" not in page.body and "|---|" not in page.body
+
+
+def test_markdown_front_matter_gives_title_description_keywords():
+    [page] = parse(MIXED / "handbook/docs/install.md")
+    assert page.title == "Installing Tidepool"  # the opening H1 repeats it: no section of its own
+    assert page.description.startswith("Put the controller") and page.keywords == ("install", "hardware")
+    assert [s.title for s in page.sections[1:]] == ["Wiring the probe board", "Installing the software"]
+    assert "pip install tidepool\ntidepool init" in page.body
+
+
+def test_mkdocs_nav_places_documents_and_folders_the_rest():
+    home, guide, config, reference, changelog = (parse(MIXED / "handbook/docs" / p)[0] for p in (
+        "index.md", "guide/index.md", "guide/config.md", "reference.md", "changelog.md"))
+    home_url, guide_url = BASE + "handbook/docs", BASE + "handbook/docs/guide"
+    assert home.url == home_url and home.trail == () and home.nav_order == (
+        BASE + "handbook/docs/install.html", guide_url)
+    assert [(c.title, c.url) for c in guide.trail] == [("Home", home_url)]
+    assert guide.nav_order == (BASE + "handbook/docs/guide/config.html", BASE + "handbook/docs/guide/tuning.html")
+    assert [(c.title, c.url) for c in config.trail] == [("Home", home_url), ("User guide", guide_url)]
+    assert [(c.title, c.url) for c in reference.trail] == [("Home", home_url), ("Reference", None)]
+    assert changelog.trail_method == "folders" and [c.title for c in changelog.trail] == ["docs"]
+
+
+def test_markdown_without_headings_is_one_section_and_empty_is_dead(tmp_path):
+    (tmp_path / "notes.md").write_text("Just a paragraph.\n\nAnd another.\n")
+    [page] = parse(tmp_path / "notes.md", tmp_path)
+    assert page.title == "notes" and [s.text for s in page.sections] == ["Just a paragraph.\n\nAnd another."]
+    (tmp_path / "empty.md").write_text("<!-- nothing -->\n")
+    assert parse(tmp_path / "empty.md", tmp_path).reason == "no_content"
+
+
+# --- PDF --------------------------------------------------------------------
+
+def test_pdf_outline_gives_nested_sections_with_pages():
+    [page] = parse(MIXED / "manuals/field-guide.pdf")
+    assert page.title == "Tidepool Field Guide" and page.description == "Pocket reference"
+    assert [(s.title, s.level, s.anchor) for s in page.sections] == [
+        ("Tidepool Field Guide", 0, ""), ("1 Probes", 1, "page=2"), ("1.1 Cleaning", 2, ""), ("2 Alarms", 1, "page=3")]
+    texts = [s.text for s in page.sections]
+    assert texts[1] == "[p. 2]\n1 Probes\nKeep probes wet; a dry pH bulb is ruined."
+    assert texts[2] == "[p. 2]\n1.1 Cleaning\nSoak the bulb in vinegar for ten minutes."
+    assert texts[3].startswith("[p. 3]\n2 Alarms")
+    for line in (line for lines in _make_pdf().PAGES for line in lines):
+        assert page.body.count(line) == 1, line
+
+
+def test_pdf_without_outline_is_cut_by_page(tmp_path):
+    _make_pdf().write(str(tmp_path / "plain.pdf"), outline=[])
+    [page] = parse(tmp_path / "plain.pdf", tmp_path)
+    assert [(s.title, s.anchor) for s in page.sections[1:]] == [("Page 1", "page=1"), ("Page 2", "page=2"),
+                                                                ("Page 3", "page=3")]
+    assert page.sections[0].text == "" and page.sections[3].text.startswith("[p. 3]\n2 Alarms")
+
+
+def test_bad_pdfs_are_dead_letters(tmp_path):
+    _make_pdf().write(str(tmp_path / "locked.pdf"), password="secret")
+    (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.7\n1 0 obj << /Type /Catalog >> endobj\n%%EOF")
+    _make_pdf().write(str(tmp_path / "blank.pdf"), pages=[[], []], outline=[])
+    assert parse(tmp_path / "locked.pdf", tmp_path).reason == "encrypted"
+    assert parse(tmp_path / "broken.pdf", tmp_path).reason == "broken_pdf"
+    assert parse(tmp_path / "blank.pdf", tmp_path).reason == "no_text"
+
+
+# --- Discourse --------------------------------------------------------------
+
+def test_discourse_posts_hang_under_the_post_they_answer():
+    pages = parse(MIXED / "forum/t/heater-keeps-switching.json")
+    topic_url = BASE + "forum/t/heater-keeps-switching"
+    assert [(p.url, p.source.rpartition("/")[2]) for p in pages] == [
+        (topic_url, "heater-keeps-switching.json"),
+        *((f"{topic_url}/{n}", f"heater-keeps-switching.json#post-{n}") for n in (2, 3, 4, 5))]
+    parents = {p.url: p.trail[-1].url for p in pages}
+    assert parents[f"{topic_url}/2"] == topic_url and parents[f"{topic_url}/3"] == f"{topic_url}/2"
+    assert parents[f"{topic_url}/4"] == f"{topic_url}/3"
+    missing = pages[4]
+    assert parents[missing.url] == topic_url and missing.trail_method == "reply_to_missing"
+    assert pages[1].description == "accepted answer" and pages[0].keywords == ("heater", "pid")
+    assert pages[0].body.startswith("Since upgrading to 1.2") and "<p>" not in pages[0].body
+
+
+def test_a_post_is_read_again_by_its_record_source():
+    parser = PageParser(str(MIXED) + "/", BASE, 1, 1 << 24)
+    path = str(MIXED / "forum/t/heater-keeps-switching.json")
+    post = parser.parse(path, read_file(path))[2]
+    assert reread_page(parser, PageSource.of(post)) == post
+
+
+def test_discourse_reply_cycle_and_bad_json(tmp_path):
+    posts = [{"post_number": 1, "cooked": "<p>q</p>"},
+             {"post_number": 2, "reply_to_post_number": 3, "cooked": "<p>a</p>"},
+             {"post_number": 3, "reply_to_post_number": 2, "cooked": "<p>b</p>"}]
+    (tmp_path / "c.json").write_text(json.dumps({"title": "Loop", "post_stream": {"posts": posts}}))
+    pages = parse(tmp_path / "c.json", tmp_path)
+    assert len(pages) == 3 and [len(p.trail) for p in pages] == [0, 2, 2]
+    (tmp_path / "bad.json").write_text('{"title": "x", "post_stream": {"posts": [')
+    assert parse(tmp_path / "bad.json", tmp_path).reason == "invalid_json"
+
+
+# --- papers -----------------------------------------------------------------
+
+def test_paper_sections_keep_numbers_and_nesting(tmp_path):
+    [page] = parse(MIXED / "papers/probe-drift.json")
+    assert page.description == "Ada Marsh, Tomas Reed" and page.sections[0].text.startswith("Glass pH electrodes")
+    assert [(s.title, s.level, s.path[:1]) for s in page.sections[1:]] == [
+        ("1 Introduction", 1, ("1 Introduction",)), ("2 Method", 1, ("2 Method",)),
+        ("2.1 Calibration schedules", 2, ("2 Method",)), ("3 Results", 1, ("3 Results",))]
+    assert page.sections[1].text.count("\n\n") == 1  # two paragraphs of one section, one section
+    qasper = {"title": "Q", "abstract": "A.", "full_text": [
+        {"section_name": "Intro", "paragraphs": ["p1"]}, {"section_name": "Intro ::: Scope", "paragraphs": ["p2"]}]}
+    (tmp_path / "q.json").write_text(json.dumps(qasper))
+    [page] = parse(tmp_path / "q.json", tmp_path)
+    assert [(s.title, s.level, s.text) for s in page.sections] == [("Q", 0, "A."), ("Intro", 1, "p1"),
+                                                                   ("Scope", 2, "p2")]
+
+
+# --- a mixed build ----------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_mixed_build_places_every_kind_in_one_forest(tmp_path):
+    from pipelines import build
+    from serving.api import RitragIndex
+
+    src = tmp_path / "in"
+    shutil.copytree(MIXED, src)
+    (src / "flask").mkdir()
+    for name in ("index.html", "installation.html"):
+        shutil.copy(SAMPLE / "pages/flask" / name, src / "flask" / name)
+    out = tmp_path / "idx"
+    build.run(["--input", str(src), "--out", str(out), "--site_depth", "1", "--granularity", "section",
+               "--embedding_model", "hashing:384"])  # publishes only if read = indexed + dead + merged
+    segment = next((out / "segments").iterdir())
+    nodes = {r["node_id"]: r for r in pq.read_table(next(segment.glob("nodes-*.parquet"))).to_pylist()}
+    by_url = {r["url"]: r for r in nodes.values() if r["url"]}
+
+    def parent_url(url):
+        return nodes[by_url[url]["parent_id"]]["url"]
+
+    topic = BASE + "forum/t/heater-keeps-switching"
+    assert parent_url(topic + "/4") == topic + "/3" and parent_url(topic + "/5") == topic
+    assert parent_url(BASE + "handbook/docs/guide/config.html") == BASE + "handbook/docs/guide"
+    assert parent_url(BASE + "handbook/docs/guide/config.html#calibration") == (
+        BASE + "handbook/docs/guide/config.html#probes")
+    assert parent_url(BASE + "manuals/field-guide.pdf#page=3") == BASE + "manuals/field-guide.pdf"
+    assert by_url[BASE + "papers/probe-drift#21-calibration-schedules"]["depth"] == 3
+    dead = pq.read_table(segment / "dead_letters.parquet").to_pylist()
+    assert [(Path(d["source"]).name, d["reason"]) for d in dead] == [("mkdocs.yml", "unknown_kind")]
+    pages = pq.read_table(next(segment.glob("pages-*.parquet"))).num_rows
+    assert pages == 5 + 7 + 1 + 1 + 2  # posts, Markdown documents, PDF, paper, HTML pages
+
+    trees = RitragIndex(str(out)).get_toc("pH probe calibration heater")["trees"]
+    assert {"forum", "handbook", "manuals", "papers"} <= {tree["title"] for tree in trees}
