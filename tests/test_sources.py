@@ -240,3 +240,33 @@ def test_a_mixed_build_places_every_kind_in_one_forest(tmp_path):
 
     trees = RitragIndex(str(out)).get_toc("pH probe calibration heater")["trees"]
     assert {"forum", "handbook", "manuals", "papers"} <= {tree["title"] for tree in trees}
+
+
+@pytest.mark.slow
+def test_an_update_of_mixed_kinds_matches_a_fresh_build(tmp_path):
+    from pipelines import build, update
+    from tests.test_update import live_table
+
+    flags = ["--site_depth", "1", "--granularity", "section", "--embedding_model", "hashing:384"]
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(MIXED, a)
+    shutil.copytree(MIXED, b)
+    with open(b / "handbook/docs/guide/config.md", "a") as fh:
+        fh.write("\n## Logging\n\nReadings are logged to /var/log/tidepool.\n")
+    topic = json.loads((b / "forum/t/heater-keeps-switching.json").read_text())
+    topic["post_stream"]["posts"].append({"post_number": 6, "username": "reefkeeper", "reply_to_post_number": 2,
+                                          "cooked": "<p>Does kd = 0 slow the recovery?</p>"})
+    (b / "forum/t/heater-keeps-switching.json").write_text(json.dumps(topic))
+    (b / "manuals/field-guide.pdf").unlink()
+    updated, fresh = tmp_path / "updated", tmp_path / "fresh"
+    build.run(["--input", str(a), "--out", str(updated), *flags])
+    update.run(["--input", str(b), "--index", str(updated)])
+    build.run(["--input", str(b), "--out", str(fresh), *flags])
+    for kind in ("nodes", "chunks", "pages"):
+        assert live_table(updated, kind) == live_table(fresh, kind), kind
+    nodes = live_table(updated, "nodes")
+    urls = {r["url"]: r for r in nodes.values()}
+    assert not any("field-guide.pdf" in (r["url"] or "") for r in nodes.values())  # every node of the PDF
+    post = urls[BASE + "forum/t/heater-keeps-switching/6"]
+    assert nodes[post["parent_id"]]["url"] == BASE + "forum/t/heater-keeps-switching/2"
+    assert BASE + "handbook/docs/guide/config.html#logging" in urls

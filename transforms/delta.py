@@ -36,6 +36,7 @@ from transforms.chunk import node_chunker
 from transforms.embed import EmbedChunks
 from transforms.nodes import page_node_rows, placement_row
 from transforms.pages import COUNTERS, DEAD, PageParser, ParsePagesFn, chosen_source, reread_page
+from transforms.sources import split_document_source
 from transforms.sparse import chunk_terms
 from transforms.tables import ReadLiveRows, parquet_bytes, write_bytes
 from transforms.warc import ReadWarcInput, is_warc_input, read_record, split_record_source
@@ -81,7 +82,10 @@ class ClassifyFn(beam.DoFn):
             self._replaced.inc()
             yield beam.pvalue.TaggedOutput(self.DEAD_URL, url)
         for item in inputs:
-            yield beam.pvalue.TaggedOutput(self.PARSE, item.path)
+            # A record of a file of several pages is parsed with its file, which the
+            # file's own page sends (every record of a file changes with the file).
+            if not split_document_source(item.path):
+                yield beam.pvalue.TaggedOutput(self.PARSE, item.path)
 
 
 class HashInputFn(beam.DoFn):
@@ -100,8 +104,12 @@ class HashInputFn(beam.DoFn):
             yield readable.source, InputFile(readable.source, "")
             return
         path = readable.metadata.path
-        digest = "" if self._parser.refusal(path) else raw_hash(readable.read())
-        yield normalize_url(self._parser.locate(path)[0]), InputFile(path, digest)
+        if self._parser.refusal(path):
+            yield normalize_url(self._parser.locate(path)[0]), InputFile(path, "")
+            return
+        data = readable.read()
+        for url, source in self._parser.input_pages(path, data):  # a thread's posts: one each
+            yield url, InputFile(source, raw_hash(data))
 
 
 class OpenForParse(beam.DoFn):

@@ -35,8 +35,8 @@ from ritrag.schema import DEAD_LETTERS_SCHEMA, DeadLetter, PageSource, ParsedPag
 from transforms.fetch import classify_content
 from transforms.parse import UnparseablePage, parse_page
 from transforms.site_base import public_url
-from transforms.sources import (HTML, SourceFile, document_url_path, parse_document, record_source, sniff_kind,
-                                split_document_source)
+from transforms.sources import (HTML, SourceFile, document_url_path, is_multi_page, parse_document, record_source,
+                                sniff_kind, split_document_source)
 from transforms.sources.dispatch import HTML_SUFFIXES, PDF  # noqa: F401 (HTML_SUFFIXES: pipelines/build.py)
 from transforms.tables import parquet_bytes, write_bytes
 from transforms.warc import ReadWarcInput, is_warc_input, read_record, split_record_source
@@ -152,6 +152,17 @@ class PageParser:
         digest = raw_hash(data)
         return [dataclasses.replace(page, source=record_source(path, key) if key else path, raw_hash=digest)
                 for key, page in pages]
+
+
+    def input_pages(self, path: str, data: bytes) -> list[tuple[str, str]]:
+        """(URL, source) of every page an input file holds, as an update's diff keys
+        them: the file's own URL; a file of several pages (a thread) is parsed to
+        find each record's (a file that does not parse holds its own URL only)."""
+        own = [(normalize_url(self.locate(path)[0]), path)]
+        if not is_multi_page(path, data):
+            return own
+        pages = parse_or_dead_letter(self, path, lambda: data, "diff")
+        return own if isinstance(pages, DeadLetter) else [(page.url, page.source) for page in pages]
 
 
 def warc_kind(record: WarcPage) -> str | None:

@@ -24,6 +24,7 @@ from transforms.parse import UnparseablePage
 from transforms.sources.common import SourceFile
 
 HTML, MARKDOWN, PDF, DISCOURSE, PAPER = "html", "markdown", "pdf", "discourse", "paper"
+MULTI_PAGE_KINDS = (DISCOURSE,)
 HTML_SUFFIXES = (".html", ".htm", ".xhtml", ".shtml")
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 _JSON_SNIFF_BYTES = 65536
@@ -80,6 +81,14 @@ def sniff_kind(path: str, data: bytes) -> str:
         return PDF
     shown = opening[:24].decode("utf-8", "replace") or "empty"
     raise UnparseablePage("unknown_kind", f"name suffix {suffix or '(none)'!r}, content starts {shown!r}")
+
+
+def is_multi_page(path: str, data: bytes) -> bool:
+    """Whether the file is of a kind that holds several pages (a thread)."""
+    try:
+        return sniff_kind(path, data) in MULTI_PAGE_KINDS
+    except UnparseablePage:
+        return False
 
 
 def _parsers() -> dict[str, Callable[[SourceFile], list[tuple[str | None, ParsedPage]]]]:
