@@ -1,6 +1,6 @@
 """How far two indexes of the same pages agree on GetToC: the overlap of their hit nodes.
 
-    python benchmarks/toc_overlap.py INDEX_A INDEX_B --questions sample/questions.jsonl
+    python benchmarks/toc_overlap.py INDEX_A INDEX_B --questions sample/questions.jsonl [MORE.jsonl ...]
         [--limit 20] [--dtype_a float32] [--dtype_b auto] [--label TEXT] [--no-record]
 
 Made to check that an index embedded with another arithmetic (say bfloat16,
@@ -32,13 +32,15 @@ from ritrag.embedder import EmbedderSpec, load_encoder  # noqa: E402
 from serving.api import DEFAULT_K, DEFAULT_N, RitragIndex  # noqa: E402
 
 
-def hit_nodes(index: RitragIndex, questions: list[str], dtype: str, k: int, n: int) -> list[list[str]]:
-    """Each question's hit node ids, best first, its query embedded in `dtype`."""
+def hit_nodes(index: RitragIndex, questions: list[str], dtype: str, k: int, n: int,
+              ) -> tuple[list[list[str]], str]:
+    """Each question's hit node ids, best first, its query embedded in `dtype`;
+    and the dtype that `auto` resolved to."""
     spec = EmbedderSpec.from_dict(index.index.manifest.config["embedder"])
-    vectors = load_encoder(spec, "cpu", dtype=dtype).embed(questions, spec.query_prefix).vectors
+    embedded = load_encoder(spec, "cpu", dtype=dtype).embed(questions, spec.query_prefix)
     node_ids = index.index.nodes["node_id"]
     return [[str(node_ids[row]) for row, _ in index.retrieve(q, k, n, vector).hits]
-            for q, vector in zip(questions, vectors)]
+            for q, vector in zip(questions, embedded.vectors)], embedded.dtype
 
 
 def overlap(a: list[str], b: list[str], n: int) -> tuple[float, bool, float]:
@@ -52,8 +54,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("index_a")
     ap.add_argument("index_b")
-    ap.add_argument("--questions", required=True, help="JSONL with a 'question' field per line")
-    ap.add_argument("--limit", type=int, default=20, help="the first N questions")
+    ap.add_argument("--questions", required=True, nargs="+",
+                    help="JSONL files with a 'question' field per line (no gold needed), read in order")
+    ap.add_argument("--limit", type=int, default=20, help="the first N questions of the files")
     ap.add_argument("--dtype_a", default="float32", help="query arithmetic for INDEX_A")
     ap.add_argument("--dtype_b", default="auto", help="query arithmetic for INDEX_B")
     ap.add_argument("--k", type=int, default=DEFAULT_K)
@@ -61,11 +64,15 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--label", default=None, help="RESULTS.md section key (default: the two index paths)")
     ap.add_argument("--no-record", action="store_true", help="do not touch RESULTS.md")
     args = ap.parse_args(argv)
-    with open(args.questions, encoding="utf-8") as fh:
-        questions = [json.loads(line)["question"] for line in fh if line.strip()][:args.limit]
-    hits = [hit_nodes(RitragIndex(path), questions, dtype, args.k, args.n)
-            for path, dtype in ((args.index_a, args.dtype_a), (args.index_b, args.dtype_b))]
-    per_question = [overlap(a, b, args.n) for a, b in zip(*hits)]
+    questions: list[str] = []
+    for path in args.questions:
+        with open(path, encoding="utf-8") as fh:
+            questions.extend(json.loads(line)["question"] for line in fh if line.strip())
+    questions = questions[:args.limit]
+    (hits_a, dtype_a), (hits_b, dtype_b) = (
+        hit_nodes(RitragIndex(path), questions, dtype, args.k, args.n)
+        for path, dtype in ((args.index_a, args.dtype_a), (args.index_b, args.dtype_b)))
+    per_question = [overlap(a, b, args.n) for a, b in zip(hits_a, hits_b)]
     at_n, same_best, jaccard = (np.array(column, dtype=float) for column in zip(*per_question))
     summary = {"questions": len(questions), "n": args.n, "overlap_at_n_mean": float(at_n.mean()),
                "overlap_at_n_min": float(at_n.min()), "same_best_hit": float(same_best.mean()),
@@ -76,8 +83,9 @@ def main(argv: list[str] | None = None) -> dict:
         f"## GetToC hit-node overlap: {label}", "",
         f"- command: `{command.strip()}`",
         f"- machine: {cpu_description()}",
-        f"- A: {args.index_a}, queries in {args.dtype_a}; B: {args.index_b}, queries in {args.dtype_b}; "
-        f"{len(questions)} questions from {args.questions}, top-{args.n} hit nodes of k={args.k} chunks", "",
+        f"- A: {args.index_a}, queries in {dtype_a}; B: {args.index_b}, queries in {dtype_b}; "
+        f"{len(questions)} questions from {', '.join(args.questions)}, top-{args.n} hit nodes of k={args.k} "
+        "chunks", "",
         f"| overlap@{args.n} mean | overlap@{args.n} min | same best node | Jaccard mean |",
         "|---|---|---|---|",
         f"| {summary['overlap_at_n_mean']:.3f} | {summary['overlap_at_n_min']:.3f} "
