@@ -39,13 +39,19 @@ SERVING = [
     "bpe-openai>=0.1.4",  # o200k_base token counts of the ToC forms, offline
 ]
 
+NAMESPACED = ("pipelines", "transforms", "serving", "cli")
+
 setup(
     name="ritrag",
     version="0.1.0",
     description="Breadcrumb-forest indexes of web corpora, served as GetToC / Read tools for agents",
-    packages=find_packages(include=["ritrag", "ritrag.*", "pipelines", "pipelines.*",
-                                    "transforms", "transforms.*", "serving", "serving.*"]),
-    package_data={"serving": ["web/*.html"]},
+    # One import namespace, the repository's folders kept: pipelines/ is
+    # ritrag.pipelines, transforms/ ritrag.transforms, serving/ ritrag.serving,
+    # cli/ ritrag.cli (docs/ARCHITECTURE.md, "Packages").
+    package_dir={"ritrag": "ritrag", **{f"ritrag.{folder}": folder for folder in NAMESPACED}},
+    packages=["ritrag", *(f"ritrag.{folder}{sub}" for folder in NAMESPACED
+                          for sub in ["", *(f".{p}" for p in find_packages(folder))])],
+    package_data={"ritrag.serving": ["web/*.html"]},
     python_requires=">=3.10",
     install_requires=CORE + EMBED,
     extras_require={

@@ -19,9 +19,9 @@ import sys
 import time
 
 from benchmarks.results import ProcessTreeMemory, cpu_description, write_section
-from pipelines import build
+from ritrag.pipelines import build
 from ritrag.layout import IndexLayout
-from ritrag.synth import SynthConfig, generate_corpus
+from ritrag.cli.synth import SynthConfig, generate_corpus
 
 
 def corpus(work: str, pages: int) -> str:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from ritrag.ids import site_of
-from transforms.parse import UnparseablePage, parse_page
+from ritrag.transforms.parse import UnparseablePage, parse_page
 
 BASE = "http://localhost/"  # what the build gives pages when run without --base_url
 REQUIRED = {"id": str, "question": str, "gold": list, "evidence": list, "tags": list}

@@ -6,7 +6,7 @@ A threaded HTTP/1.1 server (its own process, so its CPU is not the crawler's)
 serves the corpus folder read-only on 127.0.0.1 with Last-Modified and 304 on
 If-Modified-Since, a /sitemap.xml listing every HTML file, no robots.txt (404:
 allow all) and no directory listings. Each crawl runs in its own process
-(`pipelines.crawl`, in-process FnApiRunner) seeded with the server's root, and
+(`ritrag.pipelines.crawl`, in-process FnApiRunner) seeded with the server's root, and
 reports its wall time, its process CPU time (user + system), its peak RSS and
 the WARC bytes written:
 
@@ -116,7 +116,7 @@ class Server:
 
 def crawl_once(argv: list[str], report: str) -> None:
     """(In a process of its own) one crawl; its figures to `report` as JSON."""
-    from pipelines import crawl
+    from ritrag.pipelines import crawl
 
     started = time.time()
     counts = crawl.run(argv)

@@ -39,8 +39,8 @@ import numpy as np
 
 from ritrag.layout import shard_file_name
 from ritrag.vectors import VECTORS_EXTENSION, VECTORS_KIND, VectorStore, rerank_exact, write_vectors
-from serving.retrieval import dense_top_k
-from transforms.dense import choose_params, rebuild_index, train_empty_index
+from ritrag.serving.retrieval import dense_top_k
+from ritrag.transforms.dense import choose_params, rebuild_index, train_empty_index
 
 BATCH = 65_536
 QUERY_STREAM = 1 << 40  # batch indices of queries and training vectors, apart from the corpus's

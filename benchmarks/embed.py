@@ -7,8 +7,8 @@
     python benchmarks/embed.py --device cuda --chunks 20000     # a GPU (docs/GPU.md)
 
 Chunks are real: pages sampled from the HTML corpus, parsed and cut by the
-project's own parser and chunker (`transforms.parse.parse_page`,
-`transforms.chunk.chunk_text`) at the model's token limit, in page order as the
+project's own parser and chunker (`ritrag.transforms.parse.parse_page`,
+`ritrag.transforms.chunk.chunk_text`) at the model's token limit, in page order as the
 chunk step emits them.
 `--chunks-file` caches them as JSONL, for machines without the corpus.
 
@@ -68,9 +68,9 @@ from benchmarks.results import ProcessTreeMemory, cpu_description, write_section
 from ritrag.embedder import (DEFAULT_MODEL, EmbedderSpec, SentenceEncoder, available_cpus,  # noqa: E402
                              choose_device, load_sentence_transformer, load_tokenizer,
                              model_token_limit, token_budget_batches)
-from transforms.chunk import chunk_text, counts_add_up, tokenizer_counter  # noqa: E402
-from transforms.parse import UnparseablePage, parse_page  # noqa: E402
-from transforms.embed import DEFAULT_BATCH_SIZE  # noqa: E402
+from ritrag.transforms.chunk import chunk_text, counts_add_up, tokenizer_counter  # noqa: E402
+from ritrag.transforms.parse import UnparseablePage, parse_page  # noqa: E402
+from ritrag.transforms.embed import DEFAULT_BATCH_SIZE  # noqa: E402
 
 DEV_CORPUS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "corpus")
 SITE = "http://localhost/"  # the corpus is a directory: pages get URLs under it

@@ -36,7 +36,7 @@ import sys
 import lxml.html
 
 from ritrag.ids import site_of
-from transforms.parse import UnparseablePage, parse_page
+from ritrag.transforms.parse import UnparseablePage, parse_page
 
 BASE = "http://localhost/"
 _TOKEN = re.compile(r"\w+")

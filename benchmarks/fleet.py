@@ -36,7 +36,7 @@ import httpx
 
 from benchmarks.results import cpu_description, write_section
 from benchmarks.serving import free_port, percentiles, sample_queries, start_server
-from serving.api import RitragIndex
+from ritrag.serving.api import RitragIndex
 
 NOTE = ("The budget store's time per call is wall time inside the server, waits for the GIL behind concurrent "
         "requests included; the cold start also builds the derived postings arrays in --cache_dir, which the "

@@ -35,9 +35,9 @@ from benchmarks.results import cpu_description, write_section
 from ritrag.embedder import EmbedderSpec, load_tokenizer, model_token_limit
 from ritrag.ids import site_of
 from ritrag.schema import PageSkeleton
-from transforms.chunk import chunk_rows, counts_add_up, tokenizer_counter
-from transforms.forest import build_site_forest
-from transforms.parse import UnparseablePage, declared_page_urls, parse_page
+from ritrag.transforms.chunk import chunk_rows, counts_add_up, tokenizer_counter
+from ritrag.transforms.forest import build_site_forest
+from ritrag.transforms.parse import UnparseablePage, declared_page_urls, parse_page
 
 BASE = "http://localhost/"
 

@@ -31,8 +31,8 @@ import numpy as np
 import psutil
 
 from benchmarks.results import cpu_description, write_section
-from serving.api import RitragIndex, one_thread_per_query
-from serving.outline import count_tokens, render_outline, toc_json_text
+from ritrag.serving.api import RitragIndex, one_thread_per_query
+from ritrag.serving.outline import count_tokens, render_outline, toc_json_text
 
 
 def percentiles(seconds: list[float]) -> str:

@@ -29,7 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.results import cpu_description, write_section  # noqa: E402
 from ritrag.embedder import EmbedderSpec, load_encoder  # noqa: E402
-from serving.api import DEFAULT_K, DEFAULT_N, RitragIndex  # noqa: E402
+from ritrag.serving.api import DEFAULT_K, DEFAULT_N, RitragIndex  # noqa: E402
 
 
 def hit_nodes(index: RitragIndex, questions: list[str], dtype: str, k: int, n: int,

@@ -8,7 +8,7 @@ titles drawn with a fixed seed) it runs GetToC once and counts the tokens of
 the same sub-forest written as:
 
 * pretty JSON: `json.dumps(trees, indent=2)`;
-* compact JSON: `serving.outline.toc_json_text(trees)`, what the server sends;
+* compact JSON: `ritrag.serving.outline.toc_json_text(trees)`, what the server sends;
 * the outline before handles (`outline_before`, the form served until this
   change: two-space indent, `[id]` after the title, ` *rank` after it);
 * the outline with node ids (an answer outside an episode);
@@ -36,8 +36,8 @@ from typing import Any, Callable
 
 from benchmarks.results import write_section
 from benchmarks.serving import sample_queries
-from serving.api import RitragIndex, one_thread_per_query
-from serving.outline import PARENT_MARK, count_tokens, hit_ranks, preorder, render_outline, toc_json_text
+from ritrag.serving.api import RitragIndex, one_thread_per_query
+from ritrag.serving.outline import PARENT_MARK, count_tokens, hit_ranks, preorder, render_outline, toc_json_text
 
 
 def outline_before(trees: list[dict[str, Any]]) -> str:

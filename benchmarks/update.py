@@ -17,7 +17,7 @@ import sys
 import time
 
 from benchmarks.results import ProcessTreeMemory, cpu_description, write_section
-from pipelines import build, update
+from ritrag.pipelines import build, update
 from ritrag.layout import IndexLayout
 
 EDIT = b" This paragraph was revised for the update benchmark.</p>"

@@ -1,6 +1,6 @@
 """The full build: a folder (or glob) of HTML pages -> a new published index version.
 
-    python -m pipelines.build --input DIR_OR_GLOB --out INDEX [--base_url URL]
+    python -m ritrag.pipelines.build --input DIR_OR_GLOB --out INDEX [--base_url URL]
         [--site_depth N] [--granularity page|section] [--num_shards N]
         [--embedding_model NAME_OR_PATH] [--dense_factory STRING] [--dense_nprobe N]
         [--dense_rerank N] [--chunk_template T] [--path_levels N] [--node_docs on|off]
@@ -23,24 +23,24 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.launcher import (BuildOptions, check_page_accounting, counter_values,
+from ritrag.pipelines.launcher import (BuildOptions, check_page_accounting, counter_values,
                                 prepare_job, publish_and_prune, representation_of, required, run_pipeline)
 from ritrag.embedder import EmbedderSpec
 from ritrag.layout import (BM25_PARAMETERS, BM25_STATS_FILE, DENSE_INFO_FILE, SITE_BASES_FILE, IndexLayout,
                            new_manifest, open_read)
 from ritrag.representation import Representation, retrieval_defaults
 from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA
-from transforms.chunk import ChunkNodesFn
-from transforms.dense import BuildDenseIndex
-from transforms.embed import EmbedChunks
-from transforms.nodes import PAGES_OUTPUT, BuildForestNodes
-from transforms.pages import (DEAD, DEFAULT_BASE_URL, HTML_SUFFIXES, InputOptions, PageParser, ParsePages,
+from ritrag.transforms.chunk import ChunkNodesFn
+from ritrag.transforms.dense import BuildDenseIndex
+from ritrag.transforms.embed import EmbedChunks
+from ritrag.transforms.nodes import PAGES_OUTPUT, BuildForestNodes
+from ritrag.transforms.pages import (DEAD, DEFAULT_BASE_URL, HTML_SUFFIXES, InputOptions, PageParser, ParsePages,
                               WriteDeadLetters, count_input_files, input_root_and_pattern)
-from transforms.progress import LogProgress
-from transforms.site_base import InferSiteBases
-from transforms.sparse import BuildSparseIndex
-from transforms.tables import WriteParquetTable, write_bytes
-from transforms.warc import is_warc_input
+from ritrag.transforms.progress import LogProgress
+from ritrag.transforms.site_base import InferSiteBases
+from ritrag.transforms.sparse import BuildSparseIndex
+from ritrag.transforms.tables import WriteParquetTable, write_bytes
+from ritrag.transforms.warc import is_warc_input
 
 LOG = logging.getLogger("ritrag.build")
 

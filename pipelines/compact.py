@@ -1,6 +1,6 @@
 """Compaction: the live version's segments merged into one, dead rows dropped.
 
-    python -m pipelines.compact --index INDEX [runner options]
+    python -m ritrag.pipelines.compact --index INDEX [runner options]
 
 Every live row of the nodes, pages and chunks tables is rewritten into one new
 segment; postings and BM25 statistics are recomputed from the live chunks; the
@@ -20,14 +20,14 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.launcher import IndexOptions, prepare_job, publish_and_prune, required, run_pipeline
+from ritrag.pipelines.launcher import IndexOptions, prepare_job, publish_and_prune, required, run_pipeline
 from ritrag.layout import BM25_STATS_FILE, LiveFile, LiveFiles, new_manifest, open_read
 from ritrag.representation import Representation
 from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA
 from ritrag.vectors import VectorShard
-from transforms.dense import BuildDenseIndex, live_trained_index
-from transforms.sparse import BuildSparseIndex
-from transforms.tables import ReadLiveRows, WriteParquetTable
+from ritrag.transforms.dense import BuildDenseIndex, live_trained_index
+from ritrag.transforms.sparse import BuildSparseIndex
+from ritrag.transforms.tables import ReadLiveRows, WriteParquetTable
 
 LOG = logging.getLogger("ritrag.compact")
 TABLES = (("nodes", NODES_SCHEMA, "node_id"), ("pages", PAGES_SCHEMA, "url"), ("chunks", CHUNKS_SCHEMA, "chunk_id"))

@@ -1,7 +1,7 @@
 """The crawl: seed URLs and sitemaps -> gzip WARC files + a CrawlDB, in rounds
 (Nutch's generate -> fetch -> parse -> updatedb, one Beam job per round).
 
-    python -m pipelines.crawl --seed URL [--seed URL ...] [--seeds FILE] --out CRAWL_DIR
+    python -m ritrag.pipelines.crawl --seed URL [--seed URL ...] [--seeds FILE] --out CRAWL_DIR
         [--previous CRAWL_DIR] [--include REGEX] [--exclude REGEX] [--max_pages N] [--max_depth N]
         [--per_host_concurrency 2] [--per_host_delay_s 1.0] [--crawl_user_agent UA] [runner options]
 
@@ -44,16 +44,16 @@ import pyarrow.parquet as pq
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines.launcher import BuildOptions, PublishOptions
+from ritrag.pipelines.launcher import BuildOptions, PublishOptions
 from ritrag.layout import IndexLayout, IndexLease
 from ritrag.schema import CRAWL_TARGET_SCHEMA, CRAWLDB_SCHEMA
-from transforms.crawl_round import COUNTERS, LINKS, ROBOTS, CrawlConfig, FetchHostFn, StoreShardFn, shard_key
-from transforms.crawldb import (STATUSES, WARC_DIR, CrawlTarget, Generate, UpdateCrawlDb, crawldb_path, crawldb_row,
+from ritrag.transforms.crawl_round import COUNTERS, LINKS, ROBOTS, CrawlConfig, FetchHostFn, StoreShardFn, shard_key
+from ritrag.transforms.crawldb import (STATUSES, WARC_DIR, CrawlTarget, Generate, UpdateCrawlDb, crawldb_path, crawldb_row,
                                 record_target, redirect_hops, revisit_record, scan_crawldb, target_record)
-from transforms.fetch import FetchPolicy
-from transforms.robots import RobotsRules
-from transforms.scope import BadUrl, Scope, clean_url, crawl_key, host_of
-from transforms.tables import write_bytes
+from ritrag.transforms.fetch import FetchPolicy
+from ritrag.transforms.robots import RobotsRules
+from ritrag.transforms.scope import BadUrl, Scope, clean_url, crawl_key, host_of
+from ritrag.transforms.tables import write_bytes
 
 LOG = logging.getLogger("ritrag.crawl")
 DEFAULT_USER_AGENT = "ritrag-crawl/0.1 (documentation indexer; set --crawl_user_agent to name yourself)"

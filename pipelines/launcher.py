@@ -25,8 +25,8 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from ritrag.embedder import DEFAULT_MODEL
 from ritrag.layout import IndexLayout, IndexLease, is_remote, prune_versions, segment_id_for
 from ritrag.representation import DEFAULT_PATH_LEVELS, DEFAULT_TEMPLATE, Representation
-from transforms.pages import PAGE_COUNTERS
-from transforms.tables import remove_spill_files
+from ritrag.transforms.pages import PAGE_COUNTERS
+from ritrag.transforms.tables import remove_spill_files
 
 LOG = logging.getLogger("ritrag.launcher")
 

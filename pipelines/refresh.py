@@ -1,6 +1,6 @@
 """The scheduled loop in one command: crawl -> update -> publish.
 
-    python -m pipelines.refresh --seed URL [--seed URL ...] [--seeds FILE] --crawl_dir CRAWL_DIR --index INDEX
+    python -m ritrag.pipelines.refresh --seed URL [--seed URL ...] [--seeds FILE] --crawl_dir CRAWL_DIR --index INDEX
         [crawl options: pipelines/crawl.py] [build/update options] [runner options]
 
 The crawl re-visits CRAWL_DIR with conditional GETs (the first run crawls from
@@ -19,8 +19,8 @@ import logging
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import build, crawl, update
-from pipelines.update import UpdateOptions
+from ritrag.pipelines import build, crawl, update
+from ritrag.pipelines.update import UpdateOptions
 from ritrag.layout import IndexLayout
 
 LOG = logging.getLogger("ritrag.refresh")

@@ -1,6 +1,6 @@
 """Incremental re-index: a new input snapshot -> a delta segment on the live version.
 
-    python -m pipelines.update --input DIR_OR_GLOB --index INDEX [runner options]
+    python -m ritrag.pipelines.update --input DIR_OR_GLOB --index INDEX [runner options]
 
 1. Diff: every input file is hashed and joined by URL with the live pages table:
    unchanged (same raw bytes), new or changed (parsed), deleted (tombstoned).
@@ -35,23 +35,23 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.launcher import (IndexOptions, check_page_accounting, counter_values, prepare_job,
+from ritrag.pipelines.launcher import (IndexOptions, check_page_accounting, counter_values, prepare_job,
                                 publish_and_prune, representation_of, required, run_pipeline)
-from ritrag.embedder import EmbedderSpec
+from ritrag.embedder import EmbedderSpec, check_backend_available
 from ritrag.layout import BM25_STATS_FILE, TOMBSTONES_FILE, IndexLayout, LiveFiles, new_manifest, open_read
 from ritrag.representation import Representation, refuse_mixing
 from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA, PageSkeleton
-from transforms.delta import (CHUNK_REF_COLUMNS, NODE_SKELETON_COLUMNS, ClassifyFn, DiffInput, ParseChangedPages,
+from ritrag.transforms.delta import (CHUNK_REF_COLUMNS, NODE_SKELETON_COLUMNS, ClassifyFn, DiffInput, ParseChangedPages,
                               PlanPageUpdates, RemovedChunkTerms, ReplaceRows, ReuseOrEmbedVectors, UpdatePagesFn,
                               WriteTombstones, tombstone_counts)
-from transforms.dense import BuildDenseIndex, live_trained_index
-from transforms.embed import EmbedChunks
-from transforms.nodes import PlaceSkeletons
-from transforms.pages import (DEAD, PAGE_COUNTERS, InputOptions, PageParser, WriteDeadLetters, count_input_files,
+from ritrag.transforms.dense import BuildDenseIndex, live_trained_index
+from ritrag.transforms.embed import EmbedChunks
+from ritrag.transforms.nodes import PlaceSkeletons
+from ritrag.transforms.pages import (DEAD, PAGE_COUNTERS, InputOptions, PageParser, WriteDeadLetters, count_input_files,
                               input_root_and_pattern)
-from transforms.progress import LogProgress
-from transforms.sparse import BuildSparseIndex
-from transforms.tables import ReadLiveRows, WriteParquetTable
+from ritrag.transforms.progress import LogProgress
+from ritrag.transforms.sparse import BuildSparseIndex
+from ritrag.transforms.tables import ReadLiveRows, WriteParquetTable
 
 LOG = logging.getLogger("ritrag.update")
 UPDATE_COUNTERS = PAGE_COUNTERS + ("pages_unchanged", "pages_deleted", "pages_replaced",
@@ -68,6 +68,7 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: LiveFiles,
     opts = options.view_as(UpdateOptions)
     config = live.manifest.config
     spec = EmbedderSpec.from_dict(config["embedder"])
+    check_backend_available(spec)  # before any work: new chunks must be embedded like the live ones
     representation = Representation.from_config(config)
     num_shards, granularity = config["num_shards"], config["granularity"]
     root, pattern = input_root_and_pattern(opts.input)

@@ -30,11 +30,11 @@ from typing import IO, Any
 
 import httpx
 
-from serving.budget import GET_TOC, READ, Budget, EpisodeBudgets
-from serving.errors import ToolError
-from serving.outline import count_tokens, toc_json_text
-from serving.tool_models import TOOLS, tool_definitions
-from serving.tools import ToolService, TocFormat
+from ritrag.serving.budget import GET_TOC, READ, Budget, EpisodeBudgets
+from ritrag.serving.errors import ToolError
+from ritrag.serving.outline import count_tokens, toc_json_text
+from ritrag.serving.tool_models import TOOLS, tool_definitions
+from ritrag.serving.tools import ToolService, TocFormat
 
 LOG = logging.getLogger("ritrag.serving.agent")
 
@@ -178,7 +178,7 @@ def _episode_service(index: str | ToolService, budget: Budget, toc_format: TocFo
     if isinstance(index, ToolService):
         return ToolService(index.index, index.limits, budgets, k=index.k, n=index.n,
                            toc_format=toc_format or index.toc_format, episodes=index.episodes)
-    from serving.api import RitragIndex
+    from ritrag.serving.api import RitragIndex
 
     return ToolService(RitragIndex(index), budgets=budgets, toc_format=toc_format or "json")
 

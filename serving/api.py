@@ -4,7 +4,7 @@
 afresh) and returns the query-induced sub-forest with no body text; `read`
 returns node bodies, capped per node with a continuation offset. The CLI calls
 these two methods directly; the HTTP and MCP faces call them through
-`serving.tools.ToolService`, which adds limits, episode budgets and rendering.
+`ritrag.serving.tools.ToolService`, which adds limits, episode budgets and rendering.
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from ritrag.analyzer import analyze
 from ritrag.layout import BM25_PARAMETERS
 from ritrag.vectors import rerank_exact
 from ritrag.embedder import EmbedderSpec, QueryEmbedder, check_backend_available
-from serving.errors import ToolError, checked_int, checked_text
-from serving.index import LoadedVersion
-from serving.retrieval import (RetrievalParams, bm25_top_k, bm25f_chunk_scores, build_subforest, dense_top_k,
+from ritrag.serving.errors import ToolError, checked_int, checked_text
+from ritrag.serving.index import LoadedVersion
+from ritrag.serving.retrieval import (RetrievalParams, bm25_top_k, bm25f_chunk_scores, build_subforest, dense_top_k,
                                node_scores, reciprocal_rank_fusion, top_k, top_nodes, with_node_docs)
 
 DEFAULT_K = 200  # chunks recalled by each retriever (k')

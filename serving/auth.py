@@ -7,7 +7,7 @@ import hmac
 import json
 from typing import Any, Callable, Mapping
 
-from serving.errors import ToolError
+from ritrag.serving.errors import ToolError
 
 UNAUTHORIZED = ToolError("unauthorized", "missing or wrong API key")
 

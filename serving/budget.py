@@ -17,8 +17,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Generic, Iterable, Sequence, TypeVar
 
-from serving.errors import ToolError
-from serving.outline import HANDLE, answer_letters
+from ritrag.serving.errors import ToolError
+from ritrag.serving.outline import HANDLE, answer_letters
 
 GET_TOC = "GetToC"
 READ = "Read"

@@ -3,7 +3,7 @@
 An agent's calls may land on any replica behind the load balancer: with
 `--budget_store redis://HOST:PORT/DB` the replicas count one episode's calls
 in one place, and resolve the outline handles and read marks any of them
-issued. The classes have the methods of `serving.budget.EpisodeBudgets` and
+issued. The classes have the methods of `ritrag.serving.budget.EpisodeBudgets` and
 `EpisodeMemory`, which stay the default for one process.
 
 Per episode, keys under one hash tag (a Redis Cluster keeps them on one
@@ -33,9 +33,9 @@ from urllib.parse import urlsplit
 
 from prometheus_client import Counter, Histogram
 
-from serving.budget import GET_TOC, Budget, charged
-from serving.errors import ToolError
-from serving.outline import HANDLE, answer_letters
+from ritrag.serving.budget import GET_TOC, Budget, charged
+from ritrag.serving.errors import ToolError
+from ritrag.serving.outline import HANDLE, answer_letters
 
 LOG = logging.getLogger("ritrag.serving.budget_store")
 T = TypeVar("T")

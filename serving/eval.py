@@ -1,12 +1,12 @@
 """Evaluation of an index against a question file: the sub-forest and the
 method's baselines over the same index and the same retriever.
 
-    from serving.api import RitragIndex
-    from serving.eval import EvalConfig, evaluate, load_questions
+    from ritrag.serving.api import RitragIndex
+    from ritrag.serving.eval import EvalConfig, evaluate, load_questions
     report = evaluate(RitragIndex("index"), load_questions("questions.jsonl"), EvalConfig())
 
 `ritrag eval INDEX QUESTIONS` is this, one-to-one (the rendering is in
-`serving.eval_report`). Per question, one query embedding feeds every system:
+`ritrag.serving.eval_report`). Per question, one query embedding feeds every system:
 
 - `subforest`: GetToC's hits (top-n nodes by fused score) and the ToC around
   them, read by a deterministic reader: GetToC once, then Read the best hit
@@ -18,7 +18,7 @@ method's baselines over the same index and the same retriever.
   chunks are what the model would read;
 - `tree`: PageIndex-style, the whole tree (site) holding the top hit: its
   full table of contents, and whether the gold is in it at all;
-- `agent` (optional): `serving.agent.run_agent` with a real model.
+- `agent` (optional): `ritrag.serving.agent.run_agent` with a real model.
 
 Gold: each entry of a question's `gold` is a target, resolved to the live
 nodes it names: a node id (that node and its sections), a URL, or a
@@ -54,9 +54,9 @@ import pyarrow.compute as pc
 
 from ritrag.ids import normalize_url
 from ritrag.layout import IndexLayout, IndexLoadError
-from serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N, RitragIndex
-from serving.outline import TOKENIZER, count_tokens, render_outline, toc_json_text
-from serving.retrieval import RetrievalParams, node_scores, reciprocal_rank_fusion, top_nodes
+from ritrag.serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N, RitragIndex
+from ritrag.serving.outline import TOKENIZER, count_tokens, render_outline, toc_json_text
+from ritrag.serving.retrieval import RetrievalParams, node_scores, reciprocal_rank_fusion, top_nodes
 
 SYSTEMS = {
     "subforest": "GetToC sub-forest (hybrid), read in score order",
@@ -508,16 +508,16 @@ def _agent_session(index: RitragIndex, agent: AgentConfig | None):
         return
     import httpx
 
-    from serving.agent import TIMEOUT_S
-    from serving.tools import ToolService
+    from ritrag.serving.agent import TIMEOUT_S
+    from ritrag.serving.tools import ToolService
 
     with httpx.Client(timeout=TIMEOUT_S) as client:
         yield ToolService(index), client
 
 
 def _run_agent(service, client, q: Question, run: _Run, agent: AgentConfig) -> dict[str, Any]:
-    """One agent episode on question `q` (`serving.agent.run_agent`), scored against its targets."""
-    from serving import agent as agent_module
+    """One agent episode on question `q` (`ritrag.serving.agent.run_agent`), scored against its targets."""
+    from ritrag.serving import agent as agent_module
 
     index: RitragIndex = service.index
     transcript = None

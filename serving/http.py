@@ -12,7 +12,7 @@
     GET  /              a page to try queries, browse the sub-forest and read nodes
 
 Every error is a JSON body {"error": {"reason", "message", ...}} with the status
-`serving.errors.STATUS` gives its reason; nothing else reaches the client.
+`ritrag.serving.errors.STATUS` gives its reason; nothing else reaches the client.
 /healthz and /readyz answer without the API key, but show why loading failed
 (messages that name files) only with it.
 The index loads in a background thread so that liveness answers at once.
@@ -36,12 +36,12 @@ from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from serving.auth import UNAUTHORIZED, header_map, key_matches, send_error
-from serving.errors import ToolError
-from serving.reload import VersionWatcher
-from serving.remote import IndexMirror, mirrors
-from serving.tool_models import ErrorResult, ReadRequest, ReadResult, TocRequest, TocResult, tool_definitions
-from serving.tools import ToolService, invalid_arguments
+from ritrag.serving.auth import UNAUTHORIZED, header_map, key_matches, send_error
+from ritrag.serving.errors import ToolError
+from ritrag.serving.reload import VersionWatcher
+from ritrag.serving.remote import IndexMirror, mirrors
+from ritrag.serving.tool_models import ErrorResult, ReadRequest, ReadResult, TocRequest, TocResult, tool_definitions
+from ritrag.serving.tools import ToolService, invalid_arguments
 
 LOG = logging.getLogger("ritrag.serving.http")
 OPEN_PATHS = ("/healthz", "/readyz", "/", "/docs", "/openapi.json")  # no data behind them

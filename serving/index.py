@@ -32,7 +32,7 @@ from ritrag.representation import NODE_DOC_ORDINAL, Representation
 from ritrag.layout import (BM25_STATS_FILE, IndexLayout, Manifest, dead_ids_per_segment, is_remote, live_mask,
                            parse_shard_file_name)
 from ritrag.vectors import VectorStore
-from serving.remote import IndexMirror, default_cache_dir, mirror
+from ritrag.serving.remote import IndexMirror, default_cache_dir, mirror
 
 LOG = logging.getLogger("ritrag.serving")
 

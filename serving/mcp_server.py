@@ -1,6 +1,6 @@
 """The MCP face: GetToC and Read as MCP tools over one `ToolService`, served on
 stdio or streamable HTTP (the `mcp` SDK's low-level server, so that the tools'
-input schemas are exactly the strict ones of `serving.tool_models`).
+input schemas are exactly the strict ones of `ritrag.serving.tool_models`).
 
 A call counts against an episode's budget when its request `_meta` carries
 `"ritrag/episode_id"`. A refused call is a tool result with isError and the
@@ -18,11 +18,11 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 
-from serving.auth import ApiKeyGuard
-from serving.errors import ToolError
-from serving.outline import toc_json_text
-from serving.tool_models import EPISODE_META_KEY, tool_definitions
-from serving.tools import ToolService
+from ritrag.serving.auth import ApiKeyGuard
+from ritrag.serving.errors import ToolError
+from ritrag.serving.outline import toc_json_text
+from ritrag.serving.tool_models import EPISODE_META_KEY, tool_definitions
+from ritrag.serving.tools import ToolService
 
 LOG = logging.getLogger("ritrag.serving.mcp")
 INSTRUCTIONS = (

@@ -76,7 +76,7 @@ def hit_ranks(trees: Sequence[dict[str, Any]]) -> dict[str, int]:
 def answer_letters(ordinal: int) -> str:
     """The letters of an episode's `ordinal`-th (0-based) outline answer: a..z,
     aa..zz, aaa..zzz, then around again (handles of an answer that old are
-    long forgotten; see `serving.budget.EpisodeMemory`)."""
+    long forgotten; see `ritrag.serving.budget.EpisodeMemory`)."""
     ordinal %= 26 + 26 ** 2 + 26 ** 3
     width = 1
     while ordinal >= 26 ** width:

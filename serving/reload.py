@@ -27,9 +27,9 @@ import time
 from typing import Any
 
 from ritrag.layout import IndexLayout, is_remote
-from serving.api import RitragIndex
-from serving.remote import default_cache_dir, mirror
-from serving.tools import ToolService
+from ritrag.serving.api import RitragIndex
+from ritrag.serving.remote import default_cache_dir, mirror
+from ritrag.serving.tools import ToolService
 
 LOG = logging.getLogger("ritrag.serving.reload")
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from ritrag.layout import BM25_PARAMETERS
 from ritrag.representation import DEFAULT_RETRIEVAL, Representation, retrieval_defaults
-from serving.index import Bm25Field, Bm25Fields, Postings
+from ritrag.serving.index import Bm25Field, Bm25Fields, Postings
 
 K1, B = BM25_PARAMETERS["k1"], BM25_PARAMETERS["b"]  # defaults; GetToC passes the manifest's
 

@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from serving.budget import GET_TOC, READ
-from serving.outline import PARENT_MARK, READ_MARK
+from ritrag.serving.budget import GET_TOC, READ
+from ritrag.serving.outline import PARENT_MARK, READ_MARK
 
 EPISODE_META_KEY = "ritrag/episode_id"  # MCP: the request's _meta key naming the episode
 

@@ -7,7 +7,7 @@ anything it refuses raises a `ToolError` with a reason. The faces only move
 arguments in and results or errors out.
 
 Within an episode it also remembers what the episode saw (`EpisodeMemory`):
-an outline answer names its nodes by short handles (`serving.outline`) that
+an outline answer names its nodes by short handles (`ritrag.serving.outline`) that
 Read resolves for that episode only, and GetToC marks the nodes Read returned
 (`read: true`, `✓` in the outline) or, with `collapse_read`, leaves out every
 node whose subtree holds no hit the episode has not read.
@@ -19,12 +19,12 @@ from typing import Any, Collection, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ValidationError
 
-from serving.api import (DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N, RitragIndex, check_read_arguments,
+from ritrag.serving.api import (DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N, RitragIndex, check_read_arguments,
                          check_toc_arguments)
-from serving.budget import GET_TOC, READ, EpisodeBudgets, EpisodeMemory
-from serving.errors import ToolError
-from serving.outline import TOKENIZER, count_tokens, is_handle, preorder, render_outline, toc_json_text
-from serving.tool_models import TOOLS
+from ritrag.serving.budget import GET_TOC, READ, EpisodeBudgets, EpisodeMemory
+from ritrag.serving.errors import ToolError
+from ritrag.serving.outline import TOKENIZER, count_tokens, is_handle, preorder, render_outline, toc_json_text
+from ritrag.serving.tool_models import TOOLS
 
 TocFormat = Literal["json", "outline", "both"]
 

@@ -59,7 +59,7 @@ def write_tiny_site(directory: Path) -> Path:
 
 
 def build_index(input_dir: Path, out: Path, *extra: str) -> str:
-    from pipelines import build
+    from ritrag.pipelines import build
 
     return build.run(["--input", str(input_dir), "--out", str(out), "--base_url", BASE + "/",
                       "--site_depth", "1", *extra])

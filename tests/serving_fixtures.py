@@ -11,7 +11,7 @@ from typing import Callable, Iterator
 
 import uvicorn
 
-from serving.api import RitragIndex
+from ritrag.serving.api import RitragIndex
 
 
 @lru_cache(maxsize=None)

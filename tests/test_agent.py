@@ -17,11 +17,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ritrag.cli import main
-from serving.agent import judge_answer, parse_judge_reply, run_agent
-from serving.eval import node_prf
-from serving.outline import parse_outline
-from serving.tool_models import tool_definitions
-from serving.tools import ToolService
+from ritrag.serving.agent import judge_answer, parse_judge_reply, run_agent
+from ritrag.serving.eval import node_prf
+from ritrag.serving.outline import parse_outline
+from ritrag.serving.tool_models import tool_definitions
+from ritrag.serving.tools import ToolService
 from tests.serving_fixtures import loaded_index, serving
 
 QUESTION = "Which port does version 3 of the shop server listen on?"

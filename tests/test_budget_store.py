@@ -10,11 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from fastapi.testclient import TestClient
 
-from serving.budget import GET_TOC, READ, Budget
-from serving.budget_store import redis_episode_state
-from serving.errors import ToolError
-from serving.http import create_app
-from serving.tools import ToolService
+from ritrag.serving.budget import GET_TOC, READ, Budget
+from ritrag.serving.budget_store import redis_episode_state
+from ritrag.serving.errors import ToolError
+from ritrag.serving.http import create_app
+from ritrag.serving.tools import ToolService
 from tests.fleet_fixtures import RedisServer, needs_redis
 from tests.serving_fixtures import loaded_index
 
@@ -79,7 +79,7 @@ def test_handles_and_read_marks_hold_across_replicas(tiny_hash_index, redis_serv
 
 
 def test_old_answers_handles_are_forgotten_whole(redis_server):
-    from serving.budget_store import RedisEpisodeMemory, RedisStore
+    from ritrag.serving.budget_store import RedisEpisodeMemory, RedisStore
 
     memory = RedisEpisodeMemory(RedisStore(redis_server.url), max_handles=5, max_read=2)
     ep = episode()

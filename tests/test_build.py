@@ -11,7 +11,7 @@ import pytest
 
 from ritrag.embedder import EmbedderSpec, load_tokenizer, model_token_limit
 from ritrag.layout import DamagedIndexError, IndexLayout
-from serving.api import RitragIndex
+from ritrag.serving.api import RitragIndex
 from tests.conftest import BASE, build_index
 
 pytestmark = pytest.mark.slow
@@ -174,7 +174,7 @@ def test_inspect_reports_methods_depths_and_fanouts(tiny_index, tmp_path):
 
 def bm25_scores(index: RitragIndex, query: str) -> dict[int, float]:
     from ritrag.analyzer import analyze
-    from serving.retrieval import bm25_top_k
+    from ritrag.serving.retrieval import bm25_top_k
 
     rows, scores = bm25_top_k(analyze(query), index.index.postings, 200)
     return {int(index.index.chunk_ids[r]): round(float(s), 5) for r, s in zip(rows, scores)}
@@ -210,8 +210,8 @@ def test_multi_process_local_runner_builds_the_same_index(tiny_site, tiny_index,
 def test_a_page_changed_between_the_two_reads_is_dead_lettered_not_lost(tiny_site, tmp_path):
     import apache_beam as beam
 
-    from transforms.nodes import PAGES_OUTPUT, NodeRowsFn
-    from transforms.pages import DEAD, PageParser, read_file
+    from ritrag.transforms.nodes import PAGES_OUTPUT, NodeRowsFn
+    from ritrag.transforms.pages import DEAD, PageParser, read_file
     from ritrag.schema import NodePlacement, PageSource
 
     path = str(tmp_path / "page.html")
@@ -238,7 +238,7 @@ def test_a_page_changed_between_the_two_reads_is_dead_lettered_not_lost(tiny_sit
 
 
 def test_progress_lines_give_count_rate_eta_and_memory():
-    from transforms.progress import progress_line, resident_bytes
+    from ritrag.transforms.progress import progress_line, resident_bytes
 
     line = progress_line("parse (pages)", 250, 10.0, 1000, 3 * 2 ** 29)
     assert line == "parse (pages): 250 in 10 s (25.0/s), 25.0% of 1,000, ETA 0m30s, worker RSS 1.50 GiB"

@@ -6,9 +6,9 @@ import pytest
 from ritrag.embedder import EmbedderSpec, load_tokenizer, model_token_limit
 from ritrag.ids import chunk_id_for, content_hash
 from ritrag.representation import LEGACY, NODE_DOC_ORDINAL, Representation
-from transforms.chunk import (chunk_rows, chunk_text, counted_chunks, counts_add_up, node_chunk_rows,
+from ritrag.transforms.chunk import (chunk_rows, chunk_text, counted_chunks, counts_add_up, node_chunk_rows,
                               tokenizer_counter)
-from transforms.parse import parse_page
+from ritrag.transforms.parse import parse_page
 
 SAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample", "pages")
 

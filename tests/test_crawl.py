@@ -9,11 +9,11 @@ from collections import Counter
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import crawl
+from ritrag.pipelines import crawl
 from tests.conftest import SAMPLE
 from tests.crawl_site import CrawlSite
-from transforms.crawldb import CRAWLDB_FILE
-from transforms.warc import read_warc_pages
+from ritrag.transforms.crawldb import CRAWLDB_FILE
+from ritrag.transforms.warc import read_warc_pages
 
 SITE = "sphinx"
 MAX_BYTES = 200_000

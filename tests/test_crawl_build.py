@@ -11,13 +11,13 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import build, crawl, refresh
+from ritrag.pipelines import build, crawl, refresh
 from ritrag import cli
-from serving.api import RitragIndex
+from ritrag.serving.api import RitragIndex
 from tests.conftest import SAMPLE
 from tests.crawl_site import CrawlSite
 from tests.test_update import live_table
-from transforms.crawldb import CRAWLDB_FILE
+from ritrag.transforms.crawldb import CRAWLDB_FILE
 
 SITE = "sphinx"
 BUILD = ["--embedding_model", "hashing:384", "--site_depth", "1"]
@@ -101,8 +101,8 @@ def test_a_crawl_takes_the_crawl_directorys_lease(tmp_path):
 
 
 def test_damaged_warc_input_is_dead_lettered(tmp_path):
-    from transforms.fetch import FetchResult
-    from transforms.warc import WarcFileWriter
+    from ritrag.transforms.fetch import FetchResult
+    from ritrag.transforms.warc import WarcFileWriter
 
     body = (SAMPLE / SITE / "faq.html").read_bytes()
     writer = WarcFileWriter(str(tmp_path / "w"), "x", 10 ** 9)

@@ -7,13 +7,13 @@ import gzip
 import httpx
 import pytest
 
-from transforms.crawl_round import HostGate
-from transforms.fetch import FetchPolicy, FetchResult, classify_content, fetch, retry_after_s, retry_delay
-from transforms.links import page_links
-from transforms.robots import ALLOW_ALL, DISALLOW_ALL, RULES, robots_rules
-from transforms.scope import BadUrl, Scope, clean_url, crawl_key, seed_prefix
-from transforms.sitemaps import InvalidSitemap, parse_sitemap
-from transforms.warc import WarcFileWriter, read_record, read_warc_pages, split_record_source
+from ritrag.transforms.crawl_round import HostGate
+from ritrag.transforms.fetch import FetchPolicy, FetchResult, classify_content, fetch, retry_after_s, retry_delay
+from ritrag.transforms.links import page_links
+from ritrag.transforms.robots import ALLOW_ALL, DISALLOW_ALL, RULES, robots_rules
+from ritrag.transforms.scope import BadUrl, Scope, clean_url, crawl_key, seed_prefix
+from ritrag.transforms.sitemaps import InvalidSitemap, parse_sitemap
+from ritrag.transforms.warc import WarcFileWriter, read_record, read_warc_pages, split_record_source
 
 
 @pytest.mark.parametrize("bad", ["", "not a url", "ftp://x/y", "http://", "http://host:port/", "mailto:a@b"])
@@ -158,7 +158,7 @@ def test_damaged_warc_is_dead_lettered_with_file_and_offset(tmp_path):
 
 
 def test_cut_point():
-    from transforms.crawldb import cut_point
+    from ritrag.transforms.crawldb import cut_point
 
     hist = [((1, 5), 3), ((0, 9), 2), ((1, 2), 4)]
     assert cut_point(hist, 9) is None and cut_point(hist, 100) is None
@@ -171,7 +171,7 @@ def test_generate_dedupes_prefers_spelling_and_caps_exactly():
     import apache_beam as beam
     from apache_beam.testing.util import assert_that, equal_to
 
-    from transforms.crawldb import CrawlTarget, Generate, schedule_order, target_record
+    from ritrag.transforms.crawldb import CrawlTarget, Generate, schedule_order, target_record
 
     links = [target_record(CrawlTarget(f"http://h/p{i}.html", depth=1 + i % 3), "link") for i in range(60)]
     links += [target_record(CrawlTarget("http://h/p1.html?utm_source=x", depth=1), "sitemap"),  # same key as p1
@@ -191,8 +191,8 @@ def test_generate_dedupes_prefers_spelling_and_caps_exactly():
 
 
 def test_recent_links_drop_repeats_but_pass_better_spellings():
-    from transforms.crawl_round import Link, RecentLinks
-    from transforms.crawldb import CrawlTarget
+    from ritrag.transforms.crawl_round import Link, RecentLinks
+    from ritrag.transforms.crawldb import CrawlTarget
 
     recent = RecentLinks(size=2)
     assert recent.admit(Link(CrawlTarget("http://h/a", depth=2), "link"))

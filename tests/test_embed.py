@@ -22,7 +22,7 @@ from ritrag import embedder
 from ritrag.embedder import (DTYPES, EmbedderSpec, IncompatibleEmbedderError, QueryEmbedder, SentenceEncoder,
                              check_backend_available, check_compatible, choose_device, cpu_has_amx_bf16,
                              embed_with_backoff, encode, resolve_dtype, token_budget_batches)
-from transforms.embed import DTYPE_COUNTER_PREFIX, METRICS_NAMESPACE, EmbedChunks, SentenceTransformerModelHandler
+from ritrag.transforms.embed import DTYPE_COUNTER_PREFIX, METRICS_NAMESPACE, EmbedChunks, SentenceTransformerModelHandler
 
 SPEC = EmbedderSpec()
 TEXTS = [
@@ -254,7 +254,7 @@ def test_the_server_refuses_an_index_from_another_backend_at_load(tiny_hash_inde
     import shutil
 
     from ritrag.layout import IndexLayout
-    from serving.api import RitragIndex
+    from ritrag.serving.api import RitragIndex
 
     copy = tmp_path / "index"
     shutil.copytree(tiny_hash_index, copy)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from ritrag import cli
-from serving import eval as ev
-from serving.eval_report import render_html, render_text, write_report
+from ritrag.serving import eval as ev
+from ritrag.serving.eval_report import render_html, render_text, write_report
 from tests.conftest import BASE, SAMPLE, build_index
 from tests.serving_fixtures import loaded_index
 
@@ -171,7 +171,7 @@ def test_reports_written_and_self_contained(tiny_hash_index, tmp_path):
 
 
 def test_agent_mode_aggregates_a_fake_agent(tiny_hash_index, tmp_path, monkeypatch):
-    from serving import agent as agent_module
+    from ritrag.serving import agent as agent_module
 
     index = loaded_index(str(tiny_hash_index))
     gold = ev.GoldResolver(index, ev.live_rows(index))  # ids of pages, to script what the fake agent read
@@ -262,7 +262,7 @@ def test_long_texts_are_counted_in_pieces_exactly(monkeypatch):
     """A whole site's ToC can exceed what the tokenizer encodes at once."""
     import random
 
-    from serving import outline
+    from ritrag.serving import outline
 
     rng = random.Random(0)
     words = ["config", "Server", "  ", "ünïcode", "x=1,", "\n", "id", '{"a":', "3.14", "the"]

@@ -1,6 +1,6 @@
 from ritrag.ids import node_id_for, normalize_url
 from ritrag.schema import Crumb, PageSkeleton, Section
-from transforms.forest import build_site_forest, expand_sections
+from ritrag.transforms.forest import build_site_forest, expand_sections
 
 SITE = "http://docs.example/prod"
 

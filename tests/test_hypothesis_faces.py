@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from serving.errors import STATUS, ToolError
-from serving.tools import ToolService
+from ritrag.serving.errors import STATUS, ToolError
+from ritrag.serving.tools import ToolService
 from tests.serving_fixtures import loaded_index
-from transforms.parse import UnparseablePage, parse_page
+from ritrag.transforms.parse import UnparseablePage, parse_page
 
 FAST = settings(derandomize=True, max_examples=60, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -45,7 +45,7 @@ def service(tiny_hash_index) -> ToolService:
 def client(service):
     from fastapi.testclient import TestClient
 
-    from serving.http import create_app
+    from ritrag.serving.http import create_app
 
     with TestClient(create_app(lambda: service)) as client:
         for _ in range(600):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import ritrag.cli
-from serving.http import ROUTES
+from ritrag.serving.http import ROUTES
 
 yaml = pytest.importorskip("yaml")
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
@@ -66,11 +66,11 @@ def test_serving_replicas_probe_real_routes_on_the_port_the_server_listens_on(mo
 
 
 def test_the_update_cronjob_runs_the_refresh_job_on_the_served_index():
-    from pipelines.refresh import RefreshOptions
+    from ritrag.pipelines.refresh import RefreshOptions
 
     cron = by_kind("CronJob", "ritrag-refresh")
     (container,) = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
-    assert container["command"] == ["python", "-m", "pipelines.refresh"]
+    assert container["command"] == ["python", "-m", "ritrag.pipelines.refresh"]
     options = RefreshOptions(container["args"]).get_all_options(retain_unknown_options=True)
     (serve,) = by_kind("Deployment", "ritrag-serve")["spec"]["template"]["spec"]["containers"]
     assert options["index"] == serve["args"][2] and options["crawl_dir"].startswith("/data/")

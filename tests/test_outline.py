@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 
-from serving.http import create_app
-from serving.outline import (HANDLE, PARENT_MARK, answer_letters, count_tokens, hit_ranks, parse_outline,
+from ritrag.serving.http import create_app
+from ritrag.serving.outline import (HANDLE, PARENT_MARK, answer_letters, count_tokens, hit_ranks, parse_outline,
                              preorder, render_outline, toc_json_text)
-from serving.tools import ToolService
+from ritrag.serving.tools import ToolService
 from tests.serving_fixtures import loaded_index, serving
 
 TITLE_WORDS = st.sampled_from(["Getting", "started", "Guide", "…", "\\x", "*2", "✓", "a1", "[v3]", "Über",

@@ -1,4 +1,4 @@
-"""transforms.parse: one realistic page per markup family the trail cascade reads,
+"""ritrag.transforms.parse: one realistic page per markup family the trail cascade reads,
 and the text, sections, metadata and failure modes of a page."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from ritrag.schema import Crumb
 from tests.conftest import DEV_CORPUS
-from transforms.parse import UnparseablePage, parse_page
+from ritrag.transforms.parse import UnparseablePage, parse_page
 
 SITE = "https://docs.example.com/guide"
 URL = f"{SITE}/install/linux.html"

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from serving.index import Postings, bm25_fields
-from serving.retrieval import (RetrievalParams, bm25_scores, bm25_top_k, bm25f_chunk_scores, build_subforest,
+from ritrag.serving.index import Postings, bm25_fields
+from ritrag.serving.retrieval import (RetrievalParams, bm25_scores, bm25_top_k, bm25f_chunk_scores, build_subforest,
                                node_scores, reciprocal_rank_fusion, top_k, top_nodes, with_node_docs)
 
 
@@ -189,7 +189,7 @@ def test_a_title_in_two_sites_ranks_the_site_the_query_names_first(lookalike_ind
     representation (node documents and path-prefixed embeddings). The legacy
     representation indexes both pages identically, so it ranks them in the same
     order (a tie broken by row) whichever site the query names."""
-    from serving.api import RitragIndex
+    from ritrag.serving.api import RitragIndex
 
     forest, legacy = RitragIndex(str(lookalike_indexes["forest"])), RitragIndex(str(lookalike_indexes["legacy"]))
     sparse_only = RetrievalParams(dense_weight=0.0)

@@ -6,9 +6,9 @@ import threading
 import httpx
 import pytest
 
-from serving.budget import Budget, EpisodeBudgets
-from serving.http import HttpSettings, create_app
-from serving.tools import ToolService
+from ritrag.serving.budget import Budget, EpisodeBudgets
+from ritrag.serving.http import HttpSettings, create_app
+from ritrag.serving.tools import ToolService
 from tests.serving_fixtures import loaded_index, serving
 
 
@@ -214,7 +214,7 @@ def test_readyz_and_metrics_report_failed_reloads(tiny_hash_index, tmp_path):
 
     from fastapi.testclient import TestClient
 
-    from serving.reload import VersionWatcher
+    from ritrag.serving.reload import VersionWatcher
 
     index = tmp_path / "idx"
     shutil.copytree(tiny_hash_index, index)

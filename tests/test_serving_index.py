@@ -12,8 +12,8 @@ import pytest
 from benchmarks.synthetic_index import write_synthetic_index
 from ritrag.analyzer import analyze
 from ritrag.layout import IndexLayout
-from serving.index import LoadedVersion, Postings
-from serving.retrieval import bm25_top_k
+from ritrag.serving.index import LoadedVersion, Postings
+from ritrag.serving.retrieval import bm25_top_k
 
 
 def files(index_dir: str, kind: str) -> list[str]:

@@ -12,11 +12,11 @@ import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from serving.budget import Budget, EpisodeBudgets
-from serving.mcp_server import streamable_http_app
-from serving.outline import parse_outline
-from serving.tool_models import EPISODE_META_KEY, tool_definitions
-from serving.tools import ToolService
+from ritrag.serving.budget import Budget, EpisodeBudgets
+from ritrag.serving.mcp_server import streamable_http_app
+from ritrag.serving.outline import parse_outline
+from ritrag.serving.tool_models import EPISODE_META_KEY, tool_definitions
+from ritrag.serving.tools import ToolService
 from tests.serving_fixtures import loaded_index, serving
 
 

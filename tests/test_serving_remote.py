@@ -10,12 +10,12 @@ import fsspec
 import pytest
 
 import ritrag.layout
-import serving.remote
+import ritrag.serving.remote
 from ritrag.layout import DamagedIndexError, IndexLoadError, Manifest
-from serving.api import RitragIndex
-from serving.reload import VersionWatcher
-from serving.remote import IndexMirror, filesystem
-from serving.tools import ToolService
+from ritrag.serving.api import RitragIndex
+from ritrag.serving.reload import VersionWatcher
+from ritrag.serving.remote import IndexMirror, filesystem
+from ritrag.serving.tools import ToolService
 from tests.fleet_fixtures import publish, publish_copy_as
 
 
@@ -30,9 +30,9 @@ def store(tiny_hash_index) -> str:
 @pytest.fixture(autouse=True)
 def fresh_mirrors():
     """Each test starts as a new process would: no mirror made yet."""
-    serving.remote._MIRRORS.clear()
+    ritrag.serving.remote._MIRRORS.clear()
     yield
-    serving.remote._MIRRORS.clear()
+    ritrag.serving.remote._MIRRORS.clear()
 
 
 def largest_file(manifest: Manifest) -> tuple[str, str, dict]:
@@ -56,7 +56,7 @@ def test_an_index_in_the_store_serves_as_the_local_one_does(store, tiny_hash_ind
 
 def test_a_restart_over_a_warm_cache_copies_and_hashes_nothing(store, tmp_path, monkeypatch):
     RitragIndex(store, cache_dir=str(tmp_path))
-    serving.remote._MIRRORS.clear()  # a new process
+    ritrag.serving.remote._MIRRORS.clear()  # a new process
 
     def no_hashing(path: str, block: int = 0) -> str:
         raise AssertionError(f"re-hashed {path}")
@@ -72,7 +72,7 @@ def test_a_file_changed_on_disk_after_its_stamp_is_copied_again(store, tmp_path)
     segment_id, name, entry = largest_file(first.index.manifest)
     path = Path(first.index.layout.segment_dir(segment_id)) / name
     path.write_bytes(b"x" * entry["bytes"])  # same size, new mtime: the stamp no longer matches
-    serving.remote._MIRRORS.clear()
+    ritrag.serving.remote._MIRRORS.clear()
     again = RitragIndex(store, cache_dir=str(tmp_path))
     assert again.index.mirror.progress.bytes_copied == entry["bytes"] and again.get_toc("tls")["hits"]
 
@@ -133,7 +133,7 @@ def test_eviction_keeps_the_served_version_and_one_another_replica_serves(store,
     assert mirror.evict(serving="v000002") == ["v000003"]
     assert mirror.cached_versions() == ["v000002"]
     assert sorted(os.listdir(Path(mirror.local_root) / "segments")) == ["seg-v000002"]
-    serving.remote._MIRRORS.clear()
+    ritrag.serving.remote._MIRRORS.clear()
     assert RitragIndex(store, "v000002", cache_dir=str(tmp_path)).get_toc("tls")["hits"]
 
 

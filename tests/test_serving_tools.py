@@ -10,11 +10,11 @@ import jsonschema
 import pytest
 
 from ritrag import cli
-from serving.budget import Budget, EpisodeBudgets, EpisodeMemory
-from serving.errors import ToolError
-from serving.outline import count_tokens, preorder, render_outline, toc_json_text
-from serving.tool_models import GetTocArgs, ReadArgs, strict_schema, tool_definitions
-from serving.tools import Limits, ToolService, mark_read
+from ritrag.serving.budget import Budget, EpisodeBudgets, EpisodeMemory
+from ritrag.serving.errors import ToolError
+from ritrag.serving.outline import count_tokens, preorder, render_outline, toc_json_text
+from ritrag.serving.tool_models import GetTocArgs, ReadArgs, strict_schema, tool_definitions
+from ritrag.serving.tools import Limits, ToolService, mark_read
 
 # OpenAI's strict mode: the keywords it supports (anything else is rejected).
 STRICT_KEYWORDS = {"type", "properties", "required", "additionalProperties", "items", "enum", "const", "anyOf",

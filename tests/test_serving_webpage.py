@@ -11,8 +11,8 @@ import urllib.parse
 
 import pytest
 
-from serving.http import create_app
-from serving.tools import ToolService
+from ritrag.serving.http import create_app
+from ritrag.serving.tools import ToolService
 from tests.serving_fixtures import loaded_index, serving
 
 CHROMIUM = next((path for name in ("chromium", "chromium-browser", "google-chrome")

@@ -1,4 +1,4 @@
-"""transforms.site_base: a mirrored site, built without --base_url, is the forest
+"""ritrag.transforms.site_base: a mirrored site, built without --base_url, is the forest
 the build with the right --base_url gives; the rules that decide a site's base."""
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines import build
+from ritrag.pipelines import build
 from ritrag.forest_report import forest_report, render_text
 from ritrag.layout import IndexLayout
-from transforms.site_base import INFERRED, NONE, SEVERAL, base_candidate, choose_base
+from ritrag.transforms.site_base import INFERRED, NONE, SEVERAL, base_candidate, choose_base
 
 PUBLIC = "https://docs.example.com"
 # path -> (title, [(crumb title, path)] root first, without the page)
@@ -134,7 +134,7 @@ def test_a_site_naming_several_bases_or_none_keeps_its_input_urls():
 
 
 def test_an_update_of_an_inferred_index_keys_pages_by_their_public_urls(tmp_path):
-    from pipelines import update
+    from ritrag.pipelines import update
 
     mirror = write_mirror(tmp_path / "mirror")
     out = tmp_path / "idx"

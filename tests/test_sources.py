@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from ritrag.schema import PageSource
-from transforms.pages import PageParser, parse_or_dead_letter, read_file, reread_page
-from transforms.parse import UnparseablePage
-from transforms.sources import document_url_path, sniff_kind
-from transforms.sources.markdown import rendered_blocks, split_front_matter
+from ritrag.transforms.pages import PageParser, parse_or_dead_letter, read_file, reread_page
+from ritrag.transforms.parse import UnparseablePage
+from ritrag.transforms.sources import document_url_path, sniff_kind
+from ritrag.transforms.sources.markdown import rendered_blocks, split_front_matter
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample"
 MIXED = SAMPLE / "mixed"
@@ -208,8 +208,8 @@ def test_paper_sections_keep_numbers_and_nesting(tmp_path):
 
 @pytest.mark.slow
 def test_a_mixed_build_places_every_kind_in_one_forest(tmp_path):
-    from pipelines import build
-    from serving.api import RitragIndex
+    from ritrag.pipelines import build
+    from ritrag.serving.api import RitragIndex
 
     src = tmp_path / "in"
     shutil.copytree(MIXED, src)
@@ -244,7 +244,7 @@ def test_a_mixed_build_places_every_kind_in_one_forest(tmp_path):
 
 @pytest.mark.slow
 def test_an_update_of_mixed_kinds_matches_a_fresh_build(tmp_path):
-    from pipelines import build, update
+    from ritrag.pipelines import build, update
     from tests.test_update import live_table
 
     flags = ["--site_depth", "1", "--granularity", "section", "--embedding_model", "hashing:384"]

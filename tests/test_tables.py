@@ -11,7 +11,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from ritrag.ids import shard_of
 from ritrag.layout import shard_file_name
-from transforms.tables import SPILL_DIR, WriteShards, remove_spill_files, write_sorted_table
+from ritrag.transforms.tables import SPILL_DIR, WriteShards, remove_spill_files, write_sorted_table
 
 SCHEMA = pa.schema([pa.field("id", pa.string(), nullable=False), pa.field("text", pa.string(), nullable=False),
                     pa.field("tags", pa.list_(pa.string()), nullable=False)])

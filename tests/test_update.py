@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import update
-from transforms import delta
-from transforms.delta import plan_page_update, replaced_rows
+from ritrag.pipelines import update
+from ritrag.transforms import delta
+from ritrag.transforms.delta import plan_page_update, replaced_rows
 from ritrag.layout import IndexLayout, LiveFile, LiveFiles, live_rows
 from ritrag.representation import Representation
 from ritrag.schema import NodePlacement
@@ -117,7 +117,7 @@ def _no_dead():
 
 @pytest.mark.slow
 def test_update_serves_like_a_fresh_build(snapshots):
-    from serving.api import RitragIndex
+    from ritrag.serving.api import RitragIndex
 
     _, _, updated, fresh = snapshots
     a, b = RitragIndex(str(updated)), RitragIndex(str(fresh))
@@ -142,7 +142,7 @@ def failing_on_call(n: int, real):
 @pytest.mark.parametrize("fail_at", ["pipeline", "manifest", "current"])
 def test_a_failed_update_leaves_the_previous_version_served(snapshots, tmp_path, monkeypatch, fail_at):
     from ritrag import layout as layout_module
-    from serving.api import RitragIndex
+    from ritrag.serving.api import RitragIndex
 
     a, b, _, fresh = snapshots
     index = tmp_path / "index"
@@ -188,7 +188,7 @@ def test_plan_of_a_deleted_page_tombstones_its_rows_chunks_and_url():
 
 
 def test_plan_of_a_new_page_that_could_not_be_read_again_keeps_its_place():
-    from transforms.nodes import placement_row
+    from ritrag.transforms.nodes import placement_row
     from ritrag.schema import NodePlacement
 
     placement = NodePlacement("p", "r", "s", "page", 0, 1, "Page", "u", ("r",), ("Root",), "url")
@@ -200,7 +200,7 @@ def test_plan_of_a_new_page_that_could_not_be_read_again_keeps_its_place():
 
 @pytest.mark.slow
 def test_compaction_keeps_the_answers_and_drops_dead_rows(snapshots, tmp_path):
-    from pipelines import compact
+    from ritrag.pipelines import compact
 
     _, _, updated, fresh = snapshots
     copy = tmp_path / "compacted"
@@ -236,9 +236,9 @@ def test_versions_rollback_and_retention(tiny_index, tmp_path):
 def test_a_running_server_swaps_to_the_new_version_without_failing_requests(snapshots, tmp_path):
     import threading
 
-    from serving.api import RitragIndex
-    from serving.reload import VersionWatcher
-    from serving.tools import ToolService
+    from ritrag.serving.api import RitragIndex
+    from ritrag.serving.reload import VersionWatcher
+    from ritrag.serving.tools import ToolService
 
     a, b, _, fresh = snapshots
     index = tmp_path / "live"
@@ -346,9 +346,9 @@ def test_cli_refuses_a_damaged_index_with_one_json_line(tiny_hash_index, tmp_pat
 
 
 def test_the_version_watcher_survives_a_bad_current_and_retries_each_tick(tiny_hash_index, tmp_path):
-    from serving.api import RitragIndex
-    from serving.reload import VersionWatcher
-    from serving.tools import ToolService
+    from ritrag.serving.api import RitragIndex
+    from ritrag.serving.reload import VersionWatcher
+    from ritrag.serving.tools import ToolService
 
     index = copy_index(tiny_hash_index, tmp_path / "idx")
     service = ToolService(RitragIndex(index.root))
@@ -392,7 +392,7 @@ def live_vectors(index_dir: Path, chunk_ids) -> dict:
 
 
 def test_build_and_update_chunk_with_the_same_function():
-    from transforms import chunk
+    from ritrag.transforms import chunk
 
     assert delta.node_chunker is chunk.node_chunker  # UpdatePagesFn and RechunkReplacedFn
     assert "node_chunker(self._spec, self._representation)" in __import__("inspect").getsource(chunk.ChunkNodesFn)

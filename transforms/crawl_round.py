@@ -28,12 +28,12 @@ from typing import Callable, Iterable, Iterator
 import apache_beam as beam
 
 from ritrag.ids import shard_of
-from transforms.crawldb import CrawlTarget, crawldb_row, link_rank
-from transforms.fetch import FetchPolicy, FetchResult, fetch
-from transforms.links import page_links
-from transforms.robots import RobotsRules, robots_rules
-from transforms.scope import BadUrl, Scope, clean_url, crawl_key
-from transforms.sitemaps import InvalidSitemap, parse_sitemap
+from ritrag.transforms.crawldb import CrawlTarget, crawldb_row, link_rank
+from ritrag.transforms.fetch import FetchPolicy, FetchResult, fetch
+from ritrag.transforms.links import page_links
+from ritrag.transforms.robots import RobotsRules, robots_rules
+from ritrag.transforms.scope import BadUrl, Scope, clean_url, crawl_key
+from ritrag.transforms.sitemaps import InvalidSitemap, parse_sitemap
 
 COUNTERS = "ritrag.crawl"
 MAX_SITEMAPS_PER_HOST = 1000
@@ -292,7 +292,7 @@ class StoreShardFn(beam.DoFn):
         self._dir, self._prefix, self._crawl_id, self._max = warc_dir, file_prefix, crawl_id, max_file_bytes
 
     def process(self, shard_outcomes: tuple[int, Iterable[Outcome]]):
-        from transforms.warc import WarcFileWriter
+        from ritrag.transforms.warc import WarcFileWriter
 
         shard, outcomes = shard_outcomes
         writer = WarcFileWriter(self._dir, f"{self._prefix}-s{shard:05d}", self._max)

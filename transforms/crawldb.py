@@ -29,8 +29,8 @@ import pyarrow.parquet as pq
 
 from ritrag.ids import shard_of
 from ritrag.schema import CRAWLDB_SCHEMA
-from transforms.fetch import FetchResult
-from transforms.scope import crawl_key
+from ritrag.transforms.fetch import FetchResult
+from ritrag.transforms.scope import crawl_key
 
 CRAWLDB_FILE = "crawldb.parquet"
 WARC_DIR = "warc"
@@ -243,7 +243,7 @@ class UpdateCrawlDb(beam.PTransform):
 def indexable_source(row: dict, crawl_dir: str) -> list[str]:
     """The record source ("<warc file>#<offset>") of a page the CrawlDB holds as
     current, or nothing: what `ritrag build` / `update` read from a crawl directory."""
-    from transforms.warc import record_source
+    from ritrag.transforms.warc import record_source
 
     if row["kind"] != "page" or row["status"] not in INDEXABLE or not row["warc_file"]:
         return []

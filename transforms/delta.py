@@ -32,14 +32,14 @@ from ritrag.layout import TOMBSTONES_FILE, LiveFiles, read_rows_by_id
 from ritrag.representation import Representation
 from ritrag.schema import (NODES_SCHEMA, TOMBSTONES_SCHEMA, DeadLetter, NodePlacement, PageSkeleton, PageSource,
                            ParsedPage, WarcPage, page_row)
-from transforms.chunk import node_chunker
-from transforms.embed import EmbedChunks
-from transforms.nodes import page_node_rows, placement_row
-from transforms.pages import COUNTERS, DEAD, PageParser, ParsePagesFn, chosen_source, reread_page
-from transforms.sources import split_document_source
-from transforms.sparse import chunk_terms
-from transforms.tables import ReadLiveRows, parquet_bytes, write_bytes
-from transforms.warc import ReadWarcInput, is_warc_input, read_record, split_record_source
+from ritrag.transforms.chunk import node_chunker
+from ritrag.transforms.embed import EmbedChunks
+from ritrag.transforms.nodes import page_node_rows, placement_row
+from ritrag.transforms.pages import COUNTERS, DEAD, PageParser, ParsePagesFn, chosen_source, reread_page
+from ritrag.transforms.sources import split_document_source
+from ritrag.transforms.sparse import chunk_terms
+from ritrag.transforms.tables import ReadLiveRows, parquet_bytes, write_bytes
+from ritrag.transforms.warc import ReadWarcInput, is_warc_input, read_record, split_record_source
 
 PLACEMENT_FIELDS = ("parent_id", "site", "kind", "position", "depth", "title", "url",
                     "ancestor_ids", "ancestor_titles", "trail_method")

@@ -31,7 +31,7 @@ from apache_beam.io.filesystems import FileSystems
 from ritrag.layout import (DENSE_INFO_FILE, DENSE_TRAINED_FILE, LiveFiles, open_read, parse_shard_file_name,
                            shard_file_name)
 from ritrag.vectors import CHUNK_ROWS, VECTORS_EXTENSION, VECTORS_KIND, VectorShard, write_vectors
-from transforms.tables import WriteShards, sorted_in_one_piece, write_bytes
+from ritrag.transforms.tables import WriteShards, sorted_in_one_piece, write_bytes
 
 EXACT_MAX_VECTORS = 50_000
 TRAIN_SAMPLE_SIZE = 200_000  # 48 points per list at 4096 lists (FAISS asks for 39)

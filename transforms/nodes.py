@@ -1,9 +1,9 @@
 """The forest stage: parsed pages -> node rows, placed per site.
 
 Only skeletons (`PageSkeleton`: URL, title, trail) are grouped by site and
-placed by `transforms.forest.build_site_forest`; each placement is then joined
+placed by `ritrag.transforms.forest.build_site_forest`; each placement is then joined
 by URL with the sources of the pages parsed there, and the page indexed is
-read and parsed again (`transforms.pages.reread_page`) to fill its node rows,
+read and parsed again (`ritrag.transforms.pages.reread_page`) to fill its node rows,
 so no shuffle carries page text. Node rows follow `ritrag.schema.NODES_SCHEMA`;
 `placement_row` is their one constructor, shared with the incremental update.
 """
@@ -14,8 +14,8 @@ from typing import Iterable
 import apache_beam as beam
 
 from ritrag.schema import DeadLetter, NodePlacement, PageSkeleton, PageSource, ParsedPage, page_row
-from transforms.forest import build_site_forest, expand_sections
-from transforms.pages import COUNTERS, DEAD, PageParser, chosen_source, reread_page
+from ritrag.transforms.forest import build_site_forest, expand_sections
+from ritrag.transforms.pages import COUNTERS, DEAD, PageParser, chosen_source, reread_page
 
 PAGES_OUTPUT = "pages"  # the tagged output of pages-table rows
 

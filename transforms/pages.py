@@ -32,14 +32,14 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from ritrag.ids import normalize_url, raw_hash, site_of
 from ritrag.layout import DEAD_LETTERS_FILE, is_remote
 from ritrag.schema import DEAD_LETTERS_SCHEMA, DeadLetter, PageSource, ParsedPage, WarcPage
-from transforms.fetch import classify_content
-from transforms.parse import UnparseablePage, parse_page
-from transforms.site_base import public_url
-from transforms.sources import (HTML, SourceFile, document_url_path, is_multi_page, parse_document, record_source,
+from ritrag.transforms.fetch import classify_content
+from ritrag.transforms.parse import UnparseablePage, parse_page
+from ritrag.transforms.site_base import public_url
+from ritrag.transforms.sources import (HTML, SourceFile, document_url_path, is_multi_page, parse_document, record_source,
                                 sniff_kind, split_document_source)
-from transforms.sources.dispatch import HTML_SUFFIXES, PDF  # noqa: F401 (HTML_SUFFIXES: pipelines/build.py)
-from transforms.tables import parquet_bytes, write_bytes
-from transforms.warc import ReadWarcInput, is_warc_input, read_record, split_record_source
+from ritrag.transforms.sources.dispatch import HTML_SUFFIXES, PDF  # noqa: F401 (HTML_SUFFIXES: pipelines/build.py)
+from ritrag.transforms.tables import parquet_bytes, write_bytes
+from ritrag.transforms.warc import ReadWarcInput, is_warc_input, read_record, split_record_source
 
 LOG = logging.getLogger("ritrag.pages")
 COUNTERS = "ritrag.build"

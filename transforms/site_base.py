@@ -5,7 +5,7 @@ A page read from a folder gets the URL ``base_url + its path in the input``.
 Without ``--base_url`` that is a made-up ``http://localhost/...``, and a mirror's
 absolute links (JSON-LD breadcrumbs, canonical links) point at the host it was
 copied from: outside the site, so its trails resolve to nothing. Pages often
-name their own URL (`transforms.parse.declared_page_urls`); where such a URL
+name their own URL (`ritrag.transforms.parse.declared_page_urls`); where such a URL
 ends with the page's path inside its site, what comes before that path is the
 site's public base, and the build gives every page of the site
 ``public base + path inside the site``, as ``--base_url`` would have.
@@ -25,7 +25,7 @@ import apache_beam as beam
 from apache_beam.io import fileio
 
 from ritrag.ids import normalize_url, site_of
-from transforms.parse import declared_page_urls
+from ritrag.transforms.parse import declared_page_urls
 
 INFERRED, SEVERAL, NONE = "inferred", "several", "none"
 _PAGE_SUFFIXES = (".html", ".htm", ".xhtml", ".shtml", ".php", ".asp", ".aspx")

@@ -21,7 +21,7 @@ from ritrag.analyzer import term_frequencies
 from ritrag.layout import BM25_STATS_FILE
 from ritrag.representation import Representation
 from ritrag.schema import POSTINGS_SCHEMA, VOCABULARY_SCHEMA
-from transforms.tables import WriteShards, write_bytes, write_sorted_table
+from ritrag.transforms.tables import WriteShards, write_bytes, write_sorted_table
 
 
 

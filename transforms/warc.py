@@ -35,7 +35,7 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from ritrag.schema import DeadLetter, WarcPage
-from transforms.fetch import FetchResult
+from ritrag.transforms.fetch import FetchResult
 
 WARC_SUFFIXES = (".warc", ".warc.gz")
 SOFTWARE = "ritrag-crawl"
@@ -242,7 +242,7 @@ class ReadCrawlDirPages(beam.PTransform):
         self._dir = crawl_dir
 
     def expand(self, pbegin):
-        from transforms.crawldb import crawldb_path, indexable_source
+        from ritrag.transforms.crawldb import crawldb_path, indexable_source
 
         return (pbegin
                 | "ReadCrawlDb" >> beam.io.ReadFromParquet(crawldb_path(self._dir),
@@ -255,7 +255,7 @@ class ReadCrawlDirPages(beam.PTransform):
 def is_warc_input(pattern: str) -> bool:
     """A build/update input that is WARC: a WARC file pattern, or a crawl
     directory (as `<dir>/**`, the pattern of a directory input) holding a CrawlDB."""
-    from transforms.crawldb import is_crawl_dir
+    from ritrag.transforms.crawldb import is_crawl_dir
 
     return is_warc_pattern(pattern) or (pattern.endswith("/**") and is_crawl_dir(pattern[:-2]))
 

@@ -10,8 +10,8 @@ from collections import defaultdict
 
 from ritrag.ids import site_of
 from ritrag.schema import PageSkeleton
-from transforms.forest import build_site_forest
-from transforms.parse import UnparseablePage, parse_page
+from ritrag.transforms.forest import build_site_forest
+from ritrag.transforms.parse import UnparseablePage, parse_page
 
 
 def main(corpus: str, out: str) -> None:

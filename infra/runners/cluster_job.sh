@@ -6,13 +6,13 @@
 # CRAWL_DIR must be a volume the launcher and every worker mount (docs/CRAWL.md).
 case "${JOB:-build}" in
   crawl)   : "${SEEDS:?}" "${CRAWL_DIR:?}"
-           exec python -m pipelines.crawl "${runner[@]}" --seeds "$SEEDS" --out "$CRAWL_DIR" \
+           exec python -m ritrag.pipelines.crawl "${runner[@]}" --seeds "$SEEDS" --out "$CRAWL_DIR" \
              --warc_shards "${NUM_SHARDS:-32}" "$@" ;;
   refresh) : "${SEEDS:?}" "${CRAWL_DIR:?}"
-           exec python -m pipelines.refresh "${runner[@]}" --seeds "$SEEDS" --crawl_dir "$CRAWL_DIR" \
+           exec python -m ritrag.pipelines.refresh "${runner[@]}" --seeds "$SEEDS" --crawl_dir "$CRAWL_DIR" \
              --index "${INDEX:-/mnt/index}" --num_shards "${NUM_SHARDS:-32}" --warc_shards "${NUM_SHARDS:-32}" "$@" ;;
   build)   : "${INPUT:?}"
-           exec python -m pipelines.build "${runner[@]}" \
+           exec python -m ritrag.pipelines.build "${runner[@]}" \
              --input "$INPUT" --out "${INDEX:-/mnt/index}" --num_shards "${NUM_SHARDS:-32}" "$@" ;;
   *)       echo "JOB must be build, crawl or refresh, not ${JOB}" >&2; exit 2 ;;
 esac

@@ -9,7 +9,7 @@
 set -euo pipefail
 : "${PROJECT:?}" "${REGION:?}" "${BUCKET:?}" "${INPUT:?}"
 INDEX=${INDEX:-/mnt/index}          # the launcher publishes here; mount shared storage for serving
-exec python -m pipelines.build \
+exec python -m ritrag.pipelines.build \
   --runner DataflowRunner --project "$PROJECT" --region "$REGION" \
   --temp_location "$BUCKET/tmp" --staging_location "$BUCKET/staging" \
   --setup_file ./setup.py --experiments use_runner_v2 \

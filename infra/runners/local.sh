@@ -9,9 +9,9 @@
 set -euo pipefail
 runner=(--runner FnApiRunner --direct_running_mode multi_processing --direct_num_workers "${WORKERS:-$(nproc)}")
 case "${JOB:-build}" in
-  crawl)   exec python -m pipelines.crawl "${runner[@]}" --seeds "$1" --out "$2" "${@:3}" ;;
-  refresh) exec python -m pipelines.refresh "${runner[@]}" --embed_cpu_threads 1 \
+  crawl)   exec python -m ritrag.pipelines.crawl "${runner[@]}" --seeds "$1" --out "$2" "${@:3}" ;;
+  refresh) exec python -m ritrag.pipelines.refresh "${runner[@]}" --embed_cpu_threads 1 \
              --seeds "$1" --crawl_dir "$2" --index "$3" "${@:4}" ;;
 esac
 input=$1; index=$2; shift 2
-exec python -m pipelines.build "${runner[@]}" --embed_cpu_threads 1 --input "$input" --out "$index" "$@"
+exec python -m ritrag.pipelines.build "${runner[@]}" --embed_cpu_threads 1 --input "$input" --out "$index" "$@"

@@ -14,8 +14,8 @@ only a page's head. One module per concern, each importing only those listed abo
 - `sections`  the main region as text cut into heading sections; the page title
 - `page`      `parse_page`: the steps above in order, and the page's content hash
 """
-from transforms.parse.declared import declared_page_urls
-from transforms.parse.decode import UnparseablePage
-from transforms.parse.page import parse_page
+from ritrag.transforms.parse.declared import declared_page_urls
+from ritrag.transforms.parse.decode import UnparseablePage
+from ritrag.transforms.parse.page import parse_page
 
 __all__ = ["UnparseablePage", "declared_page_urls", "parse_page"]

@@ -6,9 +6,9 @@ from itertools import islice
 
 from lxml import etree
 
-from transforms.parse.location import Location
-from transforms.parse.survey import BOILERPLATE, Survey, class_kinds
-from transforms.parse.text import text_of
+from ritrag.transforms.parse.location import Location
+from ritrag.transforms.parse.survey import BOILERPLATE, Survey, class_kinds
+from ritrag.transforms.parse.text import text_of
 
 
 def _is_inside(el: etree._Element, container: etree._Element) -> bool:

@@ -9,10 +9,10 @@ from urllib.parse import urlsplit
 from lxml import etree
 
 from ritrag.ids import normalize_url
-from transforms.parse.decode import DEFAULT_MAX_BYTES, UnparseablePage, html_parser, utf8_html
-from transforms.parse.head import read_head
-from transforms.parse.survey import HEAD_TAGS
-from transforms.parse.trail import find_breadcrumbs, item_position, schema_types
+from ritrag.transforms.parse.decode import DEFAULT_MAX_BYTES, UnparseablePage, html_parser, utf8_html
+from ritrag.transforms.parse.head import read_head
+from ritrag.transforms.parse.survey import HEAD_TAGS
+from ritrag.transforms.parse.trail import find_breadcrumbs, item_position, schema_types
 
 _HEAD_END = re.compile(rb"</head\s*>", re.IGNORECASE)
 _HEAD_WINDOW = 256 * 1024  # where a page's head must end to be read alone

@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 from lxml import etree
 
-from transforms.parse.text import collapse, text_of
+from ritrag.transforms.parse.text import collapse, text_of
 
 
 class Head(NamedTuple):

@@ -8,7 +8,7 @@ from functools import lru_cache
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from ritrag.ids import normalize_url
-from transforms.parse.head import Head
+from ritrag.transforms.parse.head import Head
 
 
 def url_segment_title(url: str) -> str:

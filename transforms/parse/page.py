@@ -19,14 +19,14 @@ from lxml import etree
 
 from ritrag.ids import content_hash
 from ritrag.schema import ParsedPage
-from transforms.parse.content import find_main, find_nav_order, strip_boilerplate
-from transforms.parse.decode import CONTROL_BYTES, DEFAULT_MAX_BYTES, UnparseablePage, html_parser, utf8_html
-from transforms.parse.head import read_head
-from transforms.parse.location import locate
-from transforms.parse.sections import mark_blocks, mark_headings, mark_pre_blocks, page_title, split_sections
-from transforms.parse.survey import survey_tree
-from transforms.parse.text import collapse_unicode_spaces, normalized_string
-from transforms.parse.trail import find_trail
+from ritrag.transforms.parse.content import find_main, find_nav_order, strip_boilerplate
+from ritrag.transforms.parse.decode import CONTROL_BYTES, DEFAULT_MAX_BYTES, UnparseablePage, html_parser, utf8_html
+from ritrag.transforms.parse.head import read_head
+from ritrag.transforms.parse.location import locate
+from ritrag.transforms.parse.sections import mark_blocks, mark_headings, mark_pre_blocks, page_title, split_sections
+from ritrag.transforms.parse.survey import survey_tree
+from ritrag.transforms.parse.text import collapse_unicode_spaces, normalized_string
+from ritrag.transforms.parse.trail import find_trail
 
 
 def page_content_hash(page: ParsedPage) -> str:

@@ -8,10 +8,10 @@ from typing import NamedTuple
 from lxml import etree
 
 from ritrag.schema import Section
-from transforms.parse.head import Head
-from transforms.parse.location import url_segment_title
-from transforms.parse.survey import SECTION, class_kinds
-from transforms.parse.text import text_of
+from ritrag.transforms.parse.head import Head
+from ritrag.transforms.parse.location import url_segment_title
+from ritrag.transforms.parse.survey import SECTION, class_kinds
+from ritrag.transforms.parse.text import text_of
 
 # Private-use characters stand for structure in the flattened text: lxml passes
 # them through, and Python finds them with str.split (fast) where a regex over

@@ -50,10 +50,10 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from lxml import etree
 
 from ritrag.schema import Crumb
-from transforms.parse.head import Head
-from transforms.parse.location import Location, url_segment_title
-from transforms.parse.survey import CURRENT, Survey, class_kinds
-from transforms.parse.text import collapse, text_of
+from ritrag.transforms.parse.head import Head
+from ritrag.transforms.parse.location import Location, url_segment_title
+from ritrag.transforms.parse.survey import CURRENT, Survey, class_kinds
+from ritrag.transforms.parse.text import collapse, text_of
 
 _string_value = etree.XPath("string()", smart_strings=False)
 _CRUMB_EDGE_CHARS = " »›>/|→«‹<·•:\\"

@@ -12,8 +12,8 @@ parser makes, so that every later stage treats them alike. One module per kind,
 - `dispatch`   the kind of a file (content first, name second), the URL a
                document is served at, record sources of multi-page files
 """
-from transforms.sources.common import SourceFile
-from transforms.sources.dispatch import (HTML, document_url_path, is_multi_page, parse_document, record_source,
+from ritrag.transforms.sources.common import SourceFile
+from ritrag.transforms.sources.dispatch import (HTML, document_url_path, is_multi_page, parse_document, record_source,
                                          sniff_kind, split_document_source)
 
 __all__ = ["HTML", "SourceFile", "document_url_path", "is_multi_page", "parse_document", "record_source",

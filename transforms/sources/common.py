@@ -11,7 +11,7 @@ import lxml.html
 from lxml import etree
 
 from ritrag.schema import Crumb, ParsedPage, Section
-from transforms.parse.page import page_content_hash
+from ritrag.transforms.parse.page import page_content_hash
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,10 +20,10 @@ from __future__ import annotations
 import json
 
 from ritrag.schema import Crumb, ParsedPage, Section
-from transforms.parse import UnparseablePage
-from transforms.parse.location import url_segment_title
-from transforms.sources.common import SourceFile, document_page, html_text
-from transforms.sources.nav import document_trail
+from ritrag.transforms.parse import UnparseablePage
+from ritrag.transforms.parse.location import url_segment_title
+from ritrag.transforms.sources.common import SourceFile, document_page, html_text
+from ritrag.transforms.sources.nav import document_trail
 
 
 def load_json_object(data: bytes, what: str) -> dict:

@@ -20,8 +20,8 @@ import re
 from typing import Callable
 
 from ritrag.schema import ParsedPage
-from transforms.parse import UnparseablePage
-from transforms.sources.common import SourceFile
+from ritrag.transforms.parse import UnparseablePage
+from ritrag.transforms.sources.common import SourceFile
 
 HTML, MARKDOWN, PDF, DISCOURSE, PAPER = "html", "markdown", "pdf", "discourse", "paper"
 MULTI_PAGE_KINDS = (DISCOURSE,)
@@ -93,10 +93,10 @@ def is_multi_page(path: str, data: bytes) -> bool:
 
 def _parsers() -> dict[str, Callable[[SourceFile], list[tuple[str | None, ParsedPage]]]]:
     # Imported on first use: a job reading only HTML never loads pypdf or markdown-it.
-    from transforms.sources.discourse import parse_discourse
-    from transforms.sources.markdown import parse_markdown
-    from transforms.sources.paper import parse_paper
-    from transforms.sources.pdf import parse_pdf
+    from ritrag.transforms.sources.discourse import parse_discourse
+    from ritrag.transforms.sources.markdown import parse_markdown
+    from ritrag.transforms.sources.paper import parse_paper
+    from ritrag.transforms.sources.pdf import parse_pdf
 
     return {MARKDOWN: parse_markdown, PDF: parse_pdf, DISCOURSE: parse_discourse, PAPER: parse_paper}
 

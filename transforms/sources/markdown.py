@@ -23,10 +23,10 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 from ritrag.schema import ParsedPage, Section
-from transforms.parse import UnparseablePage
-from transforms.parse.location import url_segment_title
-from transforms.sources.common import SourceFile, document_page, heading_anchor, html_text, section_path
-from transforms.sources.nav import document_trail
+from ritrag.transforms.parse import UnparseablePage
+from ritrag.transforms.parse.location import url_segment_title
+from ritrag.transforms.sources.common import SourceFile, document_page, heading_anchor, html_text, section_path
+from ritrag.transforms.sources.nav import document_trail
 
 _MARKDOWN = MarkdownIt("commonmark").enable(["table", "strikethrough"])
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL)

@@ -10,7 +10,7 @@ covers it, else from its folders.
   siblings keep the nav's order. Documents the nav does not list, and nav
   entries that are links, fall back to folders.
 * Folders (method "folders"): one crumb per directory between the site and the
-  document (`transforms.parse.trail.directory_trail`), linked to the directory's
+  document (`ritrag.transforms.parse.trail.directory_trail`), linked to the directory's
   URL, which is its index document's URL (`index.md` and `README.md` are served
   as `index.html`: transforms/sources/dispatch.py `document_url_path`), so a
   folder with an index page is that page and one without is a virtual node
@@ -29,8 +29,8 @@ import yaml
 from apache_beam.io.filesystems import FileSystems
 
 from ritrag.schema import Crumb
-from transforms.parse.trail import directory_trail
-from transforms.sources.common import SourceFile
+from ritrag.transforms.parse.trail import directory_trail
+from ritrag.transforms.sources.common import SourceFile
 
 MKDOCS_CONFIG = "mkdocs.yml"
 INDEX_NAMES = ("index.md", "README.md")

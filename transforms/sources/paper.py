@@ -16,11 +16,11 @@ folders (transforms/sources/nav.py).
 from __future__ import annotations
 
 from ritrag.schema import ParsedPage, Section
-from transforms.parse import UnparseablePage
-from transforms.parse.location import url_segment_title
-from transforms.sources.common import SourceFile, document_page, heading_anchor, section_path
-from transforms.sources.discourse import load_json_object
-from transforms.sources.nav import document_trail
+from ritrag.transforms.parse import UnparseablePage
+from ritrag.transforms.parse.location import url_segment_title
+from ritrag.transforms.sources.common import SourceFile, document_page, heading_anchor, section_path
+from ritrag.transforms.sources.discourse import load_json_object
+from ritrag.transforms.sources.nav import document_trail
 
 
 def _text(value) -> str:

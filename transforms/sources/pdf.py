@@ -30,10 +30,10 @@ from pypdf.errors import FileNotDecryptedError, PyPdfError
 from pypdf.generic import Destination
 
 from ritrag.schema import ParsedPage, Section
-from transforms.parse import UnparseablePage
-from transforms.parse.location import url_segment_title
-from transforms.sources.common import SourceFile, document_page, section_path
-from transforms.sources.nav import document_trail
+from ritrag.transforms.parse import UnparseablePage
+from ritrag.transforms.parse.location import url_segment_title
+from ritrag.transforms.sources.common import SourceFile, document_page, section_path
+from ritrag.transforms.sources.nav import document_trail
 
 # pypdf reports recoverable damage as log warnings: the dead letter or the page is what the job reports.
 logging.getLogger("pypdf").setLevel(logging.ERROR)

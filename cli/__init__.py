@@ -46,7 +46,7 @@ def _job(name: str, flags: Callable[[argparse.Namespace], list[str]], index: Cal
     """A sub-command that runs the Beam job `pipelines.<name>` (unknown options go
     to it) and prints the version it published."""
     def run(args: argparse.Namespace, extra: list[str]) -> int:
-        job = importlib.import_module(f"pipelines.{name}")
+        job = importlib.import_module(f"ritrag.pipelines.{name}")
         version = job.run([*flags(args), *extra])
         print(json.dumps({"index": index(args), "version": version}))
         return 0
@@ -60,7 +60,7 @@ def _seed_flags(args: argparse.Namespace) -> list[str]:
 
 
 def _crawl(args: argparse.Namespace, extra: list[str]) -> int:
-    from pipelines import crawl
+    from ritrag.pipelines import crawl
 
     counts = crawl.run([*_seed_flags(args), "--out", args.out, *extra])
     print(json.dumps({"crawl_dir": args.out, "rows": counts}))
@@ -68,14 +68,14 @@ def _crawl(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _refresh(args: argparse.Namespace, extra: list[str]) -> int:
-    from pipelines import refresh
+    from ritrag.pipelines import refresh
 
     print(json.dumps(refresh.run([*_seed_flags(args), "--crawl_dir", args.crawl_dir, "--index", args.index, *extra])))
     return 0
 
 
 def _toc(args: argparse.Namespace, extra: list[str]) -> int:
-    from serving.api import RitragIndex
+    from ritrag.serving.api import RitragIndex
 
     result = RitragIndex(args.index).get_toc(args.query, k=args.k, n=args.n)
     json.dump(result, sys.stdout, ensure_ascii=False, indent=1)
@@ -84,7 +84,7 @@ def _toc(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _read(args: argparse.Namespace, extra: list[str]) -> int:
-    from serving.api import RitragIndex
+    from ritrag.serving.api import RitragIndex
 
     result = RitragIndex(args.index).read(args.node_ids, max_chars=args.max_chars, offset=args.offset)
     json.dump(result, sys.stdout, ensure_ascii=False, indent=1)
@@ -118,7 +118,7 @@ def _rollback(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _prune(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.layout import IndexLayout, IndexLease, prune_versions
-    from serving.errors import checked_int
+    from ritrag.serving.errors import checked_int
 
     keep = checked_int("keep", args.keep, 1)
     layout = IndexLayout(args.index)
@@ -128,7 +128,7 @@ def _prune(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _synth(args: argparse.Namespace, extra: list[str]) -> int:
-    from ritrag.synth import SynthConfig, generate_corpus
+    from ritrag.cli.synth import SynthConfig, generate_corpus
 
     config = SynthConfig(pages=args.pages, sites=args.sites, depth=args.depth, fanout=args.fanout,
                          words=args.words, seed=args.seed, base_url=args.base_url)
@@ -149,26 +149,26 @@ def _inspect(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _watcher(args: argparse.Namespace, service):
-    from serving.reload import VersionWatcher
+    from ritrag.serving.reload import VersionWatcher
 
     return VersionWatcher(service, args.index, args.watch_s, args.cache_dir)
 
 
 def _episode_state(args: argparse.Namespace) -> tuple:
     """(budgets, episode memory): this process's, or shared in Redis."""
-    from serving.budget import Budget, EpisodeBudgets, EpisodeMemory
+    from ritrag.serving.budget import Budget, EpisodeBudgets, EpisodeMemory
 
     budget = Budget(calls=args.max_calls, toc_calls=args.max_toc_calls)
     if args.budget_store == "memory":
         return EpisodeBudgets(budget), EpisodeMemory()
-    from serving.budget_store import redis_episode_state
+    from ritrag.serving.budget_store import redis_episode_state
 
     return redis_episode_state(args.budget_store, budget, fail_open=args.budget_store_failure == "open")
 
 
 def _tool_service(args: argparse.Namespace, watch: bool = True, episode_state: tuple | None = None):
-    from serving.api import RitragIndex, one_thread_per_query
-    from serving.tools import Limits, ToolService
+    from ritrag.serving.api import RitragIndex, one_thread_per_query
+    from ritrag.serving.tools import Limits, ToolService
 
     limits = Limits(max_query_chars=args.max_query_chars, max_ids_per_read=args.max_ids_per_read,
                     max_chars_per_node=args.max_chars, max_request_bytes=args.max_request_bytes)
@@ -188,7 +188,7 @@ def _object_store_cache(args: argparse.Namespace) -> None:
     from ritrag.layout import is_remote
 
     if is_remote(args.index):
-        from serving.remote import mirror
+        from ritrag.serving.remote import mirror
 
         mirror(args.index, args.cache_dir, keep_versions=args.cache_keep_versions, workers=args.copy_workers,
                max_bytes=int(args.cache_max_gib * 2**30) if args.cache_max_gib else None)
@@ -197,7 +197,7 @@ def _object_store_cache(args: argparse.Namespace) -> None:
 def _serve(args: argparse.Namespace, extra: list[str]) -> int:
     import uvicorn
 
-    from serving.http import HttpSettings, create_app
+    from ritrag.serving.http import HttpSettings, create_app
 
     settings = HttpSettings(api_key=os.environ.get(API_KEY_ENV) or None, cors_origins=tuple(args.cors_origin),
                             max_request_bytes=args.max_request_bytes)
@@ -213,7 +213,7 @@ def _serve(args: argparse.Namespace, extra: list[str]) -> int:
 def _mcp(args: argparse.Namespace, extra: list[str]) -> int:
     import anyio
 
-    from serving import mcp_server
+    from ritrag.serving import mcp_server
 
     service = _tool_service(args)
     if args.transport == "stdio":
@@ -228,7 +228,7 @@ def _mcp(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _tools(args: argparse.Namespace, extra: list[str]) -> int:
-    from serving.tool_models import tool_definitions
+    from ritrag.serving.tool_models import tool_definitions
 
     json.dump(tool_definitions(args.format), sys.stdout, indent=1)
     print()
@@ -241,14 +241,14 @@ def _api_key(args: argparse.Namespace) -> str | None:
         return None
     api_key = os.environ.get(args.api_key_env)
     if not api_key:
-        from serving.errors import ToolError
+        from ritrag.serving.errors import ToolError
 
         raise ToolError("invalid_arguments", f"--api_key_env: the environment variable {args.api_key_env} is not set")
     return api_key
 
 
 def _agent(args: argparse.Namespace, extra: list[str]) -> int:
-    from serving.agent import run_agent
+    from ritrag.serving.agent import run_agent
 
     api_key = _api_key(args)
     result = run_agent(args.index, args.question, base_url=args.base_url, model=args.model, api_key=api_key,
@@ -261,11 +261,11 @@ def _agent(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _eval(args: argparse.Namespace, extra: list[str]) -> int:
-    from serving.api import one_thread_per_query
-    from serving.eval import AgentConfig, EvalConfig, EvalInputError, evaluate, load_questions, open_index
-    from serving.eval_report import render_text, write_report
-    from serving.errors import ToolError
-    from serving.retrieval import RetrievalParams
+    from ritrag.serving.api import one_thread_per_query
+    from ritrag.serving.eval import AgentConfig, EvalConfig, EvalInputError, evaluate, load_questions, open_index
+    from ritrag.serving.eval_report import render_text, write_report
+    from ritrag.serving.errors import ToolError
+    from ritrag.serving.retrieval import RetrievalParams
 
     one_thread_per_query()  # questions run one after another; see one_thread_per_query
 
@@ -297,9 +297,9 @@ def _eval(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _service_arguments(p: argparse.ArgumentParser, port: int) -> None:
-    from serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N
-    from serving.budget import Budget
-    from serving.tools import Limits
+    from ritrag.serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N
+    from ritrag.serving.budget import Budget
+    from ritrag.serving.tools import Limits
 
     p.add_argument("index", help="index directory, or an object-store URL (gs://, s3://, any fsspec URL)")
     p.add_argument("--cache_dir", help="keep the postings built at the first start here; later starts map them. "
@@ -330,8 +330,8 @@ def _service_arguments(p: argparse.ArgumentParser, port: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N
-    from serving.budget import Budget
+    from ritrag.serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N
+    from ritrag.serving.budget import Budget
 
     top = argparse.ArgumentParser(prog="ritrag", description=__doc__.split("\n\n")[0])
     top.add_argument("-v", "--verbose", action="store_true")
@@ -504,7 +504,7 @@ def _refusal(exc: Exception):
     """The ToolError a clean refusal stands for (printed as one JSON line on
     stderr, as serving/errors.py promises); None for a bug, whose trace shows."""
     from ritrag.layout import IndexLoadError, IndexLockedError, IndexNameError
-    from serving.errors import ToolError
+    from ritrag.serving.errors import ToolError
 
     if isinstance(exc, ToolError):
         return exc
@@ -516,6 +516,3 @@ def _refusal(exc: Exception):
         return ToolError("index_locked", str(exc))
     return None
 
-
-if __name__ == "__main__":
-    sys.exit(main())

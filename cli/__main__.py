@@ -1,0 +1,6 @@
+"""`python -m ritrag.cli ...`: the `ritrag` command."""
+import sys
+
+from ritrag.cli import main
+
+sys.exit(main())
