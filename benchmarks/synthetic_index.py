@@ -147,6 +147,7 @@ def write_synthetic_index(out: str, nodes: int = 1_000_000, sites: int = 16, fan
             "keywords": pa.array([[]] * len(rows), pa.list_(pa.string())),
             "content_hash": pa.array([""] * len(rows), pa.string()),
             "trail_method": pa.array(["synthetic"] * len(rows), pa.string()),
+            "source_kind": pa.array(["html"] * len(rows), pa.string()),
         }, NODES_SCHEMA)
 
         rows = np.flatnonzero(chunk_shard == s)

@@ -3,7 +3,8 @@
 Reads the node skeleton (no bodies) and the dead letters of the live version and
 reports, per site: the base URL its pages were given (the user's --base_url, or
 the public base inferred from what the pages say about themselves, or why none
-was), pages by the trail method that placed them, the depth
+was), pages by the parser that read them (source kind) and by the trail
+method that placed them, the depth
 histogram, orphans (pages hung under the site root with no page markup to say
 where they belong), virtual nodes, the largest fan-outs, and dead letters by
 reason; and for the whole build, how often each trail rule was tried, taken
@@ -22,7 +23,7 @@ import pyarrow.parquet as pq
 from ritrag.layout import DEAD_LETTERS_FILE, IndexLayout, LiveFiles, live_table
 
 SITE_ROOT_METHOD = "site_root"  # the method transforms.forest records for a site's root
-REPORT_COLUMNS = ["node_id", "parent_id", "site", "kind", "depth", "title", "url", "trail_method"]
+REPORT_COLUMNS = ["node_id", "parent_id", "site", "kind", "depth", "title", "url", "trail_method", "source_kind"]
 NO_MARKUP_METHODS = ("url", "none")
 TOP_FANOUTS = 10
 
@@ -40,7 +41,7 @@ def forest_report(index_dir: str, version: str | None = None) -> dict:
     by_id = {n["node_id"]: n for n in nodes}
     children = Counter(n["parent_id"] for n in nodes if n["parent_id"])
     sites: dict[str, dict] = defaultdict(lambda: {
-        "pages": 0, "sections": 0, "virtual": 0, "methods": Counter(), "depths": Counter(),
+        "pages": 0, "sections": 0, "virtual": 0, "methods": Counter(), "source_kinds": Counter(), "depths": Counter(),
         "orphans": 0, "orphan_examples": [], "fanouts": []})
     for n in nodes:
         site = sites[n["site"]]
@@ -51,6 +52,7 @@ def forest_report(index_dir: str, version: str | None = None) -> dict:
         elif n["kind"] == "page":
             site["pages"] += 1
             site["methods"][n["trail_method"]] += 1
+            site["source_kinds"][n["source_kind"] or "unknown"] += 1
             site["depths"][n["depth"]] += 1
             parent = by_id.get(n["parent_id"]) if n["parent_id"] else None
             if parent is not None and parent["parent_id"] is None and n["trail_method"] in NO_MARKUP_METHODS:
@@ -119,6 +121,7 @@ def render_text(report: dict) -> str:
         lines.append(f"\n== {name}: {s['pages']} pages, {s['sections']} sections, {s['virtual']} virtual, "
                      f"{s['placed_by_markup']:.1%} placed by page markup, {s['orphans']} orphans")
         lines.append("  " + _base_line(s, report))
+        lines.append("  source kinds: " + ", ".join(f"{k} {v}" for k, v in s["source_kinds"].most_common()))
         lines.append("  trail methods: " + ", ".join(f"{k} {v}" for k, v in s["methods"].most_common()))
         lines.append("  depth: " + ", ".join(f"{d}:{c}" for d, c in sorted(s["depths"].items())))
         lines.append("  largest fan-outs: " + "; ".join(f"{t!r} {c}" for c, t, _ in s["fanouts"][:5]))
@@ -163,6 +166,7 @@ def render_html(report: dict) -> str:
                      f"{s['virtual']} virtual nodes, <b>{s['placed_by_markup']:.1%}</b> placed by page markup, "
                      f"{s['orphans']} orphans</p><p>{html.escape(_base_line(s, report))}</p>"
                      f"<div class='charts'>"
+                     + _bar_chart(dict(s["source_kinds"]), "pages by source kind")
                      + _bar_chart(dict(s["methods"]), "pages by trail method")
                      + _bar_chart(dict(s["depths"]), "pages by depth") + "</div>")
         parts.append("<table><tr><th>children</th><th>node</th></tr>" + "".join(

@@ -57,6 +57,7 @@ class ParsedPage:
     # Trail rules whose markup the page has but that named nothing in the site (only
     # the page, the root, or places outside the site), in cascade order: build counters.
     trail_passed_over: tuple[str, ...] = ()
+    source_kind: str = ""  # the parser that read it (SOURCE_KINDS), set by the job that read it
 
     @property
     def body(self) -> str:
@@ -75,18 +76,19 @@ class PageSkeleton:
     trail: tuple[Crumb, ...]
     trail_method: str
     nav_order: tuple[str, ...] = ()
+    source_kind: str = ""
 
     @classmethod
     def of(cls, page: ParsedPage) -> "PageSkeleton":
         return cls(page.url, page.canonical_url, page.site, page.title, page.trail,
-                   page.trail_method, page.nav_order)
+                   page.trail_method, page.nav_order, page.source_kind)
 
     @classmethod
     def from_row(cls, row: dict) -> "PageSkeleton":
         """The skeleton of a PAGES_SCHEMA row."""
         return cls(row["url"], row["canonical_url"], row["site"], row["title"],
                    tuple(Crumb(c["title"], c["url"]) for c in row["trail"]), row["trail_method"],
-                   tuple(row["nav_order"]))
+                   tuple(row["nav_order"]), row["source_kind"])
 
 
 def page_row(page: ParsedPage) -> dict:
@@ -95,7 +97,7 @@ def page_row(page: ParsedPage) -> dict:
         "url": page.url, "source": page.source, "raw_hash": page.raw_hash,
         "content_hash": page.content_hash, "canonical_url": page.canonical_url, "site": page.site,
         "title": page.title, "trail": [{"title": c.title, "url": c.url} for c in page.trail],
-        "trail_method": page.trail_method, "nav_order": list(page.nav_order),
+        "trail_method": page.trail_method, "nav_order": list(page.nav_order), "source_kind": page.source_kind,
     }
 
 
@@ -129,6 +131,7 @@ class NodePlacement:
     ancestor_ids: tuple[str, ...]
     ancestor_titles: tuple[str, ...]
     trail_method: str
+    source_kind: str = ""  # a page's and its sections': their page's; a site or virtual node's: see SOURCE_KINDS
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,11 @@ class DeadLetter:
 
 
 NODE_KINDS = ("site", "page", "virtual", "section")
+# The parser that read a page (transforms/sources/dispatch.py decides). A page
+# node and its sections carry their page's; a site or virtual node carries the
+# kind of every page below it when they all share one, else "" (none below, or
+# several kinds: a folder of Markdown next to a PDF).
+SOURCE_KINDS = ("html", "markdown", "pdf", "discourse", "paper")
 
 NODES_SCHEMA = pa.schema(
     [
@@ -163,6 +171,7 @@ NODES_SCHEMA = pa.schema(
         pa.field("keywords", pa.list_(pa.string()), nullable=False),
         pa.field("content_hash", pa.string(), nullable=False),
         pa.field("trail_method", pa.string(), nullable=False),
+        pa.field("source_kind", pa.string(), nullable=False),  # SOURCE_KINDS, or "" (see there)
     ]
 )
 
@@ -194,6 +203,7 @@ PAGES_SCHEMA = pa.schema(
         pa.field("trail", pa.list_(CRUMB_TYPE), nullable=False),
         pa.field("trail_method", pa.string(), nullable=False),
         pa.field("nav_order", pa.list_(pa.string()), nullable=False),
+        pa.field("source_kind", pa.string(), nullable=False),
     ]
 )
 

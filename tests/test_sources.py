@@ -241,6 +241,42 @@ def test_a_mixed_build_places_every_kind_in_one_forest(tmp_path):
     trees = RitragIndex(str(out)).get_toc("pH probe calibration heater")["trees"]
     assert {"forum", "handbook", "manuals", "papers"} <= {tree["title"] for tree in trees}
 
+    kinds = {url: by_url[url]["source_kind"] for url in (
+        topic, topic + "/4", BASE + "handbook/docs/guide/config.html",
+        BASE + "handbook/docs/guide/config.html#calibration", BASE + "handbook/docs/guide",
+        BASE + "manuals/field-guide.pdf#page=3", BASE + "papers/probe-drift", BASE + "flask/installation.html")}
+    assert list(kinds.values()) == ["discourse", "discourse", "markdown", "markdown", "markdown", "pdf", "paper",
+                                    "html"]
+    roots = {r["site"]: r["source_kind"] for r in nodes.values() if r["parent_id"] is None}
+    assert roots == {BASE + "forum": "discourse", BASE + "handbook": "markdown", BASE + "manuals": "pdf",
+                     BASE + "papers": "paper", BASE + "flask": "html"}
+
+    from ritrag.forest_report import forest_report, render_html, render_text
+    report = forest_report(str(out))
+    assert dict(report["sites"][BASE + "forum"]["source_kinds"]) == {"discourse": 5}
+    assert "source kinds: markdown 7" in render_text(report)
+    assert "pages by source kind" in render_html(report)
+
+
+def test_a_site_or_virtual_node_takes_the_one_source_kind_below_it():
+    from ritrag.schema import Crumb, PageSkeleton
+    from ritrag.transforms.forest import build_site_forest
+
+    site = BASE + "s/"
+
+    def page(path, crumbs, kind):
+        return PageSkeleton(site + path, site + path, site, path, tuple(Crumb(t, site + u) for t, u in crumbs),
+                            "folders", (), kind)
+
+    forest = build_site_forest(site, [page("a/x.html", [("A", "a/")], "markdown"),
+                                      page("a/y.html", [("A", "a/")], "markdown"),
+                                      page("a/y/1", [("A", "a/"), ("y", "a/y.html")], "discourse"),
+                                      page("b/z.pdf", [("B", "b/")], "pdf")])
+    kinds = {n.title if n.kind != "site" else "root": (n.kind, n.source_kind) for n in forest.placements}
+    assert kinds == {"root": ("site", ""), "A": ("virtual", ""), "a/x.html": ("page", "markdown"),
+                     "a/y.html": ("page", "markdown"), "a/y/1": ("page", "discourse"), "B": ("virtual", "pdf"),
+                     "b/z.pdf": ("page", "pdf")}
+
 
 @pytest.mark.slow
 def test_an_update_of_mixed_kinds_matches_a_fresh_build(tmp_path):
@@ -269,4 +305,6 @@ def test_an_update_of_mixed_kinds_matches_a_fresh_build(tmp_path):
     assert not any("field-guide.pdf" in (r["url"] or "") for r in nodes.values())  # every node of the PDF
     post = urls[BASE + "forum/t/heater-keeps-switching/6"]
     assert nodes[post["parent_id"]]["url"] == BASE + "forum/t/heater-keeps-switching/2"
+    assert post["source_kind"] == "discourse"  # a new page's kind; an unchanged one's comes from its pages row
+    assert urls[BASE + "papers/probe-drift"]["source_kind"] == "paper"
     assert BASE + "handbook/docs/guide/config.html#logging" in urls

@@ -165,16 +165,16 @@ def test_replaced_rows_move_sections_with_their_page():
     old = [
         {"node_id": "p", "parent_id": "x", "page_id": "p", "site": "s", "kind": "page", "position": 0,
          "depth": 2, "title": "P", "url": "u", "ancestor_ids": ["r", "x"], "ancestor_titles": ["R", "X"],
-         "trail_method": "jsonld"},
+         "trail_method": "jsonld", "source_kind": "html"},
         {"node_id": "s1", "parent_id": "p", "page_id": "p", "site": "s", "kind": "section", "position": 0,
          "depth": 3, "title": "S1", "url": "u#a", "ancestor_ids": ["r", "x", "p"],
-         "ancestor_titles": ["R", "X", "P"], "trail_method": "jsonld"},
+         "ancestor_titles": ["R", "X", "P"], "trail_method": "jsonld", "source_kind": "html"},
     ]
-    moved = NodePlacement("p", "r", "s", "page", 4, 1, "P", "u", ("r",), ("R",), "jsonld")
+    moved = NodePlacement("p", "r", "s", "page", 4, 1, "P", "u", ("r",), ("R",), "jsonld", "html")
     rows = {r["node_id"]: r for r in replaced_rows(moved, old)}
     assert rows["p"]["parent_id"] == "r" and rows["p"]["position"] == 4
     assert rows["s1"]["ancestor_ids"] == ["r", "p"] and rows["s1"]["depth"] == 2
-    unmoved = NodePlacement("p", "x", "s", "page", 0, 2, "P", "u", ("r", "x"), ("R", "X"), "jsonld")
+    unmoved = NodePlacement("p", "x", "s", "page", 0, 2, "P", "u", ("r", "x"), ("R", "X"), "jsonld", "html")
     assert replaced_rows(unmoved, old) == []
 
 

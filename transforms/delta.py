@@ -42,7 +42,7 @@ from ritrag.transforms.tables import ReadLiveRows, parquet_bytes, write_bytes
 from ritrag.transforms.warc import ReadWarcInput, is_warc_input, read_record, split_record_source
 
 PLACEMENT_FIELDS = ("parent_id", "site", "kind", "position", "depth", "title", "url",
-                    "ancestor_ids", "ancestor_titles", "trail_method")
+                    "ancestor_ids", "ancestor_titles", "trail_method", "source_kind")
 NODE_SKELETON_COLUMNS = [f.name for f in NODES_SCHEMA if f.name != "body"]
 CHUNK_REF_COLUMNS = ["chunk_id", "node_id", "page_id", "text_hash"]
 
@@ -163,6 +163,7 @@ def replaced_rows(placement: NodePlacement, old_rows: list[dict]) -> list[dict]:
                                       *row["ancestor_titles"][base + 1:]]
             new["depth"] = placement.depth + (row["depth"] - page["depth"])
             new["site"], new["trail_method"] = placement.site, placement.trail_method
+            new["source_kind"] = placement.source_kind
             if row["parent_id"] == page["node_id"]:
                 new["parent_id"] = placement.node_id
         if any(new[f] != row[f] for f in PLACEMENT_FIELDS):

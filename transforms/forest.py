@@ -17,6 +17,8 @@ Rules, all deterministic:
 * A cycle is broken by attaching its smallest member to the site root.
 * Siblings follow the parent's own in-page table of contents where it lists
   them, then URL order.
+* A page's source kind is its parser's; a site or virtual node's is that of
+  every page below it when they share one, else "" (`_source_kinds`).
 
 `expand_sections` turns one placed page into its heading-section nodes.
 """
@@ -50,6 +52,7 @@ class _Slot:
     trail_method: str
     nav_order: tuple[str, ...] = ()
     parent: str | None = None
+    source_kind: str = ""  # a page's; a site or virtual node's is decided once the tree stands
 
 
 def _site_title(site: str) -> str:
@@ -85,7 +88,7 @@ def build_site_forest(site: str, pages: Iterable[PageSkeleton]) -> SiteForest:
     root_key = site
     if root_page is not None:
         slots[root_key] = _Slot(root_key, "page", root_page.title, site, SITE_ROOT_METHOD,
-                                root_page.nav_order)
+                                root_page.nav_order, source_kind=root_page.source_kind)
     else:
         slots[root_key] = _Slot(root_key, "site", _site_title(site), site, SITE_ROOT_METHOD)
 
@@ -100,7 +103,8 @@ def build_site_forest(site: str, pages: Iterable[PageSkeleton]) -> SiteForest:
     for url, page in by_url.items():
         if url == site:
             continue
-        slots[url] = _Slot(url, "page", page.title, url, page.trail_method, page.nav_order)
+        slots[url] = _Slot(url, "page", page.title, url, page.trail_method, page.nav_order,
+                           source_kind=page.source_kind)
         parent = root_key
         labels: tuple[str, ...] = ()
         for crumb in page.trail:
@@ -163,6 +167,7 @@ def _placements(site: str, slots: dict[str, _Slot], root_key: str) -> list[NodeP
            for key, slot in slots.items()}
     if len(set(ids.values())) != len(ids):
         raise ValueError(f"node id collision inside site {site}")
+    source_kinds = _source_kinds(slots, children, root_key)
 
     out = []
     stack = [(slots[root_key], 0, 0, (), ())]
@@ -175,11 +180,34 @@ def _placements(site: str, slots: dict[str, _Slot], root_key: str) -> list[NodeP
             site=site, kind=slot.kind, position=position, depth=depth,
             title=slot.title, url=slot.url,
             ancestor_ids=anc_ids, ancestor_titles=anc_titles,
-            trail_method=slot.trail_method,
+            trail_method=slot.trail_method, source_kind=source_kinds[slot.key],
         ))
         ordered = _sibling_order(slot, children.get(slot.key, []))
         for pos in range(len(ordered) - 1, -1, -1):
             stack.append((ordered[pos], pos, depth + 1, anc_ids + (node_id,), anc_titles + (slot.title,)))
+    return out
+
+
+def _source_kinds(slots: dict[str, _Slot], children: dict[str, list[_Slot]], root_key: str) -> dict[str, str]:
+    """Every node's source kind: a page's own; a site or virtual node's the one
+    kind of all pages below it, "" when there are none or several (iterative:
+    reply chains make deep trees)."""
+    order, stack = [], [root_key]
+    while stack:
+        key = stack.pop()
+        order.append(key)
+        stack.extend(child.key for child in children.get(key, ()))
+    below: dict[str, str | None] = {}  # None: no page below; "": several kinds
+    out = {}
+    for key in reversed(order):  # children before their parent
+        slot = slots[key]
+        found = {below[c.key] for c in children.get(key, ())} - {None}
+        if slot.kind == "page":
+            found.add(slot.source_kind)
+            out[key] = slot.source_kind
+        below[key] = (next(iter(found)) if len(found) == 1 else "") if found else None
+        if slot.kind != "page":
+            out[key] = below[key] or ""
     return out
 
 
@@ -216,7 +244,7 @@ def expand_sections(page: NodePlacement, sections: tuple[Section, ...]) -> list[
             title=section.title, url=f"{page.url}#{section.anchor}" if section.anchor and page.url else page.url,
             ancestor_ids=parent.ancestor_ids + (parent.node_id,),
             ancestor_titles=parent.ancestor_titles + (parent.title,),
-            trail_method=page.trail_method,
+            trail_method=page.trail_method, source_kind=page.source_kind,
         )
         out.append((node, section.text))
         open_sections.append((section.level, node))

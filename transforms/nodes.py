@@ -58,6 +58,7 @@ def placement_row(placement: NodePlacement, body: str = "", page: ParsedPage | N
         "keywords": list(page.keywords) if page else [],
         "content_hash": page.content_hash if page else "",
         "trail_method": placement.trail_method,
+        "source_kind": placement.source_kind,
     }
 
 

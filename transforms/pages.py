@@ -150,8 +150,8 @@ class PageParser:
             document = SourceFile(path, data, normalize_url(url), site, self.root, self.document_url)
             pages = parse_document(kind, document, self.max_page_bytes)
         digest = raw_hash(data)
-        return [dataclasses.replace(page, source=record_source(path, key) if key else path, raw_hash=digest)
-                for key, page in pages]
+        return [dataclasses.replace(page, source=record_source(path, key) if key else path, raw_hash=digest,
+                                    source_kind=kind) for key, page in pages]
 
 
     def input_pages(self, path: str, data: bytes) -> list[tuple[str, str]]:
