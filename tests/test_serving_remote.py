@@ -62,7 +62,7 @@ def test_a_restart_over_a_warm_cache_copies_and_hashes_nothing(store, tmp_path, 
         raise AssertionError(f"re-hashed {path}")
 
     monkeypatch.setattr(ritrag.layout, "sha256_file", no_hashing)
-    monkeypatch.setattr(serving.remote, "sha256_file", no_hashing)
+    monkeypatch.setattr(ritrag.serving.remote, "sha256_file", no_hashing)
     again = RitragIndex(store, cache_dir=str(tmp_path))
     assert again.index.mirror.progress.bytes_copied == 0 and again.get_toc("log rotation")["hits"]
 
