@@ -47,6 +47,8 @@ def by_title(pages):
     ("a.json", b'{"title": "t", "post_stream": {"posts": []}}', "discourse"),
     ("a", b'{"title": "t", "abstract": "a", "body_text": []}', "paper"),
     ("docs/a.MD", b"# Title", "markdown"),
+    ("Posts.xml", b'\xef\xbb\xbf<?xml version="1.0" encoding="utf-8"?>\n<posts>\n  <row Id="1"/>', "stackexchange"),
+    ("dump", b"<posts><row/></posts>", "stackexchange"),
     ("a.pdf", b"not a pdf", "pdf"),
 ])
 def test_kind_is_sniffed_from_content_then_name(name, data, kind):
@@ -204,6 +206,63 @@ def test_paper_sections_keep_numbers_and_nesting(tmp_path):
                                                                    ("Scope", 2, "p2")]
 
 
+def test_stackexchange_answers_hang_under_their_question_accepted_first():
+    pages = parse(MIXED / "qa/Posts.xml")
+    by_url = {p.url.removeprefix(BASE + "qa/"): p for p in pages}
+    assert list(by_url) == ["questions", "questions/1", "questions/4", "questions/6", "a/2", "a/3", "a/5", "a/7"]
+    assert by_url["questions"].description == "3 questions, 4 answers; rows of other post types, not indexed: 1"
+    question, accepted = by_url["questions/1"], by_url["a/3"]
+    assert [c.title for c in question.trail] == ["Questions", "ph-probe"]  # the first tag, a virtual node
+    assert question.trail[-1].url == BASE + "qa/questions/tagged/ph-probe"
+    assert question.keywords == ("ph-probe", "calibration")
+    assert by_url["questions/4"].keywords == ("heater", "controller")  # the newer |a|b| form
+    assert question.description == "score 7, 2 answers, accepted answer 3"
+    assert question.nav_order == (BASE + "qa/a/3", BASE + "qa/a/2")  # accepted, then by score
+    assert (accepted.title, accepted.description, accepted.trail[-1].url) == (
+        "Accepted answer 3", "accepted answer, score 9", BASE + "qa/questions/1")
+    assert accepted.body == ("Calibrate every two weeks with fresh pH 7 and pH 10 buffers.\n\n"
+                             "Drift above 0.2 between calibrations means the junction is fouled: soak it in "
+                             "storage solution.")
+    assert (by_url["a/7"].trail_method, [c.title for c in by_url["a/7"].trail]) == ("answer_to_missing", ["Questions"])
+    assert by_url["questions/6"].trail_method == "questions"
+    assert {p.source.rsplit("/", 1)[1] for p in pages} >= {"Posts.xml", "Posts.xml#post-3"}
+
+
+def test_stackexchange_bad_xml_and_empty_dumps_are_dead_letters(tmp_path):
+    (tmp_path / "Posts.xml").write_bytes(b'<posts><row Id="1" PostTypeId="1" Title="t"></posts>')
+    assert parse(tmp_path / "Posts.xml", tmp_path).reason == "invalid_xml"
+    (tmp_path / "Posts.xml").write_bytes(b'<posts><row Id="1" PostTypeId="5" Body="wiki"/></posts>')
+    letter = parse(tmp_path / "Posts.xml", tmp_path)
+    assert letter.reason == "no_content" and "1 rows of other types" in letter.detail
+
+
+def test_stackexchange_answer_is_read_again_by_its_record_source():
+    parser = PageParser(str(MIXED) + "/", BASE, 1, 1 << 24)
+    answer = next(p for p in parse(MIXED / "qa/Posts.xml") if p.url.endswith("/a/5"))
+    again = reread_page(parser, PageSource.of(answer))
+    assert again == answer and again.source.endswith("Posts.xml#post-5")
+
+
+def test_records_of_one_file_are_read_again_from_one_parse_of_unchanged_bytes(tmp_path, monkeypatch):
+    import ritrag.transforms.pages as pages_module
+
+    dump = tmp_path / "Posts.xml"
+    shutil.copy(MIXED / "qa/Posts.xml", dump)
+    parser = PageParser(str(tmp_path) + "/", BASE, 1, 1 << 24)
+    records = [p for p in parse(dump, tmp_path) if "#post-" in p.source]
+    reads = []
+    monkeypatch.setattr(pages_module, "read_file", lambda path: reads.append(path) or dump.read_bytes())
+    assert [reread_page(parser, PageSource.of(p)) for p in records] == records
+    assert len(reads) == 1
+    original = dump.read_bytes()
+    dump.write_bytes(original.replace(b'Score="9"', b'Score="8"'))
+    changed = PageSource.of(next(p for p in parse(dump, tmp_path) if p.source.endswith("#post-3")))
+    dump.write_bytes(original)  # changed back before the second read: not what the first pass saw
+    assert reread_page(parser, changed).reason == "changed_during_build"
+    dump.write_bytes(original.replace(b'Score="9"', b'Score="8"'))
+    assert reread_page(parser, changed).description == "accepted answer, score 8"
+
+
 # --- a mixed build ----------------------------------------------------------
 
 @pytest.mark.slow
@@ -236,7 +295,10 @@ def test_a_mixed_build_places_every_kind_in_one_forest(tmp_path):
     dead = pq.read_table(segment / "dead_letters.parquet").to_pylist()
     assert [(Path(d["source"]).name, d["reason"]) for d in dead] == [("mkdocs.yml", "unknown_kind")]
     pages = pq.read_table(next(segment.glob("pages-*.parquet"))).num_rows
-    assert pages == 5 + 7 + 1 + 1 + 2  # posts, Markdown documents, PDF, paper, HTML pages
+    assert pages == 5 + 7 + 1 + 1 + 2 + 8  # posts, Markdown documents, PDF, paper, HTML pages, Q&A
+    assert parent_url(BASE + "qa/a/3") == BASE + "qa/questions/1"
+    assert parent_url(BASE + "qa/questions/1") == BASE + "qa/questions/tagged/ph-probe"
+    assert by_url[BASE + "qa/questions/tagged/ph-probe"]["kind"] == "virtual"
 
     trees = RitragIndex(str(out)).get_toc("pH probe calibration heater")["trees"]
     assert {"forum", "handbook", "manuals", "papers"} <= {tree["title"] for tree in trees}
@@ -249,7 +311,7 @@ def test_a_mixed_build_places_every_kind_in_one_forest(tmp_path):
                                     "html"]
     roots = {r["site"]: r["source_kind"] for r in nodes.values() if r["parent_id"] is None}
     assert roots == {BASE + "forum": "discourse", BASE + "handbook": "markdown", BASE + "manuals": "pdf",
-                     BASE + "papers": "paper", BASE + "flask": "html"}
+                     BASE + "papers": "paper", BASE + "flask": "html", BASE + "qa": "stackexchange"}
 
     from ritrag.forest_report import forest_report, render_html, render_text
     report = forest_report(str(out))
@@ -294,6 +356,9 @@ def test_an_update_of_mixed_kinds_matches_a_fresh_build(tmp_path):
                                           "cooked": "<p>Does kd = 0 slow the recovery?</p>"})
     (b / "forum/t/heater-keeps-switching.json").write_text(json.dumps(topic))
     (b / "manuals/field-guide.pdf").unlink()
+    answer = '<row Id="9" PostTypeId="2" ParentId="4" Score="6" Body="&lt;p&gt;Use a solid-state relay.&lt;/p&gt;"/>'
+    posts = (b / "qa/Posts.xml").read_text().replace("</posts>", answer + "\n</posts>")
+    (b / "qa/Posts.xml").write_text(posts)
     updated, fresh = tmp_path / "updated", tmp_path / "fresh"
     build.run(["--input", str(a), "--out", str(updated), *flags])
     update.run(["--input", str(b), "--index", str(updated)])
@@ -307,4 +372,6 @@ def test_an_update_of_mixed_kinds_matches_a_fresh_build(tmp_path):
     assert nodes[post["parent_id"]]["url"] == BASE + "forum/t/heater-keeps-switching/2"
     assert post["source_kind"] == "discourse"  # a new page's kind; an unchanged one's comes from its pages row
     assert urls[BASE + "papers/probe-drift"]["source_kind"] == "paper"
+    answer = urls[BASE + "qa/a/9"]
+    assert nodes[answer["parent_id"]]["url"] == BASE + "qa/questions/4" and answer["source_kind"] == "stackexchange"
     assert BASE + "handbook/docs/guide/config.html#logging" in urls

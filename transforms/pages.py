@@ -18,6 +18,7 @@ trail_passed_over_<method> say how the breadcrumb cascade went.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import stat
@@ -59,7 +60,8 @@ class InputOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
         parser.add_argument("--input", help="directory or glob of input files: HTML, Markdown, PDF, Discourse "
-                                            "topic or paper JSON, by content (any Beam filesystem)")
+                                            "topic or paper JSON, Stack Exchange Posts.xml, by content "
+                                            "(any Beam filesystem)")
         parser.add_argument("--embed_device", default=None, help="cuda, mps or cpu (default: auto)")
         parser.add_argument("--max_page_bytes", type=int, default=20 * 1024 * 1024)
         parser.add_argument("--follow_links_outside_input", action="store_true",
@@ -239,6 +241,27 @@ def read_file(path: str) -> bytes:
         return fh.read()
 
 
+_FILE_PAGES: collections.OrderedDict = collections.OrderedDict()  # (parser, path, raw hash) -> pages, LRU
+_FILE_PAGES_KEPT = 4
+
+
+def _file_pages(parser: PageParser, path: str, raw_hash: str) -> list[ParsedPage] | DeadLetter:
+    """The pages of a file of several pages, kept for its other records: re-reading
+    each post of a 10,000-post dump must not parse the dump 10,000 times. Kept
+    only when they were parsed from the bytes the first pass hashed, so a file
+    that changed meanwhile is parsed again (and its records dead-lettered) each time."""
+    key = (parser, path, raw_hash)
+    if key in _FILE_PAGES:
+        _FILE_PAGES.move_to_end(key)
+        return _FILE_PAGES[key]
+    pages = parse_or_dead_letter(parser, path, lambda: read_file(path), "reread")
+    if not isinstance(pages, DeadLetter) and pages and pages[0].raw_hash == raw_hash:
+        _FILE_PAGES[key] = pages
+        while len(_FILE_PAGES) > _FILE_PAGES_KEPT:
+            _FILE_PAGES.popitem(last=False)
+    return pages
+
+
 def reread_page(parser: PageParser, source: PageSource) -> ParsedPage | DeadLetter:
     """The page at `source` read and parsed again, or a DeadLetter if it cannot be,
     or if its file changed since it was first read."""
@@ -248,9 +271,10 @@ def reread_page(parser: PageParser, source: PageSource) -> ParsedPage | DeadLett
             return dataclasses.replace(record, stage="reread")
         pages = parse_or_dead_letter(parser, source.source, lambda: record.payload, "reread", record.url,
                                      warc_kind(record))
+    elif split_document_source(source.source):  # a record of a thread or dump: its file, parsed once for all
+        pages = _file_pages(parser, split_document_source(source.source)[0], source.raw_hash)
     else:
-        path = (split_document_source(source.source) or (source.source,))[0]  # a record of a thread: its file
-        pages = parse_or_dead_letter(parser, path, lambda: read_file(path), "reread")
+        pages = parse_or_dead_letter(parser, source.source, lambda: read_file(source.source), "reread")
     if isinstance(pages, DeadLetter):
         return dataclasses.replace(pages, source=source.source)
     page = next((p for p in pages if p.source == source.source), None)

@@ -8,6 +8,8 @@ parser makes, so that every later stage treats them alike. One module per kind,
 - `pdf`        PDF (pypdf): the outline -> sections, else one section per page
 - `discourse`  a Discourse topic's JSON: the topic a page, each reply a page under
                the post it answers
+- `stackexchange` a Stack Exchange dump's Posts.xml (streamed): a page per question
+               and answer, answers under their question, questions under a tag
 - `paper`      a paper's JSON (S2ORC / QASPER style): title, abstract, sections
 - `dispatch`   the kind of a file (content first, name second), the URL a
                document is served at, record sources of multi-page files

@@ -4,7 +4,8 @@ second, and the one door every kind goes through (`parse_document`).
 Content: `%PDF-` in the first KiB is a PDF; a document that opens with an HTML
 doctype or `<html>` is HTML; a JSON object holding a `post_stream` is a
 Discourse topic, one holding `title` and `abstract`, `body_text`, `full_text`
-or `sections` a paper. Then the name: HTML suffixes are HTML (as they always were), `.md`
+or `sections` a paper; XML whose root is `<posts>` a Stack Exchange dump's
+Posts.xml. Then the name: HTML suffixes are HTML (as they always were), `.md`
 `.markdown` Markdown, `.pdf` a PDF (which its parser refuses if it is not one).
 Anything else is dead-lettered as `unknown_kind`, the detail saying what was seen.
 
@@ -24,12 +25,15 @@ from ritrag.transforms.parse import UnparseablePage
 from ritrag.transforms.sources.common import SourceFile
 
 HTML, MARKDOWN, PDF, DISCOURSE, PAPER = "html", "markdown", "pdf", "discourse", "paper"
-MULTI_PAGE_KINDS = (DISCOURSE,)
+STACKEXCHANGE = "stackexchange"
+MULTI_PAGE_KINDS = (DISCOURSE, STACKEXCHANGE)
 HTML_SUFFIXES = (".html", ".htm", ".xhtml", ".shtml")
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 _JSON_SNIFF_BYTES = 65536
 _PAPER_KEYS = (b'"abstract"', b'"body_text"', b'"full_text"', b'"sections"')
 _RECORD = re.compile(r"\A(.+)#(post-\d+)\Z")
+# A Stack Exchange dump's Posts.xml: an optional XML declaration, then the <posts> root.
+_POSTS_ROOT = re.compile(rb"\A(<\?xml[^>]*\?>)?\s*<posts[\s>]")
 
 
 def record_source(path: str, record: str) -> str:
@@ -66,6 +70,8 @@ def sniff_kind(path: str, data: bytes) -> str:
     opening = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if opening[:15].lower().startswith((b"<!doctype html", b"<html")):
         return HTML
+    if _POSTS_ROOT.match(opening):
+        return STACKEXCHANGE
     if opening.startswith(b"{"):
         window = data[:_JSON_SNIFF_BYTES]
         if b'"post_stream"' in window:
@@ -97,8 +103,10 @@ def _parsers() -> dict[str, Callable[[SourceFile], list[tuple[str | None, Parsed
     from ritrag.transforms.sources.markdown import parse_markdown
     from ritrag.transforms.sources.paper import parse_paper
     from ritrag.transforms.sources.pdf import parse_pdf
+    from ritrag.transforms.sources.stackexchange import parse_stackexchange
 
-    return {MARKDOWN: parse_markdown, PDF: parse_pdf, DISCOURSE: parse_discourse, PAPER: parse_paper}
+    return {MARKDOWN: parse_markdown, PDF: parse_pdf, DISCOURSE: parse_discourse, PAPER: parse_paper,
+            STACKEXCHANGE: parse_stackexchange}
 
 
 def parse_document(kind: str, file: SourceFile, max_bytes: int) -> list[tuple[str | None, ParsedPage]]:
