@@ -29,6 +29,7 @@ SOURCES = [  # the input kinds besides HTML (transforms/sources)
     "markdown-it-py>=3",  # Markdown
     "pyyaml>=6",  # front matter, mkdocs.yml
     "pypdf>=5",  # PDF text and outlines
+    "docutils>=0.20",  # reStructuredText
 ]
 SERVING = [
     "fastapi>=0.115",

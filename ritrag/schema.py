@@ -149,7 +149,7 @@ NODE_KINDS = ("site", "page", "virtual", "section")
 # node and its sections carry their page's; a site or virtual node carries the
 # kind of every page below it when they all share one, else "" (none below, or
 # several kinds: a folder of Markdown next to a PDF).
-SOURCE_KINDS = ("html", "markdown", "pdf", "discourse", "paper", "stackexchange")
+SOURCE_KINDS = ("html", "markdown", "rst", "pdf", "discourse", "paper", "stackexchange")
 
 NODES_SCHEMA = pa.schema(
     [

@@ -49,6 +49,7 @@ def by_title(pages):
     ("docs/a.MD", b"# Title", "markdown"),
     ("Posts.xml", b'\xef\xbb\xbf<?xml version="1.0" encoding="utf-8"?>\n<posts>\n  <row Id="1"/>', "stackexchange"),
     ("dump", b"<posts><row/></posts>", "stackexchange"),
+    ("docs/intro.rst", b"Intro\n=====\n", "rst"),
     ("a.pdf", b"not a pdf", "pdf"),
 ])
 def test_kind_is_sniffed_from_content_then_name(name, data, kind):
@@ -263,6 +264,40 @@ def test_records_of_one_file_are_read_again_from_one_parse_of_unchanged_bytes(tm
     assert reread_page(parser, changed).description == "accepted answer, score 8"
 
 
+def test_rst_sections_follow_the_section_tree_and_lose_no_text():
+    [page] = parse(MIXED / "sphinx/install.rst")
+    assert page.url == BASE + "sphinx/install.html" and page.title == "Installing"
+    assert [(s.title, s.level, s.anchor, s.path) for s in page.sections] == [
+        ("Installing", 0, "", ()), ("Requirements", 1, "requirements", ("Requirements",)),
+        ("From source", 1, "from-source", ("From source",)),
+        ("Checking the install", 2, "checking-the-install", ("From source", "Checking the install"))]
+    assert page.body == ("Install the package on the controller board.\n\nPython 3.11\nA free serial port\n\n"
+                         "Clone the repository, then run:\n\npip install .\n\nRun tidepool --version.")
+
+
+def test_rst_sphinx_markup_becomes_text_and_the_toctree_orders_children():
+    [index] = parse(MIXED / "sphinx/index.rst")
+    assert index.url == BASE + "sphinx" and index.title == "Tidepool controller"
+    assert index.body == ("The controller reads the probes and drives the heater and the dosing pumps.\n\n"
+                          "Every reading is logged; see logging.")  # a note's text, a :ref:'s title
+    assert index.nav_order == (BASE + "sphinx/install.html", BASE + "sphinx/configure.html", BASE + "sphinx/api")
+    [configure] = parse(MIXED / "sphinx/configure.rst")
+    assert configure.sections[1].anchor == "log-files"
+    assert configure.sections[1].text.endswith('\n\n[probe.ph]\nport = "/dev/ttyUSB0"')  # code-block verbatim
+    [api] = parse(MIXED / "sphinx/api/index.rst")
+    assert api.body == "read_probe(name)\n\nReturn the last reading of the probe called name."
+
+
+def test_rst_without_text_is_a_dead_letter_and_a_lone_paragraph_a_page(tmp_path):
+    (tmp_path / "empty.rst").write_text(".. a comment only\n")
+    assert parse(tmp_path / "empty.rst", tmp_path).reason == "no_content"
+    (tmp_path / "notes.rst").write_text("Just a paragraph, *no* title.\n")
+    [page] = parse(tmp_path / "notes.rst", tmp_path)
+    assert (page.title, page.body) == ("notes", "Just a paragraph, no title.")
+    (tmp_path / "latin1.rst").write_bytes("Caf\xe9\n====\n".encode("latin-1"))
+    assert parse(tmp_path / "latin1.rst", tmp_path).reason == "undecodable"
+
+
 # --- a mixed build ----------------------------------------------------------
 
 @pytest.mark.slow
@@ -295,7 +330,7 @@ def test_a_mixed_build_places_every_kind_in_one_forest(tmp_path):
     dead = pq.read_table(segment / "dead_letters.parquet").to_pylist()
     assert [(Path(d["source"]).name, d["reason"]) for d in dead] == [("mkdocs.yml", "unknown_kind")]
     pages = pq.read_table(next(segment.glob("pages-*.parquet"))).num_rows
-    assert pages == 5 + 7 + 1 + 1 + 2 + 8  # posts, Markdown documents, PDF, paper, HTML pages, Q&A
+    assert pages == 5 + 7 + 1 + 1 + 2 + 8 + 4  # posts, Markdown documents, PDF, paper, HTML pages, Q&A, rST
     assert parent_url(BASE + "qa/a/3") == BASE + "qa/questions/1"
     assert parent_url(BASE + "qa/questions/1") == BASE + "qa/questions/tagged/ph-probe"
     assert by_url[BASE + "qa/questions/tagged/ph-probe"]["kind"] == "virtual"
@@ -311,7 +346,11 @@ def test_a_mixed_build_places_every_kind_in_one_forest(tmp_path):
                                     "html"]
     roots = {r["site"]: r["source_kind"] for r in nodes.values() if r["parent_id"] is None}
     assert roots == {BASE + "forum": "discourse", BASE + "handbook": "markdown", BASE + "manuals": "pdf",
-                     BASE + "papers": "paper", BASE + "flask": "html", BASE + "qa": "stackexchange"}
+                     BASE + "papers": "paper", BASE + "flask": "html", BASE + "qa": "stackexchange",
+                     BASE + "sphinx": "rst"}
+    assert [n["url"] for n in sorted((n for n in nodes.values() if n["parent_id"] == by_url[BASE + "sphinx"]["node_id"]
+                                      and n["kind"] == "page"), key=lambda n: n["position"])] == [
+        BASE + "sphinx/install.html", BASE + "sphinx/configure.html", BASE + "sphinx/api"]  # the toctree's order
 
     from ritrag.forest_report import forest_report, render_html, render_text
     report = forest_report(str(out))
@@ -356,6 +395,8 @@ def test_an_update_of_mixed_kinds_matches_a_fresh_build(tmp_path):
                                           "cooked": "<p>Does kd = 0 slow the recovery?</p>"})
     (b / "forum/t/heater-keeps-switching.json").write_text(json.dumps(topic))
     (b / "manuals/field-guide.pdf").unlink()
+    with open(b / "sphinx/configure.rst", "a") as fh:
+        fh.write("\nAlarms\n------\n\nAn alarm sounds when a reading leaves its range.\n")
     answer = '<row Id="9" PostTypeId="2" ParentId="4" Score="6" Body="&lt;p&gt;Use a solid-state relay.&lt;/p&gt;"/>'
     posts = (b / "qa/Posts.xml").read_text().replace("</posts>", answer + "\n</posts>")
     (b / "qa/Posts.xml").write_text(posts)
@@ -374,4 +415,6 @@ def test_an_update_of_mixed_kinds_matches_a_fresh_build(tmp_path):
     assert urls[BASE + "papers/probe-drift"]["source_kind"] == "paper"
     answer = urls[BASE + "qa/a/9"]
     assert nodes[answer["parent_id"]]["url"] == BASE + "qa/questions/4" and answer["source_kind"] == "stackexchange"
+    alarms = urls[BASE + "sphinx/configure.html#alarms"]
+    assert nodes[alarms["parent_id"]]["url"] == BASE + "sphinx/configure.html" and alarms["source_kind"] == "rst"
     assert BASE + "handbook/docs/guide/config.html#logging" in urls

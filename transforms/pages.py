@@ -59,7 +59,7 @@ class InputOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser):
-        parser.add_argument("--input", help="directory or glob of input files: HTML, Markdown, PDF, Discourse "
+        parser.add_argument("--input", help="directory or glob of input files: HTML, Markdown, reStructuredText, PDF, Discourse "
                                             "topic or paper JSON, Stack Exchange Posts.xml, by content "
                                             "(any Beam filesystem)")
         parser.add_argument("--embed_device", default=None, help="cuda, mps or cpu (default: auto)")

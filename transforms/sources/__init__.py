@@ -5,6 +5,7 @@ parser makes, so that every later stage treats them alike. One module per kind,
 - `common`     `SourceFile`, heading anchors, a document's page and content hash
 - `nav`        a document's trail: the `mkdocs.yml` nav, else its folders
 - `markdown`   Markdown (markdown-it-py): front matter, headings -> sections
+- `rst`        reStructuredText (docutils): section tree -> sections, toctree order
 - `pdf`        PDF (pypdf): the outline -> sections, else one section per page
 - `discourse`  a Discourse topic's JSON: the topic a page, each reply a page under
                the post it answers

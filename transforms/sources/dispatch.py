@@ -6,7 +6,8 @@ doctype or `<html>` is HTML; a JSON object holding a `post_stream` is a
 Discourse topic, one holding `title` and `abstract`, `body_text`, `full_text`
 or `sections` a paper; XML whose root is `<posts>` a Stack Exchange dump's
 Posts.xml. Then the name: HTML suffixes are HTML (as they always were), `.md`
-`.markdown` Markdown, `.pdf` a PDF (which its parser refuses if it is not one).
+`.markdown` Markdown, `.rst` `.rest` reStructuredText, `.pdf` a PDF (which its
+parser refuses if it is not one).
 Anything else is dead-lettered as `unknown_kind`, the detail saying what was seen.
 
 Every kind yields `ParsedPage`s, so the forest, chunks, indexes and serving do
@@ -25,10 +26,11 @@ from ritrag.transforms.parse import UnparseablePage
 from ritrag.transforms.sources.common import SourceFile
 
 HTML, MARKDOWN, PDF, DISCOURSE, PAPER = "html", "markdown", "pdf", "discourse", "paper"
-STACKEXCHANGE = "stackexchange"
+STACKEXCHANGE, RST = "stackexchange", "rst"
 MULTI_PAGE_KINDS = (DISCOURSE, STACKEXCHANGE)
 HTML_SUFFIXES = (".html", ".htm", ".xhtml", ".shtml")
 MARKDOWN_SUFFIXES = (".md", ".markdown")
+RST_SUFFIXES = (".rst", ".rest")
 _JSON_SNIFF_BYTES = 65536
 _PAPER_KEYS = (b'"abstract"', b'"body_text"', b'"full_text"', b'"sections"')
 _RECORD = re.compile(r"\A(.+)#(post-\d+)\Z")
@@ -48,14 +50,15 @@ def split_document_source(source: str) -> tuple[str, str] | None:
 
 def document_url_path(relative: str) -> str:
     """The path a document file is served at, relative like its input path:
-    Markdown as the HTML a static-site generator makes of it (`guide/setup.md`
-    -> `guide/setup.html`; `index.md` and `README.md` -> `index.html`, the
+    Markdown and reStructuredText as the HTML a static-site generator makes of
+    it (`guide/setup.md` -> `guide/setup.html`; `index.md` and `README.md`,
+    `index.rst` and `README.rst` -> `index.html`, the
     folder's URL), JSON without its suffix (`t/welcome.json` -> `t/welcome`,
     a thread's posts under it); everything else (HTML, PDF) as it is."""
     folder, name = posixpath.split(relative)
     stem, suffix = posixpath.splitext(name)
     suffix = suffix.lower()
-    if suffix in MARKDOWN_SUFFIXES:
+    if suffix in MARKDOWN_SUFFIXES + RST_SUFFIXES:
         name = "index.html" if stem.lower() in ("index", "readme") else stem + ".html"
     elif suffix == ".json":
         name = stem
@@ -83,6 +86,8 @@ def sniff_kind(path: str, data: bytes) -> str:
         return HTML
     if suffix in MARKDOWN_SUFFIXES:
         return MARKDOWN
+    if suffix in RST_SUFFIXES:
+        return RST
     if suffix == ".pdf":
         return PDF
     shown = opening[:24].decode("utf-8", "replace") or "empty"
@@ -103,10 +108,11 @@ def _parsers() -> dict[str, Callable[[SourceFile], list[tuple[str | None, Parsed
     from ritrag.transforms.sources.markdown import parse_markdown
     from ritrag.transforms.sources.paper import parse_paper
     from ritrag.transforms.sources.pdf import parse_pdf
+    from ritrag.transforms.sources.rst import parse_rst
     from ritrag.transforms.sources.stackexchange import parse_stackexchange
 
     return {MARKDOWN: parse_markdown, PDF: parse_pdf, DISCOURSE: parse_discourse, PAPER: parse_paper,
-            STACKEXCHANGE: parse_stackexchange}
+            STACKEXCHANGE: parse_stackexchange, RST: parse_rst}
 
 
 def parse_document(kind: str, file: SourceFile, max_bytes: int) -> list[tuple[str | None, ParsedPage]]:
