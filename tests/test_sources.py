@@ -115,6 +115,23 @@ def test_mkdocs_nav_places_documents_and_folders_the_rest():
     assert changelog.trail_method == "folders" and [c.title for c in changelog.trail] == ["docs"]
 
 
+def test_docusaurus_category_labels_name_folders(tmp_path):
+    docs = tmp_path / "site/docs"
+    (docs / "guides/advanced").mkdir(parents=True)
+    (docs / "guides/_category_.json").write_text('{\n\t"label": "User guides",\n\t"position": 2\n}')
+    (docs / "guides/advanced/_category_.yml").write_text("label: Going further\n")
+    (docs / "guides/advanced/tuning.md").write_text("# Tuning\n\nText.\n")
+    [page] = parse(docs / "guides/advanced/tuning.md", tmp_path)
+    assert [(c.title, c.url) for c in page.trail] == [
+        ("docs", BASE + "site/docs"), ("User guides", BASE + "site/docs/guides"),
+        ("Going further", BASE + "site/docs/guides/advanced")]
+    (docs / "guides/_category_.json").write_text("{not json")
+    from ritrag.transforms.sources.nav import _category_label
+    _category_label.cache_clear()
+    [page] = parse(docs / "guides/advanced/tuning.md", tmp_path)
+    assert [c.title for c in page.trail] == ["docs", "guides", "Going further"]
+
+
 def test_markdown_without_headings_is_one_section_and_empty_is_dead(tmp_path):
     (tmp_path / "notes.md").write_text("Just a paragraph.\n\nAnd another.\n")
     [page] = parse(tmp_path / "notes.md", tmp_path)

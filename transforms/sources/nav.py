@@ -14,14 +14,17 @@ covers it, else from its folders.
   URL, which is its index document's URL (`index.md` and `README.md` are served
   as `index.html`: transforms/sources/dispatch.py `document_url_path`), so a
   folder with an index page is that page and one without is a virtual node
-  titled by the folder's name.
+  titled by the folder's name, or by the `label` of the folder's Docusaurus
+  `_category_.json` (or `.yml`) when it has one (its `position` is not used:
+  the order of folders is their URL order).
 
-The nav file is read once per worker (cached by path): a build that edits
-`mkdocs.yml` while it runs may place documents by either version.
+The nav and category files are read once per worker (cached by path): a build
+that edits them while it runs may place documents by either version.
 """
 from __future__ import annotations
 
 import functools
+import json
 import posixpath
 from dataclasses import dataclass, field
 
@@ -34,6 +37,7 @@ from ritrag.transforms.sources.common import SourceFile
 
 MKDOCS_CONFIG = "mkdocs.yml"
 INDEX_NAMES = ("index.md", "README.md")
+CATEGORY_FILES = ("_category_.json", "_category_.yml", "_category_.yaml")  # Docusaurus
 
 
 class _LenientLoader(yaml.SafeLoader):
@@ -142,4 +146,37 @@ def document_trail(file: SourceFile) -> tuple[tuple[Crumb, ...], str, str | None
 
             crumbs, title, order = nav_trail(nav, relative, url_of)
             return crumbs, "mkdocs_nav", title, order
-    return directory_trail(file.site, file.url), "folders", None, ()
+    return folder_trail(file), "folders", None, ()
+
+
+def folder_trail(file: SourceFile) -> tuple[Crumb, ...]:
+    """One crumb per folder between the site and the document, titled by the
+    folder's `_category_.json` label where it has one, else by its name."""
+    crumbs = directory_trail(file.site, file.url)
+    if not crumbs or not file.root or not file.path.startswith(file.root):
+        return crumbs
+    folders = file.path[len(file.root):].split("/")[:-1]
+    if len(folders) < len(crumbs):
+        return crumbs
+    # The crumbs are the document's innermost folders (the outer ones are the site's).
+    paths = [file.root + "/".join(folders[:i + 1]) for i in range(len(folders) - len(crumbs), len(folders))]
+    return tuple(Crumb(_category_label(path) or crumb.title, crumb.url) if crumb.title == posixpath.basename(path)
+                 else crumb for crumb, path in zip(crumbs, paths))
+
+
+@functools.lru_cache(maxsize=4096)
+def _category_label(folder: str) -> str | None:
+    """The `label` of a folder's Docusaurus category file, None without one."""
+    for name in CATEGORY_FILES:
+        path = posixpath.join(folder, name)
+        if not _exists(path):
+            continue
+        try:
+            with FileSystems.open(path) as fh:
+                text = fh.read()
+            category = json.loads(text) if name.endswith(".json") else yaml.safe_load(text)
+        except (OSError, ValueError, yaml.YAMLError):
+            return None
+        label = category.get("label") if isinstance(category, dict) else None
+        return str(label) if label else None
+    return None
