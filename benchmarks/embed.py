@@ -65,9 +65,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.results import ProcessTreeMemory, cpu_description, write_section  # noqa: E402
-from ritrag.embedder import (DEFAULT_MODEL, EmbedderSpec, SentenceEncoder, available_cpus,  # noqa: E402
-                             choose_device, load_sentence_transformer, load_tokenizer,
-                             model_token_limit, token_budget_batches)
+from ritrag.embedder import (DEFAULT_MODEL, EmbedderSpec, available_cpus, choose_device,  # noqa: E402
+                             load_sentence_transformer, load_tokenizer, model_token_limit)
+from ritrag.encoders import SentenceEncoder, token_budget_batches  # noqa: E402
 from ritrag.transforms.chunk import chunk_text, counts_add_up, tokenizer_counter  # noqa: E402
 from ritrag.transforms.parse import UnparseablePage, parse_page  # noqa: E402
 from ritrag.transforms.embed import DEFAULT_BATCH_SIZE  # noqa: E402

@@ -27,7 +27,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ritrag.embedder import DEFAULT_MODEL, EmbedderSpec, available_cpus, load_encoder  # noqa: E402
+from ritrag.embedder import DEFAULT_MODEL, EmbedderSpec, available_cpus  # noqa: E402
+from ritrag.encoders import load_encoder  # noqa: E402
 from ritrag.serving.retrieval import reciprocal_rank_fusion  # noqa: E402
 from ritrag.transforms.parse import UnparseablePage, parse_page  # noqa: E402
 

@@ -28,7 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.results import cpu_description, write_section  # noqa: E402
-from ritrag.embedder import EmbedderSpec, load_encoder  # noqa: E402
+from ritrag.embedder import EmbedderSpec  # noqa: E402
+from ritrag.encoders import load_encoder  # noqa: E402
 from ritrag.serving.api import DEFAULT_K, DEFAULT_N, RitragIndex  # noqa: E402
 
 

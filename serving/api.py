@@ -17,7 +17,8 @@ import numpy as np
 from ritrag.analyzer import analyze
 from ritrag.layout import BM25_PARAMETERS
 from ritrag.vectors import rerank_exact
-from ritrag.embedder import EmbedderSpec, QueryEmbedder, check_backend_available
+from ritrag.embedder import EmbedderSpec, check_backend_available
+from ritrag.encoders import QueryEmbedder
 from ritrag.serving.errors import ToolError, checked_int, checked_text
 from ritrag.serving.index import LoadedVersion
 from ritrag.serving.retrieval import (RetrievalParams, bm25_top_k, bm25f_chunk_scores, build_subforest, dense_top_k,

@@ -18,10 +18,10 @@ from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import BeamAssertException, assert_that
 from apache_beam.transforms.resources import AcceleratorHint, MinRamHint
 
-from ritrag import embedder
-from ritrag.embedder import (DTYPES, EmbedderSpec, IncompatibleEmbedderError, QueryEmbedder, SentenceEncoder,
-                             check_backend_available, check_compatible, choose_device, cpu_has_amx_bf16,
-                             embed_with_backoff, encode, resolve_dtype, token_budget_batches)
+from ritrag import embedder, encoders
+from ritrag.embedder import (DTYPES, EmbedderSpec, IncompatibleEmbedderError, check_backend_available,
+                             check_compatible, choose_device, cpu_has_amx_bf16, resolve_dtype)
+from ritrag.encoders import QueryEmbedder, SentenceEncoder, embed_with_backoff, encode, token_budget_batches
 from ritrag.transforms.embed import DTYPE_COUNTER_PREFIX, METRICS_NAMESPACE, EmbedChunks, SentenceTransformerModelHandler
 
 SPEC = EmbedderSpec()
@@ -191,9 +191,9 @@ def test_device_is_cuda_then_mps_then_cpu_unless_asked(monkeypatch):
 
 def test_model_copies_go_to_the_least_used_gpu(monkeypatch):
     fake_gpus(monkeypatch, 3, used=[5_000, 1_000, 3_000])
-    assert embedder._least_used_gpu() == "cuda:1"
+    assert encoders._least_used_gpu() == "cuda:1"
     fake_gpus(monkeypatch, 1, used=[5_000])
-    assert embedder._least_used_gpu() == "cuda"
+    assert encoders._least_used_gpu() == "cuda"
 
 
 def test_one_shared_model_copy_per_gpu(monkeypatch):
@@ -313,7 +313,8 @@ def test_embed_chunks_gives_every_chunk_its_own_vector(encoder):
 
 
 def test_hashing_encoder_is_a_deterministic_normalized_stand_in():
-    from ritrag.embedder import HashingEncoder, load_encoder, resolve_model_path
+    from ritrag.embedder import resolve_model_path
+    from ritrag.encoders import HashingEncoder, load_encoder
 
     encoder = load_encoder(EmbedderSpec(model="hashing:64"))
     assert isinstance(encoder, HashingEncoder) and encoder.dimension == 64

@@ -3,7 +3,7 @@ the worker has one.
 
 `EmbedChunks` is Beam's RunInference over a `KeyedModelHandler`, so the chunk
 id travels with its text through batching and comes back with its vector. The
-handler is thin; `ritrag.embedder.SentenceEncoder` does the work (length-sorted
+handler is thin; `ritrag.encoders.SentenceEncoder` does the work (length-sorted
 token-budget batches, float16 on CUDA, `torch.inference_mode`, halving the
 budget on out-of-memory), so that the server embeds queries through the same
 code.
@@ -38,7 +38,8 @@ from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunInference
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from ritrag.embedder import DTYPES, EmbedderSpec, SentenceEncoder, available_cpus, choose_device, load_encoder
+from ritrag.embedder import DTYPES, EmbedderSpec, available_cpus, choose_device
+from ritrag.encoders import SentenceEncoder, load_encoder
 
 METRICS_NAMESPACE = "ritrag.embed"
 DTYPE_COUNTER_PREFIX = "chunks_embedded_"  # + the dtype: chunks each worker dtype embedded
