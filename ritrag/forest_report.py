@@ -17,7 +17,6 @@ import html
 import os
 from collections import Counter, defaultdict
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ritrag.layout import DEAD_LETTERS_FILE, IndexLayout, LiveFiles, live_table
@@ -36,7 +35,10 @@ def forest_report(index_dir: str, version: str | None = None) -> dict:
     dead_files = [layout.verified_path(seg, DEAD_LETTERS_FILE) for seg in manifest.segments
                   if DEAD_LETTERS_FILE in seg["files"]]
     # Live rows only: after an update, a replaced node's old row is tombstoned in its segment.
-    nodes = pa.concat_tables([live_table(f, "nodes", REPORT_COLUMNS) for f in live.files["nodes"]]).to_pylist()
+    # Indexes built before the source_kind column report their pages' kind as "unknown".
+    nodes = [row for f in live.files["nodes"]
+             for row in live_table(f, "nodes", [c for c in REPORT_COLUMNS if c in pq.read_schema(f.path).names]
+                                   ).to_pylist()]
 
     by_id = {n["node_id"]: n for n in nodes}
     children = Counter(n["parent_id"] for n in nodes if n["parent_id"])
@@ -52,7 +54,7 @@ def forest_report(index_dir: str, version: str | None = None) -> dict:
         elif n["kind"] == "page":
             site["pages"] += 1
             site["methods"][n["trail_method"]] += 1
-            site["source_kinds"][n["source_kind"] or "unknown"] += 1
+            site["source_kinds"][n.get("source_kind") or "unknown"] += 1
             site["depths"][n["depth"]] += 1
             parent = by_id.get(n["parent_id"]) if n["parent_id"] else None
             if parent is not None and parent["parent_id"] is None and n["trail_method"] in NO_MARKUP_METHODS:
