@@ -504,14 +504,30 @@ class LiveFiles:
         return cls(manifest, files, trained)
 
 
+# Columns a table gained after its format began, with the value that rows of
+# older files read as: an index built before them can still be updated,
+# compacted and inspected, its old rows saying "unknown".
+ADDED_COLUMNS = {"nodes": {"source_kind": ""}, "pages": {"source_kind": ""}}
+
+
 def live_table(live_file: LiveFile, kind: str, columns: list[str] | None = None):
-    """The Arrow table of one table file without the rows later segments tombstoned."""
+    """The Arrow table of one table file without the rows later segments
+    tombstoned; a column added since the file was written (ADDED_COLUMNS) is
+    filled with its default."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     key, dead_field = LIVE_KEYS[kind]
     if columns is not None and key not in columns:
         columns = [key, *columns]
-    table = pq.read_table(live_file.path, columns=columns)
+    present = set(pq.read_schema(live_file.path).names)
+    added = {name: value for name, value in ADDED_COLUMNS.get(kind, {}).items()
+             if name not in present and (columns is None or name in columns)}
+    table = pq.read_table(live_file.path, columns=[c for c in columns if c not in added] if columns else None)
+    for name, value in added.items():
+        table = table.append_column(name, pa.array([value] * len(table), pa.string()))
+    if columns is not None:
+        table = table.select(columns)
     return table.filter(live_mask(table[key], getattr(live_file.dead, dead_field)))
 
 

@@ -416,3 +416,37 @@ def test_an_update_refuses_another_representation(hashed_snapshots, tmp_path):
         with pytest.raises(ValueError, match="rebuild"):
             update.run(["--input", str(tmp_path), "--index", str(updated), *flags])
     assert IndexLayout(str(updated)).current_version() == before
+
+
+@pytest.mark.slow
+def test_an_index_built_before_source_kind_still_updates(tmp_path):
+    """Its nodes and pages files lack the column added later (ADDED_COLUMNS): an
+    update reads their rows as kind "" (unknown) and writes its own with kinds."""
+    import pyarrow.parquet as pq
+
+    from ritrag.layout import write_atomic
+
+    a, b = write_tiny_site(tmp_path / "a"), make_snapshot_b(tmp_path / "b")
+    index = tmp_path / "index"
+    build_index(a, index, "--embedding_model", "hashing:384")
+    layout = IndexLayout(str(index))
+    manifest = layout.load_manifest()
+    segment = manifest.segments[0]
+    for kind in ("nodes", "pages"):
+        for name in layout.segment_files(segment, kind):
+            path = Path(layout.segment_dir(segment["id"])) / name
+            pq.write_table(pq.read_table(path).drop_columns(["source_kind"]), path)
+    old = dataclasses.replace(manifest, segments=[layout.describe_segment(segment["id"], segment["num_shards"],
+                                                                          segment["counts"])])
+    write_atomic(layout.manifest_path(manifest.version), old.to_json())
+
+    update.run(["--input", str(b), "--index", str(index)])
+    kinds = {row["node_id"]: row["source_kind"] for row in live_table(index, "nodes").values()}
+    assert set(kinds.values()) == {"", "html"}  # rows of the old segment unknown, the new ones html
+    assert set(live_table(index, "nodes")) == set(live_table(_fresh_hash_build(b, tmp_path), "nodes"))
+
+
+def _fresh_hash_build(snapshot: Path, tmp_path: Path) -> Path:
+    fresh = tmp_path / "fresh"
+    build_index(snapshot, fresh, "--embedding_model", "hashing:384")
+    return fresh
