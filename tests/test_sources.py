@@ -172,6 +172,66 @@ def test_bad_pdfs_are_dead_letters(tmp_path):
     assert parse(tmp_path / "blank.pdf", tmp_path).reason == "no_text"
 
 
+@pytest.mark.timeout(60)
+def test_a_pdf_with_10000_bookmarks_falls_back_to_pages(tmp_path):
+    from ritrag.transforms.sources.pdf import MAX_OUTLINE_ENTRIES_PER_PAGE
+
+    make_pdf = _make_pdf()
+    marks = [(f"Mark {n}", n % 3, None) for n in range(10_000)]
+    assert len(marks) > MAX_OUTLINE_ENTRIES_PER_PAGE * len(make_pdf.PAGES)
+    make_pdf.write(str(tmp_path / "marks.pdf"), outline=marks)
+    [page] = parse(tmp_path / "marks.pdf", tmp_path)
+    assert [(s.title, s.level, s.anchor) for s in page.sections] == [
+        ("Tidepool Field Guide", 0, ""), ("Page 1", 1, "page=1"), ("Page 2", 1, "page=2"), ("Page 3", 1, "page=3")]
+    for line in (line for lines in make_pdf.PAGES for line in lines):
+        assert page.body.count(line) == 1, line
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("closing", ["last /Next -> first", "child /First -> its parent"])
+def test_a_pdf_with_a_cyclic_outline_keeps_each_entry_once(tmp_path, closing):
+    from pypdf import PdfReader, PdfWriter
+    from pypdf.generic import NameObject
+
+    _make_pdf().write(str(tmp_path / "plain.pdf"), outline=[])
+    writer = PdfWriter(clone_from=str(tmp_path / "plain.pdf"))
+    probes = writer.add_outline_item(title="1 Probes", page_number=1)
+    cleaning = writer.add_outline_item(title="1.1 Cleaning", page_number=1, parent=probes)
+    alarms = writer.add_outline_item(title="2 Alarms", page_number=2)
+    if closing == "last /Next -> first":
+        alarms.get_object()[NameObject("/Next")] = probes
+    else:
+        cleaning.get_object()[NameObject("/First")] = probes
+    with open(tmp_path / "cycle.pdf", "wb") as fh:
+        writer.write(fh)
+    outlines = PdfReader(str(tmp_path / "cycle.pdf")).trailer["/Root"]["/Outlines"]  # the file holds the cycle
+    if closing == "last /Next -> first":
+        assert outlines["/Last"]["/Next"]["/Title"] == "1 Probes"
+    else:
+        assert outlines["/First"]["/First"]["/First"]["/Title"] == "1 Probes"
+
+    [page] = parse(tmp_path / "cycle.pdf", tmp_path)
+    assert [(s.title, s.level, s.anchor) for s in page.sections] == [
+        ("Tidepool Field Guide", 0, ""), ("1 Probes", 1, "page=2"), ("1.1 Cleaning", 2, ""), ("2 Alarms", 1, "page=3")]
+    for line in (line for lines in _make_pdf().PAGES for line in lines):
+        assert page.body.count(line) == 1, line
+
+
+@pytest.mark.timeout(60)
+def test_a_pdf_outline_deeper_than_pypdf_reads_falls_back_to_pages(tmp_path):
+    from pypdf import PdfWriter
+
+    _make_pdf().write(str(tmp_path / "plain.pdf"), outline=[])
+    writer = PdfWriter(clone_from=str(tmp_path / "plain.pdf"))
+    parent = None
+    for depth in range(150):  # pypdf reads outlines at most 100 levels deep
+        parent = writer.add_outline_item(title=f"Level {depth}", page_number=depth % 3, parent=parent)
+    with open(tmp_path / "deep.pdf", "wb") as fh:
+        writer.write(fh)
+    [page] = parse(tmp_path / "deep.pdf", tmp_path)
+    assert [s.title for s in page.sections[1:]] == ["Page 1", "Page 2", "Page 3"]
+
+
 # --- Discourse --------------------------------------------------------------
 
 def test_discourse_posts_hang_under_the_post_they_answer():

@@ -8,10 +8,13 @@
   levels (outline depth 1 = level 1). A section starts where its title first
   appears in its page's text after the previous cut (at the page's start when
   the title is not found), and runs to the next entry's start: every character
-  of the text belongs to exactly one node. Without a usable outline (none, or
-  one pypdf refuses: a cycle, too many entries, too deep), one section per page
-  titled "Page N". Headings induced from the layout (font sizes, numbering)
-  are not done.
+  of the text belongs to exactly one node. A cycle in the outline is cut where
+  an entry comes round again (pypdf). Without a usable outline (none; one pypdf
+  refuses: over 100 levels deep or 100,000 entries; or more entries than
+  MAX_OUTLINE_ENTRIES_PER_PAGE per page, a generated or hostile outline rather
+  than a table of contents, whose cuts would cost entries x page length), one
+  section per page titled "Page N". Headings induced from the layout (font
+  sizes, numbering) are not done.
 * Anchors: `page=N` (PDF open parameters: a viewer opens `file.pdf#page=N` at
   page N) for a page's first section; later sections of the same page get none.
 * Title: the document information's title, else the file name; description:
@@ -38,6 +41,8 @@ from ritrag.transforms.sources.nav import document_trail
 # pypdf reports recoverable damage as log warnings: the dead letter or the page is what the job reports.
 logging.getLogger("pypdf").setLevel(logging.ERROR)
 _READ_ERRORS = (PyPdfError, ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError)
+# Real manuals have a few entries per page (a 261-page manual here: 451 entries, at most 6 on one page).
+MAX_OUTLINE_ENTRIES_PER_PAGE = 20
 
 
 def page_marker(number: int) -> str:
@@ -64,9 +69,11 @@ def _in_order(outline: list) -> list[tuple[int, Destination]]:
 def outline_entries(reader: PdfReader) -> list[tuple[int, str, int]]:
     """(level, title, page index) of every outline entry that points at a page,
     in page order (outline order among entries of one page); [] when the outline
-    is absent or unusable."""
+    is absent or unusable (module doc)."""
     try:
         flat = _in_order(reader.outline)
+        if len(flat) > MAX_OUTLINE_ENTRIES_PER_PAGE * len(reader.pages):
+            return []
     except _READ_ERRORS:
         return []
     entries = []
