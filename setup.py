@@ -28,7 +28,7 @@ CRAWL = [
 SOURCES = [  # the input kinds besides HTML (transforms/sources)
     "markdown-it-py>=3",  # Markdown
     "pyyaml>=6",  # front matter, mkdocs.yml
-    "pypdf>=5",  # PDF text and outlines
+    "pypdf>=7.1",  # PDF text and outlines; the release tested to cut cyclic, too deep and huge outlines
     "docutils>=0.20",  # reStructuredText
 ]
 SERVING = [
