@@ -443,10 +443,6 @@ def test_an_index_built_before_source_kind_still_updates(tmp_path):
     update.run(["--input", str(b), "--index", str(index)])
     kinds = {row["node_id"]: row["source_kind"] for row in live_table(index, "nodes").values()}
     assert set(kinds.values()) == {"", "html"}  # rows of the old segment unknown, the new ones html
-    assert set(live_table(index, "nodes")) == set(live_table(_fresh_hash_build(b, tmp_path), "nodes"))
-
-
-def _fresh_hash_build(snapshot: Path, tmp_path: Path) -> Path:
     fresh = tmp_path / "fresh"
-    build_index(snapshot, fresh, "--embedding_model", "hashing:384")
-    return fresh
+    build_index(b, fresh, "--embedding_model", "hashing:384")
+    assert set(live_table(index, "nodes")) == set(live_table(fresh, "nodes"))
