@@ -33,6 +33,7 @@ from ritrag.serving.retrieval import reciprocal_rank_fusion  # noqa: E402
 from ritrag.transforms.parse import UnparseablePage, parse_page  # noqa: E402
 
 RRF_K = 60
+EMBED_SLICE = 8192  # chunks per progress line; the encoder sorts by length within a slice
 
 
 def html_title(data: bytes) -> str:
@@ -95,8 +96,13 @@ def main(argv: list[str] | None = None) -> dict:
     # that both retrievers' vectors come from the same arithmetic.
     encoder = load_encoder(spec, dtype=args.dtype, cpu_parallelism=available_cpus())
     t0 = time.time()
-    vectors = encoder.embed(texts, spec.document_prefix).vectors
-    print(f"embedded {len(texts)} chunks in {time.time() - t0:.0f} s", flush=True)
+    parts = []
+    for start in range(0, len(texts), EMBED_SLICE):  # slices, for progress lines on a long run
+        parts.append(encoder.embed(texts[start: start + EMBED_SLICE], spec.document_prefix).vectors)
+        done, elapsed = min(start + EMBED_SLICE, len(texts)), time.time() - t0
+        print(f"embedded {done:,} of {len(texts):,} chunks in {elapsed:.0f} s ({done / elapsed:.1f}/s), "
+              f"ETA {(len(texts) - done) * elapsed / done:.0f} s", flush=True)
+    vectors = np.concatenate(parts) if parts else np.empty((0, encoder.dimension), np.float32)
     page_of = np.array(pages, dtype=object)
 
     questions = [json.loads(line) for line in open(args.questions, encoding="utf-8") if line.strip()]
