@@ -34,10 +34,11 @@ from ritrag.transforms.chunk import ChunkNodesFn
 from ritrag.transforms.dense import BuildDenseIndex
 from ritrag.transforms.embed import EmbedChunks
 from ritrag.transforms.nodes import PAGES_OUTPUT, BuildForestNodes
-from ritrag.transforms.pages import (DEAD, DEFAULT_BASE_URL, HTML_SUFFIXES, InputOptions, PageParser, ParsePages,
+from ritrag.transforms.pages import (DEAD, DEFAULT_BASE_URL, InputOptions, PageParser, ParsePages,
                               WriteDeadLetters, count_input_files, input_root_and_pattern)
 from ritrag.transforms.progress import LogProgress
 from ritrag.transforms.site_base import InferSiteBases
+from ritrag.transforms.sources.dispatch import HTML_SUFFIXES
 from ritrag.transforms.sparse import BuildSparseIndex
 from ritrag.transforms.tables import WriteParquetTable, write_bytes
 from ritrag.transforms.warc import is_warc_input

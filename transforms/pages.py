@@ -38,7 +38,7 @@ from ritrag.transforms.parse import UnparseablePage, parse_page
 from ritrag.transforms.site_base import public_url
 from ritrag.transforms.sources import (HTML, SourceFile, document_url_path, is_multi_page, parse_document, record_source,
                                 sniff_kind, split_document_source)
-from ritrag.transforms.sources.dispatch import HTML_SUFFIXES, PDF  # noqa: F401 (HTML_SUFFIXES: pipelines/build.py)
+from ritrag.transforms.sources.dispatch import PDF
 from ritrag.transforms.tables import parquet_bytes, write_bytes
 from ritrag.transforms.warc import ReadWarcInput, is_warc_input, read_record, split_record_source
 
