@@ -520,10 +520,11 @@ def live_table(live_file: LiveFile, kind: str, columns: list[str] | None = None)
     key, dead_field = LIVE_KEYS[kind]
     if columns is not None and key not in columns:
         columns = [key, *columns]
-    present = set(pq.read_schema(live_file.path).names)
+    parquet = pq.ParquetFile(live_file.path)  # one open for the schema and the rows
+    present = set(parquet.schema_arrow.names)
     added = {name: value for name, value in ADDED_COLUMNS.get(kind, {}).items()
              if name not in present and (columns is None or name in columns)}
-    table = pq.read_table(live_file.path, columns=[c for c in columns if c not in added] if columns else None)
+    table = parquet.read(columns=[c for c in columns if c not in added] if columns else None)
     for name, value in added.items():
         table = table.append_column(name, pa.array([value] * len(table), pa.string()))
     if columns is not None:

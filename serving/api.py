@@ -128,8 +128,8 @@ class RitragIndex:
         """BM25's and dense's top-k' chunks and, with node documents, top-k' node
         documents (rows of the chunk arrays), best first."""
         idx, params = self.index, params or self.params
-        bm25 = idx.manifest.config.get("bm25", {})
-        k1, b = bm25.get("k1", BM25_PARAMETERS["k1"]), bm25.get("b", BM25_PARAMETERS["b"])
+        bm25 = {**BM25_PARAMETERS, **idx.manifest.config.get("bm25", {})}
+        k1, b = bm25["k1"], bm25["b"]
         vector = self.embed_query(query) if query_vector is None else query_vector
         fields = idx.bm25_fields
         # With node documents in the dense index, twice k' neighbours are split into chunks and documents.
