@@ -2,6 +2,7 @@
 
     python benchmarks/flat_baseline.py --corpus DIR --questions Q.jsonl [--out OUT.json]
         [--words 180] [--k 200] [--n 50] [--model bundled:all-MiniLM-L6-v2] [--dtype auto]
+        [--fusion rrf [minmax]]
 
 It knows nothing of the forest and reads no ritrag index: every HTML file
 under DIR is one page; its main text (ritrag's parser, so both retrievers see
@@ -9,7 +10,10 @@ the same words) is cut into windows of `--words` words, each prefixed with
 the page's HTML <title>; BM25 is bm25s (English stop words, Snowball
 stemming) and dense is exact inner product of the same embedding model's
 vectors; the two top-k chunk lists are fused by RRF (k = 60), a page scores
-its best chunk, and the top-n pages are the ranking. Gold entries are paths
+its best chunk, and the top-n pages are the ranking. `--fusion rrf minmax`
+also ranks with ritrag's default fusion (min-max normalized scores, equal
+weights) from the same chunks and vectors, so a comparison can tell the
+forest's share from the fusion's; the report holds one block per fusion. Gold entries are paths
 relative to DIR's parent layout (`product/page.html`); a question whose gold
 lies in no page of DIR is left out. Metrics as `ritrag eval` computes them
 for its rankings: rank of the first gold page within the top n, hit@1,
@@ -29,10 +33,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from ritrag.embedder import DEFAULT_MODEL, EmbedderSpec, available_cpus  # noqa: E402
 from ritrag.encoders import load_encoder  # noqa: E402
-from ritrag.serving.retrieval import reciprocal_rank_fusion  # noqa: E402
+from ritrag.serving.retrieval import minmax_fusion, reciprocal_rank_fusion  # noqa: E402
 from ritrag.transforms.parse import UnparseablePage, parse_page  # noqa: E402
 
 RRF_K = 60
+FUSIONS = {"rrf": lambda rankings: reciprocal_rank_fusion([rows for rows, _ in rankings], RRF_K),
+           "minmax": minmax_fusion}
 EMBED_SLICE = 8192  # chunks per progress line; the encoder sorts by length within a slice
 
 
@@ -80,6 +86,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"),
                     help="the encoder's dtype, as the build's --embed_dtype (compare like with like)")
+    ap.add_argument("--fusion", nargs="+", default=["rrf"], choices=sorted(FUSIONS),
+                    help="fusions to rank with (each from the same chunks and vectors)")
     args = ap.parse_args(argv)
     import bm25s
     import Stemmer
@@ -109,21 +117,23 @@ def main(argv: list[str] | None = None) -> dict:
     questions = [q for q in questions if any(g in known for g in q["gold"])]
     query_vectors = encoder.embed([q["question"] for q in questions], spec.query_prefix).vectors
     k = min(args.k, len(texts))
-    results = []
+    results: dict[str, list[dict]] = {name: [] for name in args.fusion}
     for q, qv in zip(questions, query_vectors):
         docs, scores = retriever.retrieve(bm25s.tokenize([q["question"]], stopwords="en", stemmer=stemmer,
                                                          show_progress=False), k=k, show_progress=False)
-        sparse = docs[0][scores[0] > 0]
+        matched = scores[0] > 0
         sims = vectors @ qv
         dense = np.lexsort((np.arange(len(sims)), -sims))[:k]
-        best: dict[str, float] = {}
-        for chunk, score in reciprocal_rank_fusion([sparse, dense], RRF_K).items():
-            page = page_of[chunk]
-            best[page] = max(best.get(page, 0.0), score)
-        ranking = [p for p, _ in sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))][: args.n]
+        rankings = [(docs[0][matched], scores[0][matched]), (dense, sims[dense])]
         gold = set(q["gold"])
-        rank = next((i for i, p in enumerate(ranking, start=1) if p in gold), None)
-        results.append({"id": q["id"], "tags": q.get("tags", []), "rank": rank})
+        for name in args.fusion:
+            best: dict[str, float] = {}
+            for chunk, score in FUSIONS[name](rankings).items():
+                page = page_of[chunk]
+                best[page] = max(best.get(page, 0.0), score)
+            ranking = [p for p, _ in sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))][: args.n]
+            rank = next((i for i, p in enumerate(ranking, start=1) if p in gold), None)
+            results[name].append({"id": q["id"], "tags": q.get("tags", []), "rank": rank})
 
     def summary(rows: list[dict]) -> dict:
         ranks = [r["rank"] for r in rows]
@@ -132,15 +142,19 @@ def main(argv: list[str] | None = None) -> dict:
                 "hit@1": float(np.mean([r == 1 for r in ranks])) if rows else None,
                 "hit@5": float(np.mean([r is not None and r <= 5 for r in ranks])) if rows else None}
 
-    tags = sorted({t for r in results for t in r["tags"]})
+    tags = sorted({t for q in questions for t in q.get("tags", [])})
     report = {"corpus": args.corpus, "pages": len(known), "chunks": len(texts), "words": args.words,
-              "model": args.model, "dtype": args.dtype, "k": args.k, "n": args.n, "overall": summary(results),
-              "by_tag": {t: summary([r for r in results if t in r["tags"]]) for t in tags},
-              "seconds": round(time.time() - started, 1), "questions": results}
-    print(json.dumps({key: report[key] for key in ("pages", "chunks", "overall")}), flush=True)
-    for tag in ("lookalike", "half:a", "half:b"):
-        if tag in report["by_tag"]:
-            print(tag, json.dumps(report["by_tag"][tag]), flush=True)
+              "model": args.model, "dtype": args.dtype, "k": args.k, "n": args.n,
+              "fusions": {name: {"overall": summary(rows),
+                                 "by_tag": {t: summary([r for r in rows if t in r["tags"]]) for t in tags},
+                                 "questions": rows} for name, rows in results.items()},
+              "seconds": round(time.time() - started, 1)}
+    print(json.dumps({key: report[key] for key in ("pages", "chunks")}), flush=True)
+    for name, block in report["fusions"].items():
+        print(name, "all", json.dumps(block["overall"]), flush=True)
+        for tag in ("lookalike", "half:a", "half:b"):
+            if tag in block["by_tag"]:
+                print(name, tag, json.dumps(block["by_tag"][tag]), flush=True)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:
             json.dump(report, fh, indent=1)

@@ -35,9 +35,10 @@ API_KEY_ENV = "RITRAG_API_KEY"
 RETRIEVAL_FLAGS: dict[str, tuple[Callable[[str], object], str]] = {
     "node_score": (str, "node score: max (the paper's rule: best chunk) or max+doc (+ the node's own match)"),
     "path_weight": (float, "BM25 weight of the node path field in a chunk's score"),
+    "fusion": (str, "how BM25 and dense are fused: minmax (normalized scores, the default) or rrf (ranks)"),
     "sparse_weight": (float, "weight of the BM25 ranking in the fusion"),
     "dense_weight": (float, "weight of the dense ranking in the fusion"),
-    "rrf_k": (float, "reciprocal rank fusion constant"),
+    "rrf_k": (float, "reciprocal rank fusion constant (fusion rrf)"),
     "node_doc_weight": (float, "weight of the node's own match under max+doc"),
 }
 

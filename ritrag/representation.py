@@ -48,10 +48,13 @@ DEFAULT_TEMPLATE = "{path}\n{body}"
 DEFAULT_PATH_LEVELS = 4
 # Query-time defaults of an index built with node documents, chosen on half:a
 # of the development questions and checked on half:b (benchmarks/RESULTS.md,
-# "Retrieval with the forest"): the path field at half a body's weight; the
-# paper's node score ("max+doc", a node's own match added, lost on both halves).
-# Every one can be overridden per query (`RetrievalParams`).
-DEFAULT_RETRIEVAL: dict[str, Any] = {"rrf_k": 60, "sparse_weight": 1.0, "dense_weight": 1.0,
+# "Retrieval with the forest" and "Fusion"): the path field at half a body's
+# weight; the paper's node score ("max+doc", a node's own match added, lost on
+# both halves); BM25 and dense fused by their min-max normalized scores at equal
+# weights (RRF lost on both halves). Every one can be overridden per query
+# (`RetrievalParams`); a parameter an index's manifest does not record (built
+# before it existed) takes its default here.
+DEFAULT_RETRIEVAL: dict[str, Any] = {"fusion": "minmax", "rrf_k": 60, "sparse_weight": 1.0, "dense_weight": 1.0,
                                      "path_weight": 0.5, "node_score": "max", "node_doc_weight": 1.0}
 
 

@@ -21,8 +21,8 @@ from ritrag.embedder import EmbedderSpec, check_backend_available
 from ritrag.encoders import QueryEmbedder
 from ritrag.serving.errors import ToolError, checked_int, checked_text
 from ritrag.serving.index import LoadedVersion
-from ritrag.serving.retrieval import (RetrievalParams, bm25_top_k, bm25f_chunk_scores, build_subforest, dense_top_k,
-                               node_scores, reciprocal_rank_fusion, top_k, top_nodes, with_node_docs)
+from ritrag.serving.retrieval import (Ranking, RetrievalParams, bm25_top_k, bm25f_chunk_scores, build_subforest,
+                                     dense_top_k, fuse, node_scores, top_k, top_nodes, with_node_docs)
 
 DEFAULT_K = 200  # chunks recalled by each retriever (k')
 DEFAULT_N = 50  # nodes kept
@@ -63,11 +63,11 @@ def one_thread_per_query() -> None:
 
 @dataclass(frozen=True)
 class Rankings:
-    """Rows of the chunk arrays, best first: (BM25, dense) top-k' chunks, and the
-    same for node documents (None for an index without them)."""
+    """(rows of the chunk arrays, scores), best first: (BM25, dense) top-k'
+    chunks, and the same for node documents (None for an index without them)."""
 
-    chunks: tuple[np.ndarray, np.ndarray]
-    docs: tuple[np.ndarray, np.ndarray] | None
+    chunks: tuple[Ranking, Ranking]
+    docs: tuple[Ranking, Ranking] | None
 
 
 @dataclass(frozen=True)
@@ -110,23 +110,11 @@ class RitragIndex:
                     self._embedder = QueryEmbedder(self._spec, self._device)
         return self._embedder.embed([query])[0]
 
-    def recall_chunks(self, query: str, k: int = DEFAULT_K, query_vector: np.ndarray | None = None,
-                      params: RetrievalParams | None = None) -> dict[int, float]:
-        """Chunk row -> fused score for the top-k' chunks of BM25 and of dense."""
-        params = params or self.params
-        return reciprocal_rank_fusion(self.chunk_rankings(query, k, query_vector, params), params.rrf_k,
-                                      (params.sparse_weight, params.dense_weight))
-
-    def chunk_rankings(self, query: str, k: int = DEFAULT_K, query_vector: np.ndarray | None = None,
-                       params: RetrievalParams | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Chunk rows of BM25's top-k' and of dense's top-k', best first: the two
-        rankings GetToC fuses (evaluation scores each one alone as a baseline)."""
-        return self.rankings(query, k, query_vector, params).chunks
-
     def rankings(self, query: str, k: int = DEFAULT_K, query_vector: np.ndarray | None = None,
                  params: RetrievalParams | None = None) -> Rankings:
         """BM25's and dense's top-k' chunks and, with node documents, top-k' node
-        documents (rows of the chunk arrays), best first."""
+        documents, with their scores, best first: the rankings GetToC fuses
+        (evaluation also scores each alone, as a baseline)."""
         idx, params = self.index, params or self.params
         bm25 = {**BM25_PARAMETERS, **idx.manifest.config.get("bm25", {})}
         k1, b = bm25["k1"], bm25["b"]
@@ -135,20 +123,20 @@ class RitragIndex:
         # With node documents in the dense index, twice k' neighbours are split into chunks and documents.
         depth = k * (2 if fields is not None else 1)
         if idx.vector_store is None:
-            dense_ids, _ = dense_top_k(vector, idx.dense_shards, depth, idx.dense_dead)
+            dense_ids, similarities = dense_top_k(vector, idx.dense_shards, depth, idx.dense_dead)
         else:
             candidates, _ = dense_top_k(vector, idx.dense_shards, idx.dense_rerank * depth, idx.dense_dead)
-            dense_ids = rerank_exact(vector, candidates, idx.vector_store)[0][:depth]
+            dense_ids, similarities = (a[:depth] for a in rerank_exact(vector, candidates, idx.vector_store))
         dense_rows = idx.chunk_rows(dense_ids)
-        dense_rows = dense_rows[dense_rows >= 0]
+        live = dense_rows >= 0
+        dense_rows, similarities = dense_rows[live], similarities[live]
         if fields is None:
-            sparse_rows, _ = bm25_top_k(analyze(query), idx.postings, k, k1, b)
-            return Rankings((sparse_rows, dense_rows), None)
+            return Rankings((bm25_top_k(analyze(query), idx.postings, k, k1, b), (dense_rows, similarities)), None)
         chunk_scores, doc_scores = bm25f_chunk_scores(analyze(query), idx.postings, fields, idx.chunk_node,
                                                       len(idx.nodes["node_id"]), params.path_weight, k1, b)
         is_doc = idx.chunk_is_doc[dense_rows]
-        return Rankings((top_k(chunk_scores, k)[0], dense_rows[~is_doc][:k]),
-                        (top_k(doc_scores, k)[0], dense_rows[is_doc][:k]))
+        return Rankings((top_k(chunk_scores, k), (dense_rows[~is_doc][:k], similarities[~is_doc][:k])),
+                        (top_k(doc_scores, k), (dense_rows[is_doc][:k], similarities[is_doc][:k])))
 
     def retrieve(self, query: str, k: int = DEFAULT_K, n: int = DEFAULT_N, query_vector: np.ndarray | None = None,
                  params: RetrievalParams | None = None) -> Retrieval:
@@ -156,11 +144,10 @@ class RitragIndex:
         (node row, score) hits, best first."""
         params = params or self.params
         rankings = self.rankings(query, k, query_vector, params)
-        weights = (params.sparse_weight, params.dense_weight)
-        fused = reciprocal_rank_fusion(rankings.chunks, params.rrf_k, weights)
+        fused = fuse(rankings.chunks, params)
         scores = node_scores(fused, self.index.chunk_node)
         if params.node_score == "max+doc" and rankings.docs is not None:
-            docs = reciprocal_rank_fusion(rankings.docs, params.rrf_k, weights)
+            docs = fuse(rankings.docs, params)
             scores = with_node_docs(scores, node_scores(docs, self.index.chunk_node), params.node_doc_weight)
         return Retrieval(rankings, fused, top_nodes(scores, n))
 

@@ -391,8 +391,8 @@ def _retrieve(index: RitragIndex, resolver: GoldResolver, roots: np.ndarray, q: 
         toc_rows.add(idx.node_row[entry["id"]])
         stack.extend(entry.get("children", ()))
     rankings = {"subforest": [row for row, _ in hits]}
-    for name, ranking in (("bm25", sparse), ("dense", dense)):
-        rankings[name] = [row for row, _ in top_nodes(node_scores(reciprocal_rank_fusion([ranking]),
+    for name, (ranked_rows, _) in (("bm25", sparse), ("dense", dense)):
+        rankings[name] = [row for row, _ in top_nodes(node_scores(reciprocal_rank_fusion([ranked_rows]),
                                                                   idx.chunk_node), config.n)]
     chunk_rows = [row for row, _ in sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))]
     rankings["chunks"] = idx.chunk_node[chunk_rows].tolist() if chunk_rows else []

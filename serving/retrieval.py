@@ -1,9 +1,17 @@
 """Hybrid retrieval and the query-induced sub-forest (METHOD.md, steps 1-5).
 
 Pure numpy functions over a `LoadedVersion`'s arrays, so each step is testable on
-its own: BM25 top-k', dense top-k', reciprocal rank fusion, node score = max of
-its chunks' fused scores, top-n nodes, union with all ancestors, trees ordered
-by their best node score and children in document order.
+its own: BM25 top-k', dense top-k', fusion of the two, node score = max of its
+chunks' fused scores, top-n nodes, union with all ancestors, trees ordered by
+their best node score and children in document order.
+
+Fusion (`fusion`): "minmax", the default, is a convex combination of the two
+retrievers' scores, each min-max normalized over its own top-k' (Bruch et al.,
+"An Analysis of Fusion Functions for Hybrid Retrieval", TOIS 2023): unlike
+reciprocal rank fusion ("rrf", METHOD.md's rule, kept as an option) it keeps
+how far apart the scores are, so a chunk far ahead in one ranking is not pulled
+level with a chunk that is merely second in both (benchmarks/RESULTS.md,
+"Fusion").
 
 Indexes with node documents (ritrag/representation.py) score BM25 in two
 fields, each with its own document frequencies, size and mean length: a chunk's
@@ -28,6 +36,8 @@ K1, B = BM25_PARAMETERS["k1"], BM25_PARAMETERS["b"]  # defaults; GetToC passes t
 
 RRF_K = 60
 NODE_SCORES = ("max", "max+doc")
+FUSIONS = ("minmax", "rrf")
+Ranking = tuple[np.ndarray, np.ndarray]  # (rows, scores), best first
 
 
 @dataclass(frozen=True)
@@ -35,7 +45,8 @@ class RetrievalParams:
     """Query-time parameters of hybrid retrieval (the build records its defaults
     in the manifest, config "retrieval"; benchmarks/RESULTS.md has the sweep)."""
 
-    rrf_k: float = DEFAULT_RETRIEVAL["rrf_k"]
+    fusion: str = DEFAULT_RETRIEVAL["fusion"]  # "minmax" (normalized scores) or "rrf" (ranks)
+    rrf_k: float = DEFAULT_RETRIEVAL["rrf_k"]  # the RRF constant (fusion "rrf")
     sparse_weight: float = DEFAULT_RETRIEVAL["sparse_weight"]  # weight of the BM25 ranking in the fusion
     dense_weight: float = DEFAULT_RETRIEVAL["dense_weight"]  # weight of the dense ranking in the fusion
     path_weight: float = DEFAULT_RETRIEVAL["path_weight"]  # BM25 weight of the path field in a chunk's score
@@ -45,6 +56,10 @@ class RetrievalParams:
     def __post_init__(self):
         if self.node_score not in NODE_SCORES:
             raise ValueError(f"node_score must be one of {NODE_SCORES}, not {self.node_score!r}")
+        if self.fusion not in FUSIONS:
+            raise ValueError(f"fusion must be one of {FUSIONS}, not {self.fusion!r}")
+        if self.sparse_weight + self.dense_weight <= 0:
+            raise ValueError("sparse_weight and dense_weight must not both be 0")
         if self.rrf_k <= 0 or min(self.sparse_weight, self.dense_weight, self.path_weight,
                                   self.node_doc_weight) < 0:
             raise ValueError("rrf_k must be positive and weights non-negative")
@@ -153,6 +168,33 @@ def reciprocal_rank_fusion(rankings: Sequence[np.ndarray], k: float = RRF_K,
         for rank, item in enumerate(np.asarray(ranking).tolist(), start=1):
             fused[item] = fused.get(item, 0.0) + weight / (k + rank)
     return fused
+
+
+def minmax_fusion(rankings: Sequence[Ranking], weights: Sequence[float] | None = None) -> dict[int, float]:
+    """Fused score of every item: the weighted mean over rankings of its score
+    min-max normalized within that ranking (its best item 1, its last 0; an item
+    a ranking did not return scores 0 there; a ranking of equal scores gives
+    each of its items 1). Weights default to 1."""
+    weights = list(weights or [1.0] * len(rankings))
+    total = sum(weights)
+    fused: dict[int, float] = {}
+    for (rows, scores), weight in zip(rankings, weights):
+        if weight == 0 or len(rows) == 0:
+            continue
+        scores = np.asarray(scores, np.float64)
+        low, spread = scores.min(), scores.max() - scores.min()
+        normalized = (scores - low) / spread if spread > 0 else np.ones_like(scores)
+        for item, value in zip(np.asarray(rows).tolist(), (weight / total * normalized).tolist()):
+            fused[item] = fused.get(item, 0.0) + value
+    return fused
+
+
+def fuse(rankings: Sequence[Ranking], params: RetrievalParams) -> dict[int, float]:
+    """Item -> fused score of the (BM25, dense) rankings under `params.fusion`."""
+    weights = (params.sparse_weight, params.dense_weight)
+    if params.fusion == "rrf":
+        return reciprocal_rank_fusion([rows for rows, _ in rankings], params.rrf_k, weights)
+    return minmax_fusion(rankings, weights)
 
 
 def node_scores(chunk_scores: dict[int, float], chunk_node: np.ndarray) -> dict[int, float]:

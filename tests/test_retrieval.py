@@ -3,7 +3,8 @@ import pytest
 
 from ritrag.serving.index import Postings, bm25_fields
 from ritrag.serving.retrieval import (RetrievalParams, bm25_scores, bm25_top_k, bm25f_chunk_scores, build_subforest,
-                               node_scores, reciprocal_rank_fusion, top_k, top_nodes, with_node_docs)
+                                     fuse, minmax_fusion, node_scores, reciprocal_rank_fusion, top_k, top_nodes,
+                                     with_node_docs)
 
 
 def make_postings(docs: list[list[str]]) -> Postings:
@@ -57,6 +58,24 @@ def test_rrf_sums_reciprocal_ranks():
     fused = reciprocal_rank_fusion([np.array([5, 7]), np.array([7, 9])], k=60)
     assert fused[7] == 1 / 62 + 1 / 61
     assert fused[5] == 1 / 61 and fused[9] == 1 / 62
+
+
+def test_minmax_fusion_averages_normalized_scores():
+    bm25 = (np.array([5, 7, 8]), np.array([12.0, 4.0, 2.0]))  # 5 far ahead of 7 and 8
+    dense = (np.array([7, 9, 5, 10]), np.array([0.61, 0.60, 0.59, 0.40]))  # 7, 9, 5 close together
+    fused = minmax_fusion([bm25, dense])
+    assert fused[5] == pytest.approx(0.5 * 1.0 + 0.5 * 0.19 / 0.21)
+    assert fused[7] == pytest.approx(0.5 * 0.2 + 0.5 * 1.0)
+    assert fused[9] == pytest.approx(0.5 * 0.20 / 0.21) and fused[8] == fused[10] == pytest.approx(0.0)
+    # weights are shares of the sum; one-score rankings give their item 1; empty ones nothing
+    assert minmax_fusion([bm25, dense], (3.0, 1.0))[5] == pytest.approx(0.75 + 0.25 * 0.19 / 0.21)
+    assert minmax_fusion([(np.array([4]), np.array([2.5])), (np.array([], int), np.array([]))]) == {4: 0.5}
+    # RRF sees only ranks: 7 (2nd and 1st) beats 5 (1st and 3rd); min-max sees 5 far ahead in BM25 and
+    # close behind in dense
+    assert max(reciprocal_rank_fusion([bm25[0], dense[0]]).items(), key=lambda kv: kv[1])[0] == 7
+    assert max(fused.items(), key=lambda kv: kv[1])[0] == 5
+    assert fuse([bm25, dense], RetrievalParams(fusion="rrf")) == reciprocal_rank_fusion([bm25[0], dense[0]], 60)
+    assert fuse([bm25, dense], RetrievalParams(sparse_weight=3.0)) == minmax_fusion([bm25, dense], (3.0, 1.0))
 
 
 def test_node_score_is_the_max_of_its_chunks():
@@ -134,6 +153,12 @@ def test_retrieval_params_come_from_the_manifest_and_are_checked():
     assert (params.rrf_k, params.path_weight, params.node_score) == (30, 2.0, "max+doc")
     with pytest.raises(ValueError):
         RetrievalParams(node_score="sum")
+    with pytest.raises(ValueError):
+        RetrievalParams(fusion="borda")
+    with pytest.raises(ValueError):
+        RetrievalParams(sparse_weight=0.0, dense_weight=0.0)
+    # an index whose manifest predates the fusion parameter gets today's default fusion
+    assert RetrievalParams.from_config(recorded).fusion == "minmax"
 
 
 LOOKALIKE_BODY = [("Certificates", "Put the certificate and its private key in the configuration directory."),
