@@ -28,6 +28,7 @@ from ritrag.serving.eval import EvalConfig, evaluate, load_questions, open_index
 # (parameter, values) in sweep order; k and n are EvalConfig's, the rest RetrievalParams'.
 SWEEP = (
     ("node_score", ["max", "max+doc"]),
+    ("fusion", ["minmax", "rrf"]),
     ("rrf_k", [10, 30, 60, 120]),
     ("dense_weight", [0.5, 1.0, 1.5, 2.0]),
     ("path_weight", [0.0, 0.5, 1.0, 2.0]),
@@ -94,6 +95,8 @@ def main(argv: list[str] | None = None) -> dict:
         if not has_docs and name in ("node_score", "path_weight", "node_doc_weight"):
             continue
         if name == "node_doc_weight" and best.get("node_score", index.params.node_score) != "max+doc":
+            continue
+        if name == "rrf_k" and best.get("fusion", index.params.fusion) != "rrf":
             continue
         for value in values:
             candidate = {**best, name: value}

@@ -341,7 +341,8 @@ def evaluate(index: RitragIndex, questions: Sequence[Question], config: EvalConf
     latencies = [r["latency_ms"] for r in results]
     report = {
         "index": str(index.index.layout.root), "version": index.version, "tokenizer": TOKENIZER,
-        "config": asdict(config), "agent": _agent_config(agent), "systems": dict(SYSTEMS),
+        "config": asdict(config), "retrieval": asdict(config.retrieval_params(index)),
+        "agent": _agent_config(agent), "systems": dict(SYSTEMS),
         "counts": {"questions": len(results), "scored": sum(r["scored"] for r in results),
                    "unresolvable_questions": sum(not r["scored"] for r in results),
                    "unresolvable_gold": sum(len(r["unresolvable_gold"]) for r in results)},

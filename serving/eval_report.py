@@ -39,8 +39,11 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 def _setup_line(report: dict[str, Any]) -> str:
     c = report["config"]
+    r = report.get("retrieval") or {}  # reports written before it was recorded have none
+    retrieval = (f"; retrieval: {', '.join(f'{k} {v}' for k, v in r.items())}" if r else "")
     return (f"reader: GetToC + {c['max_calls'] - 1} Reads x {c['ids_per_read']} node(s), first {c['max_chars']:,} "
-            f"chars of each; plain RAG: top {c['chunks']} chunks; k'={c['k']}, n={c['n']}; tokens: {report['tokenizer']}")
+            f"chars of each; plain RAG: top {c['chunks']} chunks; k'={c['k']}, n={c['n']}; tokens: {report['tokenizer']}"
+            f"{retrieval}")
 
 
 def verdict_sentences(report: dict[str, Any], ties: bool = True) -> list[str]:
