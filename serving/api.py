@@ -22,8 +22,7 @@ from ritrag.encoders import QueryEmbedder
 from ritrag.serving.errors import ToolError, checked_int, checked_text
 from ritrag.serving.index import LoadedVersion
 from ritrag.serving.retrieval import (Ranking, RetrievalParams, bm25_top_k, bm25f_chunk_scores, build_subforest,
-                                     dense_top_k, fuse, node_scores, node_support, top_k, top_nodes,
-                                     with_node_docs)
+                                     dense_top_k, fuse, node_scores, top_k, top_nodes, with_node_docs)
 
 DEFAULT_K = 200  # chunks recalled by each retriever (k')
 DEFAULT_N = 50  # nodes kept
@@ -150,7 +149,7 @@ class RitragIndex:
         if params.node_score == "max+doc" and rankings.docs is not None:
             docs = fuse(rankings.docs, params)
             scores = with_node_docs(scores, node_scores(docs, self.index.chunk_node), params.node_doc_weight)
-        return Retrieval(rankings, fused, top_nodes(scores, n, node_support(fused, self.index.chunk_node)))
+        return Retrieval(rankings, fused, top_nodes(scores, n))
 
     def get_toc(self, query: str, k: int = DEFAULT_K, n: int = DEFAULT_N,
                 query_vector: np.ndarray | None = None, params: RetrievalParams | None = None) -> dict:

@@ -217,24 +217,8 @@ def with_node_docs(chunk_best: dict[int, float], doc_scores: dict[int, float], w
     return out
 
 
-def node_support(chunk_scores: dict[int, float], chunk_node: np.ndarray) -> dict[int, float]:
-    """Node row -> the sum of its recalled chunks' fused scores: the evidence
-    beyond its best chunk, which breaks ties of node scores."""
-    total: dict[int, float] = {}
-    for row, score in chunk_scores.items():
-        node = int(chunk_node[row])
-        total[node] = total.get(node, 0.0) + score
-    return total
-
-
-def top_nodes(scores: dict[int, float], n: int, support: dict[int, float] | None = None
-              ) -> list[tuple[int, float]]:
-    """The n best (node row, score), best first; equal scores ordered by
-    `support` (more first), then by row, for determinism. Min-max fusion ties
-    when each retriever's best chunk is missing from the other's top-k' (both
-    score half), and the node with more recalled evidence is the better bet."""
-    support = support or {}
-    return sorted(scores.items(), key=lambda kv: (-kv[1], -support.get(kv[0], 0.0), kv[0]))[:n]
+def top_nodes(scores: dict[int, float], n: int) -> list[tuple[int, float]]:
+    return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
 
 
 def build_subforest(hits: list[tuple[int, float]], nodes: dict, node_row: dict[str, int],

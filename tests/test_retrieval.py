@@ -3,8 +3,8 @@ import pytest
 
 from ritrag.serving.index import Postings, bm25_fields
 from ritrag.serving.retrieval import (RetrievalParams, bm25_scores, bm25_top_k, bm25f_chunk_scores, build_subforest,
-                                     fuse, minmax_fusion, node_scores, node_support, reciprocal_rank_fusion, top_k,
-                                     top_nodes, with_node_docs)
+                                     fuse, minmax_fusion, node_scores, reciprocal_rank_fusion, top_k, top_nodes,
+                                     with_node_docs)
 
 
 def make_postings(docs: list[list[str]]) -> Postings:
@@ -82,10 +82,6 @@ def test_node_score_is_the_max_of_its_chunks():
     chunk_node = np.array([0, 0, 1])
     assert node_scores({0: 0.1, 1: 0.3, 2: 0.2}, chunk_node) == {0: 0.3, 1: 0.2}
     assert top_nodes({0: 0.3, 1: 0.2, 2: 0.3}, 2) == [(0, 0.3), (2, 0.3)]
-    # equal scores: the node with more recalled evidence first
-    support = node_support({0: 0.3, 1: 0.1, 2: 0.3, 3: 0.2}, np.array([0, 0, 2, 2]))
-    assert support == {0: pytest.approx(0.4), 2: pytest.approx(0.5)}
-    assert top_nodes({0: 0.3, 2: 0.3}, 2, support) == [(2, 0.3), (0, 0.3)]
 
 
 def test_subforest_holds_hits_and_every_ancestor_in_document_order():
