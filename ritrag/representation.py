@@ -48,7 +48,7 @@ DEFAULT_TEMPLATE = "{path}\n{body}"
 DEFAULT_PATH_LEVELS = 4
 # Query-time defaults of an index built with node documents, chosen on half:a
 # of the development questions and checked on half:b (benchmarks/RESULTS.md,
-# "Retrieval with the forest" and "Fusion"): the path field at half a body's
+# "Retrieval with the forest" and the min-max sweep): the path field at half a body's
 # weight; the paper's node score ("max+doc", a node's own match added, lost on
 # both halves); BM25 and dense fused by their min-max normalized scores at equal
 # weights (RRF lost on both halves). Every one can be overridden per query

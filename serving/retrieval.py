@@ -11,7 +11,7 @@ retrievers' scores, each min-max normalized over its own top-k' (Bruch et al.,
 reciprocal rank fusion ("rrf", METHOD.md's rule, kept as an option) it keeps
 how far apart the scores are, so a chunk far ahead in one ranking is not pulled
 level with a chunk that is merely second in both (benchmarks/RESULTS.md,
-"Fusion").
+"Before and after on the full dev corpus").
 
 Indexes with node documents (ritrag/representation.py) score BM25 in two
 fields, each with its own document frequencies, size and mean length: a chunk's

@@ -65,6 +65,24 @@ def build_index(input_dir: Path, out: Path, *extra: str) -> str:
                       "--site_depth", "1", *extra])
 
 
+def assert_same_toc(actual: list[dict], expected: list[dict]) -> None:
+    """Two GetToC answers hold the same entries (ids, titles, hits, shape, order)
+    with scores equal to 1e-3: min-max fusion keeps score magnitudes, and the
+    vectors of one text embedded in other batches or processes agree only to
+    rounding (bfloat16 on CPUs with AMX), so indexes that must answer alike (an
+    update and a fresh build, one worker and several) agree to that tolerance."""
+    assert _entries(actual, with_scores=False) == _entries(expected, with_scores=False)
+    assert ([e["score"] for e in _entries(actual, with_scores=True) if "score" in e]
+            == pytest.approx([e["score"] for e in _entries(expected, with_scores=True) if "score" in e], abs=1e-3))
+
+
+def _entries(trees: list[dict], with_scores: bool) -> list[dict]:
+    """Every entry of `trees`, depth first, without its children (and its score)."""
+    return [e for entry in trees
+            for e in ({k: v for k, v in entry.items() if k != "children" and (with_scores or k != "score")},
+                      *_entries(entry.get("children", []), with_scores))]
+
+
 @pytest.fixture(scope="session")
 def tiny_site(tmp_path_factory) -> Path:
     return write_tiny_site(tmp_path_factory.mktemp("tiny_site"))

@@ -12,7 +12,7 @@ import pytest
 from ritrag.embedder import EmbedderSpec, load_tokenizer, model_token_limit
 from ritrag.layout import DamagedIndexError, IndexLayout
 from ritrag.serving.api import RitragIndex
-from tests.conftest import BASE, build_index
+from tests.conftest import BASE, assert_same_toc, build_index
 
 pytestmark = pytest.mark.slow
 
@@ -203,17 +203,9 @@ def test_multi_process_local_runner_builds_the_same_index(tiny_site, tiny_index,
                 "--direct_num_workers", "2", "--embed_cpu_threads", "1")
     for kind in ("nodes", "chunks", "postings"):
         assert table(tiny_index, kind).equals(table(tmp_path / "mp", kind)), kind
-    # Worker processes embed with other thread counts, so vectors (and fused scores) agree to rounding only.
     query = "which port does version 3 listen on"
-    multi, single = (RitragIndex(str(path)).get_toc(query)["trees"] for path in (tmp_path / "mp", tiny_index))
-    assert [e[:2] for e in tree_entries(multi)] == [e[:2] for e in tree_entries(single)]
-    assert [e[2] for e in tree_entries(multi)] == pytest.approx([e[2] for e in tree_entries(single)], rel=1e-3)
-
-
-def tree_entries(trees: list[dict]) -> list[tuple[str, bool, float]]:
-    """Each ToC entry, depth first, as (id, hit, score); ancestors score 0."""
-    return [e for entry in trees for e in ((entry["id"], entry["hit"], entry.get("score", 0.0)),
-                                           *tree_entries(entry.get("children", [])))]
+    assert_same_toc(RitragIndex(str(tmp_path / "mp")).get_toc(query)["trees"],
+                    RitragIndex(str(tiny_index)).get_toc(query)["trees"])
 
 
 def test_a_page_changed_between_the_two_reads_is_dead_lettered_not_lost(tiny_site, tmp_path):
