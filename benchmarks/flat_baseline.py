@@ -13,8 +13,8 @@ vectors; the two top-k chunk lists are fused by RRF (k = 60), a page scores
 its best chunk, and the top-n pages are the ranking. `--fusion rrf minmax`
 also ranks with ritrag's default fusion (min-max normalized scores, equal
 weights) from the same chunks and vectors, so a comparison can tell the
-forest's share from the fusion's; the report holds one block per fusion. Gold entries are paths
-relative to DIR's parent layout (`product/page.html`); a question whose gold
+forest's share from the fusion's; the report holds one block per fusion.
+Gold entries are paths relative to DIR's parent layout (`product/page.html`); a question whose gold
 lies in no page of DIR is left out. Metrics as `ritrag eval` computes them
 for its rankings: rank of the first gold page within the top n, hit@1,
 hit@5, MRR, overall and per tag (lookalike, half:a, half:b, ...).

@@ -58,11 +58,11 @@ class RetrievalParams:
             raise ValueError(f"node_score must be one of {NODE_SCORES}, not {self.node_score!r}")
         if self.fusion not in FUSIONS:
             raise ValueError(f"fusion must be one of {FUSIONS}, not {self.fusion!r}")
-        if self.sparse_weight + self.dense_weight <= 0:
-            raise ValueError("sparse_weight and dense_weight must not both be 0")
         if self.rrf_k <= 0 or min(self.sparse_weight, self.dense_weight, self.path_weight,
                                   self.node_doc_weight) < 0:
             raise ValueError("rrf_k must be positive and weights non-negative")
+        if self.sparse_weight + self.dense_weight == 0:
+            raise ValueError("sparse_weight and dense_weight must not both be 0")
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], **overrides: Any) -> "RetrievalParams":
