@@ -71,16 +71,17 @@ def assert_same_toc(actual: list[dict], expected: list[dict]) -> None:
     vectors of one text embedded in other batches or processes agree only to
     rounding (bfloat16 on CPUs with AMX), so indexes that must answer alike (an
     update and a fresh build, one worker and several) agree to that tolerance."""
-    assert _entries(actual, with_scores=False) == _entries(expected, with_scores=False)
-    assert ([e["score"] for e in _entries(actual, with_scores=True) if "score" in e]
-            == pytest.approx([e["score"] for e in _entries(expected, with_scores=True) if "score" in e], abs=1e-3))
+    got, want = _entries(actual), _entries(expected)
+    scores = lambda entries: [e.pop("score") for e in entries if "score" in e]  # noqa: E731
+    got_scores, want_scores = scores(got), scores(want)
+    assert got == want
+    assert got_scores == pytest.approx(want_scores, abs=1e-3)
 
 
-def _entries(trees: list[dict], with_scores: bool) -> list[dict]:
-    """Every entry of `trees`, depth first, without its children (and its score)."""
+def _entries(trees: list[dict]) -> list[dict]:
+    """Every entry of `trees`, depth first, without its children."""
     return [e for entry in trees
-            for e in ({k: v for k, v in entry.items() if k != "children" and (with_scores or k != "score")},
-                      *_entries(entry.get("children", []), with_scores))]
+            for e in ({k: v for k, v in entry.items() if k != "children"}, *_entries(entry.get("children", [])))]
 
 
 @pytest.fixture(scope="session")
