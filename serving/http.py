@@ -289,7 +289,7 @@ def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSet
     def prometheus() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    page = (files("serving") / "web" / "index.html").read_text(encoding="utf-8")
+    page = (files("ritrag.serving") / "web" / "index.html").read_text(encoding="utf-8")
 
     @app.get("/", include_in_schema=False)
     def index_page() -> HTMLResponse:

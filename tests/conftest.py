@@ -1,87 +1,13 @@
-"""Shared fixtures: a small documentation site the tests write themselves, and
-indexes built from it and from the bundled sample corpus (built once per run)."""
+"""Shared fixtures: indexes built from the tests' small site and from the
+bundled sample corpus (built once per run)."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-SAMPLE = ROOT / "sample" / "pages"
-# The dev corpus (shared/corpus/build_corpus.sh output), for the tests that run on it
-# where present: $RITRAG_DEV_CORPUS, else a `corpus` folder next to the checkout.
-DEV_CORPUS = Path(os.environ.get("RITRAG_DEV_CORPUS", ROOT.parent / "corpus"))
-BASE = "https://docs.example.com"
-
-# path -> (title, trail [(title, path)], sections [(heading, text)]); "" is the home page.
-TINY_SITE = {
-    "shop/index.html": ("Shop Server", [], [("Overview", "Shop Server sells widgets over HTTP.")]),
-    "shop/v2/index.html": ("Version 2", [("Shop Server", "shop/")],
-                           [("About", "Release two of the shop server.")]),
-    "shop/v2/config.html": ("Configuring the server", [("Shop Server", "shop/"), ("Version 2", "shop/v2/")],
-                            [("Ports", "Version 2 listens on port 8080 by default."),
-                             ("TLS", "Version 2 reads certificates from /etc/shop/tls.")]),
-    "shop/v3/index.html": ("Version 3", [("Shop Server", "shop/")],
-                           [("About", "Release three of the shop server.")]),
-    "shop/v3/config.html": ("Configuring the server", [("Shop Server", "shop/"), ("Version 3", "shop/v3/")],
-                            [("Ports", "Version 3 listens on port 9443 with QUIC enabled."),
-                             ("TLS", "Version 3 loads certificates from the vault service.")]),
-    "shop/v3/logging.html": ("Logging", [("Shop Server", "shop/"), ("Version 3", "shop/v3/")],
-                             [("Rotation", "Logs rotate daily; keep fourteen files."),
-                              ("Levels", "Set the log level with SHOP_LOG=debug.")]),
-    "shop/v3/guide/deploy.html": ("Deploying", [("Shop Server", "shop/"), ("Version 3", "shop/v3/"),
-                                                ("Guides", "shop/v3/guide/")],
-                                  [("Containers", "Run the shop image with two replicas behind a proxy.")]),
-}
-
-
-def tiny_page(title: str, trail: list[tuple[str, str]], sections: list[tuple[str, str]]) -> str:
-    items = [{"@type": "ListItem", "position": i + 1, "name": t, "item": f"{BASE}/{p}"}
-             for i, (t, p) in enumerate(trail)]
-    items.append({"@type": "ListItem", "position": len(items) + 1, "name": title})
-    ld = json.dumps({"@context": "https://schema.org", "@type": "BreadcrumbList", "itemListElement": items})
-    body = "".join(f'<h2 id="s{i}">{h}</h2><p>{t}</p>' for i, (h, t) in enumerate(sections))
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{title} | Shop Docs</title>'
-            f'<script type="application/ld+json">{ld}</script></head><body>'
-            f'<header><nav><a href="/">Home</a> Products Pricing</nav></header>'
-            f'<main><h1>{title}</h1>{body}</main>'
-            f'<footer>Copyright Shop Inc. All rights reserved.</footer></body></html>')
-
-
-def write_tiny_site(directory: Path) -> Path:
-    for path, (title, trail, sections) in TINY_SITE.items():
-        target = directory / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(tiny_page(title, trail, sections), encoding="utf-8")
-    return directory
-
-
-def build_index(input_dir: Path, out: Path, *extra: str) -> str:
-    from ritrag.pipelines import build
-
-    return build.run(["--input", str(input_dir), "--out", str(out), "--base_url", BASE + "/",
-                      "--site_depth", "1", *extra])
-
-
-def assert_same_toc(actual: list[dict], expected: list[dict]) -> None:
-    """Two GetToC answers hold the same entries (ids, titles, hits, shape, order)
-    with scores equal to 1e-3: min-max fusion keeps score magnitudes, and the
-    vectors of one text embedded in other batches or processes agree only to
-    rounding (bfloat16 on CPUs with AMX), so indexes that must answer alike (an
-    update and a fresh build, one worker and several) agree to that tolerance."""
-    got, want = _entries(actual), _entries(expected)
-    scores = lambda entries: [e.pop("score") for e in entries if "score" in e]  # noqa: E731
-    got_scores, want_scores = scores(got), scores(want)
-    assert got == want
-    assert got_scores == pytest.approx(want_scores, abs=1e-3)
-
-
-def _entries(trees: list[dict]) -> list[dict]:
-    """Every entry of `trees`, depth first, without its children."""
-    return [e for entry in trees
-            for e in ({k: v for k, v in entry.items() if k != "children"}, *_entries(entry.get("children", [])))]
+from support import SAMPLE, build_index, write_tiny_site
 
 
 @pytest.fixture(scope="session")

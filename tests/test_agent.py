@@ -22,7 +22,7 @@ from ritrag.serving.eval import node_prf
 from ritrag.serving.outline import parse_outline
 from ritrag.serving.tool_models import tool_definitions
 from ritrag.serving.tools import ToolService
-from tests.serving_fixtures import loaded_index, serving
+from serving_fixtures import loaded_index, serving
 
 QUESTION = "Which port does version 3 of the shop server listen on?"
 MAX_REQUESTS = 40  # per model name: a loop that does not stop fails instead of hanging

@@ -15,8 +15,8 @@ from ritrag.serving.budget_store import redis_episode_state
 from ritrag.serving.errors import ToolError
 from ritrag.serving.http import create_app
 from ritrag.serving.tools import ToolService
-from tests.fleet_fixtures import RedisServer, needs_redis
-from tests.serving_fixtures import loaded_index
+from fleet_fixtures import RedisServer, needs_redis
+from serving_fixtures import loaded_index
 
 pytestmark = needs_redis
 

@@ -12,7 +12,7 @@ import pytest
 from ritrag.embedder import EmbedderSpec, load_tokenizer, model_token_limit
 from ritrag.layout import DamagedIndexError, IndexLayout
 from ritrag.serving.api import RitragIndex
-from tests.conftest import BASE, assert_same_toc, build_index
+from support import BASE, assert_same_toc, build_index
 
 pytestmark = pytest.mark.slow
 

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from ritrag.pipelines import crawl
-from tests.conftest import SAMPLE
-from tests.crawl_site import CrawlSite
+from support import SAMPLE
+from crawl_site import CrawlSite
 from ritrag.transforms.crawldb import CRAWLDB_FILE
 from ritrag.transforms.warc import read_warc_pages
 

@@ -14,9 +14,9 @@ import pytest
 from ritrag.pipelines import build, crawl, refresh
 from ritrag import cli
 from ritrag.serving.api import RitragIndex
-from tests.conftest import SAMPLE
-from tests.crawl_site import CrawlSite
-from tests.test_update import live_table
+from support import SAMPLE
+from crawl_site import CrawlSite
+from support import live_table
 from ritrag.transforms.crawldb import CRAWLDB_FILE
 
 SITE = "sphinx"

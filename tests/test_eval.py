@@ -15,8 +15,8 @@ import pytest
 from ritrag import cli
 from ritrag.serving import eval as ev
 from ritrag.serving.eval_report import render_html, render_text, write_report
-from tests.conftest import BASE, SAMPLE, build_index
-from tests.serving_fixtures import loaded_index
+from support import BASE, SAMPLE, build_index
+from serving_fixtures import loaded_index
 
 ROOT = Path(__file__).resolve().parent.parent
 

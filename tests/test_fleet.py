@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.fleet_fixtures import RedisServer, free_port, needs_redis, publish, publish_copy_as
+from fleet_fixtures import RedisServer, free_port, needs_redis, publish, publish_copy_as
 
 pytestmark = [pytest.mark.slow, needs_redis]
 BUCKET = "ritrag-fleet"

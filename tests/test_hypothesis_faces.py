@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from ritrag.serving.errors import STATUS, ToolError
 from ritrag.serving.tools import ToolService
-from tests.serving_fixtures import loaded_index
+from serving_fixtures import loaded_index
 from ritrag.transforms.parse import UnparseablePage, parse_page
 
 FAST = settings(derandomize=True, max_examples=60, deadline=None, database=None,

@@ -14,7 +14,7 @@ from ritrag.serving.http import create_app
 from ritrag.serving.outline import (HANDLE, PARENT_MARK, answer_letters, count_tokens, hit_ranks, parse_outline,
                              preorder, render_outline, toc_json_text)
 from ritrag.serving.tools import ToolService
-from tests.serving_fixtures import loaded_index, serving
+from serving_fixtures import loaded_index, serving
 
 TITLE_WORDS = st.sampled_from(["Getting", "started", "Guide", "…", "\\x", "*2", "✓", "a1", "[v3]", "Über",
                                "21.12.", "-", "|", "Configuring", "the", "server"])

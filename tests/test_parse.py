@@ -9,7 +9,7 @@ import time
 import pytest
 
 from ritrag.schema import Crumb
-from tests.conftest import DEV_CORPUS
+from support import DEV_CORPUS
 from ritrag.transforms.parse import UnparseablePage, parse_page
 
 SITE = "https://docs.example.com/guide"

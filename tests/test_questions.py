@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.check_questions import (CorpusPages, check_evidence, check_format, load_questions, main,
                                         product_of)
-from tests.conftest import DEV_CORPUS
+from support import DEV_CORPUS
 
 ROOT = Path(__file__).resolve().parent.parent
 DEV = ROOT / "benchmarks" / "questions" / "dev.jsonl"

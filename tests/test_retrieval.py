@@ -168,7 +168,7 @@ LOOKALIKE_BODY = [("Certificates", "Put the certificate and its private key in t
 def write_lookalike_sites(directory):
     """Two sites, each with a page titled "Configuring SSL" whose text is the
     same word for word: only the site (the path) tells them apart."""
-    from tests.conftest import tiny_page
+    from support import tiny_page
 
     for site, name in (("alpha", "Alpha Server"), ("beta", "Beta Gateway")):
         pages = {f"{site}/index.html": (name, [], [("Overview", f"{name} serves requests.")]),
@@ -186,7 +186,7 @@ def write_lookalike_sites(directory):
 
 @pytest.fixture(scope="module")
 def lookalike_indexes(tmp_path_factory):
-    from tests.conftest import build_index
+    from support import build_index
 
     site = write_lookalike_sites(tmp_path_factory.mktemp("lookalike_site"))
     out = {}

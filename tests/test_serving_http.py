@@ -9,7 +9,7 @@ import pytest
 from ritrag.serving.budget import Budget, EpisodeBudgets
 from ritrag.serving.http import HttpSettings, create_app
 from ritrag.serving.tools import ToolService
-from tests.serving_fixtures import loaded_index, serving
+from serving_fixtures import loaded_index, serving
 
 
 def wait_ready(client: httpx.Client) -> None:

@@ -17,7 +17,7 @@ from ritrag.serving.mcp_server import streamable_http_app
 from ritrag.serving.outline import parse_outline
 from ritrag.serving.tool_models import EPISODE_META_KEY, tool_definitions
 from ritrag.serving.tools import ToolService
-from tests.serving_fixtures import loaded_index, serving
+from serving_fixtures import loaded_index, serving
 
 
 def walk(trees):

@@ -16,7 +16,7 @@ from ritrag.serving.api import RitragIndex
 from ritrag.serving.reload import VersionWatcher
 from ritrag.serving.remote import IndexMirror, filesystem
 from ritrag.serving.tools import ToolService
-from tests.fleet_fixtures import publish, publish_copy_as
+from fleet_fixtures import publish, publish_copy_as
 
 
 @pytest.fixture

@@ -168,10 +168,11 @@ def test_service_charges_episodes_and_reports_what_is_left(service):
     assert "budget" not in service.call("GetToC", {"query": "tls"})  # no episode: not counted
 
 
-def test_serving_never_loads_beam():
-    code = ("import sys, serving.http, serving.mcp_server, serving.tools; "
+def test_serving_never_loads_beam(tmp_path):
+    code = ("import sys, ritrag.serving.http, ritrag.serving.mcp_server, ritrag.serving.tools; "
             "assert 'apache_beam' not in sys.modules, 'serving imported Beam'")
-    subprocess.run([sys.executable, "-c", code], check=True)
+    # From an empty folder, as an installed product runs: no source tree on the path.
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
 
 
 def test_outline_handles_resolve_in_read_within_their_episode_only(service):

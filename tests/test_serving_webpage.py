@@ -13,7 +13,7 @@ import pytest
 
 from ritrag.serving.http import create_app
 from ritrag.serving.tools import ToolService
-from tests.serving_fixtures import loaded_index, serving
+from serving_fixtures import loaded_index, serving
 
 CHROMIUM = next((path for name in ("chromium", "chromium-browser", "google-chrome")
                  if (path := shutil.which(name))), None)

@@ -459,7 +459,7 @@ def test_a_site_or_virtual_node_takes_the_one_source_kind_below_it():
 @pytest.mark.slow
 def test_an_update_of_mixed_kinds_matches_a_fresh_build(tmp_path):
     from ritrag.pipelines import build, update
-    from tests.test_update import live_table
+    from support import live_table
 
     flags = ["--site_depth", "1", "--granularity", "section", "--embedding_model", "hashing:384"]
     a, b = tmp_path / "a", tmp_path / "b"

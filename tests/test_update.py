@@ -11,10 +11,10 @@ import pytest
 from ritrag.pipelines import update
 from ritrag.transforms import delta
 from ritrag.transforms.delta import plan_page_update, replaced_rows
-from ritrag.layout import IndexLayout, LiveFile, LiveFiles, live_rows
+from ritrag.layout import IndexLayout, LiveFile, live_rows
 from ritrag.representation import Representation
 from ritrag.schema import NodePlacement
-from tests.conftest import TINY_SITE, assert_same_toc, build_index, tiny_page, write_tiny_site
+from support import TINY_SITE, assert_same_toc, live_table, build_index, tiny_page, write_tiny_site
 
 QUERIES = ["which port does version 3 listen on", "log rotation", "deploy containers replicas",
            "metrics endpoint prometheus", "TLS certificates"]
@@ -39,18 +39,6 @@ def make_snapshot_b(directory: Path) -> Path:
     return directory
 
 
-def live_table(index_dir: Path, kind: str) -> dict:
-    live = LiveFiles.open(IndexLayout(str(index_dir)))
-    key = {"nodes": "node_id", "chunks": "chunk_id", "pages": "url"}[kind]
-    rows = {}
-    for f in live.files.get(kind, []):
-        for row in live_rows(f, kind):
-            row.pop("_file")
-            if kind == "pages":
-                row.pop("source")
-            assert row[key] not in rows, f"{kind} {row[key]} live twice"
-            rows[row[key]] = row
-    return rows
 
 
 @pytest.fixture(scope="module")
