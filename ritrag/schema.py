@@ -145,6 +145,13 @@ class DeadLetter:
 
 
 NODE_KINDS = ("site", "page", "virtual", "section")
+# The deepest a node is placed (the site root has depth 0). A deeper chain (a
+# reply to a reply to ..., sections nested without end) is attached at this
+# depth and counted, so that a node's ancestor lists stay bounded (memory linear
+# in the input) and every face (JSON over HTTP and MCP, the outline, the CLI)
+# can answer every tree a build produces. Real documentation trees are a few
+# levels deep; 64 is far past them and far below JSON parsers' nesting limits.
+MAX_TREE_DEPTH = 64
 # The parser that read a page (transforms/sources/dispatch.py decides). A page
 # node and its sections carry their page's; a site or virtual node carries the
 # kind of every page below it when they all share one, else "" (none below, or

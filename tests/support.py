@@ -4,8 +4,10 @@ Imported by bare name (pytest.ini puts tests/ on the path; tests import the
 product only as `ritrag.*`)."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,3 +101,16 @@ def live_table(index_dir: Path, kind: str) -> dict:
             assert row[key] not in rows, f"{kind} {row[key]} live twice"
             rows[row[key]] = row
     return rows
+
+
+def benchmark_module(name: str):
+    """benchmarks/<name>.py, loaded from its file: the benchmarks are scripts of
+    the repository, not part of the installed product, and the repository root
+    stays off sys.path so that tests import the installed `ritrag`."""
+    qualified = f"benchmarks_{name}"
+    if qualified not in sys.modules:
+        spec = importlib.util.spec_from_file_location(qualified, ROOT / "benchmarks" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[qualified] = module  # dataclasses look their module up while the file runs
+        spec.loader.exec_module(module)
+    return sys.modules[qualified]

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.check_questions import (CorpusPages, check_evidence, check_format, load_questions, main,
-                                        product_of)
-from support import DEV_CORPUS
+from support import DEV_CORPUS, benchmark_module
+
+_check = benchmark_module("check_questions")
+CorpusPages, check_evidence, check_format = _check.CorpusPages, _check.check_evidence, _check.check_format
+load_questions, main, product_of = _check.load_questions, _check.main, _check.product_of
 
 ROOT = Path(__file__).resolve().parent.parent
 DEV = ROOT / "benchmarks" / "questions" / "dev.jsonl"

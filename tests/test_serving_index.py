@@ -9,11 +9,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from benchmarks.synthetic_index import write_synthetic_index
 from ritrag.analyzer import analyze
 from ritrag.layout import IndexLayout
 from ritrag.serving.index import LoadedVersion, Postings
 from ritrag.serving.retrieval import bm25_top_k
+from support import benchmark_module
+
+write_synthetic_index = benchmark_module("synthetic_index").write_synthetic_index
 
 
 def files(index_dir: str, kind: str) -> list[str]:
