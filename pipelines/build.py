@@ -23,8 +23,10 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from ritrag.pipelines.launcher import (BuildOptions, check_page_accounting, counter_values,
-                                prepare_job, publish_and_prune, representation_of, required, run_pipeline)
+from ritrag.pipelines.launcher import (BuildOptions, PublishOptions, check_page_accounting, counter_values,
+                                       prepare_job, publish_and_prune, refuse_empty, representation_of, required,
+                                       run_pipeline)
+from ritrag.pipelines.options import JobFlags, parse_job_options
 from ritrag.embedder import EmbedderSpec
 from ritrag.layout import (BM25_PARAMETERS, BM25_STATS_FILE, DENSE_INFO_FILE, SITE_BASES_FILE, IndexLayout,
                            new_manifest, open_read)
@@ -32,7 +34,7 @@ from ritrag.representation import Representation, retrieval_defaults
 from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA
 from ritrag.transforms.chunk import ChunkNodesFn
 from ritrag.transforms.dense import BuildDenseIndex
-from ritrag.transforms.embed import EmbedChunks
+from ritrag.transforms.embed import EmbedChunks, EmbedOptions
 from ritrag.transforms.nodes import PAGES_OUTPUT, BuildForestNodes
 from ritrag.transforms.pages import (DEAD, DEFAULT_BASE_URL, InputOptions, PageParser, ParsePages,
                               WriteDeadLetters, count_input_files, input_root_and_pattern)
@@ -48,6 +50,9 @@ LOG = logging.getLogger("ritrag.build")
 
 class BuildJobOptions(BuildOptions, InputOptions):
     """Every flag the build reads (a view: it defines none of its own)."""
+
+
+FLAGS: JobFlags = {InputOptions: None, BuildOptions: None, EmbedOptions: None, PublishOptions: None}
 
 
 def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str, spec: EmbedderSpec,
@@ -116,6 +121,7 @@ def publish_build(layout: IndexLayout, segment_id: str, options: PipelineOptions
             "granularity": opts.granularity,
             "num_shards": opts.num_shards,
             "base_url": opts.base_url or DEFAULT_BASE_URL,
+            "base_url_given": opts.base_url is not None,
             # Per site as the input names it: the public base its pages named, or why none.
             "site_bases": read_site_bases(segment_dir),
             "site_depth": opts.site_depth,
@@ -135,7 +141,7 @@ def read_site_bases(segment_dir: str) -> dict[str, dict]:
 
 def run(argv: list[str] | None = None) -> str:
     """Run a full build; returns the published version name."""
-    options = PipelineOptions(argv)
+    options = parse_job_options(argv, FLAGS)
     opts = required(options, BuildJobOptions, "input", "out")
     spec = EmbedderSpec(model=opts.embedding_model, query_prefix=opts.query_prefix,
                         document_prefix=opts.document_prefix)
@@ -149,6 +155,7 @@ def run(argv: list[str] | None = None) -> str:
         counts = counter_values(result)
         elapsed = time.time() - started
         check_page_accounting(counts, ("pages_indexed", "pages_dead_lettered", "pages_merged_duplicates"))
+        refuse_empty(counts, segment_dir)
         published = publish_build(layout, segment_id, options, spec, representation, counts, elapsed)
         rate = counts["pages_read"] / elapsed if elapsed else 0.0
         LOG.info("published %s in %.1f s (%.1f pages/s): %s", published, elapsed, rate,

@@ -45,6 +45,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from ritrag.pipelines.launcher import BuildOptions, PublishOptions
+from ritrag.pipelines.options import JobFlags, parse_job_options
 from ritrag.layout import IndexLayout, IndexLease
 from ritrag.schema import CRAWL_TARGET_SCHEMA, CRAWLDB_SCHEMA
 from ritrag.transforms.crawl_round import COUNTERS, LINKS, ROBOTS, CrawlConfig, FetchHostFn, StoreShardFn, shard_key
@@ -61,6 +62,8 @@ ROUNDS_DIR = ".rounds"  # a crawl's working files (fetch lists, rows, robots rul
 
 
 class CrawlOptions(PipelineOptions):
+    """What is crawled and how politely (defaults: CrawlConfig and FetchPolicy, their one definition)."""
+
     @classmethod
     def _add_argparse_args(cls, parser):
         parser.add_argument("--seed", action="append", default=[], help="a seed URL (repeatable)")
@@ -68,24 +71,31 @@ class CrawlOptions(PipelineOptions):
         parser.add_argument("--previous", default=None,
                             help="CrawlDB directory of an earlier crawl to re-crawl conditionally "
                                  "(default: --out, when it holds one)")
-        parser.add_argument("--include", action="append", default=[], help="regex: also in scope")
-        parser.add_argument("--exclude", action="append", default=[], help="regex: never in scope")
+        parser.add_argument("--include", action="append", default=[], help="regex: also in scope (repeatable)")
+        parser.add_argument("--exclude", action="append", default=[], help="regex: never in scope (repeatable)")
         parser.add_argument("--max_pages", type=int, default=100_000, help="page URLs scheduled at most")
-        parser.add_argument("--max_depth", type=int, default=20, help="link hops from a seed")
-        parser.add_argument("--max_rounds", type=int, default=100)
-        parser.add_argument("--per_host_concurrency", type=int, default=2)
-        parser.add_argument("--per_host_delay_s", type=float, default=1.0)
-        parser.add_argument("--max_crawl_delay_s", type=float, default=30.0,
+        parser.add_argument("--max_depth", type=int, default=CrawlConfig.max_depth, help="link hops from a seed")
+        parser.add_argument("--max_rounds", type=int, default=100, help="fetch rounds (one Beam job each) at most")
+        parser.add_argument("--per_host_concurrency", type=int, default=CrawlConfig.per_host_concurrency,
+                            help="requests in flight to one host")
+        parser.add_argument("--per_host_delay_s", type=float, default=CrawlConfig.per_host_delay_s,
+                            help="seconds between request starts to one host (robots.txt Crawl-delay raises it)")
+        parser.add_argument("--max_crawl_delay_s", type=float, default=CrawlConfig.max_crawl_delay_s,
                             help="a robots.txt Crawl-delay is honoured up to this")
         parser.add_argument("--crawl_user_agent", default=DEFAULT_USER_AGENT,
-                            help="the User-Agent of every request and the robots.txt agent (Beam's --user_agent is another)")
-        parser.add_argument("--timeout_s", type=float, default=20.0, help="for a whole response")
-        parser.add_argument("--max_response_bytes", type=int, default=20 * 1024 * 1024,
-                            help="decoded body size cap (also the decompression-bomb guard)")
-        parser.add_argument("--retries", type=int, default=2, help="on 429, 5xx, timeouts, connection errors")
-        parser.add_argument("--retry_backoff_s", type=float, default=1.0)
-        parser.add_argument("--max_retry_after_s", type=float, default=120.0)
-        parser.add_argument("--max_redirects", type=int, default=5)
+                            help="User-Agent sent and matched against robots.txt groups")
+        parser.add_argument("--timeout_s", type=float, default=FetchPolicy.timeout_s,
+                            help="for a whole response, headers and body")
+        parser.add_argument("--max_response_bytes", type=int, default=FetchPolicy.max_bytes,
+                            help="a larger body (decoded) is not kept")
+        parser.add_argument("--retries", type=int, default=FetchPolicy.retries,
+                            help="on 429, 5xx, timeouts, connection errors")
+        parser.add_argument("--retry_backoff_s", type=float, default=FetchPolicy.backoff_s,
+                            help="first retry delay, doubled per retry")
+        parser.add_argument("--max_retry_after_s", type=float, default=FetchPolicy.max_retry_after_s,
+                            help="a longer Retry-After ends the retries")
+        parser.add_argument("--max_redirects", type=int, default=CrawlConfig.max_redirects,
+                            help="redirect hops followed from one URL")
         parser.add_argument("--warc_shards", type=int, default=4, help="WARC writers (files) per round")
         parser.add_argument("--warc_max_bytes", type=int, default=128 * 1024 * 1024,
                             help="a WARC file is closed once it reaches this size")
@@ -93,6 +103,9 @@ class CrawlOptions(PipelineOptions):
 
 class CrawlJobOptions(CrawlOptions, BuildOptions, PublishOptions):
     """Every flag the crawl reads (--out comes from BuildOptions, --break_lock from PublishOptions)."""
+
+
+FLAGS: JobFlags = {CrawlOptions: None, BuildOptions: ("out",), PublishOptions: ("break_lock",)}
 
 
 def read_seeds(opts: CrawlJobOptions) -> tuple[list[str], list[dict]]:
@@ -230,7 +243,7 @@ def previous_seeds(previous_dir: str) -> list[str]:
 
 def run(argv: list[str] | None = None) -> dict[str, int]:
     """Run a crawl; returns the count of CrawlDB rows of this crawl by kind and status."""
-    options = PipelineOptions(argv)
+    options = parse_job_options(argv, FLAGS)
     opts = options.view_as(CrawlJobOptions)
     if not opts.out:
         raise ValueError("missing required option: --out")

@@ -15,15 +15,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
+from collections import Counter
 from typing import Callable, Iterable, Iterator
 
 import apache_beam as beam
+import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from ritrag.embedder import DEFAULT_MODEL
-from ritrag.layout import IndexLayout, IndexLease, is_remote, prune_versions, segment_id_for
+from ritrag.layout import (DEAD_LETTERS_FILE, DENSE_INFO_FILE, IndexLayout, IndexLease, is_remote, open_read,
+                           prune_versions, segment_id_for)
 from ritrag.representation import DEFAULT_PATH_LEVELS, DEFAULT_TEMPLATE, Representation
 from ritrag.transforms.pages import PAGE_COUNTERS
 from ritrag.transforms.tables import remove_spill_files
@@ -32,7 +36,7 @@ LOG = logging.getLogger("ritrag.launcher")
 
 
 class PublishOptions(PipelineOptions):
-    """Options of every job that publishes a version."""
+    """Publishing (every job that writes a version)."""
 
     @classmethod
     def _add_argparse_args(cls, parser):
@@ -55,7 +59,7 @@ def publish_and_prune(layout: IndexLayout, manifest, options: PipelineOptions) -
 
 
 class IndexOptions(PipelineOptions):
-    """Options of every job that changes a published index (update, compact)."""
+    """The index changed (update, compact)."""
 
     @classmethod
     def _add_argparse_args(cls, parser):
@@ -72,6 +76,8 @@ def required(options: PipelineOptions, view: type, *names: str):
 
 
 class BuildOptions(PipelineOptions):
+    """What the index is made of (a build records them; an update reads the live version's)."""
+
     @classmethod
     def _add_argparse_args(cls, parser):
         parser.add_argument("--out", help="index directory (local path or object-store prefix)")
@@ -80,11 +86,17 @@ class BuildOptions(PipelineOptions):
                                  "URL where its pages name it, else http://localhost/; transforms/site_base.py)")
         parser.add_argument("--site_depth", type=int, default=0,
                             help="URL path segments that name a site (1: one forest per <host>/<product>/)")
-        parser.add_argument("--granularity", choices=("page", "section"), default="page")
-        parser.add_argument("--num_shards", type=int, default=1)
-        parser.add_argument("--embedding_model", default=DEFAULT_MODEL)
-        parser.add_argument("--query_prefix", default="")
-        parser.add_argument("--document_prefix", default="")
+        parser.add_argument("--granularity", choices=("page", "section"), default="page",
+                            help="a node per page, or also a node per heading section inside pages")
+        parser.add_argument("--num_shards", type=int, default=1,
+                            help="files per table, BM25 postings and dense index (parallel writers and loaders)")
+        parser.add_argument("--embedding_model", default=DEFAULT_MODEL,
+                            help="sentence-transformers model name or local path, or hashing:DIM (a "
+                                 "model-free stand-in for tests)")
+        parser.add_argument("--query_prefix", default="",
+                            help="text the model expects before a query (e.g. 'query: ' for E5 models)")
+        parser.add_argument("--document_prefix", default="",
+                            help="text the model expects before a document (e.g. 'passage: ')")
         parser.add_argument("--dense_factory", default=None,
                             help="FAISS index factory string (default: chosen by corpus size)")
         parser.add_argument("--dense_nprobe", type=int, default=None,
@@ -134,6 +146,24 @@ def check_page_accounting(counts: dict[str, int], outcomes: Iterable[str]) -> No
         raise RuntimeError(f"page accounting mismatch: read {counts['pages_read']} but "
                            f"{' + '.join(name.removeprefix('pages_') for name in outcomes)} = {accounted}; "
                            f"not publishing")
+
+
+class NothingToPublishError(RuntimeError):
+    """The job's input gave no chunk to index, so it publishes no version."""
+
+
+def refuse_empty(counts: dict[str, int], segment_dir: str) -> None:
+    """A build with no vector to index (every page empty or dead-lettered) ends
+    with its accounting in one line, not a traceback of the dense stage."""
+    if FileSystems.exists(os.path.join(segment_dir, DENSE_INFO_FILE)):
+        return
+    with open_read(os.path.join(segment_dir, DEAD_LETTERS_FILE)) as fh:
+        reasons = Counter(pq.read_table(fh, columns=["reason"]).column("reason").to_pylist())
+    dead = ", ".join(f"{reason} {n}" for reason, n in reasons.most_common()) or "none"
+    raise NothingToPublishError(
+        f"nothing to index, not publishing: read {counts['pages_read']} pages; indexed {counts['pages_indexed']} "
+        f"(no text to chunk); dead-lettered {counts['pages_dead_lettered']} (by reason: {dead}); the reasons of "
+        f"each file are in {os.path.join(segment_dir, DEAD_LETTERS_FILE)}")
 
 
 @contextlib.contextmanager

@@ -16,41 +16,49 @@ segment is an empty delta (0 pages indexed, 0 chunks added).
 from __future__ import annotations
 
 import logging
+import sys
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from ritrag.pipelines import build, crawl, update
-from ritrag.pipelines.update import UpdateOptions
+from ritrag.pipelines.options import JobFlags, JobOptionsError, check_job_argv, job_actions, job_flags, merge_flags
 from ritrag.layout import IndexLayout
 
 LOG = logging.getLogger("ritrag.refresh")
 
 
-class RefreshOptions(UpdateOptions):
-    """--index (UpdateOptions': updated, or built if it has no version yet) and --crawl_dir."""
+class RefreshOptions(PipelineOptions):
+    """The crawl directory the refresh keeps (--index is the update's)."""
 
     @classmethod
     def _add_argparse_args(cls, parser):
         parser.add_argument("--crawl_dir", help="crawl directory (CrawlDB + WARC files), re-crawled in place")
 
 
+# One command line for the three jobs, each handed only its own flags (and every
+# Beam flag); the jobs' --out and --input are the refresh's two directories.
+FLAGS: JobFlags = merge_flags({RefreshOptions: None}, crawl.FLAGS, build.FLAGS, update.FLAGS, without=("out", "input"))
+
+
 def run(argv: list[str] | None = None) -> dict:
     """Crawl, then update (or build) the index; returns {"crawl": row counts,
-    "index", "version": the published version, "built": whether it was a first build}.
-    Every other flag goes to the jobs (each reads the ones it knows)."""
-    argv = list(argv or [])
-    opts = PipelineOptions(argv).view_as(RefreshOptions)
-    if not opts.crawl_dir or not opts.index:
-        raise ValueError("missing required option: --crawl_dir and --index")
-    counts = crawl.run([*argv, "--out", opts.crawl_dir])
-    first = IndexLayout(opts.index).current_version() is None
+    "index", "version": the published version, "built": whether it was a first build}."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    namespace, beam_flags = check_job_argv(argv, FLAGS)
+    if not namespace.crawl_dir or not namespace.index:
+        raise JobOptionsError("missing required option: --crawl_dir and --index")
+    def flags_of(job) -> list[str]:
+        return [*job_flags(namespace, job_actions(job.FLAGS)), *beam_flags]
+
+    counts = crawl.run([*flags_of(crawl), "--out", namespace.crawl_dir])
+    first = IndexLayout(namespace.index).current_version() is None
     if first:
-        version = build.run([*argv, "--input", opts.crawl_dir, "--out", opts.index])
+        version = build.run([*flags_of(build), "--input", namespace.crawl_dir, "--out", namespace.index])
     else:
-        version = update.run([*argv, "--input", opts.crawl_dir, "--index", opts.index])
-    LOG.info("refresh: crawled %s, %s %s, published %s", opts.crawl_dir, "built" if first else "updated",
-             opts.index, version)
-    return {"crawl": counts, "index": opts.index, "version": version, "built": first}
+        version = update.run([*flags_of(update), "--input", namespace.crawl_dir, "--index", namespace.index])
+    LOG.info("refresh: crawled %s, %s %s, published %s", namespace.crawl_dir, "built" if first else "updated",
+             namespace.index, version)
+    return {"crawl": counts, "index": namespace.index, "version": version, "built": first}
 
 
 if __name__ == "__main__":

@@ -30,13 +30,16 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
+from typing import Callable
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from ritrag.pipelines.launcher import (IndexOptions, check_page_accounting, counter_values, prepare_job,
-                                publish_and_prune, representation_of, required, run_pipeline)
+from ritrag.pipelines.launcher import (BuildOptions, IndexOptions, PublishOptions, check_page_accounting, counter_values,
+                                       prepare_job, publish_and_prune, representation_of, required, run_pipeline)
+from ritrag.pipelines.options import JobFlags, JobOptionsError, given_flags, parse_job_options
 from ritrag.embedder import EmbedderSpec, check_backend_available
 from ritrag.layout import BM25_STATS_FILE, TOMBSTONES_FILE, IndexLayout, LiveFiles, new_manifest, open_read
 from ritrag.representation import Representation, refuse_mixing
@@ -45,7 +48,7 @@ from ritrag.transforms.delta import (CHUNK_REF_COLUMNS, NODE_SKELETON_COLUMNS, C
                               PlanPageUpdates, RemovedChunkTerms, ReplaceRows, ReuseOrEmbedVectors, UpdatePagesFn,
                               WriteTombstones, tombstone_counts)
 from ritrag.transforms.dense import BuildDenseIndex, live_trained_index
-from ritrag.transforms.embed import EmbedChunks
+from ritrag.transforms.embed import EmbedChunks, EmbedOptions
 from ritrag.transforms.nodes import PlaceSkeletons
 from ritrag.transforms.pages import (DEAD, PAGE_COUNTERS, InputOptions, PageParser, WriteDeadLetters, count_input_files,
                               input_root_and_pattern)
@@ -60,6 +63,33 @@ UPDATE_COUNTERS = PAGE_COUNTERS + ("pages_unchanged", "pages_deleted", "pages_re
 
 class UpdateOptions(InputOptions, IndexOptions):
     """--input (the new snapshot) and --index."""
+
+
+# BuildOptions are accepted so that one command line serves a refresh's first
+# build and its later updates; given explicitly, each must match the live index.
+FLAGS: JobFlags = {InputOptions: None, IndexOptions: None, BuildOptions: None, EmbedOptions: None,
+                   PublishOptions: None}
+# What the live index records of the BuildOptions an update cannot change (the
+# representation's flags are compared by refuse_mixing).
+RECORDED: dict[str, Callable[[dict], object]] = {
+    "base_url": lambda config: config.get("base_url"),
+    "site_depth": lambda config: config.get("site_depth"),
+    "granularity": lambda config: config.get("granularity"),
+    "num_shards": lambda config: config.get("num_shards"),
+    "embedding_model": lambda config: config["embedder"]["model"],
+    "query_prefix": lambda config: config["embedder"].get("query_prefix", ""),
+    "document_prefix": lambda config: config["embedder"].get("document_prefix", ""),
+}
+
+
+def refuse_reshaping(config: dict, given: dict[str, object]) -> None:
+    """An update keeps what shaped the live index; a flag that asks for another
+    value is refused before anything runs (it would otherwise be ignored)."""
+    differing = [f"--{name} {given[name]!r} (the index has {recorded(config)!r})"
+                 for name, recorded in RECORDED.items() if name in given and given[name] != recorded(config)]
+    if differing:
+        raise JobOptionsError(f"an update cannot change what the index was built with: {'; '.join(differing)}; "
+                              f"rebuild the index (ritrag build) to change it")
 
 
 def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: LiveFiles, segment_dir: str,
@@ -130,9 +160,11 @@ def publish_update(layout: IndexLayout, live: LiveFiles, segment_id: str, counts
 
 def run(argv: list[str] | None = None) -> str:
     """Run an incremental update; returns the published version name."""
-    options = PipelineOptions(argv)
+    options = parse_job_options(argv, FLAGS)
     opts = required(options, UpdateOptions, "input", "index")
-    live_representation = Representation.from_config(IndexLayout(opts.index).load_manifest().config)
+    live_config = IndexLayout(opts.index).load_manifest().config
+    refuse_reshaping(live_config, given_flags(sys.argv[1:] if argv is None else argv, FLAGS))
+    live_representation = Representation.from_config(live_config)
     refuse_mixing(live_representation, representation_of(options, live_representation))
     with prepare_job(options, opts.index, "update") as (layout, segment_id, segment_dir):
         live = LiveFiles.open(layout)

@@ -81,6 +81,7 @@ def forest_report(index_dir: str, version: str | None = None) -> dict:
             site["base"] = {**decided, "input": input_site}
     return {"index": index_dir, "version": manifest.version, "sites": dict(sorted(sites.items())),
             "base_url": manifest.config.get("base_url"), "bases_recorded": "site_bases" in manifest.config,
+            "base_url_given": manifest.config.get("base_url_given"),
             "trail_cascade": trail_cascade(manifest.stats),
             "dead_letters": dict(dead), "dead_letters_by_source_dir": {k: dict(v) for k, v in dead_by_site.items()}}
 
@@ -102,6 +103,9 @@ def _base_line(site: dict, report: dict) -> str:
     decided = site.get("base")
     if not report.get("bases_recorded"):
         return f"base: {report.get('base_url')} (built before base URLs were inferred)"
+    if decided is None and report.get("base_url_given") is False:
+        # Nothing was inferred for this site: its input carries absolute URLs (WARC records, a crawl).
+        return "base: the URLs its input records carry"
     if decided is None:
         return f"base: given ({report.get('base_url')})"
     if decided["status"] == "inferred":

@@ -49,7 +49,7 @@ class CrawlConfig:
     per_host_concurrency: int = 2
     per_host_delay_s: float = 1.0
     max_crawl_delay_s: float = 30.0
-    max_depth: int = 10
+    max_depth: int = 20
     max_redirects: int = 5
     respect_robots: bool = True
 

@@ -156,9 +156,9 @@ def write_dense_shard(path: str, table: pa.Table, trained: bytes) -> int:
     return len(ids)
 
 
-def _train(sample: list[tuple[int, np.ndarray]], n_vectors: int, overrides: dict, out_dir: str) -> bytes:
-    if not sample:
-        raise ValueError("no vectors to index: every page was empty or dead-lettered")
+def _train(sample: list[tuple[int, np.ndarray]], n_vectors: int, overrides: dict, out_dir: str) -> bytes | None:
+    if not sample:  # nothing to index: the job refuses to publish, with its accounting (launcher.refuse_empty)
+        return None
     matrix = np.stack([v for _, v in sorted(sample, key=lambda kv: kv[0])]).astype(np.float32)
     params = dataclasses.replace(choose_params(n_vectors, matrix.shape[1]), **overrides)
     info = {**dataclasses.asdict(params), "dim": int(matrix.shape[1]), "n_vectors": int(n_vectors),

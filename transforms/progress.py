@@ -19,10 +19,14 @@ def progress_line(stage: str, done: int, elapsed_s: float, total: int | None,
                   rss_bytes: int | None = None) -> str:
     rate = done / elapsed_s if elapsed_s > 0 else 0.0
     line = f"{stage}: {done:,} in {elapsed_s:,.0f} s ({rate:,.1f}/s)"
-    if total:
-        left = max(total - done, 0)
+    # The total counts input files; a Posts.xml, a Discourse topic or a WARC file
+    # holds many pages, so past it the count says so instead of passing 100%.
+    if total and done <= total:
+        left = total - done
         eta = left / rate if rate > 0 else float("inf")
         line += f", {100.0 * done / total:.1f}% of {total:,}, ETA {format_duration(eta)}"
+    elif total:
+        line += f", more than the {total:,} input files (some hold several pages)"
     if rss_bytes:
         line += f", worker RSS {rss_bytes / 2 ** 30:.2f} GiB"
     return line
