@@ -1,6 +1,8 @@
 """What every non-HTML source shares: the file it reads (`SourceFile`), heading
-anchors, and the assembly of a `ParsedPage` (its content hash computed as the
-HTML parser computes it, so that updates find unchanged documents alike)."""
+anchors, the assembly of a `ParsedPage` (its content hash computed as the
+HTML parser computes it, so that updates find unchanged documents alike), and
+the one YAML loader of docs metadata (front matter, `mkdocs.yml`, category files)
+with the one rule for the texts taken from it (`meta_text`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,6 +10,7 @@ import re
 from typing import Callable
 
 import lxml.html
+import yaml
 from lxml import etree
 
 from ritrag.schema import Crumb, ParsedPage, Section
@@ -26,6 +29,80 @@ class SourceFile:
     site: str
     root: str = ""
     url_of: Callable[[str], str] | None = None
+
+
+# The most nodes a YAML document may stand for once its aliases are expanded. A
+# real nav or front matter is a few thousand nodes; 9 aliases to 9 aliases ...
+# 8 levels deep (a "billion laughs" of 391 bytes) stand for 43 million, and an
+# alias inside its own anchor (`&x [*x]`) for infinitely many.
+MAX_YAML_NODES = 100_000
+# The deepest a YAML document may nest (PyYAML composes nodes recursively: a
+# deeper document would exhaust the stack). Real metadata nests a few levels.
+MAX_YAML_DEPTH = 100
+# The longest title, tag or description taken from YAML metadata (longer values are cut).
+MAX_META_CHARS = 1000
+
+
+class RefusedYaml(yaml.composer.ComposerError):
+    """A YAML document nested deeper than MAX_YAML_DEPTH, or whose aliases expand
+    past MAX_YAML_NODES nodes (or into themselves)."""
+
+
+class DocsYamlLoader(yaml.SafeLoader):
+    """safe_load for docs metadata: the tags MkDocs themes use (`!!python/name:...`,
+    `!ENV`) read as null; a document nested deeper than MAX_YAML_DEPTH, or whose
+    aliases expand past MAX_YAML_NODES (or into themselves), refused
+    (`RefusedYaml`) before anything is built from it, so its cost stays that of
+    its text. Aliases within the cap are read as PyYAML reads them."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        if self._depth >= MAX_YAML_DEPTH:
+            raise RefusedYaml(None, None, f"it nests deeper than {MAX_YAML_DEPTH} levels", self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def compose_document(self):
+        node = super().compose_document()
+        _refuse_alias_bombs(node)
+        return node
+
+
+DocsYamlLoader.add_multi_constructor("tag:yaml.org,2002:python/", lambda loader, suffix, node: None)
+DocsYamlLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def _refuse_alias_bombs(root: yaml.Node | None) -> None:
+    """Count the nodes of `root` as the tree its aliases expand to, stopping at the cap."""
+    seen, stack = 0, [root] if root is not None else []
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > MAX_YAML_NODES:
+            raise RefusedYaml(
+                None, None, f"its aliases expand past {MAX_YAML_NODES} nodes (or into themselves)", node.start_mark)
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            stack.extend(part for pair in node.value for part in pair)
+
+
+def load_yaml(text: str | bytes):
+    """A YAML document read with DocsYamlLoader; raises yaml.YAMLError."""
+    return yaml.load(text, Loader=DocsYamlLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
+def meta_text(value) -> str:
+    """A title, tag or description from YAML metadata: a scalar as text, at most
+    MAX_META_CHARS long; "" for an empty value and anything else (a list or
+    mapping is no title)."""
+    if not value or isinstance(value, (list, dict, set, tuple)):
+        return ""
+    return str(value)[:MAX_META_CHARS]
 
 
 _NOT_SLUG = re.compile(r"[^\w\s-]")

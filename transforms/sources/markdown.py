@@ -1,7 +1,11 @@
 """Markdown document -> `ParsedPage` (markdown-it-py, CommonMark with tables).
 
 * Front matter (a YAML block between `---` lines at the top): `title`,
-  `description`, `tags`/`keywords`.
+  `description`, `tags`/`keywords`, each a scalar of bounded length
+  (`common.meta_text`: a list or mapping is no title). Read by the one docs YAML
+  loader (`common.load_yaml`): front matter it refuses (aliases expanding past
+  its cap, an alias bomb; nesting past its depth) makes the document a dead
+  letter (`refused_yaml`).
 * Title: the front matter's title, else a first-level heading that opens the
   document, else the nav entry's title (`mkdocs.yml`), else the file name. A
   heading used as the title (an opening one equal to the front matter's title,
@@ -10,7 +14,8 @@
   MkDocs gives (Python-Markdown's toc slugs), so section URLs are the published ones.
 * Text is the rendered plain text, never markup: paragraphs apart by a blank
   line, list items and table rows a line each (cells " | "), code verbatim,
-  inline HTML reduced to its text, comments dropped.
+  inline HTML reduced to its text; comments, `<script>` and `<style>` dropped
+  (as the HTML parser drops them).
 * Placement: the `mkdocs.yml` nav when one sits in the document's folder or
   above it (inside the input), else the folders (transforms/sources/nav.py).
 """
@@ -25,39 +30,64 @@ from markdown_it.token import Token
 from ritrag.schema import ParsedPage, Section
 from ritrag.transforms.parse import UnparseablePage
 from ritrag.transforms.parse.location import url_segment_title
-from ritrag.transforms.sources.common import SourceFile, document_page, heading_anchor, html_text, section_path
+from ritrag.transforms.sources.common import (SourceFile, RefusedYaml, document_page, heading_anchor, html_text,
+                                              load_yaml, meta_text, section_path)
 from ritrag.transforms.sources.nav import document_trail
 
 _MARKDOWN = MarkdownIt("commonmark").enable(["table", "strikethrough"])
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL)
-_CELL_CLOSE = ("th_close", "td_close")
 
 
 def split_front_matter(text: str) -> tuple[dict, str]:
     """(front matter as a dict, the Markdown after it); a block that is not a
-    YAML mapping is left in the text, as MkDocs leaves it."""
+    YAML mapping is left in the text, as MkDocs leaves it; YAML the loader
+    refuses raises UnparseablePage("refused_yaml")."""
     match = _FRONT_MATTER.match(text)
     if not match:
         return {}, text
     try:
-        meta = yaml.safe_load(match.group(1))
+        meta = load_yaml(match.group(1))
+    except RefusedYaml as exc:
+        raise UnparseablePage("refused_yaml", f"front matter: {exc.problem}") from exc
     except yaml.YAMLError:
         return {}, text
     return (meta, text[match.end():]) if isinstance(meta, dict) else ({}, text)
 
 
-def _inline_text(token: Token) -> str:
-    parts = []
-    for child in token.children or ():
-        if child.type in ("text", "code_inline"):
-            parts.append(child.content)
-        elif child.type == "softbreak":
-            parts.append(" ")
-        elif child.type == "hardbreak":
-            parts.append("\n")
-        elif child.type == "image":
-            parts.append(_inline_text(child) or child.attrGet("alt") or "")
-    return "".join(parts).strip()
+# Inline HTML opening or closing an element whose content is code, not text.
+_HIDDEN_TAG = re.compile(r"<(/?)(script|style)\b[^>]*>", re.IGNORECASE)
+
+
+class _InlineText:
+    """The plain text of inline tokens, in document order. The content of an
+    inline `<script>` or `<style>` is dropped up to its closing tag, across
+    paragraphs, as an HTML parser reads it (block-level ones are html blocks,
+    which `html_text` strips)."""
+
+    def __init__(self):
+        self._hidden: str | None = None  # the script/style element open, if any
+
+    def __call__(self, token: Token) -> str:
+        parts = []
+        for child in token.children or ():
+            if child.type == "html_inline":
+                tag = _HIDDEN_TAG.match(child.content)
+                closing, name = (tag.group(1), tag.group(2).lower()) if tag else ("", None)
+                if name and not closing and not self._hidden:
+                    self._hidden = name
+                elif name and closing and name == self._hidden:
+                    self._hidden = None
+            elif self._hidden:
+                continue
+            elif child.type in ("text", "code_inline"):
+                parts.append(child.content)
+            elif child.type == "softbreak":
+                parts.append(" ")
+            elif child.type == "hardbreak":
+                parts.append("\n")
+            elif child.type == "image":
+                parts.append(self(child) or child.attrGet("alt") or "")
+        return "".join(parts).strip()
 
 
 class _Heading:
@@ -71,6 +101,7 @@ def rendered_blocks(markdown: str) -> list[_Heading | tuple[str, bool]]:
     one before on the next line instead of after a blank line."""
     out: list[_Heading | tuple[str, bool]] = []
     tokens = _MARKDOWN.parse(markdown)
+    inline_text = _InlineText()
     list_depth, in_list_run = 0, False
     row: list[str] = []
     rows: list[str] = []
@@ -79,7 +110,7 @@ def rendered_blocks(markdown: str) -> list[_Heading | tuple[str, bool]]:
         token = tokens[i]
         kind = token.type
         if kind == "heading_open":
-            out.append(_Heading(int(token.tag[1:]), _inline_text(tokens[i + 1])))
+            out.append(_Heading(int(token.tag[1:]), inline_text(tokens[i + 1])))
             in_list_run = False
             i += 3
             continue
@@ -89,7 +120,7 @@ def rendered_blocks(markdown: str) -> list[_Heading | tuple[str, bool]]:
             list_depth -= 1
             in_list_run = in_list_run and list_depth > 0
         elif kind == "inline" and tokens[i - 1].type in ("th_open", "td_open"):
-            row.append(_inline_text(token))
+            row.append(inline_text(token))
         elif kind == "tr_close":
             rows.append(" | ".join(row))
             row = []
@@ -97,7 +128,7 @@ def rendered_blocks(markdown: str) -> list[_Heading | tuple[str, bool]]:
             out.append(("\n".join(rows), False))
             rows = []
         elif kind in ("inline", "fence", "code_block", "html_block"):
-            text = (_inline_text(token) if kind == "inline" else
+            text = (inline_text(token) if kind == "inline" else
                     token.content.rstrip("\n") if kind != "html_block" else html_text(token.content))
             if text:
                 out.append((text, in_list_run))
@@ -113,10 +144,10 @@ def parse_markdown(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
         raise UnparseablePage("undecodable", f"Markdown is read as UTF-8: {exc}") from exc
     meta, markdown = split_front_matter(text)
     blocks = rendered_blocks(markdown)
-    if not blocks and not meta.get("title"):
+    title = meta_text(meta.get("title"))
+    if not blocks and not title:
         raise UnparseablePage("no_content", "neither text nor a heading")
     trail, method, nav_title, nav_order = document_trail(file)
-    title = str(meta.get("title") or "")
     if blocks and isinstance(blocks[0], _Heading) and blocks[0].level == 1 and (
             not title or blocks[0].title == title):
         title = title or blocks[0].title
@@ -136,10 +167,10 @@ def parse_markdown(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
             pieces.append("\n" if tight else "\n\n")
         pieces.append(text)
     keywords = meta.get("tags") or meta.get("keywords") or []
-    keywords = tuple(str(k) for k in keywords if k) if isinstance(keywords, list) else (str(keywords),)
+    keywords = tuple(k for k in map(meta_text, keywords if isinstance(keywords, list) else [keywords]) if k)
     page = document_page(
         file, title=title, trail=trail, trail_method=method, nav_order=nav_order,
-        description=str(meta.get("description") or ""), keywords=keywords,
+        description=meta_text(meta.get("description")), keywords=keywords,
         sections=tuple(Section(t, level, anchor, "".join(pieces), path)
                        for t, level, anchor, path, pieces in sections))
     return [(None, page)]

@@ -19,12 +19,17 @@ covers it, else from its folders.
   the order of folders is their URL order).
 
 The nav and category files are read once per worker (cached by path): a build
-that edits them while it runs may place documents by either version.
+that edits them while it runs may place documents by either version. Both are
+read by the one docs YAML loader (`common.load_yaml`): a nav file it refuses (an
+alias bomb, an alias inside itself, nesting past its depth) is no nav, and its documents are placed by
+their folders (logged); titles and labels are bounded scalars (`common.meta_text`).
+The nav is walked without recursion, so its depth costs no stack.
 """
 from __future__ import annotations
 
 import functools
 import json
+import logging
 import posixpath
 from dataclasses import dataclass, field
 
@@ -33,19 +38,12 @@ from apache_beam.io.filesystems import FileSystems
 
 from ritrag.schema import Crumb
 from ritrag.transforms.parse.trail import directory_trail
-from ritrag.transforms.sources.common import SourceFile
+from ritrag.transforms.sources.common import SourceFile, RefusedYaml, load_yaml, meta_text
 
+LOG = logging.getLogger("ritrag.sources")
 MKDOCS_CONFIG = "mkdocs.yml"
 INDEX_NAMES = ("index.md", "README.md")
 CATEGORY_FILES = ("_category_.json", "_category_.yml", "_category_.yaml")  # Docusaurus
-
-
-class _LenientLoader(yaml.SafeLoader):
-    """safe_load that reads tags MkDocs themes use (`!!python/name:...`, `!ENV`) as null."""
-
-
-_LenientLoader.add_multi_constructor("tag:yaml.org,2002:python/", lambda loader, suffix, node: None)
-_LenientLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
 
 
 @dataclass
@@ -61,29 +59,40 @@ class Nav:
 
 
 def parse_nav(config_text: str, config_dir: str) -> Nav | None:
-    """The nav of an `mkdocs.yml` (None when it has none or is not YAML)."""
+    """The nav of an `mkdocs.yml` (None when it has none, is not YAML, or is refused)."""
     try:
-        config = yaml.load(config_text, Loader=_LenientLoader)  # noqa: S506 (a SafeLoader subclass)
+        config = load_yaml(config_text)
+    except RefusedYaml as exc:
+        LOG.warning("%s/%s refused, its documents are placed by folders: %s", config_dir, MKDOCS_CONFIG, exc.problem)
+        return None
     except yaml.YAMLError:
         return None
     if not isinstance(config, dict) or not isinstance(config.get("nav"), list):
         return None
-    nav = Nav(posixpath.join(config_dir, str(config.get("docs_dir") or "docs")))
-    _walk(nav, config["nav"], ())
+    nav = Nav(posixpath.join(config_dir, meta_text(config.get("docs_dir")) or "docs"))
+    _walk(nav, config["nav"])
     return nav
 
 
-def _walk(nav: Nav, items: list, chain: tuple[str, ...]) -> None:
-    listed = nav.section_entries.setdefault(chain, [])
-    for item in items:
+def _walk(nav: Nav, top: list) -> None:
+    """Flatten the nav's items into `nav`, in order (depth first, with a stack)."""
+    stack: list[tuple[tuple[str, ...], list, int]] = [((), top, 0)]  # (chain, items, next item)
+    while stack:
+        chain, items, index = stack.pop()
+        listed = nav.section_entries.setdefault(chain, [])
+        if index >= len(items):
+            continue
+        stack.append((chain, items, index + 1))
+        item = items[index]
         title, value = (None, item) if isinstance(item, str) else (
             next(iter(item.items())) if isinstance(item, dict) and len(item) == 1 else (None, None))
+        title = None if title is None else meta_text(title)
         if isinstance(value, list) and title is not None:
-            listed.append(chain + (str(title),))
-            _walk(nav, value, chain + (str(title),))
+            listed.append(chain + (title,))
+            stack.append((chain + (title,), value, 0))
         elif isinstance(value, str) and "://" not in value and value not in nav.entries:
             path = posixpath.normpath(value.lstrip("/"))
-            nav.entries[path] = (chain, None if title is None else str(title))
+            nav.entries[path] = (chain, title)
             listed.append(path)
             if chain and posixpath.basename(path) in INDEX_NAMES and chain not in nav.section_index:
                 nav.section_index[chain] = path
@@ -174,9 +183,9 @@ def _category_label(folder: str) -> str | None:
         try:
             with FileSystems.open(path) as fh:
                 text = fh.read()
-            category = json.loads(text) if name.endswith(".json") else yaml.safe_load(text)
+            category = json.loads(text) if name.endswith(".json") else load_yaml(text)
         except (OSError, ValueError, yaml.YAMLError):
             return None
-        label = category.get("label") if isinstance(category, dict) else None
-        return str(label) if label else None
+        label = meta_text(category.get("label")) if isinstance(category, dict) else ""
+        return label or None
     return None
