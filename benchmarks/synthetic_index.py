@@ -26,7 +26,8 @@ import pyarrow.parquet as pq
 from ritrag.analyzer import analyze
 from ritrag.embedder import DEFAULT_MODEL, EmbedderSpec
 from ritrag.ids import chunk_id_for, node_id_for, shard_of
-from ritrag.layout import (BM25_PARAMETERS, BM25_STATS_FILE, DEAD_LETTERS_FILE, DENSE_INFO_FILE, IndexLayout,
+from ritrag.bm25 import BM25_PARAMETERS, corpus_stats
+from ritrag.layout import (BM25_STATS_FILE, DEAD_LETTERS_FILE, DENSE_INFO_FILE, IndexLayout,
                            new_manifest, shard_file_name)
 from ritrag.schema import CHUNKS_SCHEMA, DEAD_LETTERS_SCHEMA, NODES_SCHEMA, POSTINGS_SCHEMA, VOCABULARY_SCHEMA
 
@@ -178,7 +179,7 @@ def write_synthetic_index(out: str, nodes: int = 1_000_000, sites: int = 16, fan
     order = present[np.argsort(words[present].astype(str))]
     write_table(os.path.join(seg_dir, shard_file_name("vocabulary", 0, 1, "parquet")),
                 {"term": words[order], "df": df[order]}, VOCABULARY_SCHEMA)
-    bm25 = {"n_chunks": nodes, "n_terms": int(offsets[-1]), "avg_chunk_terms": float(offsets[-1] / nodes)}
+    bm25 = corpus_stats(nodes, int(offsets[-1]))
     with open(os.path.join(seg_dir, BM25_STATS_FILE), "w", encoding="utf-8") as fh:
         json.dump(bm25, fh, sort_keys=True)
     pq.write_table(DEAD_LETTERS_SCHEMA.empty_table(), os.path.join(seg_dir, DEAD_LETTERS_FILE))

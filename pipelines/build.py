@@ -28,7 +28,8 @@ from ritrag.pipelines.launcher import (BuildOptions, PublishOptions, check_page_
                                        run_pipeline)
 from ritrag.pipelines.options import JobFlags, parse_job_options
 from ritrag.embedder import EmbedderSpec
-from ritrag.layout import (BM25_PARAMETERS, BM25_STATS_FILE, DENSE_INFO_FILE, SITE_BASES_FILE, IndexLayout,
+from ritrag.bm25 import BM25_PARAMETERS
+from ritrag.layout import (BM25_STATS_FILE, DENSE_INFO_FILE, SITE_BASES_FILE, IndexLayout,
                            new_manifest, open_read)
 from ritrag.representation import Representation, retrieval_defaults
 from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA

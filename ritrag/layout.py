@@ -16,8 +16,8 @@ INDEX/
 This module is the one home of that format: the names below, the manifest, the
 checksummed open (`IndexLayout.verified_path`), the live-row filter
 (`LiveFiles`, `live_rows`: a row is live unless a later segment tombstoned its
-id) and the BM25 parameters. Jobs, the server, `ritrag inspect` and the
-benchmarks name files only through it.
+id); BM25's parameters and statistics are ritrag/bm25.py's. Jobs, the server,
+`ritrag inspect` and the benchmarks name files only through it.
 
 Jobs reach remote paths (gs://, s3://, ...) through Beam's FileSystems, so the same
 code publishes to local disk or an object store; the serving process reads a
@@ -52,8 +52,6 @@ DENSE_INFO_FILE = "dense.json"  # factory string, nprobe, rerank, dimension of t
 DENSE_TRAINED_FILE = "dense_trained.faiss"  # the trained empty index: later segments add to a copy of it
 DEAD_LETTERS_FILE = "dead_letters.parquet"
 SITE_BASES_FILE = "site_bases.json"  # each site's inferred public base, when --base_url was not given
-# Recorded in every manifest's config; the server scores with the manifest's values.
-BM25_PARAMETERS = {"k1": 1.2, "b": 0.75}
 LOG = logging.getLogger("ritrag.layout")
 LEASE_FILE = "LEASE"
 _VERSION_RE = re.compile(r"^v(\d{6})$")

@@ -15,14 +15,14 @@ from typing import Sequence
 import numpy as np
 
 from ritrag.analyzer import analyze
-from ritrag.layout import BM25_PARAMETERS
+from ritrag.bm25 import top_k
 from ritrag.vectors import rerank_exact
 from ritrag.embedder import EmbedderSpec, check_backend_available
 from ritrag.encoders import QueryEmbedder
 from ritrag.serving.errors import ToolError, checked_int, checked_text
 from ritrag.serving.index import LoadedVersion
-from ritrag.serving.retrieval import (Ranking, RetrievalParams, bm25_top_k, bm25f_chunk_scores, build_subforest,
-                                     dense_top_k, fuse, node_scores, top_k, top_nodes, with_node_docs)
+from ritrag.serving.retrieval import (Ranking, RetrievalParams, build_subforest, dense_top_k, fuse, node_scores,
+                                     top_nodes, with_node_docs)
 
 DEFAULT_K = 200  # chunks recalled by each retriever (k')
 DEFAULT_N = 50  # nodes kept
@@ -116,12 +116,10 @@ class RitragIndex:
         documents, with their scores, best first: the rankings GetToC fuses
         (evaluation also scores each alone, as a baseline)."""
         idx, params = self.index, params or self.params
-        bm25 = {**BM25_PARAMETERS, **idx.manifest.config.get("bm25", {})}
-        k1, b = bm25["k1"], bm25["b"]
         vector = self.embed_query(query) if query_vector is None else query_vector
-        fields = idx.bm25_fields
+        two_fields = "doc" in idx.bm25.fields
         # With node documents in the dense index, twice k' neighbours are split into chunks and documents.
-        depth = k * (2 if fields is not None else 1)
+        depth = k * (2 if two_fields else 1)
         if idx.vector_store is None:
             dense_ids, similarities = dense_top_k(vector, idx.dense_shards, depth, idx.dense_dead)
         else:
@@ -130,10 +128,10 @@ class RitragIndex:
         dense_rows = idx.chunk_rows(dense_ids)
         live = dense_rows >= 0
         dense_rows, similarities = dense_rows[live], similarities[live]
-        if fields is None:
-            return Rankings((bm25_top_k(analyze(query), idx.postings, k, k1, b), (dense_rows, similarities)), None)
-        chunk_scores, doc_scores = bm25f_chunk_scores(analyze(query), idx.postings, fields, idx.chunk_node,
-                                                      len(idx.nodes["node_id"]), params.path_weight, k1, b)
+        if not two_fields:
+            return Rankings((top_k(idx.bm25.scores(analyze(query)), k), (dense_rows, similarities)), None)
+        chunk_scores, doc_scores = idx.bm25.chunk_and_doc_scores(analyze(query), params.path_weight, idx.chunk_node,
+                                                                 idx.node_chunks)
         is_doc = idx.chunk_is_doc[dense_rows]
         return Rankings((top_k(chunk_scores, k), (dense_rows[~is_doc][:k], similarities[~is_doc][:k])),
                         (top_k(doc_scores, k), (dense_rows[is_doc][:k], similarities[is_doc][:k])))
@@ -162,7 +160,7 @@ class RitragIndex:
 
     def toc_of(self, query: str, hits: list[tuple[int, float]]) -> dict:
         """The GetToC result for ranked hits, (node row, score) best first."""
-        trees = build_subforest(hits, self.index.nodes, self.index.node_row, TOC_FIELDS)
+        trees = build_subforest(hits, self.index.skeleton, TOC_FIELDS)
         return {"query": query, "version": self.version, "hits": len(hits), "trees": trees}
 
     def read(self, node_ids: Sequence[str], max_chars: int = DEFAULT_MAX_CHARS, offset: int = 0) -> dict:

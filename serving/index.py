@@ -3,12 +3,19 @@
 Every file is checked against the manifest's sha256 before it is used; a damaged
 file is refused with an error that names it.
 
-What stays in memory is what every GetToC touches: the node skeleton (ids,
-parents, ancestors, titles, optional summary and keywords, sibling positions)
-as Arrow arrays and numpy, the chunk -> node map, the BM25 postings and the
-dense shards. Bodies and URLs, the bulk of the node table, stay on disk and are
-fetched by point lookups: a node's row locates its file and row group, and
-only that row group is read.
+What every GetToC touches is held as arrays: the node skeleton (ids, parents,
+ancestors, titles, optional summary and keywords, sibling positions) as Arrow
+columns and numpy (`Skeleton`), the chunk -> node map, each node's chunks, the
+BM25 postings with their norms (ritrag/bm25.py) and the dense shards. Bodies
+and URLs, the bulk of the node table, stay on disk and are fetched by point
+lookups: a node's row locates its file and row group, and only that row group
+is read.
+
+With a `cache_dir`, all of those arrays (everything but the dense shards and
+the vocabulary) are derived once and saved there, then memory-mapped by every
+later load (the cache's format is in `_open_cache`): a restart skips their
+assembly, pages no query touches are never read, and several server processes
+on one machine share one copy in the page cache instead of each holding its own.
 """
 from __future__ import annotations
 
@@ -28,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ritrag.bm25 import Bm25, Field, Postings, field_df, parameters, row_norms, two_fields
 from ritrag.representation import NODE_DOC_ORDINAL, Representation
 from ritrag.layout import (BM25_STATS_FILE, IndexLayout, Manifest, dead_ids_per_segment, is_remote, live_mask,
                            parse_shard_file_name)
@@ -38,59 +46,9 @@ LOG = logging.getLogger("ritrag.serving")
 
 SKELETON_COLUMNS = ["node_id", "parent_id", "position", "title", "summary", "keywords", "ancestor_ids"]
 RECORD_COLUMNS = ["url", "body"]  # read per node, on demand
-POSTINGS_ARRAYS = ("indptr", "chunk_index", "tf", "chunk_length")
-
-
-@dataclass
-class Postings:
-    """All postings of the index as CSR over terms: the postings of term
-    `term_row[t]` are entries indptr[row]:indptr[row + 1]."""
-
-    term_row: dict[str, int]
-    indptr: np.ndarray  # int64, len(terms) + 1
-    chunk_index: np.ndarray  # int32 row in the chunk arrays
-    tf: np.ndarray  # term frequency (float32 or uint16)
-    chunk_length: np.ndarray  # float32, terms per chunk
-    df: Mapping[str, int]
-    n_chunks: int
-    avg_length: float
-
-
-@dataclass
-class Bm25Field:
-    """The rows of one BM25 field (chunk bodies, or node documents) and its own
-    statistics: per term row, the number of its rows holding the term; its
-    number of rows; their mean length."""
-
-    member: np.ndarray  # bool per chunk row
-    df: np.ndarray  # int64 per term row
-    n: int
-    avg_length: float
-
-
-@dataclass
-class Bm25Fields:
-    body: Bm25Field
-    doc: Bm25Field
-
-
-def bm25_fields(postings: Postings, is_doc: np.ndarray) -> Bm25Fields:
-    """The two fields of an index with node documents, statistics counted from
-    the live postings themselves (one posting per term and row), so they are
-    exact after updates too."""
-    in_doc = np.zeros(len(postings.chunk_index), np.int64)
-    valid = postings.chunk_index >= 0
-    in_doc[valid] = is_doc[postings.chunk_index[valid]]
-    def per_term(counts: np.ndarray) -> np.ndarray:
-        cumulative = np.concatenate([[0], np.cumsum(counts)])
-        return cumulative[postings.indptr[1:]] - cumulative[postings.indptr[:-1]]
-
-    doc_df, all_df = per_term(in_doc), per_term(valid.astype(np.int64))
-    out = []
-    for member, df in ((~is_doc, all_df - doc_df), (is_doc, doc_df)):
-        n = int(member.sum())
-        out.append(Bm25Field(member, df, n, float(postings.chunk_length[member].sum() / n) if n else 0.0))
-    return Bm25Fields(*out)
+CACHE_NAME = "arrays"  # the cache's folder per version (it held only postings, as "postings", before)
+SKELETON_FILE = "skeleton.arrow"
+SHAPES_FILE = "shapes.json"
 
 
 class Column(Sequence):
@@ -107,16 +65,24 @@ class Column(Sequence):
 
 
 class NodeRows(Mapping):
-    """Node id -> row, by binary search over the ids sorted once at load: a
+    """Node id -> row, by binary search over the ids sorted once: a
     fixed-width bytes array takes a fraction of a dict's memory and start time
-    for millions of ids."""
+    for millions of ids, and can be memory-mapped."""
 
-    def __init__(self, ids: np.ndarray, rows: np.ndarray | None = None):
-        """`ids` of the node rows `rows` (default: row i holds ids[i])."""
+    def __init__(self, sorted_ids: np.ndarray, order: np.ndarray):
+        """`sorted_ids` (fixed-width bytes, ascending) and the row of each."""
+        self._sorted, self._order = sorted_ids, order
+        self._width = sorted_ids.dtype.itemsize
+
+    @classmethod
+    def of(cls, ids: np.ndarray, rows: np.ndarray | None = None) -> "NodeRows":
+        """The map of `ids` (bytes) held by the node rows `rows` (default: row i holds ids[i])."""
         by_id = np.argsort(ids, kind="stable")
-        self._order = by_id if rows is None else rows[by_id]
-        self._sorted = ids[by_id]
-        self._width = ids.dtype.itemsize
+        return cls(ids[by_id], by_id if rows is None else rows[by_id])
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(sorted ids, their rows): what `NodeRows(...)` is made of, to cache."""
+        return self._sorted, self._order
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Rows of an array of ids (bytes); -1 where unknown."""
@@ -150,11 +116,58 @@ def _fixed_width(array: pa.Array) -> np.ndarray:
     return np.asarray(array.to_numpy(zero_copy_only=False), dtype=object).astype(bytes)
 
 
+def _columns(table: pa.Table) -> dict[str, pa.Array]:
+    """The skeleton columns as single arrays; a column of one chunk (a mapped
+    cache's) is used as it is, not copied by a concatenation."""
+    return {name: table[name].chunk(0) if table[name].num_chunks == 1 else table[name].combine_chunks()
+            for name in SKELETON_COLUMNS}
+
+
+@dataclass(frozen=True)
+class Skeleton:
+    """Every node row as the sub-forest reads it: the skeleton columns (Arrow)
+    and, resolved to live rows once, each row's parent and ancestors."""
+
+    columns: Mapping[str, pa.Array]  # SKELETON_COLUMNS
+    position: np.ndarray  # int32 place among its siblings
+    parent_row: np.ndarray  # int32 live row of its parent; -1 for a root or a parent no live row holds
+    ancestor_indptr: np.ndarray  # int64 (rows + 1): row r's ancestors are ancestor_rows[indptr[r]:indptr[r + 1]]
+    ancestor_rows: np.ndarray  # int32 live rows of the ancestors, root first (ids no live row holds left out)
+
+    @staticmethod
+    def derive(columns: Mapping[str, pa.Array], node_row: NodeRows) -> dict[str, np.ndarray]:
+        """The arrays above, from the columns and the live rows' id map."""
+        parents = node_row.rows(_fixed_width(pc.fill_null(columns["parent_id"], "")))
+        ancestors = columns["ancestor_ids"]
+        rows = node_row.rows(_fixed_width(ancestors.flatten()))
+        kept = np.concatenate([[0], np.cumsum(rows >= 0)])
+        offsets = ancestors.offsets.to_numpy()
+        offsets = offsets - offsets[0]  # flatten() starts at the array's first list
+        return {"parent_row": parents.astype(np.int32), "ancestor_indptr": kept[offsets].astype(np.int64),
+                "ancestor_rows": rows[rows >= 0].astype(np.int32)}
+
+    @classmethod
+    def of(cls, columns: Mapping[str, pa.Array], node_row: NodeRows, arrays: Mapping[str, np.ndarray] | None = None
+           ) -> "Skeleton":
+        arrays = cls.derive(columns, node_row) if arrays is None else arrays
+        return cls(columns, columns["position"].to_numpy(), arrays["parent_row"], arrays["ancestor_indptr"],
+                   arrays["ancestor_rows"])
+
+    def ancestors(self, rows: np.ndarray) -> np.ndarray:
+        """The ancestor rows of all `rows`, concatenated."""
+        return self.ancestor_rows[csr_positions(self.ancestor_indptr, rows)]
+
+
+def csr_positions(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Positions of the entries of `rows` in a CSR with `indptr`, concatenated in order."""
+    counts = indptr[rows + 1] - indptr[rows]
+    return np.repeat(indptr[rows] - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+
+
 class LoadedVersion:
     """One version of an index, ready for retrieval. With a `cache_dir`, the
-    postings arrays built at the first load are saved there and memory-mapped
-    by later loads: a restart skips their assembly, and pages of postings no
-    query touches are never read.
+    arrays derived at the first load are saved there and memory-mapped by
+    later loads (module docstring).
 
     A `root` in an object store (gs://, s3://, any fsspec URL) is first
     mirrored into `cache_dir` (serving.remote: copied, verified against the
@@ -173,24 +186,51 @@ class LoadedVersion:
         self.version = self.manifest.version
         self.cache_dir = cache_dir
         # Per segment, the ids that later segments (incremental updates) replaced
-        # or deleted: such rows stay in the arrays but no lookup reaches them.
+        # or deleted: such rows stay in the node arrays but no lookup reaches them.
         self._dead = dict(zip((seg["id"] for seg in self.manifest.segments),
                               dead_ids_per_segment(self.layout, self.manifest)))
-        self._load_nodes()
         self.representation = Representation.from_config(self.manifest.config)
-        self.postings = self._load_postings(self._load_chunks())
-        # Node documents (ordinal -1) and chunks are two BM25 fields.
-        self.bm25_fields = (bm25_fields(self.postings, self.chunk_is_doc) if self.representation.node_docs
-                            else None)
+        self._index_node_files()
+        vocabulary, vocabulary_df = self._load_vocabulary()
+        stats = [json.load(open(f, encoding="utf-8")) for f in self._file(BM25_STATS_FILE)]
+        n_chunks, n_terms = sum(s["n_chunks"] for s in stats), sum(s["n_terms"] for s in stats)
+        # Without node documents, one field scored with the recorded statistics.
+        one_field = Field(None, vocabulary_df, n_chunks, (n_terms / n_chunks) if n_chunks else 0.0)
+        k1, b = parameters(self.manifest.config)
+
+        cache = self._cache_path(CACHE_NAME)
+        cached = _open_cache(cache, int(self._file_start[-1]), len(vocabulary)) if cache else None
+        if cached is None:
+            cached = self._derive(vocabulary, one_field, k1, b)
+            if cache:
+                _save_cache(cache, *cached)
+                cached = _open_cache(cache, int(self._file_start[-1]), len(vocabulary)) or cached
+        table, arrays = cached
+
+        columns = _columns(table)
+        self.node_row = NodeRows(arrays["node_sorted_ids"], arrays["node_sorted_rows"])
+        self.skeleton = Skeleton.of(columns, self.node_row, arrays)
+        self.nodes: dict[str, Sequence] = {name: Column(array) for name, array in columns.items()}
+        self.nodes["position"] = self.skeleton.position
+        self.chunk_ids, self.chunk_node = arrays["chunk_ids"], arrays["chunk_node"]
+        self.chunk_is_doc = arrays["chunk_is_doc"]  # node documents, not chunks
+        self.node_chunks = (arrays["node_chunk_indptr"], arrays["node_chunk_rows"])  # each node's body chunks
+        self.postings = Postings({t: i for i, t in enumerate(vocabulary)}, arrays["indptr"], arrays["chunk_index"],
+                                 arrays["tf"], arrays["chunk_length"])
+        fields = ({"all": one_field} if not self.representation.node_docs else
+                  dict(zip(("body", "doc"), two_fields(self.postings, self.chunk_is_doc, arrays["body_df"],
+                                                       arrays["doc_df"]))))
+        self.bm25 = Bm25(self.postings, fields, k1, b, arrays["norm"])
+
         self.dense_shards = self._load_dense()
         # IVF-PQ candidates are re-ranked exactly against the stored float16
         # vectors (memory-mapped) when the build asked for it (dense.json "rerank").
         self.dense_rerank = int(self.manifest.config.get("dense", {}).get("rerank", 1))
         self.vector_store = (VectorStore.open(self._files("vectors"), populate=True)
                              if self.dense_rerank > 1 else None)
-        LOG.info("loaded %s: %d nodes, %d chunks, %d terms, %d postings, %d dense shards",
+        LOG.info("loaded %s: %d nodes, %d chunks, %d terms, %d postings, %d dense shards%s",
                  self.version, len(self.node_row), len(self.chunk_ids), len(self.postings.term_row),
-                 len(self.postings.chunk_index), len(self.dense_shards))
+                 len(self.postings.chunk_index), len(self.dense_shards), ", mapped from " + cache if cache else "")
 
     def _files(self, kind: str) -> list[str]:
         return [self.layout.verified_path(seg, name)
@@ -202,41 +242,76 @@ class LoadedVersion:
     def _live_mask(self, segment_id: str, ids: pa.ChunkedArray, kind: str) -> np.ndarray:
         return live_mask(ids, getattr(self._dead[segment_id], kind))
 
-    def _load_nodes(self) -> None:
-        node_shards = self._shard_files("nodes")
-        self._node_files = [path for _, path in node_shards]
+    def _index_node_files(self) -> None:
+        """The node files and their footers: rows are the node files
+        concatenated, and a row's file and row group come from these
+        cumulative starts (for `node_records`)."""
+        self._node_shards = self._shard_files("nodes")
+        self._node_files = [path for _, path in self._node_shards]
         self._node_metadata = [pq.read_metadata(f) for f in self._node_files]
-        tables = [pq.read_table(f, columns=SKELETON_COLUMNS) for f in self._node_files]
-        table = pa.concat_tables(tables)
-        columns = {name: table[name].combine_chunks() for name in SKELETON_COLUMNS}
-        live = np.concatenate([self._live_mask(key[0], t["node_id"], "node_ids")
-                               for (key, _), t in zip(node_shards, tables)]) if tables else np.zeros(0, bool)
-        live_rows = np.flatnonzero(live)
-        self.node_row = NodeRows(_fixed_width(columns["node_id"])[live_rows], live_rows)
-        self.nodes: dict[str, Sequence] = {name: Column(array) for name, array in columns.items()}
-        self.nodes["position"] = columns["position"].to_numpy()
-        # Rows are the node files concatenated; a row's file and row group
-        # come from these cumulative starts.
         file_rows = [md.num_rows for md in self._node_metadata]
         self._file_start = np.concatenate([[0], np.cumsum(file_rows)]).astype(np.int64)
         self._group_start = [np.concatenate([[0], np.cumsum([md.row_group(g).num_rows
                                                              for g in range(md.num_row_groups)])])
                              for md in self._node_metadata]
 
-    def _load_chunks(self) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
+    def _load_vocabulary(self) -> tuple[list[str], np.ndarray]:
+        """Every term (in term-row order) and its document frequency summed over segments."""
+        vocabulary: list[str] = []
+        df: dict[str, int] = {}
+        for f in self._files("vocabulary"):
+            vocab = pq.read_table(f)
+            for term, n in zip(vocab["term"].to_pylist(), vocab["df"].to_pylist()):
+                if term not in df:
+                    vocabulary.append(term)
+                df[term] = df.get(term, 0) + n
+        return vocabulary, np.array([df[t] for t in vocabulary], np.int64)
+
+    def _derive(self, vocabulary: list[str], one_field: Field, k1: float, b: float
+                ) -> tuple[pa.Table, dict[str, np.ndarray]]:
+        """The skeleton table and every derived array, from the version's files."""
+        tables = [pq.read_table(f, columns=SKELETON_COLUMNS) for f in self._node_files]
+        table = pa.concat_tables(tables).combine_chunks()
+        live = np.concatenate([self._live_mask(key[0], t["node_id"], "node_ids")
+                               for (key, _), t in zip(self._node_shards, tables)]) if tables else np.zeros(0, bool)
+        live_rows = np.flatnonzero(live)
+        columns = _columns(table)
+        node_row = NodeRows.of(_fixed_width(columns["node_id"])[live_rows], live_rows)
+        arrays = {**dict(zip(("node_sorted_ids", "node_sorted_rows"), node_row.arrays())),
+                  **Skeleton.derive(columns, node_row)}
+        chunk_arrays, chunk_shards = self._derive_chunks(node_row, table.num_rows)
+        arrays.update(chunk_arrays)
+        arrays.update(self._assemble_postings(pa.array(vocabulary, pa.string()), chunk_shards, arrays["chunk_ids"]))
+        postings = Postings({}, arrays["indptr"], arrays["chunk_index"], arrays["tf"], arrays["chunk_length"])
+        if self.representation.node_docs:
+            arrays["body_df"], arrays["doc_df"] = field_df(postings, arrays["chunk_is_doc"])
+            fields = two_fields(postings, arrays["chunk_is_doc"], arrays["body_df"], arrays["doc_df"])
+        else:
+            fields = (one_field,)
+        arrays["norm"] = row_norms(postings.chunk_length, fields, k1, b)
+        return table, arrays
+
+    def _derive_chunks(self, node_row: NodeRows, n_node_rows: int
+                       ) -> tuple[dict[str, np.ndarray], dict[tuple, tuple[np.ndarray, np.ndarray]]]:
+        """The live chunks as arrays in chunk-id order (ids, node rows, node
+        documents, each node's body chunks), and per chunk shard its ids
+        sorted with their rows, to place the postings."""
         shards = self._shard_files("chunks")
         tables = [pq.read_table(path, columns=["chunk_id", "node_id", "ordinal"]) for _, path in shards]
         tables = [t.filter(self._live_mask(key[0], t["chunk_id"], "chunk_ids")) for (key, _), t in zip(shards, tables)]
         ids = np.concatenate([t["chunk_id"].to_numpy() for t in tables]) if tables else np.zeros(0, np.int64)
         order = np.argsort(ids, kind="stable")
-        self.chunk_ids = ids[order]
         node_ids = pa.chunked_array([t["node_id"] for t in tables], pa.string()).combine_chunks()
-        node_rows = self.node_row.rows(_fixed_width(node_ids)[order])
+        node_rows = node_row.rows(_fixed_width(node_ids)[order])
         if (node_rows < 0).any():
             raise RuntimeError(f"{self.layout.root}: chunks point at nodes the node table lacks")
-        self.chunk_node = node_rows.astype(np.int32)
+        chunk_node = node_rows.astype(np.int32)
         ordinals = np.concatenate([t["ordinal"].to_numpy() for t in tables]) if tables else np.zeros(0, np.int32)
-        self.chunk_is_doc = ordinals[order] == NODE_DOC_ORDINAL  # node documents, not chunks
+        is_doc = ordinals[order] == NODE_DOC_ORDINAL
+        bodies = np.flatnonzero(~is_doc)
+        bodies = bodies[np.argsort(chunk_node[bodies], kind="stable")]
+        node_chunk_indptr = np.zeros(n_node_rows + 1, np.int64)
+        np.cumsum(np.bincount(chunk_node[bodies], minlength=n_node_rows), out=node_chunk_indptr[1:])
         # Per chunk shard, its ids sorted and their rows: a postings shard holds
         # the chunks of the chunk shard of the same number, and a search in a
         # shard's ids stays in the CPU cache where one in all ids would not.
@@ -249,7 +324,8 @@ class LoadedVersion:
             start += table.num_rows
             by_id = np.argsort(ids[shard], kind="stable")
             chunk_shards[key] = (ids[shard][by_id], row_of[shard][by_id])
-        return chunk_shards
+        return ({"chunk_ids": ids[order], "chunk_node": chunk_node, "chunk_is_doc": is_doc,
+                 "node_chunk_indptr": node_chunk_indptr, "node_chunk_rows": bodies.astype(np.int32)}, chunk_shards)
 
     def _shard_files(self, kind: str) -> list[tuple[tuple, str]]:
         """((segment, shard, num_shards), verified path) of each shard file of `kind`."""
@@ -263,29 +339,8 @@ class LoadedVersion:
         found = (len(self.chunk_ids) > 0) & (self.chunk_ids[pos] == chunk_ids)
         return np.where(found, pos, -1)
 
-    def _load_postings(self, chunk_shards: dict[tuple, tuple[np.ndarray, np.ndarray]]) -> Postings:
-        vocabulary: list[str] = []
-        df: dict[str, int] = {}
-        for f in self._files("vocabulary"):
-            vocab = pq.read_table(f)
-            for term, n in zip(vocab["term"].to_pylist(), vocab["df"].to_pylist()):
-                if term not in df:
-                    vocabulary.append(term)
-                df[term] = df.get(term, 0) + n
-        cache = self._cache_path("postings")
-        arrays = _cached_postings(cache, len(vocabulary), len(self.chunk_ids)) if cache else None
-        if arrays is None:
-            arrays = self._assemble_postings(pa.array(vocabulary, pa.string()), chunk_shards)
-            if cache:
-                _save_arrays(cache, arrays)
-        stats = [json.load(open(f, encoding="utf-8")) for f in self._file(BM25_STATS_FILE)]
-        n_chunks = sum(s["n_chunks"] for s in stats)
-        n_terms = sum(s["n_terms"] for s in stats)
-        return Postings(term_row={t: i for i, t in enumerate(vocabulary)}, **arrays, df=df, n_chunks=n_chunks,
-                        avg_length=(n_terms / n_chunks) if n_chunks else 0.0)
-
-    def _assemble_postings(self, terms: pa.Array, chunk_shards: dict[tuple, tuple[np.ndarray, np.ndarray]]
-                           ) -> dict[str, np.ndarray]:
+    def _assemble_postings(self, terms: pa.Array, chunk_shards: dict[tuple, tuple[np.ndarray, np.ndarray]],
+                           chunk_ids: np.ndarray) -> dict[str, np.ndarray]:
         """The CSR arrays of all postings shards. Each shard is sorted by term,
         so its term column is a few runs, one per distinct term: runs map to
         vocabulary rows without touching the per-posting strings, and their
@@ -297,10 +352,10 @@ class LoadedVersion:
             run_terms = pc.index_in(runs.values, value_set=terms)
             if run_terms.null_count:
                 raise RuntimeError(f"{path}: postings of terms that the vocabulary lacks")
-            chunk_ids = table["chunk_id"].to_numpy()
-            shard_ids, shard_rows = chunk_shards.get(key, (self.chunk_ids, np.arange(len(self.chunk_ids))))
-            pos = np.clip(np.searchsorted(shard_ids, chunk_ids), 0, max(len(shard_ids) - 1, 0))
-            if len(chunk_ids) and not np.array_equal(shard_ids[pos], chunk_ids):
+            ids = table["chunk_id"].to_numpy()
+            shard_ids, shard_rows = chunk_shards.get(key, (chunk_ids, np.arange(len(chunk_ids))))
+            pos = np.clip(np.searchsorted(shard_ids, ids), 0, max(len(shard_ids) - 1, 0))
+            if len(ids) and not np.array_equal(shard_ids[pos], ids):
                 raise RuntimeError(f"{path}: postings of chunks that its chunk shard lacks")
             tf = np.minimum(table["tf"].to_numpy(), np.iinfo(np.uint16).max).astype(np.uint16)
             return (run_terms.to_numpy().astype(np.int64), np.diff(runs.run_ends.to_numpy(), prepend=0),
@@ -321,7 +376,7 @@ class LoadedVersion:
             dest = np.repeat(cursor[run_terms] - run_start, lengths) + np.arange(len(rows))
             chunk_index[dest], tf[dest] = rows, shard_tf
             cursor[run_terms] += lengths
-        chunk_length = np.bincount(chunk_index, weights=tf, minlength=len(self.chunk_ids)).astype(np.float32)
+        chunk_length = np.bincount(chunk_index, weights=tf, minlength=len(chunk_ids)).astype(np.float32)
         return {"indptr": indptr, "chunk_index": chunk_index, "tf": tf, "chunk_length": chunk_length}
 
     def _cache_path(self, name: str) -> str | None:
@@ -405,39 +460,52 @@ class LoadedVersion:
         return out
 
 
-def _cached_postings(directory: str, n_terms: int, n_chunks: int) -> dict[str, np.ndarray] | None:
-    """The postings arrays cached in `directory`, memory-mapped; None when
-    there are none, or when they are not whole: a file missing, cut short
-    (numpy refuses to map it) or of a shape that does not fit this version's
-    terms and chunks. A bad cache is deleted, so the caller rebuilds it. (No
-    checksum: reading every page at each start is what the cache avoids.)"""
+def _open_cache(directory: str, n_node_rows: int, n_terms: int) -> tuple[pa.Table, dict[str, np.ndarray]] | None:
+    """The skeleton table and derived arrays cached in `directory`,
+    memory-mapped; None when there are none, or when they are not whole.
+
+    Format: `skeleton.arrow`, the SKELETON_COLUMNS of every node row as one
+    uncompressed Arrow IPC file (mapped zero-copy); one `NAME.npy` per derived
+    array; `shapes.json`, {NAME: shape}, written last. A cache is refused (and
+    deleted, so the caller rebuilds it) when a file is missing or cut short
+    (numpy refuses to map it), an array's shape is not the recorded one, or
+    the node rows or terms do not fit this version's. (No checksum: reading
+    every page at each start is what the cache avoids; the folder's name
+    carries the version's checksums.)"""
     if not os.path.isdir(directory):
         return None
     try:
-        arrays = {name: np.load(os.path.join(directory, f"{name}.npy"), mmap_mode="r") for name in POSTINGS_ARRAYS}
-        n_postings = int(arrays["indptr"][-1]) if len(arrays["indptr"]) else -1
-        expected = {"indptr": n_terms + 1, "chunk_index": n_postings, "tf": n_postings, "chunk_length": n_chunks}
-        bad = [name for name, length in expected.items() if arrays[name].shape != (length,)]
+        with open(os.path.join(directory, SHAPES_FILE), encoding="utf-8") as fh:
+            shapes = json.load(fh)
+        arrays = {name: np.load(os.path.join(directory, f"{name}.npy"), mmap_mode="r") for name in shapes}
+        bad = [name for name, shape in shapes.items() if list(arrays[name].shape) != shape]
+        table = pa.ipc.open_file(pa.memory_map(os.path.join(directory, SKELETON_FILE))).read_all()
+        if table.num_rows != n_node_rows or len(arrays["indptr"]) != n_terms + 1:
+            bad.append("rows of another version")
         if bad:
             raise ValueError(f"arrays of the wrong shape: {', '.join(bad)}")
-    except (OSError, ValueError) as exc:
-        LOG.warning("%s: cached postings are damaged (%s); rebuilding them", directory, exc)
+    except (OSError, ValueError, KeyError, pa.ArrowInvalid) as exc:
+        LOG.warning("%s: cached arrays are damaged (%s); rebuilding them", directory, exc)
         shutil.rmtree(directory, ignore_errors=True)
         return None
-    return arrays
+    return table, arrays
 
 
-def _save_arrays(directory: str, arrays: dict[str, np.ndarray]) -> None:
-    """Write .npy files into a fresh directory renamed into place, so a
-    reader never sees a half-written cache; a concurrent writer's copy wins."""
+def _save_cache(directory: str, table: pa.Table, arrays: dict[str, np.ndarray]) -> None:
+    """Write the cache (`_open_cache`) into a fresh directory renamed into
+    place, so a reader never sees a half-written cache; a concurrent writer's
+    copy wins."""
     tmp = f"{directory}.tmp-{os.getpid()}"
     os.makedirs(tmp, exist_ok=True)
     try:
+        with pa.OSFile(os.path.join(tmp, SKELETON_FILE), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
         for name, array in arrays.items():
             np.save(os.path.join(tmp, f"{name}.npy"), array)
+        with open(os.path.join(tmp, SHAPES_FILE), "w", encoding="utf-8") as fh:
+            json.dump({name: list(array.shape) for name, array in arrays.items()}, fh)
         os.replace(tmp, directory)
     except OSError:
         LOG.warning("could not cache derived arrays in %s", directory, exc_info=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-

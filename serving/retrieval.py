@@ -13,26 +13,21 @@ how far apart the scores are, so a chunk far ahead in one ranking is not pulled
 level with a chunk that is merely second in both (benchmarks/RESULTS.md,
 "Before and after on the full dev corpus").
 
-Indexes with node documents (ritrag/representation.py) score BM25 in two
-fields, each with its own document frequencies, size and mean length: a chunk's
-body, and its node's document (the path); a chunk's sparse score is body +
-`path_weight` x path. Node documents are also ranked on their own (BM25 and
-dense), and with `node_score` "max+doc" a node scores its best chunk's fused
-score + `node_doc_weight` x its document's fused score; "max" is the paper's rule.
+BM25 (one field, or chunk bodies + `path_weight` x their node's document in
+indexes with node documents) is ritrag/bm25.py's. Node documents are also
+ranked on their own (BM25 and dense), and with `node_score` "max+doc" a node
+scores its best chunk's fused score + `node_doc_weight` x its document's fused
+score; "max" is the paper's rule.
 """
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, fields
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ritrag.layout import BM25_PARAMETERS
 from ritrag.representation import DEFAULT_RETRIEVAL, Representation, retrieval_defaults
-from ritrag.serving.index import Bm25Field, Bm25Fields, Postings
-
-K1, B = BM25_PARAMETERS["k1"], BM25_PARAMETERS["b"]  # defaults; GetToC passes the manifest's
+from ritrag.serving.index import Skeleton
 
 RRF_K = 60
 NODE_SCORES = ("max", "max+doc")
@@ -72,65 +67,6 @@ class RetrievalParams:
         known = {f.name for f in fields(cls)}
         return cls(**{**{k: v for k, v in recorded.items() if k in known},
                       **{k: v for k, v in overrides.items() if v is not None}})
-
-
-def bm25_scores(terms: Sequence[str], postings: Postings, k1: float = K1, b: float = B,
-                field: Bm25Field | None = None) -> np.ndarray:
-    """BM25 score of every chunk row for the analyzed query `terms`: over all
-    rows with the index's global statistics, or over the rows of one `field`
-    with that field's (other rows score 0)."""
-    scores = np.zeros(len(postings.chunk_length), dtype=np.float32)
-    n, avg = (postings.n_chunks, postings.avg_length) if field is None else (field.n, field.avg_length)
-    norm = k1 * (1.0 - b + b * postings.chunk_length / max(avg, 1e-9))
-    for term, qtf in Counter(terms).items():
-        row = postings.term_row.get(term)
-        if row is None:
-            continue
-        df = postings.df.get(term, 0) if field is None else int(field.df[row])
-        if df <= 0:
-            continue
-        idf = np.log(1.0 + (n - df + 0.5) / (df + 0.5))
-        lo, hi = postings.indptr[row], postings.indptr[row + 1]
-        docs, tf = postings.chunk_index[lo:hi], postings.tf[lo:hi]
-        valid = docs >= 0 if field is None else field.member[np.maximum(docs, 0)] & (docs >= 0)
-        docs, tf = docs[valid], tf[valid]
-        scores[docs] += qtf * idf * tf * (k1 + 1.0) / (tf + norm[docs])
-    return scores
-
-
-def bm25_top_k(terms: Sequence[str], postings: Postings, k: int, k1: float = K1, b: float = B
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """(chunk rows, scores) of the k best chunks for the analyzed query `terms`,
-    best first; ties broken by chunk row for determinism."""
-    return top_k(bm25_scores(terms, postings, k1, b), k)
-
-
-def bm25f_chunk_scores(terms: Sequence[str], postings: Postings, bm25_fields: Bm25Fields, chunk_node: np.ndarray,
-                       n_nodes: int, path_weight: float, k1: float = K1, b: float = B
-                       ) -> tuple[np.ndarray, np.ndarray]:
-    """(chunk scores, node document scores), both per chunk row: a chunk scores
-    its body's BM25 + `path_weight` x its node document's BM25 (each field with
-    its own statistics); node documents score their own BM25; each array is 0
-    on the other kind of row."""
-    body = bm25_scores(terms, postings, k1, b, bm25_fields.body)
-    doc = bm25_scores(terms, postings, k1, b, bm25_fields.doc)
-    if path_weight > 0:
-        matched = np.flatnonzero(doc > 0)
-        path_of_node = np.zeros(n_nodes, np.float32)
-        path_of_node[chunk_node[matched]] = doc[matched]
-        body += path_weight * path_of_node[chunk_node] * bm25_fields.body.member
-    return body, doc
-
-
-def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Indices and values of the k largest positive scores, best first."""
-    positive = np.flatnonzero(scores > 0)
-    if len(positive) > k:
-        part = np.argpartition(-scores[positive], k - 1)[:k]
-        positive = positive[part]
-    order = np.lexsort((positive, -scores[positive]))
-    chosen = positive[order]
-    return chosen, scores[chosen]
 
 
 def dense_top_k(query: np.ndarray, shards: list, k: int, dead: Sequence[np.ndarray] | None = None
@@ -221,50 +157,54 @@ def top_nodes(scores: dict[int, float], n: int) -> list[tuple[int, float]]:
     return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
 
 
-def build_subforest(hits: list[tuple[int, float]], nodes: dict, node_row: dict[str, int],
-                    fields: Sequence[str] = ("title",)) -> list[dict]:
+def build_subforest(hits: list[tuple[int, float]], skeleton: Skeleton, fields: Sequence[str] = ("title",)
+                    ) -> list[dict]:
     """The query-induced sub-forest: hit nodes plus all their ancestors.
 
-    Returns the trees (one per root), ordered by the best hit score inside each;
-    children in their original document order. Every entry carries `id`, the
-    requested metadata `fields`, `hit` (True for retrieved nodes, False for
-    ancestors shown only as context) and, on hits, `score`.
+    Returns the trees (one per root: a node whose parent is not included),
+    ordered by the best hit score inside each, then root id; children in
+    their original document order (position, then id). Every entry carries
+    `id`, the requested metadata `fields` when not empty, `hit` (True for
+    retrieved nodes, False for ancestors shown only as context) and, on hits,
+    `score`. Rows and columns are gathered in a few array operations; Python
+    runs once per entry, to make its dict.
     """
-    score_of = dict(hits)
-    included: set[int] = set()
-    for row, _ in hits:
-        included.add(row)
-        for ancestor in nodes["ancestor_ids"][row]:
-            a = node_row.get(ancestor)
-            if a is not None:
-                included.add(a)
+    if not hits:
+        return []
+    hit_rows = np.array([row for row, _ in hits], np.int64)
+    rows = np.union1d(hit_rows, skeleton.ancestors(hit_rows))
+    score = np.zeros(len(rows))
+    is_hit = np.zeros(len(rows), bool)
+    at = np.searchsorted(rows, hit_rows)
+    score[at], is_hit[at] = [s for _, s in hits], True
+    parent = skeleton.parent_row[rows].astype(np.int64)
+    up = np.minimum(np.searchsorted(rows, parent), len(rows) - 1)  # each row's parent's place in `rows`
+    has_parent = (parent >= 0) & (rows[up] == parent)
+    ids = skeleton.columns["node_id"].take(rows).to_pylist()
+    # A subtree's best score: pushed up one level per pass, as deep as the deepest chain.
+    best = score.copy()
+    child, parent_at = np.flatnonzero(has_parent), up[has_parent]
+    while len(child):
+        lifted = best.copy()
+        np.maximum.at(lifted, parent_at, best[child])
+        if np.array_equal(lifted, best):
+            break
+        best = lifted
 
-    children: dict[int, list[int]] = {}
-    roots = []
-    for row in included:
-        parent = node_row.get(nodes["parent_id"][row]) if nodes["parent_id"][row] else None
-        if parent is None or parent not in included:
-            roots.append(row)
-        else:
-            children.setdefault(parent, []).append(row)
-
-    def render(row: int) -> tuple[dict, float]:
-        entry = {"id": nodes["node_id"][row]}
+    values = {field: skeleton.columns[field].take(rows).to_pylist() for field in fields}
+    entries = []
+    for i, node_id in enumerate(ids):
+        entry = {"id": node_id}
         for field in fields:
-            value = nodes[field][row]
-            if value:
-                entry[field] = value
-        best = score_of.get(row, 0.0)
-        entry["hit"] = row in score_of
-        if entry["hit"]:
-            entry["score"] = round(score_of[row], 6)
-        kids = sorted(children.get(row, []), key=lambda r: (nodes["position"][r], nodes["node_id"][r]))
-        if kids:
-            rendered = [render(k) for k in kids]
-            entry["children"] = [e for e, _ in rendered]
-            best = max([best] + [s for _, s in rendered])
-        return entry, best
-
-    trees = [render(r) for r in roots]
-    trees.sort(key=lambda t: (-t[1], t[0]["id"]))
-    return [t for t, _ in trees]
+            if values[field][i]:
+                entry[field] = values[field][i]
+        entry["hit"] = bool(is_hit[i])
+        if is_hit[i]:
+            entry["score"] = round(float(score[i]), 6)
+        entries.append(entry)
+    # Children in document order: sorted by (parent, position, id), appended in that order.
+    names = np.array(ids)
+    for i in np.lexsort((names[child], skeleton.position[rows[child]], parent_at)):
+        entries[parent_at[i]].setdefault("children", []).append(entries[child[i]])
+    roots = np.flatnonzero(~has_parent)
+    return [entries[i] for i in roots[np.lexsort((names[roots], -best[roots]))]]

@@ -174,9 +174,9 @@ def test_inspect_reports_methods_depths_and_fanouts(tiny_index, tmp_path):
 
 def bm25_scores(index: RitragIndex, query: str) -> dict[int, float]:
     from ritrag.analyzer import analyze
-    from ritrag.serving.retrieval import bm25_top_k
+    from ritrag.bm25 import top_k
 
-    rows, scores = bm25_top_k(analyze(query), index.index.postings, 200)
+    rows, scores = top_k(index.index.bm25.scores(analyze(query), "body"), 200)
     return {int(index.index.chunk_ids[r]): round(float(s), 5) for r, s in zip(rows, scores)}
 
 

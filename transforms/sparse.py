@@ -1,4 +1,5 @@
-"""Sharded BM25 postings with exact global statistics.
+"""Sharded BM25 postings with exact global statistics (what the server scores
+with: ritrag/bm25.py).
 
 Each shard file holds (term, chunk_id, tf) rows of the chunks it owns, sorted by
 term then chunk. Statistics that BM25 needs across shards are computed by Beam
@@ -18,6 +19,7 @@ import pyarrow as pa
 from apache_beam.transforms.window import GlobalWindows
 
 from ritrag.analyzer import term_frequencies
+from ritrag.bm25 import corpus_stats
 from ritrag.layout import BM25_STATS_FILE
 from ritrag.representation import Representation
 from ritrag.schema import POSTINGS_SCHEMA, VOCABULARY_SCHEMA
@@ -53,10 +55,7 @@ def write_vocabulary_file(path: str, vocabulary: pa.Table) -> int:
 
 
 def write_bm25_stats(out_dir: str, stats: tuple[int, int]) -> None:
-    n_chunks, n_terms = stats
-    data = {"n_chunks": n_chunks, "n_terms": n_terms,
-            "avg_chunk_terms": (n_terms / n_chunks) if n_chunks else 0.0}
-    write_bytes(os.path.join(out_dir, BM25_STATS_FILE), json.dumps(data, sort_keys=True).encode())
+    write_bytes(os.path.join(out_dir, BM25_STATS_FILE), json.dumps(corpus_stats(*stats), sort_keys=True).encode())
 
 
 class _CountTermsFn(beam.DoFn):
