@@ -22,6 +22,7 @@ serving commands never load Beam.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
 import logging
@@ -29,6 +30,8 @@ import os
 import sys
 import time
 from typing import Callable
+
+from ritrag.serving.errors import ToolError
 
 API_KEY_ENV = "RITRAG_API_KEY"
 # Query-time retrieval parameters `ritrag eval` can override (serving.retrieval.RetrievalParams).
@@ -43,42 +46,98 @@ RETRIEVAL_FLAGS: dict[str, tuple[Callable[[str], object], str]] = {
 }
 
 
-def _job(name: str, flags: Callable[[argparse.Namespace], list[str]], index: Callable[[argparse.Namespace], str]):
-    """A sub-command that runs the Beam job `pipelines.<name>` (unknown options go
-    to it) and prints the version it published."""
+# The Beam jobs: (module under ritrag.pipelines, positional arguments, the job
+# flags those positionals stand for, the flags the CLI requires).
+JOBS: dict[str, tuple[str, str]] = {
+    "build": ("full build of an index version (a Beam job)", "input"),
+    "update": ("incremental re-index from a new snapshot (a Beam job)", "input"),
+    "compact": ("merge a version's segments into one, dropping dead rows (a Beam job)", "index"),
+    "crawl": ("crawl seed URLs and sitemaps into WARC files + a CrawlDB (Beam jobs)", "seed"),
+    "refresh": ("the scheduled loop: crawl -> update (or first build) -> publish", "seed"),
+}
+JOB_DESCRIPTIONS = {
+    "build": "INPUT may mix kinds, each file sniffed by content: HTML pages, Markdown docs (with mkdocs.yml "
+             "nav), reStructuredText, PDF, Discourse topic JSON, Stack Exchange Posts.xml, paper JSON, WARC "
+             "files and crawl directories (ritrag crawl's output); a directory, a glob, or an object-store "
+             "URL (any Beam file system).",
+    "update": "INPUT: the new snapshot, of the same kinds as a build's. What shaped the index (base URL, "
+              "site depth, granularity, model, shards, representation) is the live version's: flags that "
+              "ask for other values are refused.",
+    "compact": "Merges the live version's segments into one segment, dropping tombstoned rows; nothing "
+               "is re-embedded.",
+    "crawl": "A re-crawl into the same --out sends conditional GETs. Build or update from CRAWL_DIR.",
+    "refresh": "Crawl -> update the index from the crawl directory (or build it, when it has no version "
+               "yet) -> publish. One command line feeds the three jobs; each takes its own flags.",
+}
+
+
+def _job_module(name: str):
+    try:
+        return importlib.import_module(f"ritrag.pipelines.{name}")
+    except ImportError as exc:
+        if exc.name and exc.name.split(".")[0] in ("apache_beam", "zarr", "warcio", "protego", "httpx"):
+            raise ToolError("invalid_arguments", f"ritrag {name} needs the pipeline extra "
+                            f"(pip install 'ritrag[pipeline,crawl]'): {exc}") from None
+        raise
+
+
+def _add_job_parser(sub, name: str):
+    """The sub-command of job `name`: its positional argument, then every ritrag
+    flag of the job from the job's own definition (ritrag.pipelines.options)."""
+    from ritrag.pipelines.options import BEAM_OPTIONS_HELP, add_job_arguments
+
+    summary, positional = JOBS[name]
+    job = _job_module(name)
+    p = sub.add_parser(name, help=summary, description=f"{summary}. {JOB_DESCRIPTIONS[name]}",
+                       epilog=BEAM_OPTIONS_HELP)
+    if positional == "input":
+        p.add_argument("input", help="directory, glob or object-store URL of the input files (see above)")
+    elif positional == "index":
+        p.add_argument("index", help="index directory or object-store prefix with a published version")
+    else:
+        p.add_argument("seed_urls", nargs="*", metavar="SEED_URL",
+                       help="seed URLs" + (" (a re-crawl may omit them: the CrawlDB's are used)"
+                                           if name == "refresh" else ""))
+    if name == "crawl":  # the crawl's --out is its crawl directory (BuildOptions' help names an index)
+        p.add_argument("--out", required=True, help="crawl directory (crawldb.parquet, warc/)")
+    actions = add_job_arguments(p, job.FLAGS, skip=(positional, *(("out",) if name == "crawl" else ())))
+    for action in actions:
+        if action.dest in ("out", "index", "crawl_dir"):
+            action.required = True
+    p.set_defaults(func=_run_job(name, actions))
+
+
+def _run_job(name: str, actions: list):
     def run(args: argparse.Namespace, extra: list[str]) -> int:
-        job = importlib.import_module(f"ritrag.pipelines.{name}")
-        version = job.run([*flags(args), *extra])
-        print(json.dumps({"index": index(args), "version": version}))
+        from ritrag.pipelines.options import job_flags
+
+        _, positional = JOBS[name]
+        if positional == "seed":
+            given = [f for url in args.seed_urls for f in ("--seed", url)]
+        else:
+            given = [f"--{positional}", getattr(args, positional)]
+        if name == "crawl":
+            given += ["--out", args.out]
+        result = _job_module(name).run([*given, *job_flags(args, actions), *extra])
+        if name == "crawl":
+            print(json.dumps({"crawl_dir": args.out, "rows": result}))
+        elif name == "refresh":
+            print(json.dumps(result))
+        else:
+            print(json.dumps({"index": getattr(args, "out", None) or args.index, "version": result}))
         return 0
 
     return run
 
 
-def _seed_flags(args: argparse.Namespace) -> list[str]:
-    return ([f for url in args.seeds for f in ("--seed", url)]
-            + (["--seeds", args.seeds_file] if args.seeds_file else []))
-
-
-def _crawl(args: argparse.Namespace, extra: list[str]) -> int:
-    from ritrag.pipelines import crawl
-
-    counts = crawl.run([*_seed_flags(args), "--out", args.out, *extra])
-    print(json.dumps({"crawl_dir": args.out, "rows": counts}))
-    return 0
-
-
-def _refresh(args: argparse.Namespace, extra: list[str]) -> int:
-    from ritrag.pipelines import refresh
-
-    print(json.dumps(refresh.run([*_seed_flags(args), "--crawl_dir", args.crawl_dir, "--index", args.index, *extra])))
-    return 0
-
-
 def _toc(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.serving.api import RitragIndex
+    from ritrag.serving.tools import ToolService
 
-    result = RitragIndex(args.index).get_toc(args.query, k=args.k, n=args.n)
+    result = ToolService(RitragIndex(args.index)).get_toc(args.query, k=args.k, n=args.n, format=args.format)
+    if args.format == "outline":  # the text itself, labelled by node ids (for `ritrag read`)
+        print(result["outline"])
+        return 0
     json.dump(result, sys.stdout, ensure_ascii=False, indent=1)
     print()
     return 0
@@ -196,8 +255,6 @@ def _object_store_cache(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace, extra: list[str]) -> int:
-    import uvicorn
-
     from ritrag.serving.http import HttpSettings, create_app
 
     settings = HttpSettings(api_key=os.environ.get(API_KEY_ENV) or None, cors_origins=tuple(args.cors_origin),
@@ -207,8 +264,27 @@ def _serve(args: argparse.Namespace, extra: list[str]) -> int:
     episode_state = _episode_state(args)
     app = create_app(lambda: _tool_service(args, watch=False, episode_state=episode_state), settings,
                      watch=(lambda service: _watcher(args, service)) if args.watch_s > 0 else None)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
+    _say_listening("ritrag serve", args, "/ (web page), /docs (OpenAPI), POST /v1/toc, POST /v1/read")
+    _run_uvicorn(app, args)
     return 0
+
+
+def _say_listening(who: str, args: argparse.Namespace, what: str) -> None:
+    """One line on stderr: where the server listens (the index loads in the
+    background; /readyz answers 200 once it has)."""
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"{who}: {args.index} on http://{host}:{args.port}: {what}", file=sys.stderr, flush=True)
+
+
+def _run_uvicorn(app, args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from ritrag.serving.http import ServerLimits
+
+    # uvicorn's access log needs its loggers at INFO; its startup lines come along.
+    uvicorn.run(app, host=args.host, port=args.port, access_log=args.access_log,
+                log_level="info" if args.verbose or args.access_log else "warning",
+                **ServerLimits().uvicorn_options())  # the limits both apps keep by default
 
 
 def _mcp(args: argparse.Namespace, extra: list[str]) -> int:
@@ -220,11 +296,10 @@ def _mcp(args: argparse.Namespace, extra: list[str]) -> int:
     if args.transport == "stdio":
         anyio.run(mcp_server.run_stdio, service)
         return 0
-    import uvicorn
-
     app = mcp_server.streamable_http_app(service, host=args.host, api_key=os.environ.get(API_KEY_ENV) or None,
                                          allowed_hosts=tuple(args.allowed_host))
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
+    _say_listening("ritrag mcp", args, "/mcp (streamable HTTP)")
+    _run_uvicorn(app, args)
     return 0
 
 
@@ -242,8 +317,6 @@ def _api_key(args: argparse.Namespace) -> str | None:
         return None
     api_key = os.environ.get(args.api_key_env)
     if not api_key:
-        from ritrag.serving.errors import ToolError
-
         raise ToolError("invalid_arguments", f"--api_key_env: the environment variable {args.api_key_env} is not set")
     return api_key
 
@@ -265,7 +338,6 @@ def _eval(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.serving.api import one_thread_per_query
     from ritrag.serving.eval import AgentConfig, EvalConfig, EvalInputError, evaluate, load_questions, open_index
     from ritrag.serving.eval_report import render_text, write_report
-    from ritrag.serving.errors import ToolError
     from ritrag.serving.retrieval import RetrievalParams
 
     one_thread_per_query()  # questions run one after another; see one_thread_per_query
@@ -318,106 +390,113 @@ def _service_arguments(p: argparse.ArgumentParser, port: int) -> None:
                         "uncounted (open)")
     p.add_argument("--watch_s", type=float, default=10.0,
                    help="check CURRENT this often and swap to a newly published version (0: never)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=port)
-    p.add_argument("--k", type=int, default=DEFAULT_K, help="chunks recalled per retriever")
-    p.add_argument("--n", type=int, default=DEFAULT_N, help="nodes kept")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    p.add_argument("--port", type=int, default=port, help="port to listen on")
+    p.add_argument("--access_log", action="store_true", help="log one line per HTTP request")
+    p.add_argument("--k", type=int, default=DEFAULT_K, help="chunks recalled per retriever (k')")
+    p.add_argument("--n", type=int, default=DEFAULT_N, help="nodes kept in a GetToC answer")
     p.add_argument("--max_calls", type=int, default=Budget.calls, help="tool calls per episode")
     p.add_argument("--max_toc_calls", type=int, default=Budget.toc_calls, help="GetToC calls per episode")
-    p.add_argument("--max_query_chars", type=int, default=Limits.max_query_chars)
-    p.add_argument("--max_ids_per_read", type=int, default=Limits.max_ids_per_read)
-    p.add_argument("--max_chars", type=int, default=DEFAULT_MAX_CHARS, help="characters per node and Read")
-    p.add_argument("--max_request_bytes", type=int, default=Limits.max_request_bytes)
+    p.add_argument("--max_query_chars", type=int, default=Limits.max_query_chars,
+                   help="a longer GetToC query is refused")
+    p.add_argument("--max_ids_per_read", type=int, default=Limits.max_ids_per_read,
+                   help="node ids one Read may ask for")
+    p.add_argument("--max_chars", type=int, default=DEFAULT_MAX_CHARS,
+                   help="characters of body text per node and Read (longer bodies continue at next_offset)")
+    p.add_argument("--max_request_bytes", type=int, default=Limits.max_request_bytes,
+                   help="a larger HTTP request body is refused (413)")
 
 
-def main(argv: list[str] | None = None) -> int:
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help line ends with its default, where it has one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        default, text = action.default, action.help or ""
+        if default is None or default is False or default == [] or default == argparse.SUPPRESS \
+                or "%(default)" in text:
+            return text
+        return f"{text} (default: {default!r})" if default == "" else super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, strict (no abbreviations: `--site_dept` is not `--site_depth`), with
+    every option's default in --help and a "did you mean" for a mistyped option."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Help)
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        if message.startswith("unrecognized arguments: "):
+            flag = next((a for a in message.split(": ", 1)[1].split() if a.startswith("--")), None)
+            known = [s for a in self._actions for s in a.option_strings]
+            close = difflib.get_close_matches(flag.split("=")[0], known, n=1, cutoff=0.75) if flag else []
+            if close:
+                message += f"; did you mean {close[0]}?"
+        super().error(message)
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The sub-command named in `argv` (the first word that is not an option)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `ritrag` parser. A job's sub-command gets its flags (which imports
+    Beam) only when it is the `command` being run or asked for help, so that
+    the serving commands never load Beam."""
     from ritrag.serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N
     from ritrag.serving.budget import Budget
 
-    top = argparse.ArgumentParser(prog="ritrag", description=__doc__.split("\n\n")[0])
-    top.add_argument("-v", "--verbose", action="store_true")
-    sub = top.add_subparsers(dest="command", required=True)
+    top = _Parser(prog="ritrag", description=__doc__.split("\n\n")[0])
+    top.add_argument("-v", "--verbose", action="store_true", help="log everything (Beam, model loading, requests)")
+    sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    p = sub.add_parser("build", help="full build of an index version (a Beam job)",
-                       description="Unknown options go to the Beam job (see pipelines/build.py).")
-    p.add_argument("input", help="directory or glob of HTML files")
-    p.add_argument("--out", required=True, help="index directory")
-    p.set_defaults(func=_job("build", lambda a: ["--input", a.input, "--out", a.out], lambda a: a.out))
-
-    p = sub.add_parser("toc", help="GetToC: the query-induced sub-forest as JSON")
-    p.add_argument("index")
-    p.add_argument("query")
-    p.add_argument("--k", type=int, default=DEFAULT_K, help="chunks recalled per retriever")
-    p.add_argument("--n", type=int, default=DEFAULT_N, help="nodes kept")
-    p.set_defaults(func=_toc)
-
-    p = sub.add_parser("read", help="Read: node bodies as JSON")
-    p.add_argument("index")
-    p.add_argument("node_ids", nargs="+")
-    p.add_argument("--max_chars", type=int, default=DEFAULT_MAX_CHARS)
-    p.add_argument("--offset", type=int, default=0)
-    p.set_defaults(func=_read)
-
-    p = sub.add_parser("update", help="incremental re-index from a new snapshot (a Beam job)",
-                       description="Unknown options go to the Beam job (see pipelines/update.py).")
-    p.add_argument("input", help="directory or glob of the new snapshot's HTML files")
-    p.add_argument("--index", required=True, help="index directory with a published version")
-    p.set_defaults(func=_job("update", lambda a: ["--input", a.input, "--index", a.index], lambda a: a.index))
-
-    p = sub.add_parser("crawl", help="crawl seed URLs and sitemaps into WARC files + a CrawlDB (Beam jobs)",
-                       description="Unknown options go to the crawl job (see pipelines/crawl.py). A re-crawl "
-                                   "into the same --out sends conditional GETs. Build or update from CRAWL_DIR.")
-    p.add_argument("seeds", nargs="*", help="seed URLs")
-    p.add_argument("--out", required=True, help="crawl directory (crawldb.parquet, warc/)")
-    p.add_argument("--seeds", dest="seeds_file", default=None, help="file of seed URLs, one per line")
-    p.set_defaults(func=_crawl)
-
-    p = sub.add_parser("refresh", help="the scheduled loop: crawl -> update (or first build) -> publish",
-                       description="Unknown options go to the crawl and build/update jobs (see pipelines/refresh.py).")
-    p.add_argument("seeds", nargs="*", help="seed URLs (a re-crawl may omit them: the CrawlDB's are used)")
-    p.add_argument("--crawl_dir", required=True, help="crawl directory, re-crawled with conditional GETs")
-    p.add_argument("--index", required=True, help="index directory: updated, or built if it has no version")
-    p.add_argument("--seeds", dest="seeds_file", default=None, help="file of seed URLs, one per line")
-    p.set_defaults(func=_refresh)
-
-    p = sub.add_parser("compact", help="merge a version's segments into one, dropping dead rows (a Beam job)")
-    p.add_argument("index")
-    p.set_defaults(func=_job("compact", lambda a: ["--index", a.index], lambda a: a.index))
+    for name, (summary, _) in JOBS.items():
+        if name == command:
+            _add_job_parser(sub, name)
+        else:
+            sub.add_parser(name, help=summary, add_help=False)
+        if name == "build":  # the commands in the order of the README
+            _add_query_parsers(sub, DEFAULT_K, DEFAULT_N, DEFAULT_MAX_CHARS)
 
     p = sub.add_parser("versions", help="list published versions (* = live)")
-    p.add_argument("index")
+    p.add_argument("index", help="index directory or object-store prefix")
     p.set_defaults(func=_versions)
 
     p = sub.add_parser("rollback", help="make an earlier version live again")
-    p.add_argument("index")
-    p.add_argument("version")
+    p.add_argument("index", help="index directory or object-store prefix")
+    p.add_argument("version", help="a published version, e.g. v000002 (ritrag versions lists them)")
     p.add_argument("--break_lock", action="store_true", help="take the index's lease from a job known to be gone")
     p.set_defaults(func=_rollback)
 
     p = sub.add_parser("prune", help="delete all but the newest versions and unreferenced segments")
-    p.add_argument("index")
-    p.add_argument("--keep", type=int, default=5)
+    p.add_argument("index", help="index directory or object-store prefix")
+    p.add_argument("--keep", type=int, default=5, help="newest versions kept (the live one always is)")
     p.add_argument("--break_lock", action="store_true", help="take the index's lease from a job known to be gone")
     p.set_defaults(func=_prune)
 
     p = sub.add_parser("inspect", help="forest quality per site, as text and an HTML report")
-    p.add_argument("index")
+    p.add_argument("index", help="index directory")
     p.add_argument("--html", help="where to write the HTML report (default: INDEX/report-VERSION.html)")
     p.set_defaults(func=_inspect)
 
     p = sub.add_parser("synth", help="write a deterministic synthetic corpus of documentation sites")
-    p.add_argument("--pages", type=int, required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--sites", type=int, default=4)
-    p.add_argument("--depth", type=int, default=4)
-    p.add_argument("--fanout", type=int, default=8)
-    p.add_argument("--words", type=int, default=400)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--base_url", default="https://synth.example")
+    p.add_argument("--pages", type=int, required=True, help="pages to write")
+    p.add_argument("--out", required=True, help="directory to write them to")
+    p.add_argument("--sites", type=int, default=4, help="sites (forest roots)")
+    p.add_argument("--depth", type=int, default=4, help="levels of each site's tree")
+    p.add_argument("--fanout", type=int, default=8, help="children per inner page")
+    p.add_argument("--words", type=int, default=400, help="words of body text per page")
+    p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same files)")
+    p.add_argument("--base_url", default="https://synth.example", help="the sites' public URL")
     p.set_defaults(func=_synth)
 
     p = sub.add_parser("serve", help="HTTP service: GetToC and Read, OpenAPI, metrics, a web page",
-                       description=f"Auth: set {API_KEY_ENV} to require that key. CORS is off unless --cors_origin.")
+                       description=f"HTTP: POST /v1/toc {{\"query\": ...}}, POST /v1/read {{\"node_ids\": [...]}}, "
+                                   f"GET /docs (OpenAPI), /metrics, /readyz, and a web page at /. Auth: set "
+                                   f"{API_KEY_ENV} to require that key. CORS is off unless --cors_origin.")
     _service_arguments(p, port=8000)
     p.add_argument("--cors_origin", action="append", default=[], help="an origin allowed to call from a browser")
     p.set_defaults(func=_serve)
@@ -425,7 +504,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("mcp", help="MCP server with the GetToC and Read tools (stdio or streamable HTTP)",
                        description=f"Streamable HTTP serves /mcp; set {API_KEY_ENV} to require that key.")
     _service_arguments(p, port=8001)
-    p.add_argument("--transport", choices=("stdio", "streamable-http"), default="stdio")
+    p.add_argument("--transport", choices=("stdio", "streamable-http"), default="stdio",
+                   help="stdio (a client starts this process) or streamable-http (a long-running server)")
     p.add_argument("--toc_format", choices=("json", "outline"), default="json",
                    help="what GetToC results show the model: the JSON trees or the compact outline")
     p.add_argument("--allowed_host", action="append", default=[],
@@ -433,16 +513,17 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_mcp)
 
     p = sub.add_parser("tools", help="the GetToC and Read tool definitions, for wiring an agent")
-    p.add_argument("--format", choices=("openai", "anthropic", "mcp"), default="openai")
+    p.add_argument("--format", choices=("openai", "anthropic", "mcp"), default="openai",
+                   help="the schema dialect")
     p.set_defaults(func=_tools)
 
     p = sub.add_parser("agent", help="the method's agent loop against an OpenAI-compatible chat-completions endpoint",
                        description="Prints the answer, then a JSON summary (nodes read, calls, tokens, latency, "
                                    "error). Exit status 1 when the endpoint failed.")
-    p.add_argument("index")
-    p.add_argument("question")
+    p.add_argument("index", help="index directory")
+    p.add_argument("question", help="the question to answer")
     p.add_argument("--base_url", required=True, help="the endpoint's base URL, e.g. http://127.0.0.1:8080/v1")
-    p.add_argument("--model", required=True)
+    p.add_argument("--model", required=True, help="model name the endpoint serves")
     p.add_argument("--api_key_env", help="the environment variable holding the endpoint's API key")
     p.add_argument("--transcript", help="write every model and tool call here, as JSONL")
     p.add_argument("--max_calls", type=int, default=Budget.calls, help="tool calls per question")
@@ -458,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
                        description="Question file format: benchmarks/questions/README.md. Prints the table; --out "
                                    "writes eval.json and a self-contained eval.html. Real agent numbers need a "
                                    "real model behind --base_url.")
-    p.add_argument("index")
+    p.add_argument("index", help="index directory")
     p.add_argument("questions", help="JSONL question file")
     p.add_argument("--k", type=int, default=DEFAULT_K, help="chunks recalled per retriever")
     p.add_argument("--n", type=int, default=DEFAULT_N, help="nodes kept (GetToC hits, BM25- and dense-only rankings)")
@@ -481,39 +562,94 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--transcripts", help="directory for one JSONL transcript per question (agent)")
     p.add_argument("--judge_model", help="grade agent answers against questions' `answer` with this model")
     p.set_defaults(func=_eval)
+    return top
 
+
+def _add_query_parsers(sub, default_k: int, default_n: int, default_max_chars: int) -> None:
+    p = sub.add_parser("toc", help="GetToC: the query-induced sub-forest (JSON, or an outline)")
+    p.add_argument("index", help="index directory or object-store URL")
+    p.add_argument("query", help="what to look for")
+    p.add_argument("--k", type=int, default=default_k, help="chunks recalled per retriever (k')")
+    p.add_argument("--n", type=int, default=default_n, help="nodes kept")
+    p.add_argument("--format", choices=("json", "outline", "both"), default="json",
+                   help="json: the trees; outline: one line per node, labelled by node id (for ritrag read); "
+                        "both: JSON with the outline and the token counts of each")
+    p.set_defaults(func=_toc)
+
+    p = sub.add_parser("read", help="Read: node bodies as JSON (exit 3 when an id is unknown)")
+    p.add_argument("index", help="index directory or object-store URL")
+    p.add_argument("node_ids", nargs="+", help="node ids from a GetToC answer")
+    p.add_argument("--max_chars", type=int, default=default_max_chars,
+                   help="characters of body text per node (a longer body carries next_offset)")
+    p.add_argument("--offset", type=int, default=0, help="where in each body to start (a next_offset)")
+    p.set_defaults(func=_read)
+
+
+JOB_COMMANDS = tuple(JOBS)
+
+
+def _quiet_libraries() -> None:
+    """Keep a command's output to ritrag's own lines (-v shows everything):
+    no model-loading progress bars, no Beam import notices about GCP clients."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    # Beam logs this on the root logger when importing its BigQuery client stubs,
+    # for every job, although no job uses BigQuery.
+    logging.getLogger().addFilter(lambda record: "apitools not found" not in str(record.msg))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    verbose = "-v" in argv or "--verbose" in argv
+    if not verbose:
+        _quiet_libraries()
+    command = _command_of(argv)
+    try:
+        top = build_parser(command)
+    except ToolError as exc:  # a job whose extra is not installed
+        print(json.dumps(exc.to_dict(), ensure_ascii=False), file=sys.stderr)
+        return 2
     args, extra = top.parse_known_args(argv)
-    jobs = ("build", "update", "compact", "crawl", "refresh")  # Beam jobs: runner flags pass through; progress is logged
-    if extra and args.command not in jobs:
-        top.error(f"unrecognized arguments: {' '.join(extra)}")
-    logging.basicConfig(level=logging.INFO if args.verbose or args.command in jobs else logging.WARNING,
+    sub = top._subparsers._group_actions[0].choices[args.command]
+    if extra and args.command not in JOB_COMMANDS:
+        sub.error(f"unrecognized arguments: {' '.join(extra)}")
+    logging.basicConfig(level=logging.INFO if verbose or args.command in JOB_COMMANDS else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if not args.verbose:  # keep a build's log to ritrag's own progress lines
+    if not verbose:  # keep a build's log to ritrag's own progress lines
         for noisy in ("apache_beam", "sentence_transformers", "transformers", "httpx"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         return args.func(args, extra)
     except Exception as exc:
-        refusal = _refusal(exc)
+        if args.command in JOB_COMMANDS:
+            from ritrag.pipelines.options import JobOptionsError
+
+            if isinstance(exc, JobOptionsError):
+                sub.error(str(exc))  # exit 2 with the usage, like argparse's own errors
+        refusal = _refusal(exc, args.command)
         if refusal is None:
             raise
-        print(json.dumps(refusal.to_dict(), ensure_ascii=False), file=sys.stderr)
-        return 2 if refusal.reason == "invalid_arguments" else 1
+        line, status = refusal
+        print(json.dumps(line, ensure_ascii=False), file=sys.stderr)
+        return status
 
 
-def _refusal(exc: Exception):
-    """The ToolError a clean refusal stands for (printed as one JSON line on
-    stderr, as serving/errors.py promises); None for a bug, whose trace shows."""
+def _refusal(exc: Exception, command: str) -> tuple[dict, int] | None:
+    """(the one JSON line printed on stderr, exit status) of a clean refusal,
+    as serving/errors.py promises; None for a bug, whose trace shows."""
     from ritrag.layout import IndexLoadError, IndexLockedError, IndexNameError
-    from ritrag.serving.errors import ToolError
 
-    if isinstance(exc, ToolError):
-        return exc
+    if command in JOB_COMMANDS:
+        from ritrag.pipelines.launcher import NothingToPublishError
+
+        if isinstance(exc, NothingToPublishError):
+            return {"error": {"reason": "nothing_to_publish", "message": str(exc)}}, 1
     if isinstance(exc, IndexNameError):
-        return ToolError("invalid_arguments", str(exc))
-    if isinstance(exc, IndexLoadError):
-        return ToolError("index_unavailable", str(exc))
-    if isinstance(exc, IndexLockedError):
-        return ToolError("index_locked", str(exc))
+        exc = ToolError("invalid_arguments", str(exc))
+    elif isinstance(exc, IndexLoadError):
+        exc = ToolError("index_unavailable", str(exc))
+    elif isinstance(exc, IndexLockedError):
+        exc = ToolError("index_locked", str(exc))
+    if isinstance(exc, ToolError):
+        return exc.to_dict(), 2 if exc.reason == "invalid_arguments" else 1
     return None
-

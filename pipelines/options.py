@@ -67,7 +67,7 @@ def add_job_arguments(parser: argparse.ArgumentParser, flags: JobFlags, skip: It
     itself (a positional input). Returns the actions added."""
     actions = []
     for cls, names in flags.items():
-        title = (cls.__doc__ or cls.__name__).strip().splitlines()[0].rstrip(".")
+        title = " ".join((cls.__doc__ or cls.__name__).split()).split(". ")[0].rstrip(".")
         selected = _Selected(parser.add_argument_group(title), names, skip)
         cls._add_argparse_args(selected)  # the one definition of these flags
         actions += selected.actions

@@ -39,7 +39,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from ritrag.pipelines.launcher import (BuildOptions, IndexOptions, PublishOptions, check_page_accounting, counter_values,
                                        prepare_job, publish_and_prune, representation_of, required, run_pipeline)
-from ritrag.pipelines.options import JobFlags, JobOptionsError, given_flags, parse_job_options
+from ritrag.pipelines.options import JobFlags, JobOptionsError, given_flags, merge_flags, parse_job_options
 from ritrag.embedder import EmbedderSpec, check_backend_available
 from ritrag.layout import BM25_STATS_FILE, TOMBSTONES_FILE, IndexLayout, LiveFiles, new_manifest, open_read
 from ritrag.representation import Representation, refuse_mixing
@@ -67,8 +67,8 @@ class UpdateOptions(InputOptions, IndexOptions):
 
 # BuildOptions are accepted so that one command line serves a refresh's first
 # build and its later updates; given explicitly, each must match the live index.
-FLAGS: JobFlags = {InputOptions: None, IndexOptions: None, BuildOptions: None, EmbedOptions: None,
-                   PublishOptions: None}
+FLAGS: JobFlags = merge_flags({InputOptions: None, IndexOptions: None, BuildOptions: None, EmbedOptions: None,
+                               PublishOptions: None}, without=("out",))
 # What the live index records of the BuildOptions an update cannot change (the
 # representation's flags are compared by refuse_mixing).
 RECORDED: dict[str, Callable[[dict], object]] = {
@@ -165,7 +165,10 @@ def run(argv: list[str] | None = None) -> str:
     live_config = IndexLayout(opts.index).load_manifest().config
     refuse_reshaping(live_config, given_flags(sys.argv[1:] if argv is None else argv, FLAGS))
     live_representation = Representation.from_config(live_config)
-    refuse_mixing(live_representation, representation_of(options, live_representation))
+    try:
+        refuse_mixing(live_representation, representation_of(options, live_representation))
+    except ValueError as exc:  # a flag that asks for another representation: the command line's fault
+        raise JobOptionsError(str(exc)) from None
     with prepare_job(options, opts.index, "update") as (layout, segment_id, segment_dir):
         live = LiveFiles.open(layout)
         started = time.time()

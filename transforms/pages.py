@@ -52,7 +52,7 @@ PAGE_COUNTERS = ("pages_read", "pages_parsed", "pages_indexed", "pages_dead_lett
 
 
 class InputOptions(PipelineOptions):
-    """Options of every job that reads HTML input (build, update). Beam gathers the
+    """The input of every job that reads pages (build, update). Beam gathers the
     flags of the direct subclasses of PipelineOptions (to pass them to workers), so
     each flag is defined once, in a direct subclass; a job reads its flags through a
     view class that inherits the ones it needs (`BuildJobOptions`)."""
@@ -63,7 +63,8 @@ class InputOptions(PipelineOptions):
                                             "topic or paper JSON, Stack Exchange Posts.xml, by content "
                                             "(any Beam filesystem)")
         parser.add_argument("--embed_device", default=None, help="cuda, mps or cpu (default: auto)")
-        parser.add_argument("--max_page_bytes", type=int, default=20 * 1024 * 1024)
+        parser.add_argument("--max_page_bytes", type=int, default=20 * 1024 * 1024,
+                            help="a larger input file (or WARC record) is a dead letter (too_large)")
         parser.add_argument("--follow_links_outside_input", action="store_true",
                             help="index files whose real path (symbolic links resolved) lies outside the "
                                  "input directory; by default they are dead letters (outside_input)")
