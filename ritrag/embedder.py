@@ -20,6 +20,10 @@ from typing import Any
 
 BUNDLED_PREFIX = "bundled:"
 HASHING_PREFIX = "hashing:"  # "hashing:384": the benchmarks' stand-in for a model (HashingEncoder)
+# The widest embedding an index may record (a manifest's number sizes every
+# query's vector and the dense shards): today's widest text models are 4096
+# wide; "hashing:999999999" would be 7.45 GiB per query.
+MAX_EMBEDDING_DIMENSION = 16_384
 DEFAULT_MODEL = "bundled:all-MiniLM-L6-v2"
 CHUNK_TOKEN_LIMIT = 512  # METHOD.md: chunks are at most 512 tokens
 # The runtimes this install embeds with. Others were measured and left out
@@ -31,8 +35,6 @@ DTYPES = ("float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
-
-
 class EmbedderSpec:
     model: str = DEFAULT_MODEL
     query_prefix: str = ""
@@ -41,12 +43,38 @@ class EmbedderSpec:
     max_seq_length: int | None = None  # None: the model's own limit
     backend: str = "torch"  # one of BACKENDS; indexes from before the field are torch
 
+    def __post_init__(self):
+        """Refuse (ValueError) a spec of the wrong types, or one whose numbers
+        would size a query's work out of all proportion: a spec comes from
+        the command line and from manifests, which a server may not trust."""
+        for name in ("model", "query_prefix", "document_prefix", "backend"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"embedder {name} must be a string, not {type(getattr(self, name)).__name__}")
+        if not isinstance(self.normalize, bool):
+            raise ValueError(f"embedder normalize must be true or false, not {self.normalize!r}")
+        length = self.max_seq_length  # the model's own limit caps it (load_sentence_transformer)
+        if length is not None and (isinstance(length, bool) or not isinstance(length, int) or length < 1):
+            raise ValueError(f"embedder max_seq_length must be a positive integer or null, not {length!r}")
+        if self.model.startswith(HASHING_PREFIX):
+            hashing_dimension(self.model)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> "EmbedderSpec":
         return cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
+
+
+def hashing_dimension(model: str) -> int:
+    """N of the stand-in model "hashing:N"; ValueError unless N is a plain
+    integer from 1 to MAX_EMBEDDING_DIMENSION."""
+    digits = model[len(HASHING_PREFIX):]
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 6
+            and 1 <= int(digits) <= MAX_EMBEDDING_DIMENSION):
+        raise ValueError(f"embedding model {model[:40]!r}: the hashing stand-in is hashing:N, N an integer from 1 "
+                         f"to {MAX_EMBEDDING_DIMENSION}")
+    return int(digits)
 
 
 def resolve_model_path(model: str) -> str:

@@ -20,7 +20,7 @@ from typing import Callable, Iterable, NamedTuple, Sequence
 
 import numpy as np
 
-from ritrag.embedder import (HASHING_PREFIX, EmbedderSpec, check_backend_available, choose_device,
+from ritrag.embedder import (HASHING_PREFIX, EmbedderSpec, check_backend_available, choose_device, hashing_dimension,
                              load_sentence_transformer, resolve_dtype)
 
 # Padded tokens (rows x longest row) per forward pass. On one CPU thread, 1024
@@ -272,7 +272,7 @@ def load_encoder(spec: EmbedderSpec, device: str | None = None, **options) -> "S
     """The encoder of `spec`: a `SentenceEncoder`, or a `HashingEncoder` for
     `hashing:N` (then `device` and `options` do not apply)."""
     if spec.model.startswith(HASHING_PREFIX):
-        return HashingEncoder(int(spec.model[len(HASHING_PREFIX):]), spec.normalize)
+        return HashingEncoder(hashing_dimension(spec.model), spec.normalize)
     return SentenceEncoder(spec, device, **options)
 
 

@@ -217,7 +217,107 @@ class Manifest:
                 if (os.path.basename(name) != name or name in ("", ".", "..") or not isinstance(entry, dict)
                         or not isinstance(entry.get("sha256"), str) or not isinstance(entry.get("bytes"), int)):
                     raise ValueError(f"segment {segment['id']}: bad file entry {name!r}")
+        check_manifest_values(raw)
         return cls(**raw)
+
+
+# What a manifest may say of the numbers that size a reader's memory or work;
+# anything else is refused at load (a manifest may come from an object store
+# that a server does not control). Each is far past what a build writes.
+MAX_FILE_BYTES = 1 << 50  # 1 PiB
+MAX_COUNT = 1 << 53  # rows, chunks, pages, ...: past it, counts are no longer exact as JSON numbers
+MAX_NUM_SHARDS = 99_999  # the widest a shard file name spells (shard_file_name)
+MAX_NPROBE = 65_536  # inverted lists probed per query (FAISS allocates per probe)
+MAX_RERANK = 100  # candidates re-ranked per k' chunks (transforms/dense.py chooses 1 to 8)
+MAX_BM25 = {"k1": 100.0, "b": 1.0}
+MAX_WEIGHT = 1e6  # retrieval weights and constants
+
+
+def check_manifest_values(raw: dict[str, Any]) -> None:
+    """ValueError naming the first field of the manifest `raw` (its JSON
+    object, structure checked) that is of the wrong type or out of bounds:
+    counts, file sizes, shard counts, the embedder (dimension, hashing
+    width), dense search depth, BM25 and retrieval parameters, the
+    representation."""
+    from ritrag.embedder import MAX_EMBEDDING_DIMENSION, EmbedderSpec
+    from ritrag.representation import DEFAULT_RETRIEVAL, Representation
+
+    _number("created", raw["created"], 0, MAX_COUNT)
+    for column, value in _mapping("tombstones", raw["tombstones"]).items():
+        _count(f"tombstones.{column}", value)
+    _check_numbers("stats", _mapping("stats", raw["stats"]))
+    for segment in raw["segments"]:
+        where = f"segment {segment['id']}"
+        _count(f"{where}: num_shards", segment["num_shards"], 1, MAX_NUM_SHARDS)
+        for name, value in _mapping(f"{where}: counts", segment.get("counts", {})).items():
+            _count(f"{where}: counts.{name}", value)
+        for name, entry in segment["files"].items():
+            _count(f"{where}: {name} bytes", entry["bytes"], 0, MAX_FILE_BYTES)
+    config = _mapping("config", raw["config"])
+    if "num_shards" in config:
+        _count("config.num_shards", config["num_shards"], 1, MAX_NUM_SHARDS)
+    embedder = _mapping("config.embedder", config.get("embedder"))
+    try:
+        EmbedderSpec.from_dict(embedder)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"config.embedder: {exc}") from None
+    if "dimension" in embedder:
+        _count("config.embedder.dimension", embedder["dimension"], 1, MAX_EMBEDDING_DIMENSION)
+    dense = _mapping("config.dense", config.get("dense", {}))
+    for name, high in (("dim", MAX_EMBEDDING_DIMENSION), ("nprobe", MAX_NPROBE), ("rerank", MAX_RERANK),
+                       ("n_vectors", MAX_COUNT), ("train_sample", MAX_COUNT)):
+        if name in dense:
+            _count(f"config.dense.{name}", dense[name], 1 if high != MAX_COUNT else 0, high)
+    for name, value in _mapping("config.bm25", config.get("bm25", {})).items():
+        _number(f"config.bm25.{name}", value, 0, MAX_BM25.get(name, 0))
+    for name, value in _mapping("config.retrieval", config.get("retrieval") or {}).items():
+        default = DEFAULT_RETRIEVAL.get(name)
+        if isinstance(default, str):
+            if not (isinstance(value, str) and len(value) <= 32):
+                raise ValueError(f"config.retrieval.{name}: {_shown(value)} is not a name")
+        elif default is not None:
+            _number(f"config.retrieval.{name}", value, 0, MAX_WEIGHT)
+    try:
+        Representation.from_config(config)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"config.representation: {exc}") from None
+
+
+def _mapping(field: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{field} is not an object but {type(value).__name__}")
+    return value
+
+
+def _shown(value: Any) -> str:
+    """`value` as a message shows it: a few characters (10**400 must not fill the log)."""
+    if isinstance(value, int) and abs(value) >= 10 ** 30:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+def _count(field: str, value: Any, low: int = 0, high: int = MAX_COUNT) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{field}: {_shown(value)} is not an integer from {low} to {high}")
+
+
+def _number(field: str, value: Any, low: float, high: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ValueError(f"{field}: {_shown(value)} is not a number from {low} to {high}")
+
+
+def _check_numbers(field: str, value: Any) -> None:
+    """Every number in the JSON `value` finite and within +-MAX_COUNT (stats are shown, summed, exported)."""
+    stack = [(field, value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend((f"{where}.{key}", v) for key, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(item))
+        elif isinstance(item, (int, float)) and not isinstance(item, bool):
+            _number(where, item, -MAX_COUNT, MAX_COUNT)
 
 
 class IndexLayout:

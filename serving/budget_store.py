@@ -27,6 +27,7 @@ in /metrics either way. Nothing raises past the faces.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 from urllib.parse import urlsplit
@@ -85,6 +86,32 @@ return redis.call('ZCARD', KEYS[1])
 """
 
 
+def redis_location(url: str) -> str:
+    """Where the Redis URL `url` points, without its credentials, for logs and
+    errors; `invalid_arguments` unless it is redis[s]://[HOST][:PORT][/DB] or
+    unix://PATH[?db=DB], PORT from 1 to 65535 and DB a non-negative integer
+    (redis-py itself ignores a DB that is not a number and connects to 0)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise _bad_url(f"{url.split('://')[0][:20]!r} is neither memory nor a Redis URL")
+    if parts.scheme == "unix":
+        if not parts.path:
+            raise _bad_url("unix:// names no socket path")
+        return f"unix://{parts.path}"
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or past 65535
+        port = 0
+    if port == 0 or not re.fullmatch(r"/?([0-9]{1,9}/?)?", parts.path):
+        raise _bad_url(f"{parts.netloc.rpartition('@')[2][:60]}{parts.path[:20]}: the port must be a number from "
+                       "1 to 65535 and the database a non-negative integer")
+    return f"{parts.scheme}://{parts.hostname or ''}{f':{port}' if port else ''}{parts.path}"
+
+
+def _bad_url(problem: str) -> ToolError:
+    return ToolError("invalid_arguments", f"budget store: {problem} (expected redis://HOST:PORT/DB)")
+
+
 class RedisStore:
     """One Redis connection pool, its scripts, and how its failures are met:
     each operation is timed and its failure counted (both exported to
@@ -99,14 +126,13 @@ class RedisStore:
         except ImportError:
             raise ToolError("invalid_arguments", "a Redis budget store needs the redis package: "
                             "pip install 'ritrag[redis]'") from None
-        parts = urlsplit(url)
-        if parts.scheme not in ("redis", "rediss", "unix"):
-            raise ToolError("invalid_arguments", f"budget store {url.split('://')[0]!r} is neither memory nor a "
-                            "Redis URL (redis://HOST:PORT/DB)")
-        self.where = f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}{parts.path}"
-        # One retry: a pooled connection that Redis closed (a restart) is replaced without failing the call.
-        self.client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-                                           retry=Retry(NoBackoff(), 1), decode_responses=True)
+        self.where = redis_location(url)
+        try:
+            # One retry: a pooled connection that Redis closed (a restart) is replaced without failing the call.
+            self.client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                                               retry=Retry(NoBackoff(), 1), decode_responses=True)
+        except ValueError as exc:  # a query argument redis-py refuses (?socket_timeout=x)
+            raise _bad_url(f"{self.where}: {exc}") from None
         self._errors_type = redis.RedisError
         self.fail_open = fail_open
         self.prefix = prefix

@@ -19,14 +19,17 @@ The index loads in a background thread so that liveness answers at once.
 """
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from importlib.resources import files
 from collections.abc import Sized
 from typing import Any, Callable, Literal
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
@@ -35,6 +38,7 @@ from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, 
                                generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ritrag.serving.auth import UNAUTHORIZED, header_map, key_matches, send_error
 from ritrag.serving.errors import ToolError
@@ -47,7 +51,70 @@ LOG = logging.getLogger("ritrag.serving.http")
 OPEN_PATHS = ("/healthz", "/readyz", "/", "/docs", "/openapi.json")  # no data behind them
 ROUTES = ("/v1/toc", "/v1/read", "/v1/tools", "/healthz", "/readyz", "/metrics", "/")
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorResult} for status in (401, 404, 413, 422, 429, 503)}
+    status: {"model": ErrorResult} for status in (401, 404, 408, 413, 422, 429, 503)}
+BODILESS = ("GET", "HEAD", "OPTIONS")  # methods whose requests carry no body to read
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """How long and how much a client may hold of an HTTP server (the REST app
+    and MCP over streamable HTTP alike; docs/OPERATING.md). `uvicorn_options`
+    are the keyword arguments of `uvicorn.run`; the body deadline is kept by
+    the app (`BodyGuard`), since uvicorn has none."""
+
+    head_timeout_s: float = 10.0  # request line and headers, from connecting or from the previous response
+    body_timeout_s: float = 30.0  # the whole body, from its headers; then 408
+    keep_alive_s: int = 5  # an idle connection between requests is closed (uvicorn's timeout_keep_alive)
+    max_head_bytes: int = 16 * 1024  # request line and headers together; past it, 400
+    max_connections: int = 1024  # connections and requests at once; past it, 503 (uvicorn's limit_concurrency)
+
+    def uvicorn_options(self) -> dict[str, Any]:
+        return {"http": functools.partial(HeadDeadlineProtocol, head_timeout_s=self.head_timeout_s),
+                "timeout_keep_alive": self.keep_alive_s, "h11_max_incomplete_event_size": self.max_head_bytes,
+                "limit_concurrency": self.max_connections}
+
+
+class HeadDeadlineProtocol(H11Protocol):
+    """uvicorn's h11 protocol with a deadline on each request's head. uvicorn
+    times only an idle connection (timeout_keep_alive, after a response) and
+    stops the clock at the first byte of the next request, so a client that
+    connects and sends nothing, or sends its headers a line a minute, would
+    hold a connection forever. Here the head must be whole within
+    `head_timeout_s` of the connection's start or of the previous response,
+    else the connection is closed (there is no request to answer yet)."""
+
+    def __init__(self, *args: Any, head_timeout_s: float, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.head_timeout_s = head_timeout_s
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._previous_cycle: Any = None  # the request before the awaited one
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._await_head()
+
+    def on_response_complete(self) -> None:
+        self._await_head()  # before uvicorn starts a pipelined request already received
+        super().on_response_complete()
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self._head_timer is not None and self.cycle is not self._previous_cycle:  # a new request's head came
+            self._stop_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        super().connection_lost(exc)
+
+    def _await_head(self) -> None:
+        self._stop_head_timer()
+        self._previous_cycle = self.cycle
+        self._head_timer = self.loop.call_later(self.head_timeout_s, self.timeout_keep_alive_handler)
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +122,7 @@ class HttpSettings:
     api_key: str | None = None  # when set, /v1 and /metrics need "Authorization: Bearer <key>" or X-API-Key
     cors_origins: tuple[str, ...] = ()  # none: no CORS headers, browsers allow same-origin only
     max_request_bytes: int = 64 * 1024
+    limits: ServerLimits = field(default_factory=ServerLimits)
 
 
 class _Metrics:
@@ -117,15 +185,74 @@ def _count_episodes(metrics: _Metrics, budgets: Any) -> None:
         metrics.episodes.set(len(budgets))
 
 
+async def read_body(scope: dict, receive: Callable, max_bytes: int, timeout_s: float) -> bytes | None:
+    """A request's body, read whole (ours are small JSON documents); None when
+    the client went away. Refused (ToolError) past `max_bytes`, or when the
+    body has not arrived whole within `timeout_s`: uvicorn bounds the wait for
+    a request's head (`ServerLimits`) but not for its body."""
+    too_large = ToolError("request_too_large", f"request body over {max_bytes} bytes", limit=max_bytes)
+    if int(header_map(scope).get("content-length") or 0) > max_bytes:  # h11 let only digits through
+        raise too_large
+    body = bytearray()
+    with anyio.move_on_after(timeout_s):
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None
+            body += message.get("body", b"")
+            if len(body) > max_bytes:
+                raise too_large
+            if not message.get("more_body", False):
+                return bytes(body)
+    raise ToolError("request_timeout", f"the request body did not arrive whole within {timeout_s:g} s",
+                    timeout_s=timeout_s)
+
+
+class BodyGuard:
+    """ASGI middleware: a request's body is read whole (`read_body`) before the
+    app sees it, then replayed; a refusal is answered here, and passed to
+    `refused` (for metrics) when given."""
+
+    def __init__(self, app: Callable, max_bytes: int, timeout_s: float,
+                 refused: Callable[[ToolError], None] | None = None):
+        self.app = app
+        self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
+        self.refused = refused
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or scope["method"] in BODILESS:
+            return await self.app(scope, receive, send)
+        try:
+            body = await read_body(scope, receive, self.max_bytes, self.timeout_s)
+        except ToolError as error:
+            if self.refused is not None:
+                self.refused(error)
+            return await send_error(send, error)
+        if body is None:
+            return  # the client went away
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
 class _Guard:
     """The ASGI layer in front of the app (inside CORS only): metrics for
-    every request, the API key, and the body size limit (a body is read whole, at most the limit, before the app
-    sees it; ours are small JSON documents)."""
+    every request, the API key, and the body's size and time limits
+    (`BodyGuard`)."""
 
     def __init__(self, app: Callable, settings: HttpSettings, metrics: _Metrics):
         self.app = app
         self.settings = settings
         self.metrics = metrics
+        self.body = BodyGuard(app, settings.max_request_bytes, settings.limits.body_timeout_s, refused=self._count)
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -146,39 +273,14 @@ class _Guard:
             self.metrics.latency.labels(route).observe(time.perf_counter() - start)
 
     async def _guarded(self, scope: dict, receive: Callable, send: Callable) -> None:
-        headers = header_map(scope)
         if self.settings.api_key and scope["path"] not in OPEN_PATHS and scope["method"] != "OPTIONS":
-            if not key_matches(headers, self.settings.api_key):
-                return await self._refuse(send, UNAUTHORIZED)
-        limit = self.settings.max_request_bytes
-        too_large = ToolError("request_too_large", f"request body over {limit} bytes", limit=limit)
-        if int(headers.get("content-length") or 0) > limit:
-            return await self._refuse(send, too_large)
-        if scope["method"] in ("GET", "HEAD", "OPTIONS"):
-            return await self.app(scope, receive, send)
-        body, more = b"", True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > limit:
-                return await self._refuse(send, too_large)
-        replayed = False
+            if not key_matches(header_map(scope), self.settings.api_key):
+                self._count(UNAUTHORIZED)
+                return await send_error(send, UNAUTHORIZED)
+        await self.body(scope, receive, send)
 
-        async def replay() -> dict:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
-
-    async def _refuse(self, send: Callable, error: ToolError) -> None:
+    def _count(self, error: ToolError) -> None:
         self.metrics.tool_errors.labels(error.reason).inc()
-        await send_error(send, error)
 
 
 def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSettings(),

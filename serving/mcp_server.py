@@ -20,6 +20,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from ritrag.serving.auth import ApiKeyGuard
 from ritrag.serving.errors import ToolError
+from ritrag.serving.http import BodyGuard, ServerLimits
 from ritrag.serving.outline import toc_json_text
 from ritrag.serving.tool_models import EPISODE_META_KEY, tool_definitions
 from ritrag.serving.tools import ToolService
@@ -73,13 +74,16 @@ async def run_stdio(service: ToolService) -> None:
 
 
 def streamable_http_app(service: ToolService, host: str = "127.0.0.1", api_key: str | None = None,
-                        allowed_hosts: tuple[str, ...] = ()) -> Callable:
+                        allowed_hosts: tuple[str, ...] = (), limits: ServerLimits = ServerLimits()) -> Callable:
     """The server as an ASGI app at /mcp, behind the API key when one is
-    given. The SDK guards a loopback `host` against DNS rebinding; another
-    host must list the Host headers it answers to in `allowed_hosts`."""
+    given, each request body read whole within `limits` and the service's
+    size limit before the SDK sees it. The SDK guards a loopback `host`
+    against DNS rebinding; another host must list the Host headers it
+    answers to in `allowed_hosts`."""
     security = None
     if allowed_hosts:
         security = TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=list(allowed_hosts))
     app = create_server(service).streamable_http_app(
         host=host, max_request_body_size=service.limits.max_request_bytes, transport_security=security)
+    app = BodyGuard(app, service.limits.max_request_bytes, limits.body_timeout_s)
     return ApiKeyGuard(app, api_key) if api_key else app

@@ -30,6 +30,8 @@ One line per node, trees and children in their order (pre-order). A line is
   `…` or a backslash is written with a backslash in front.
 * Summary and keywords (when the index has them) follow after tabs, which
   titles never contain.
+* `depth: D` (after a tab, last) marks a node shown higher than it sits: a
+  tree is shown at most `ritrag.schema.MAX_TREE_DEPTH` levels deep (`cap_depth`).
 
 `parse_outline` reads this back into trees; the tests check that it recovers
 the JSON's nodes, titles, hits, hit order and tree shape. Token counts use
@@ -42,6 +44,8 @@ import json
 import re
 from functools import lru_cache
 from typing import Any, Collection, Iterator, Sequence
+
+from ritrag.schema import MAX_TREE_DEPTH
 
 TOKENIZER = "o200k_base"
 INDENT = " "
@@ -65,6 +69,32 @@ def preorder(trees: Sequence[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], 
         node, depth = stack.pop()
         yield node, depth
         stack.extend((child, depth + 1) for child in reversed(node.get("children") or ()))
+
+
+def cap_depth(trees: Sequence[dict[str, Any]], max_depth: int = MAX_TREE_DEPTH) -> None:
+    """Show `trees` (in place) at most `max_depth` levels below their roots:
+    the descendants of each node at depth `max_depth - 1` become its children,
+    in pre-order, each deeper than `max_depth` marked with its true `depth`.
+
+    The build places no node deeper (`MAX_TREE_DEPTH`), but the serving side
+    does not rely on it: an index built before that policy may hold chains
+    thousands of levels deep, and nested JSON that deep breaks serializers
+    (pydantic refuses 254 levels of a model, the MCP SDK 126 levels of a
+    tree, `json` about 490). The outline shows the same capped trees: lines
+    stay short, and since pre-order is unchanged, handles and hit ranks are
+    those of the full tree."""
+    frontier = [node for node, depth in preorder(trees) if depth == max_depth - 1 and node.get("children")]
+    for node in frontier:
+        lifted = []
+        stack = [(child, max_depth) for child in reversed(node["children"])]
+        while stack:
+            below, depth = stack.pop()
+            children = below.pop("children", ())
+            if depth > max_depth:
+                below["depth"] = depth
+            lifted.append(below)
+            stack.extend((child, depth + 1) for child in reversed(children))
+        node["children"] = lifted
 
 
 def hit_ranks(trees: Sequence[dict[str, Any]]) -> dict[str, int]:
@@ -115,6 +145,8 @@ def render_outline(trees: Sequence[dict[str, Any]], *, handle_letters: str | Non
             line += f"\tsummary: {' '.join(node['summary'].split())}"
         if node.get("keywords"):
             line += f"\tkeywords: {', '.join(' '.join(k.split()) for k in node['keywords'])}"
+        if node.get("depth"):
+            line += f"\tdepth: {node['depth']}"
         lines.append(line)
     return "\n".join(lines)
 
@@ -129,8 +161,8 @@ def _shown_title(title: str, parent: str) -> str:
 
 def parse_outline(text: str) -> list[dict[str, Any]]:
     """Trees from an outline: per node `label`, `title` (in full), `rank`
-    (None unless a hit), `read`, `summary` and `keywords` when shown, and
-    `children`. Raises ValueError on a line that is not outline."""
+    (None unless a hit), `read`, `summary`, `keywords` and `depth` when shown,
+    and `children`. Raises ValueError on a line that is not outline."""
     roots: list[dict[str, Any]] = []
     path: list[dict[str, Any]] = []
     for number, line in enumerate(text.split("\n") if text else (), start=1):
@@ -151,7 +183,7 @@ def parse_outline(text: str) -> list[dict[str, Any]]:
                                 "read": bool(match.group(4)), "children": []}
         for field in fields:
             name, _, value = field.partition(": ")
-            node[name] = value.split(", ") if name == "keywords" else value
+            node[name] = value.split(", ") if name == "keywords" else int(value) if name == "depth" else value
         (path[-1]["children"] if path else roots).append(node)
         path.append(node)
     return roots

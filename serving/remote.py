@@ -46,6 +46,7 @@ from typing import Any, Iterator
 
 from ritrag.layout import (DamagedIndexError, IndexLayout, IndexLoadError, IndexNameError, Manifest,
                            MissingIndexError, checked_version, sha256_file, write_atomic)
+from ritrag.serving.errors import ToolError
 
 LOG = logging.getLogger("ritrag.serving.remote")
 BLOCK = 4 << 20
@@ -145,7 +146,11 @@ class IndexMirror:
         self.in_use_s = in_use_s
         self.progress = CacheProgress()
         self._lock = threading.Lock()  # one fetch or eviction of this process at a time
-        os.makedirs(self.local_root, exist_ok=True)
+        try:
+            os.makedirs(self.local_root, exist_ok=True)
+        except OSError as exc:  # the cache directory is a file, unwritable, ...
+            raise ToolError("invalid_arguments", f"cache directory {cache_dir}: cannot hold the copy of {self.uri} "
+                            f"({exc.strerror or exc})") from None
 
     def _remote(self, *parts: str) -> str:
         return "/".join((self.root, *parts))
@@ -242,7 +247,10 @@ class IndexMirror:
             with self.fs.open(remote, "rb") as src, open(part, "ab" if have else "wb") as dst:
                 if have:
                     src.seek(have)
-                while chunk := src.read(BLOCK):
+                # One byte past the size the manifest states shows an object too large; no more is read.
+                left = entry["bytes"] - have + 1
+                while left > 0 and (chunk := src.read(min(BLOCK, left))):
+                    left -= len(chunk)
                     digest.update(chunk)
                     dst.write(chunk)
                     copied += len(chunk)

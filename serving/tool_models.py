@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ritrag.schema import MAX_TREE_DEPTH
 from ritrag.serving.budget import GET_TOC, READ
 from ritrag.serving.outline import PARENT_MARK, READ_MARK
 
@@ -91,6 +92,9 @@ class TocNode(BaseModel):
     hit: bool
     score: float | None = None
     read: bool | None = None
+    depth: int | None = Field(default=None, description=(
+        f"Set on a node shown higher than it sits: trees are shown at most {MAX_TREE_DEPTH} levels deep, the "
+        "nodes below listed in order under their ancestor at the last level shown, each with its true depth."))
     children: list[TocNode] | None = None
 
 
