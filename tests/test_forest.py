@@ -109,8 +109,9 @@ def test_sections_nest_by_heading_level_and_skipped_levels_keep_text():
         Section("Deep", 4, "deep", "deep text"),  # h2 -> h4 jump
         Section("Usage", 2, "usage", "usage text"),
     )
-    nodes = expand_sections(placed, sections)
+    nodes, capped = expand_sections(placed, sections)
     (page_node, intro), (install, t1), (deep, t2), (usage, t3) = nodes
+    assert capped == 0
     assert intro == "intro" and page_node == placed
     assert deep.parent_id == install.node_id and deep.depth == placed.depth + 2
     assert usage.parent_id == placed.node_id and (install.position, usage.position) == (0, 1)

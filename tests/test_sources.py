@@ -262,7 +262,8 @@ def test_discourse_reply_cycle_and_bad_json(tmp_path):
              {"post_number": 3, "reply_to_post_number": 2, "cooked": "<p>b</p>"}]
     (tmp_path / "c.json").write_text(json.dumps({"title": "Loop", "post_stream": {"posts": posts}}))
     pages = parse(tmp_path / "c.json", tmp_path)
-    assert len(pages) == 3 and [len(p.trail) for p in pages] == [0, 2, 2]
+    # The loop is cut where the walk up from post 2 closes it: post 3 under the topic, post 2 under 3.
+    assert len(pages) == 3 and [len(p.trail) for p in pages] == [0, 2, 1]
     (tmp_path / "bad.json").write_text('{"title": "x", "post_stream": {"posts": [')
     assert parse(tmp_path / "bad.json", tmp_path).reason == "invalid_json"
 

@@ -15,12 +15,17 @@ Rules, all deterministic:
   by its URL, or by the titles above it when it has no link), parented by the
   entry before it in the trail that mentions it most often.
 * A cycle is broken by attaching its smallest member to the site root.
+* Depth is capped (`ritrag.schema.MAX_TREE_DEPTH`, the site root at 0): the
+  nodes below a node at depth MAX_TREE_DEPTH - 1 are all placed as its children,
+  at the cap, in document order (depth first), and counted (`depth_capped`); so
+  ancestor lists stay bounded and a reply chain of any length costs its length.
 * Siblings follow the parent's own in-page table of contents where it lists
   them, then URL order.
 * A page's source kind is its parser's; a site or virtual node's is that of
   every page below it when they share one, else "" (`_source_kinds`).
 
-`expand_sections` turns one placed page into its heading-section nodes.
+`expand_sections` turns one placed page into its heading-section nodes, under
+the same cap. Every walk is iterative: no depth exhausts the stack.
 """
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ from typing import Iterable
 from urllib.parse import urlsplit
 
 from ritrag.ids import node_id_for
-from ritrag.schema import Crumb, NodePlacement, PageSkeleton, Section
+from ritrag.schema import MAX_TREE_DEPTH, Crumb, NodePlacement, PageSkeleton, Section
 
 SITE_ROOT_METHOD = "site_root"
 VIRTUAL_METHOD = "virtual"
@@ -41,6 +46,7 @@ class SiteForest:
     placements: list[NodePlacement]
     merged: dict[str, str]  # url of a page merged by its canonical link -> url kept
     broken_cycles: int
+    depth_capped: int = 0  # nodes placed at MAX_TREE_DEPTH, above where their chain would put them
 
 
 @dataclass
@@ -125,7 +131,8 @@ def build_site_forest(site: str, pages: Iterable[PageSkeleton]) -> SiteForest:
         slots[key] = _Slot(key, "virtual", best_title, url, VIRTUAL_METHOD, parent=best_parent)
 
     broken = _break_cycles(slots, root_key)
-    return SiteForest(_placements(site, slots, root_key), merged, broken)
+    placements, capped = _placements(site, slots, root_key)
+    return SiteForest(placements, merged, broken, capped)
 
 
 def _break_cycles(slots: dict[str, _Slot], root_key: str) -> int:
@@ -156,7 +163,18 @@ def _sibling_order(parent: _Slot, children: list[_Slot]) -> list[_Slot]:
     )
 
 
-def _placements(site: str, slots: dict[str, _Slot], root_key: str) -> list[NodePlacement]:
+def _below_in_order(slot: _Slot, children: dict[str, list[_Slot]]) -> list[_Slot]:
+    """Every node below `slot`, in document order: depth first, siblings in their order."""
+    out, stack = [], _sibling_order(slot, children.get(slot.key, []))[::-1]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(_sibling_order(node, children.get(node.key, []))[::-1])
+    return out
+
+
+def _placements(site: str, slots: dict[str, _Slot], root_key: str) -> tuple[list[NodePlacement], int]:
+    """Every node's placement, depth first; and how many were placed at the depth cap above their chain."""
     children: dict[str, list[_Slot]] = defaultdict(list)
     for key, slot in slots.items():
         if key != root_key:
@@ -170,6 +188,7 @@ def _placements(site: str, slots: dict[str, _Slot], root_key: str) -> list[NodeP
     source_kinds = _source_kinds(slots, children, root_key)
 
     out = []
+    capped = 0
     stack = [(slots[root_key], 0, 0, (), ())]
     while stack:
         slot, position, depth, anc_ids, anc_titles = stack.pop()
@@ -182,10 +201,16 @@ def _placements(site: str, slots: dict[str, _Slot], root_key: str) -> list[NodeP
             ancestor_ids=anc_ids, ancestor_titles=anc_titles,
             trail_method=slot.trail_method, source_kind=source_kinds[slot.key],
         ))
-        ordered = _sibling_order(slot, children.get(slot.key, []))
+        if depth < MAX_TREE_DEPTH - 1:
+            ordered = _sibling_order(slot, children.get(slot.key, []))
+        elif depth == MAX_TREE_DEPTH - 1:  # the last parent: its whole subtree hangs from it, flattened
+            ordered = _below_in_order(slot, children)
+            capped += len(ordered) - len(children.get(slot.key, ()))
+        else:  # at the cap: what was below is placed already, by the parent
+            ordered = []
         for pos in range(len(ordered) - 1, -1, -1):
             stack.append((ordered[pos], pos, depth + 1, anc_ids + (node_id,), anc_titles + (slot.title,)))
-    return out
+    return out, capped
 
 
 def _source_kinds(slots: dict[str, _Slot], children: dict[str, list[_Slot]], root_key: str) -> dict[str, str]:
@@ -217,24 +242,37 @@ def section_key(page_url: str, section: Section, ordinal: int) -> str:
     return f"{page_url}#{section.anchor or f'section-{ordinal}'}"
 
 
-def expand_sections(page: NodePlacement, sections: tuple[Section, ...]) -> list[tuple[NodePlacement, str]]:
-    """Section nodes of one placed page, with each node's own text.
+def expand_sections(page: NodePlacement, sections: tuple[Section, ...]
+                    ) -> tuple[list[tuple[NodePlacement, str]], int]:
+    """Section nodes of one placed page, with each node's own text; and how many
+    sections were placed above where their headings put them (the depth cap).
 
     The page node keeps the text before the first heading; each heading section
     becomes a child of the nearest enclosing heading section (or of the page),
-    so skipped heading levels lose no text.
+    so skipped heading levels lose no text. Nothing is placed deeper than
+    MAX_TREE_DEPTH: a section that would be is a child of the node at depth
+    MAX_TREE_DEPTH - 1 on its chain, in document order; a page at the cap itself
+    has no room for sections, so it keeps their text as granularity "page" keeps
+    it (they are counted as capped).
     """
+    if page.depth >= MAX_TREE_DEPTH:
+        return [(page, "\n\n".join(s.text for s in sections if s.text))], sum(1 for s in sections if s.level != 0)
     out: list[tuple[NodePlacement, str]] = []
     intro = sections[0].text if sections and sections[0].level == 0 else ""
     out.append((page, intro))
-    open_sections: list[tuple[int, NodePlacement]] = []  # (level, node) of enclosing headings
+    # (level, node) of the enclosing headings; up to the cap, entry i is at depth page.depth + 1 + i
+    open_sections: list[tuple[int, NodePlacement]] = []
     next_position: dict[str, int] = defaultdict(int)
+    capped = 0
     for ordinal, section in enumerate(sections):
         if section.level == 0:
             continue
         while open_sections and open_sections[-1][0] >= section.level:
             open_sections.pop()
         parent = open_sections[-1][1] if open_sections else page
+        if parent.depth >= MAX_TREE_DEPTH:  # under the node at depth MAX_TREE_DEPTH - 1 on its chain
+            parent = open_sections[MAX_TREE_DEPTH - 2 - page.depth][1] if page.depth <= MAX_TREE_DEPTH - 2 else page
+            capped += 1
         position = next_position[parent.node_id]
         next_position[parent.node_id] += 1
         node = NodePlacement(
@@ -248,4 +286,4 @@ def expand_sections(page: NodePlacement, sections: tuple[Section, ...]) -> list[
         )
         out.append((node, section.text))
         open_sections.append((section.level, node))
-    return out
+    return out, capped

@@ -18,12 +18,17 @@ from ritrag.transforms.forest import build_site_forest, expand_sections
 from ritrag.transforms.pages import COUNTERS, DEAD, PageParser, chosen_source, reread_page
 
 PAGES_OUTPUT = "pages"  # the tagged output of pages-table rows
+# Nodes placed at ritrag.schema.MAX_TREE_DEPTH above where their chain would put
+# them (pages by the forest, sections by their page), and sections kept in the
+# text of a page placed at the cap.
+DEPTH_CAPPED_COUNTER = "nodes_depth_capped"
 
 
 def place_site(site_and_pages: tuple[str, Iterable[PageSkeleton]]) -> Iterable[NodePlacement]:
     site, pages = site_and_pages
     forest = build_site_forest(site, pages)
     beam.metrics.Metrics.counter(COUNTERS, "cycles_broken").inc(forest.broken_cycles)
+    beam.metrics.Metrics.counter(COUNTERS, DEPTH_CAPPED_COUNTER).inc(forest.depth_capped)
     return forest.placements
 
 
@@ -104,8 +109,9 @@ def page_node_rows(placement: NodePlacement, page: ParsedPage, granularity: str)
     the granularity is "section"."""
     if granularity == "page":
         return [placement_row(placement, page.body, page, placement.node_id)]
-    return [placement_row(node, text, page, placement.node_id)
-            for node, text in expand_sections(placement, page.sections)]
+    nodes, capped = expand_sections(placement, page.sections)
+    beam.metrics.Metrics.counter(COUNTERS, DEPTH_CAPPED_COUNTER).inc(capped)
+    return [placement_row(node, text, page, placement.node_id) for node, text in nodes]
 
 
 class BuildForestNodes(beam.PTransform):

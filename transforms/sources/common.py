@@ -13,7 +13,7 @@ import lxml.html
 import yaml
 from lxml import etree
 
-from ritrag.schema import Crumb, ParsedPage, Section
+from ritrag.schema import MAX_TREE_DEPTH, Crumb, ParsedPage, Section
 from ritrag.transforms.parse.page import page_content_hash
 
 
@@ -133,11 +133,14 @@ def document_page(file: SourceFile, *, url: str | None = None, title: str, trail
 
 def section_path(open_titles: list[tuple[int, str]], level: int, title: str) -> tuple[str, ...]:
     """The heading path of a section at `level`, updating `open_titles` (the
-    enclosing (level, title) pairs, outermost first) in place."""
+    enclosing (level, title) pairs, outermost first) in place. A section nested
+    deeper than a tree is placed (MAX_TREE_DEPTH) keeps the outermost titles and
+    its own, so a path costs at most that much whatever the nesting."""
     while open_titles and open_titles[-1][0] >= level:
         open_titles.pop()
     open_titles.append((level, title))
-    return tuple(t for _, t in open_titles)
+    kept = open_titles if len(open_titles) <= MAX_TREE_DEPTH else [*open_titles[:MAX_TREE_DEPTH - 1], open_titles[-1]]
+    return tuple(t for _, t in kept)
 
 
 def html_text(html: str) -> str:

@@ -8,9 +8,15 @@ one page per post.
   "#<number> <author>"; its trail is the topic's, then the topic, then the chain
   of posts it replies to (`reply_to_post_number`), outermost first, so each
   reply sits under the post it answers and direct replies under the topic
-  (trail method "reply_to"). A reply to a post the file does not hold (deleted,
-  or beyond the posts the JSON carries) sits under the topic, trail method
-  "reply_to_missing" (counted by the build's trail_taken_* counters).
+  (trail method "reply_to"). A chain longer than MAX_TREE_DEPTH posts keeps its
+  outermost ones and the post replied to (the forest takes only a page's parent
+  from its trail, resolves parents into chains and caps their depth:
+  `ritrag.schema.MAX_TREE_DEPTH`), so a thread of replies to replies costs its
+  length, not its length squared. A reply whose chain reaches a post the file does not hold (deleted, or beyond
+  the posts the JSON carries) sits under the topic, trail method
+  "reply_to_missing" (counted by the build's trail_taken_* counters). A chain
+  that loops is cut where the walk up from its smallest post closes the loop:
+  the post reached last sits under the topic.
 * An accepted answer says so in its description; the topic's tags are its keywords.
 * Text: the post's rendered HTML (`cooked`) reduced to plain text, a block per
   paragraph; `raw` (Markdown source) when a post has no `cooked`.
@@ -19,7 +25,7 @@ from __future__ import annotations
 
 import json
 
-from ritrag.schema import Crumb, ParsedPage, Section
+from ritrag.schema import MAX_TREE_DEPTH, Crumb, ParsedPage, Section
 from ritrag.transforms.parse import UnparseablePage
 from ritrag.transforms.parse.location import url_segment_title
 from ritrag.transforms.sources.common import SourceFile, document_page, html_text
@@ -27,14 +33,43 @@ from ritrag.transforms.sources.nav import document_trail
 
 
 def load_json_object(data: bytes, what: str) -> dict:
-    """The JSON object of an input file; UnparseablePage("invalid_json") otherwise."""
+    """The JSON object of an input file; UnparseablePage("invalid_json") otherwise
+    (nesting deeper than the interpreter's stack included)."""
     try:
         value = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise UnparseablePage("invalid_json", str(exc)) from exc
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise UnparseablePage("invalid_json", str(exc) or type(exc).__name__) from exc
     if not isinstance(value, dict):
         raise UnparseablePage("invalid_json", f"{what} is a JSON object, not a {type(value).__name__}")
     return value
+
+
+def reply_chains(by_number: dict[int, dict], opening: int) -> dict[int, tuple[tuple[int, ...], bool]]:
+    """Every post but the opening one: (the posts it replies to, outermost first,
+    at most MAX_TREE_DEPTH of them: the outermost and the post replied to;
+    whether its chain reaches a post the file lacks, the chain then empty). Each
+    chain is walked once: a post's builds on its parent's."""
+    out: dict[int, tuple[tuple[int, ...], bool]] = {}
+    for start in sorted(by_number.keys() - {opening}):
+        walk: list[int] = []  # posts whose chains wait for the chain of the post above them
+        on_walk: set[int] = set()
+        number = start
+        while number not in out:
+            on_walk.add(number)
+            target = by_number[number].get("reply_to_post_number")
+            if not isinstance(target, int) or target == opening or target in on_walk:
+                out[number] = ((), False)  # the top of its chain, or where a loop is cut
+            elif target not in by_number:
+                out[number] = ((), True)
+            else:
+                walk.append(number)
+                number = target
+        for number in reversed(walk):
+            target = by_number[number]["reply_to_post_number"]
+            above, missing = out[target]
+            chain = above + (target,) if len(above) < MAX_TREE_DEPTH else above[:MAX_TREE_DEPTH - 1] + (target,)
+            out[number] = ((), True) if missing else (chain, False)
+    return out
 
 
 def _post_text(post: dict) -> str:
@@ -62,21 +97,12 @@ def parse_discourse(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
     out = [(None, document_page(file, title=title, trail=trail, trail_method=method, keywords=tags,
                                 sections=(Section(title, 0, "", _post_text(by_number[opening])),)))]
     topic_crumbs = (*trail, Crumb(title, file.url))
-    for number in sorted(by_number):
-        if number == opening:
-            continue
+    crumb_of = {n: Crumb(_post_title(post), f"{file.url}/{n}") for n, post in by_number.items()}
+    for number, (chain, missing) in sorted(reply_chains(by_number, opening).items()):
         post = by_number[number]
-        chain, seen, target, missing = [], {number}, post.get("reply_to_post_number"), False
-        while isinstance(target, int) and target != opening and target not in seen:
-            if target not in by_number:
-                chain, missing = [], True
-                break
-            chain.append(target)
-            seen.add(target)
-            target = by_number[target].get("reply_to_post_number")
         url = f"{file.url}/{number}"
         post_title = _post_title(post)
-        crumbs = topic_crumbs + tuple(Crumb(_post_title(by_number[n]), f"{file.url}/{n}") for n in reversed(chain))
+        crumbs = topic_crumbs + tuple(crumb_of[n] for n in chain)
         out.append((f"post-{number}", document_page(
             file, url=url, title=post_title, trail=crumbs,
             trail_method="reply_to_missing" if missing else "reply_to",

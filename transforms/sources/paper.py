@@ -24,11 +24,13 @@ from ritrag.transforms.sources.nav import document_trail
 
 
 def _text(value) -> str:
-    """A string, or the texts of a list of strings / {text} objects, a paragraph each."""
+    """A string, or the texts of a list of strings / {text} objects, a paragraph
+    each (one level: deeper lists are no paragraphs)."""
     if isinstance(value, str):
         return value.strip()
     if isinstance(value, list):
-        return "\n\n".join(t for t in (_text(v.get("text") if isinstance(v, dict) else v) for v in value) if t)
+        texts = (v.get("text") if isinstance(v, dict) else v for v in value)
+        return "\n\n".join(t.strip() for t in texts if isinstance(t, str) and t.strip())
     return ""
 
 

@@ -133,18 +133,20 @@ def parse_rst(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
     sections = [(title, 0, "", (), _own_text(document))]
     open_titles: list[tuple[int, str]] = []
 
-    def walk(node: nodes.Element, level: int) -> None:
-        for child in node.children:
-            if isinstance(child, nodes.section):
-                heading = child.next_node(nodes.title)
-                name = heading.astext() if heading is not None else ""
-                # The id made of the title, as Sphinx anchors it, before a label's.
-                own_id = nodes.make_id(name)
-                anchor = own_id if own_id in child["ids"] else (child["ids"][0] if child["ids"] else "")
-                sections.append((name, level, anchor, section_path(open_titles, level, name), _own_text(child)))
-                walk(child, level + 1)
-
-    walk(document, 1)
+    stack = [(iter(document.children), 1)]  # the section tree, depth first, without recursion
+    while stack:
+        children, level = stack[-1]
+        child = next(children, None)
+        if child is None:
+            stack.pop()
+        elif isinstance(child, nodes.section):
+            heading = child.next_node(nodes.title)
+            name = heading.astext() if heading is not None else ""
+            # The id made of the title, as Sphinx anchors it, before a label's.
+            own_id = nodes.make_id(name)
+            anchor = own_id if own_id in child["ids"] else (child["ids"][0] if child["ids"] else "")
+            sections.append((name, level, anchor, section_path(open_titles, level, name), _own_text(child)))
+            stack.append((iter(child.children), level + 1))
     if not title and len(sections) == 1 and not sections[0][4]:
         raise UnparseablePage("no_content", "neither text nor a section")
     trail, method, _, _ = document_trail(file)
