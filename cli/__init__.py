@@ -613,8 +613,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = top._subparsers._group_actions[0].choices[args.command]
     if extra and args.command not in JOB_COMMANDS:
         sub.error(f"unrecognized arguments: {' '.join(extra)}")
+    # force: importing Beam (a job's flags) has already given the root logger a handler
     logging.basicConfig(level=logging.INFO if verbose or args.command in JOB_COMMANDS else logging.WARNING,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s", force=True)
     if not verbose:  # keep a build's log to ritrag's own progress lines
         for noisy in ("apache_beam", "sentence_transformers", "transformers", "httpx"):
             logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -142,8 +142,11 @@ def vectors_table(items: list[tuple[int, np.ndarray]]) -> pa.Table:
     return pa.table([pa.array(ids), column], schema=VECTORS_SCHEMA)
 
 
-def write_dense_shard(path: str, table: pa.Table, trained: bytes) -> int:
-    """Write one shard's vectors file and, from the same float16 vectors, its index."""
+def write_dense_shard(path: str, table: pa.Table, trained: bytes | None) -> int:
+    """Write one shard's vectors file and, from the same float16 vectors, its index.
+    Nothing when no vector was trained on: the job refuses to publish."""
+    if trained is None:
+        return 0
     dim = faiss.deserialize_index(np.frombuffer(trained, dtype=np.uint8)).d
     table, order = sorted_in_one_piece(table, ["chunk_id"])
     table = table.take(order)
