@@ -1,57 +1,10 @@
 import numpy as np
+import pyarrow as pa
 import pytest
 
-from ritrag.serving.index import Postings, bm25_fields
-from ritrag.serving.retrieval import (RetrievalParams, bm25_scores, bm25_top_k, bm25f_chunk_scores, build_subforest,
-                                     fuse, minmax_fusion, node_scores, reciprocal_rank_fusion, top_k, top_nodes,
-                                     with_node_docs)
-
-
-def make_postings(docs: list[list[str]]) -> Postings:
-    vocabulary = sorted({t for d in docs for t in d})
-    term_row = {t: i for i, t in enumerate(vocabulary)}
-    entries = sorted((term_row[t], i, d.count(t)) for i, d in enumerate(docs) for t in set(d))
-    indptr = np.zeros(len(vocabulary) + 1, np.int64)
-    for row, _, _ in entries:
-        indptr[row + 1] += 1
-    return Postings(
-        term_row=term_row, indptr=np.cumsum(indptr),
-        chunk_index=np.array([e[1] for e in entries], np.int32),
-        tf=np.array([e[2] for e in entries], np.float32),
-        chunk_length=np.array([len(d) for d in docs], np.float32),
-        df={t: sum(t in d for d in docs) for t in vocabulary},
-        n_chunks=len(docs), avg_length=sum(map(len, docs)) / len(docs),
-    )
-
-
-def reference_bm25(query, docs, k1=1.2, b=0.75):
-    avg = sum(map(len, docs)) / len(docs)
-    out = []
-    for d in docs:
-        s = 0.0
-        for t in query:
-            df = sum(t in x for x in docs)
-            if not df:
-                continue
-            idf = np.log(1 + (len(docs) - df + 0.5) / (df + 0.5))
-            tf = d.count(t)
-            s += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(d) / avg))
-        out.append(s)
-    return np.array(out)
-
-
-def test_bm25_matches_the_textbook_formula():
-    docs = [["ssl", "config", "server"], ["log", "server"], ["ssl", "ssl", "cert"], ["other"]]
-    rows, scores = bm25_top_k(["ssl", "server"], make_postings(docs), k=10)
-    expected = reference_bm25(["ssl", "server"], docs)
-    assert list(rows) == list(np.argsort(-expected, kind="stable")[: len(rows)])
-    np.testing.assert_allclose(scores, expected[rows], rtol=1e-5)
-    assert 3 not in rows  # no term in common: not recalled
-
-
-def test_top_k_breaks_ties_by_row():
-    rows, _ = top_k(np.array([1.0, 2.0, 1.0, 0.0, 1.0]), 3)
-    assert list(rows) == [1, 0, 2]
+from ritrag.serving.index import NodeRows, Skeleton
+from ritrag.serving.retrieval import (RetrievalParams, build_subforest, fuse, minmax_fusion, node_scores,
+                                     reciprocal_rank_fusion, top_nodes, with_node_docs)
 
 
 def test_rrf_sums_reciprocal_ranks():
@@ -84,60 +37,104 @@ def test_node_score_is_the_max_of_its_chunks():
     assert top_nodes({0: 0.3, 1: 0.2, 2: 0.3}, 2) == [(0, 0.3), (2, 0.3)]
 
 
+def skeleton_of(columns: dict[str, list]) -> Skeleton:
+    types = {"keywords": pa.list_(pa.string()), "ancestor_ids": pa.list_(pa.string()), "position": pa.int32()}
+    arrays = {name: pa.array(values, types.get(name, pa.string())) for name, values in columns.items()}
+    return Skeleton.of(arrays, NodeRows.of(np.array(columns["node_id"], dtype=bytes)))
+
+
 def test_subforest_holds_hits_and_every_ancestor_in_document_order():
     #   r1 ─ a (pos 0) ─ a1 (pos 1), a0 (pos 0)
     #      └ b (pos 1)
     #   r2 ─ c
     ids = ["r1", "a", "a0", "a1", "b", "r2", "c"]
-    nodes = {
+    skeleton = skeleton_of({
         "node_id": ids,
         "parent_id": [None, "r1", "a", "a", "r1", None, "r2"],
         "position": [0, 0, 0, 1, 1, 0, 0],
         "ancestor_ids": [[], ["r1"], ["r1", "a"], ["r1", "a"], ["r1"], [], ["r2"]],
         "title": [i.upper() for i in ids],
-    }
+    })
     row = {n: i for i, n in enumerate(ids)}
-    trees = build_subforest([(row["c"], 0.9), (row["a1"], 0.5), (row["a0"], 0.4)], nodes, row)
+    trees = build_subforest([(row["c"], 0.9), (row["a1"], 0.5), (row["a0"], 0.4)], skeleton)
     assert [t["id"] for t in trees] == ["r2", "r1"]  # ordered by best hit inside
     r1 = trees[1]
     assert r1["hit"] is False and "score" not in r1
     assert [c["id"] for c in r1["children"]] == ["a"]  # b is not a hit nor an ancestor
     assert [c["id"] for c in r1["children"][0]["children"]] == ["a0", "a1"]
     assert r1["children"][0]["children"][1] == {"id": "a1", "title": "A1", "hit": True, "score": 0.5}
+    assert build_subforest([], skeleton) == []
+
+
+def test_a_node_whose_parent_no_row_holds_roots_its_own_tree():
+    # "gone" was tombstoned or never indexed: x's chain stops below it
+    skeleton = skeleton_of({"node_id": ["r", "x", "y"], "parent_id": [None, "gone", "x"], "position": [0, 0, 0],
+                            "ancestor_ids": [[], ["r", "gone"], ["r", "gone", "x"]], "title": ["R", "X", "Y"]})
+    trees = build_subforest([(2, 0.7)], skeleton)
+    assert [t["id"] for t in trees] == ["x", "r"]  # x holds the hit; r: an ancestor with no included child
+    assert trees[0]["children"][0]["id"] == "y" and "children" not in trees[1]
+
+
+def old_build_subforest(hits, nodes, node_row, fields=("title",)) -> list[dict]:
+    """The element-at-a-time sub-forest the vectorized one replaced: the oracle."""
+    score_of = dict(hits)
+    included: set[int] = set()
+    for row, _ in hits:
+        included.add(row)
+        for ancestor in nodes["ancestor_ids"][row]:
+            a = node_row.get(ancestor)
+            if a is not None:
+                included.add(a)
+    children: dict[int, list[int]] = {}
+    roots = []
+    for row in included:
+        parent = node_row.get(nodes["parent_id"][row]) if nodes["parent_id"][row] else None
+        if parent is None or parent not in included:
+            roots.append(row)
+        else:
+            children.setdefault(parent, []).append(row)
+
+    def render(row: int) -> tuple[dict, float]:
+        entry = {"id": nodes["node_id"][row]}
+        for field in fields:
+            value = nodes[field][row]
+            if value:
+                entry[field] = value
+        best = score_of.get(row, 0.0)
+        entry["hit"] = row in score_of
+        if entry["hit"]:
+            entry["score"] = round(score_of[row], 6)
+        kids = sorted(children.get(row, []), key=lambda r: (nodes["position"][r], nodes["node_id"][r]))
+        if kids:
+            rendered = [render(k) for k in kids]
+            entry["children"] = [e for e, _ in rendered]
+            best = max([best] + [s for _, s in rendered])
+        return entry, best
+
+    trees = [render(r) for r in roots]
+    trees.sort(key=lambda t: (-t[1], t[0]["id"]))
+    return [t for t, _ in trees]
+
+
+def test_the_vectorized_subforest_equals_the_element_at_a_time_one(sample_index):
+    """Same JSON text (entries, key order, children order, tree order) for real
+    GetToC hits on the sample index and for hits with tied scores."""
+    import json
+
+    from ritrag.serving.api import TOC_FIELDS
+    from serving_fixtures import loaded_index
+
+    index = loaded_index(str(sample_index))
+    idx = index.index
+    queries = [idx.nodes["title"][row] for row in range(0, len(idx.nodes["title"]), 5)]
+    for query in queries + ["configure the server port", "zzz nothing"]:
+        hits = index.retrieve(query, n=50).hits
+        for case in (hits, [(row, 0.5) for row, _ in hits]):
+            want = old_build_subforest(case, idx.nodes, idx.node_row, TOC_FIELDS)
+            assert json.dumps(build_subforest(case, idx.skeleton, TOC_FIELDS)) == json.dumps(want)
 
 
 # --- retrieval that uses the forest ------------------------------------------------------------------------------
-
-def test_each_bm25_field_scores_with_its_own_statistics():
-    # rows 0-2: chunk bodies; rows 3-4: node documents (paths)
-    docs = [["ssl", "key", "cert"], ["log", "rotat"], ["ssl"], ["alpha", "ssl"], ["beta", "ssl"]]
-    postings = make_postings(docs)
-    is_doc = np.array([False, False, False, True, True])
-    fields = bm25_fields(postings, is_doc)
-    assert (fields.body.n, fields.doc.n) == (3, 2)
-    assert fields.body.avg_length == 2.0 and fields.doc.avg_length == 2.0
-    row = postings.term_row["ssl"]
-    assert (fields.body.df[row], fields.doc.df[row]) == (2, 2)
-    body = bm25_scores(["ssl"], postings, field=fields.body)
-    np.testing.assert_allclose(body[:3], reference_bm25(["ssl"], docs[:3]), rtol=1e-5)
-    assert (body[3:] == 0).all()
-    doc = bm25_scores(["alpha"], postings, field=fields.doc)
-    np.testing.assert_allclose(doc[3:], reference_bm25(["alpha"], docs[3:]), rtol=1e-5)
-
-
-def test_a_chunk_adds_its_node_documents_score_times_the_path_weight():
-    docs = [["ssl", "key"], ["ssl", "key"], ["alpha", "ssl"], ["beta", "ssl"]]
-    postings = make_postings(docs)
-    is_doc = np.array([False, False, True, True])
-    chunk_node = np.array([0, 1, 0, 1])  # chunk 0 and document 2 belong to node 0
-    fields = bm25_fields(postings, is_doc)
-    chunks, own = bm25f_chunk_scores(["alpha", "ssl"], postings, fields, chunk_node, 2, path_weight=0.5)
-    body = bm25_scores(["alpha", "ssl"], postings, field=fields.body)
-    assert chunks[0] == pytest.approx(body[0] + 0.5 * own[2]) and chunks[1] == pytest.approx(body[1] + 0.5 * own[3])
-    assert chunks[0] > chunks[1] and (chunks[2:] == 0).all() and (own[:2] == 0).all()
-    unweighted, _ = bm25f_chunk_scores(["alpha", "ssl"], postings, fields, chunk_node, 2, path_weight=0.0)
-    assert unweighted[0] == unweighted[1]  # same bodies: only the path tells them apart
-
 
 def test_weighted_rrf_and_node_scores_with_the_nodes_own_match():
     fused = reciprocal_rank_fusion([np.array([5, 7]), np.array([7, 9])], k=10, weights=(2.0, 0.0))

@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from ritrag.analyzer import analyze
+from ritrag.bm25 import Bm25, Postings, top_k
 from ritrag.layout import IndexLayout
-from ritrag.serving.index import LoadedVersion, Postings
-from ritrag.serving.retrieval import bm25_top_k
+from ritrag.serving.index import LoadedVersion
 from support import benchmark_module
 
 write_synthetic_index = benchmark_module("synthetic_index").write_synthetic_index
@@ -63,7 +63,7 @@ def test_node_ids_map_to_rows_and_odd_ids_to_nothing(synthetic, loaded):
     assert loaded.nodes["ancestor_ids"][row][-1:] == ([parents[row]] if parents[row] else [])
 
 
-def reference_postings(synthetic: str, loaded: LoadedVersion) -> Postings:
+def reference_bm25(synthetic: str, loaded: LoadedVersion) -> Bm25:
     """The CSR built the plain way: every posting's term string, one global sort."""
     postings = table(synthetic, "postings")
     terms = postings["term"].to_pylist()
@@ -74,28 +74,51 @@ def reference_postings(synthetic: str, loaded: LoadedVersion) -> Postings:
     rows = loaded.chunk_rows(postings["chunk_id"].to_numpy())[order].astype(np.int32)
     tf = postings["tf"].to_numpy()[order].astype(np.float32)
     indptr = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=len(vocabulary)))])
-    return Postings(term_row, indptr, rows, tf, np.bincount(rows, tf, len(loaded.chunk_ids)).astype(np.float32),
-                    loaded.postings.df, loaded.postings.n_chunks, loaded.postings.avg_length)
+    postings = Postings(term_row, indptr, rows, tf, np.bincount(rows, tf, len(loaded.chunk_ids)).astype(np.float32))
+    field = loaded.bm25.fields["all"]
+    df = np.array([field.df[loaded.postings.term_row[t]] for t in vocabulary])
+    return Bm25(postings, {"all": type(field)(None, df, field.n, field.avg_length)}, loaded.bm25.k1, loaded.bm25.b)
 
 
 def test_postings_score_like_a_plainly_built_index(synthetic, loaded):
-    reference = reference_postings(synthetic, loaded)
-    words = list(reference.term_row)
-    np.testing.assert_array_equal(loaded.postings.chunk_length, reference.chunk_length)
+    reference = reference_bm25(synthetic, loaded)
+    words = list(reference.postings.term_row)
+    np.testing.assert_array_equal(loaded.postings.chunk_length, reference.postings.chunk_length)
     for query in (words[:2], words[100:103], words[-1:], [words[7], words[7], "zzzunknown"]):
-        got_rows, got = bm25_top_k(analyze(" ".join(query)), loaded.postings, 50)
-        want_rows, want = bm25_top_k(analyze(" ".join(query)), reference, 50)
+        got_rows, got = top_k(loaded.bm25.scores(analyze(" ".join(query))), 50)
+        want_rows, want = top_k(reference.scores(analyze(" ".join(query))), 50)
         np.testing.assert_array_equal(got_rows, want_rows)
         np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
-def test_a_cache_dir_keeps_the_postings_for_the_next_start(synthetic, loaded, tmp_path):
+def test_a_cache_dir_maps_every_derived_array_and_the_skeleton_at_the_next_start(synthetic, loaded, tmp_path):
     first = LoadedVersion(synthetic, cache_dir=str(tmp_path))
     second = LoadedVersion(synthetic, cache_dir=str(tmp_path))
-    assert isinstance(second.postings.chunk_index, np.memmap)
-    assert not isinstance(first.postings.chunk_index, np.memmap)
+    # Both loads end up on the mapped files: the first maps what it has just written.
+    for index in (first, second):
+        for array in (index.postings.chunk_index, index.postings.tf, index.bm25.norm, index.chunk_node,
+                      index.chunk_ids, index.skeleton.parent_row, index.skeleton.ancestor_rows, index.node_chunks[1]):
+            assert isinstance(array, np.memmap)
     for name in ("indptr", "chunk_index", "tf", "chunk_length"):
         np.testing.assert_array_equal(getattr(second.postings, name), getattr(loaded.postings, name))
+    np.testing.assert_array_equal(second.bm25.norm, loaded.bm25.norm)
+    np.testing.assert_array_equal(second.skeleton.ancestor_rows, loaded.skeleton.ancestor_rows)
+    assert second.skeleton.columns["title"].equals(loaded.skeleton.columns["title"])
+    assert sorted(second.node_row) == sorted(loaded.node_row)
+    query = loaded.nodes["title"][42]
+    rows, _ = top_k(loaded.bm25.scores(analyze(query)), 20)
+    hits = [(int(loaded.chunk_node[r]), 1.0 / (i + 1)) for i, r in enumerate(rows)]
+    from ritrag.serving.retrieval import build_subforest
+    assert build_subforest(hits, second.skeleton, ("title",)) == build_subforest(hits, loaded.skeleton, ("title",))
+
+
+def test_skeleton_arrays_resolve_parents_and_ancestors_to_rows(loaded):
+    sk = loaded.skeleton
+    for row in range(0, len(loaded.nodes["node_id"]), 211):
+        parent = loaded.nodes["parent_id"][row]
+        assert sk.parent_row[row] == (loaded.node_row[parent] if parent else -1)
+        expected = [loaded.node_row[a] for a in loaded.nodes["ancestor_ids"][row]]
+        assert sk.ancestors(np.array([row])).tolist() == expected
 
 
 def test_an_index_of_another_format_is_refused_with_what_to_do(tmp_path):
@@ -107,10 +130,12 @@ def test_an_index_of_another_format_is_refused_with_what_to_do(tmp_path):
         Manifest.from_json(json.dumps({"format_version": 1}).encode())
 
 
-def test_a_cut_postings_cache_is_rebuilt_not_fatal(synthetic, loaded, tmp_path):
+@pytest.mark.parametrize("name", ["chunk_index.npy", "skeleton.arrow", "shapes.json"])
+def test_a_cut_cache_file_is_rebuilt_not_fatal(synthetic, loaded, tmp_path, name):
     LoadedVersion(synthetic, cache_dir=str(tmp_path))
-    (cached,) = [p for p in tmp_path.rglob("chunk_index.npy")]
+    (cached,) = [p for p in tmp_path.rglob(name)]
     cached.write_bytes(cached.read_bytes()[: cached.stat().st_size // 2])
     again = LoadedVersion(synthetic, cache_dir=str(tmp_path))
     np.testing.assert_array_equal(again.postings.chunk_index, loaded.postings.chunk_index)
+    assert again.skeleton.columns["node_id"].equals(loaded.skeleton.columns["node_id"])
     assert LoadedVersion(synthetic, cache_dir=str(tmp_path)).postings.chunk_index.shape == loaded.postings.chunk_index.shape
