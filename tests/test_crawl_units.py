@@ -70,9 +70,9 @@ def test_page_links_and_canonical():
     html = (b'<html><head><link rel="canonical" href="/c.html"></head><body>'
             b'<a href="b.html#x">b</a><a href="mailto:x@y">m</a><a rel="nofollow" href="n.html">n</a>'
             b'<a href="https://other/z">z</a></body></html>')
-    links, canonical = page_links(html, "http://h/d/a.html")
-    assert canonical == "http://h/c.html"
-    assert links == ["http://h/d/b.html#x", "https://other/z", "http://h/c.html"]
+    page = page_links(html, "http://h/d/a.html")
+    assert page.canonical == "http://h/c.html" and page.malformed == 0
+    assert page.links == ["http://h/d/b.html#x", "https://other/z", "http://h/c.html"]
 
 
 def test_classify_content():
@@ -93,15 +93,18 @@ def test_retry_delays():
 
 
 def test_fetch_retries_then_succeeds_and_caps_size():
+    """(Bodies as streams: fetch reads the raw stream, as a network transport gives it.)"""
     calls = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         calls.append(request)
         if request.url.path == "/big":
-            return httpx.Response(200, headers={"content-type": "text/html"}, content=b"x" * 5000)
+            return httpx.Response(200, headers={"content-type": "text/html"},
+                                  stream=httpx.ByteStream(b"x" * 5000))
         if len(calls) == 1:
             return httpx.Response(503, headers={"retry-after": "0"})
-        return httpx.Response(200, headers={"content-type": "text/html", "etag": '"e1"'}, content=b"<html>ok</html>")
+        return httpx.Response(200, headers={"content-type": "text/html", "etag": '"e1"'},
+                              stream=httpx.ByteStream(b"<html>ok</html>"))
 
     client = httpx.Client(transport=httpx.MockTransport(handler))
     policy = FetchPolicy("bot", max_bytes=1000, backoff_s=0.0)

@@ -29,15 +29,14 @@ import apache_beam as beam
 
 from ritrag.ids import shard_of
 from ritrag.transforms.crawldb import CrawlTarget, crawldb_row, link_rank
-from ritrag.transforms.fetch import FetchPolicy, FetchResult, fetch
-from ritrag.transforms.links import page_links
-from ritrag.transforms.robots import RobotsRules, robots_rules
-from ritrag.transforms.scope import BadUrl, Scope, clean_url, crawl_key
+from ritrag.transforms.fetch import FetchPolicy, FetchResult, crawl_client, fetch
+from ritrag.transforms.links import PageLinks, page_links
+from ritrag.transforms.robots import MAX_ROBOTS_BYTES, MAX_ROBOTS_REDIRECTS, RobotsRules, robots_rules
+from ritrag.transforms.scope import BadUrl, Scope, clean_url, crawl_key, host_of
 from ritrag.transforms.sitemaps import InvalidSitemap, parse_sitemap
 
 COUNTERS = "ritrag.crawl"
 MAX_SITEMAPS_PER_HOST = 1000
-MAX_ROBOTS_REDIRECTS = 5
 LINKS, ROBOTS = "links", "robots"
 RECENT_LINKS = 100_000  # crawl_keys a host's round remembers to drop repeated links early
 
@@ -80,6 +79,7 @@ class Outcome:
     result: FetchResult | None = None
     canonical_url: str = ""
     error: str = ""
+    malformed_links: int = 0  # hrefs of the page skipped because they do not resolve to a URL
 
 
 @dataclass(frozen=True)
@@ -90,20 +90,39 @@ class Link:
     via: str  # "sitemap" | "redirect" | "link"
 
 
-def fetch_robots(fetch_one: Callable[[str], FetchResult], host: str) -> tuple[RobotsRules, list[Outcome]]:
-    """robots.txt of a host, following up to MAX_ROBOTS_REDIRECTS redirects (RFC 9309)."""
-    url, outcomes = f"{host}/robots.txt", []
+def on_host(urls: Iterable[str], host: str) -> list[str]:
+    """The cleaned forms of those `urls` that are on `host` (scheme://authority)."""
+    kept = []
+    for url in urls:
+        try:
+            url = clean_url(url)
+        except BadUrl:
+            continue
+        if host_of(url) == host:
+            kept.append(url)
+    return kept
+
+
+def fetch_robots(fetch_one: Callable[..., FetchResult], host: str) -> tuple[RobotsRules, list[Outcome]]:
+    """robots.txt of a host (policy: transforms/robots.py): one byte more than
+    MAX_ROBOTS_BYTES is read, so that a longer file is known to be cut;
+    redirects are followed up to MAX_ROBOTS_REDIRECTS hops within the host."""
+    url, outcomes, left_host = f"{host}/robots.txt", [], False
     for hop in range(MAX_ROBOTS_REDIRECTS + 1):
-        result = fetch_one(url, accept_any=True)
-        target = CrawlTarget(url, "robots", redirects=hop)
-        outcomes.append(Outcome(target, result.outcome, result))
+        result = fetch_one(url, accept_any=True, truncate_at=MAX_ROBOTS_BYTES + 1)
+        outcomes.append(Outcome(CrawlTarget(url, "robots", redirects=hop), result.outcome, result))
         if result.outcome != "redirect":
             break
-        url = result.location
+        same_host = on_host([result.location], host)
+        if not same_host:
+            left_host = True
+            break
+        url = same_host[0]
     reachable = result.outcome not in ("fetch_error",)
     rules = robots_rules(result.http_status if reachable else None, result.content_type, result.body)
-    if rules.reason:
-        outcomes[-1] = replace(outcomes[-1], error=rules.reason)
+    note = f"robots_redirect_off_host: {result.location[:200]}" if left_host else rules.reason
+    if note:
+        outcomes[-1] = replace(outcomes[-1], error=note)
     return rules, outcomes
 
 
@@ -111,7 +130,8 @@ def discover_sitemaps(fetch_one: Callable[..., FetchResult], host: str, rules: R
                       config: CrawlConfig) -> Iterator[Outcome | Link]:
     """Sitemaps of a host (robots `Sitemap:` lines, else /sitemap.xml; indexes
     followed, gzip read): one Outcome per sitemap, a Link per in-scope page."""
-    queue = [u for u in rules.sitemaps() if u.startswith(host + "/")] or [f"{host}/sitemap.xml"]
+    listed = on_host(rules.sitemaps(), host)
+    queue = listed or [f"{host}/sitemap.xml"]
     seen: set[str] = set()
     while queue and len(seen) < MAX_SITEMAPS_PER_HOST:
         url = queue.pop(0)
@@ -119,7 +139,7 @@ def discover_sitemaps(fetch_one: Callable[..., FetchResult], host: str, rules: R
             continue
         seen.add(url)
         target = CrawlTarget(url, "sitemap")
-        if config.respect_robots and not rules.allows(url, config.policy.user_agent) and url not in rules.sitemaps():
+        if config.respect_robots and not rules.allows(url, config.policy.user_agent) and url not in listed:
             yield Outcome(target, "disallowed")
             continue
         result = fetch_one(url, accept_any=True)
@@ -132,7 +152,7 @@ def discover_sitemaps(fetch_one: Callable[..., FetchResult], host: str, rules: R
             yield Outcome(target, "invalid_sitemap", result, error=str(exc))
             continue
         yield Outcome(target, "fetched", result)
-        queue.extend(u for u in sitemap.sitemaps if u.startswith(host + "/"))
+        queue.extend(on_host(sitemap.sitemaps, host))
         for page in sitemap.pages:
             try:
                 page = clean_url(page)
@@ -213,12 +233,16 @@ def crawl_host(host: str, targets: list[CrawlTarget], config: CrawlConfig, fetch
         """The target's outcome and its page's links (one parse gives both)."""
         if target.redirects > config.max_redirects:
             return Outcome(target, "redirect_limit", error=f"more than {config.max_redirects} redirects"), []
-        if config.respect_robots and not rules.allows(target.url, agent):
+        try:  # targets are clean already, but for rows of a CrawlDB written by an older cleaner
+            url = clean_url(target.url)
+        except BadUrl as exc:
+            return Outcome(target, "bad_url", error=str(exc)), []
+        if config.respect_robots and not rules.allows(url, agent):
             return Outcome(target, "disallowed"), []
-        result = gated(target.url, etag=target.etag, last_modified=target.last_modified)
+        result = gated(url, etag=target.etag, last_modified=target.last_modified)
         status = "unchanged" if result.outcome == "not_modified" else result.outcome
-        links, canonical = page_links(result.body, target.url) if result.outcome == "fetched" else ([], "")
-        return Outcome(target, status, result, canonical), links
+        page = page_links(result.body, url) if result.outcome == "fetched" else PageLinks()
+        return Outcome(target, status, result, page.canonical, malformed_links=page.malformed), page.links
 
     with ThreadPoolExecutor(max_workers=max(1, config.per_host_concurrency)) as pool:
         for outcome, links in pool.map(one, targets):
@@ -234,12 +258,10 @@ class FetchHostFn(beam.DoFn):
     def __init__(self, config: CrawlConfig, robots: dict[str, RobotsRules]):
         self._config, self._robots = config, robots
         self._requests = beam.metrics.Metrics.counter(COUNTERS, "http_requests")
+        self._malformed_links = beam.metrics.Metrics.counter(COUNTERS, "malformed_links")
 
     def setup(self):
-        import httpx
-
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-        self._client = httpx.Client(follow_redirects=False, limits=limits)
+        self._client = crawl_client()
 
     def teardown(self):
         self._client.close()
@@ -259,6 +281,7 @@ class FetchHostFn(beam.DoFn):
             elif isinstance(item, Link):
                 yield beam.pvalue.TaggedOutput(LINKS, item)
             else:
+                self._malformed_links.inc(item.malformed_links)
                 yield item
 
 

@@ -1,23 +1,43 @@
 """One HTTP GET as a crawler does it: conditional headers, no automatic redirects
 (the crawl records each hop and schedules its target), retries with backoff on
 429 / 5xx / timeouts / connection errors honouring Retry-After, a cap on the
-decoded body (which is also the decompression-bomb guard: bytes are counted after
-Content-Encoding is undone) and a deadline for the whole response.
+decoded body and a deadline for the whole response.
+
+What a hostile server meets (docs/CRAWL.md, "Limits a hostile site meets"):
+
+* The deadline (`timeout_s`) covers the whole response: connecting, TLS, the
+  status line and headers, the body, and decoding it. httpx's own timeouts are
+  per socket operation (a server sending one header line a second never trips
+  them), so `crawl_client` gives httpcore a network backend whose every socket
+  operation waits at most until the deadline of the fetch running in its thread.
+* Content-Encoding: one `gzip` (the only coding asked for in Accept-Encoding) or
+  none. The body is read raw and inflated here in pieces of at most
+  DECODE_CHUNK bytes, pulled only while the decoded size is under the cap, so no
+  body costs more than `max_bytes` + DECODE_CHUNK whatever its compression
+  ratio. Stacked (`gzip, gzip`) or other codings (zstd, br, deflate) are refused
+  with a `fetch_error` naming them.
+* Retry-After is read strictly (ASCII delta-seconds or an HTTP date); anything
+  else counts as absent. A Location that is not a URL is an `http_error`.
+* No cookie is kept or sent (`crawl_client`'s jar refuses them all).
 
 Pure of Beam: `fetch` takes an httpx.Client (connection pooling, HTTP/1.1
-keep-alive) and returns a `FetchResult` whose `outcome` is one of OUTCOMES. The
-stored body is the decoded payload; `response_headers` drop Content-Encoding and
-Transfer-Encoding and carry the decoded Content-Length, so the WARC record built
-from them is self-consistent.
+keep-alive; `crawl_client` for the limits above) and returns a `FetchResult`
+whose `outcome` is one of OUTCOMES. The stored body is the decoded payload;
+`response_headers` drop Content-Encoding and Transfer-Encoding and carry the
+decoded Content-Length, so the WARC record built from them is self-consistent.
 """
 from __future__ import annotations
 
 import email.utils
 import time
+import zlib
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import Callable
+from http.cookiejar import CookieJar, DefaultCookiePolicy
+from typing import Callable, Iterator
 
+import httpcore
 import httpx
 
 # fetched: HTML kept; kept_other: PDF kept aside (in the WARC) for a later stage;
@@ -29,6 +49,10 @@ RETRY_CODES = (429, 500, 502, 503, 504)
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 KEPT_OTHER_TYPES = ("application/pdf",)
 DROPPED_HEADERS = ("content-encoding", "transfer-encoding", "content-length")
+ACCEPT_ENCODING = "gzip"  # the one content coding decoded (with a cap on its output)
+GZIP_CODINGS = ("gzip", "x-gzip")  # x-gzip: an alias of gzip (RFC 9110 8.4.1.3)
+DECODE_CHUNK = 64 * 1024  # most bytes one inflate step produces
+MAX_KEEPALIVE_CONNECTIONS = 64
 
 
 @dataclass(frozen=True)
@@ -85,17 +109,17 @@ def classify_content(content_type: str, body: bytes) -> str:
 
 
 def retry_after_s(value: str | None, now: float) -> float | None:
-    """Seconds a Retry-After header asks for (delta-seconds or an HTTP date)."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
+    """Seconds a Retry-After header asks for: delta-seconds (ASCII digits only:
+    str.isdigit() also takes "²") or an HTTP date (RFC 9110 10.2.3); None for
+    anything else. Never raises; a huge value is bounded by `retry_delay`."""
+    value = (value or "").strip()
+    if value.isascii() and value.isdigit():
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        return max(0.0, when.timestamp() - now)
+    except (TypeError, ValueError, OverflowError, IndexError):
         return None
-    return max(0.0, when.timestamp() - now)
 
 
 def retry_delay(attempt: int, policy: FetchPolicy, retry_after: float | None) -> float | None:
@@ -112,8 +136,128 @@ def stored_headers(headers: httpx.Headers, body_length: int) -> tuple[tuple[str,
     return (*kept, ("Content-Length", str(body_length)))
 
 
+# The monotonic time by which the fetch running in this thread must be complete.
+_DEADLINE: ContextVar[float | None] = ContextVar("fetch_deadline", default=None)
+
+
+def _until_deadline(timeout: float | None, expired: type[Exception]) -> float | None:
+    """A socket operation's timeout, shortened to what is left of the deadline."""
+    deadline = _DEADLINE.get()
+    if deadline is None:
+        return timeout
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise expired("the whole-response deadline has passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    def __init__(self, stream: httpcore.NetworkStream):
+        self._stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, _until_deadline(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, _until_deadline(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(self, ssl_context, server_hostname: str | None = None,
+                  timeout: float | None = None) -> httpcore.NetworkStream:
+        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname,
+                                                      _until_deadline(timeout, httpcore.ConnectTimeout)))
+
+    def get_extra_info(self, info: str):
+        return self._stream.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's sync backend whose streams honour `_DEADLINE`."""
+
+    def __init__(self):
+        self._backend = httpcore.SyncBackend()
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                    socket_options=None) -> httpcore.NetworkStream:
+        return _DeadlineStream(self._backend.connect_tcp(
+            host, port, _until_deadline(timeout, httpcore.ConnectTimeout), local_address, socket_options))
+
+    def connect_unix_socket(self, path: str, timeout: float | None = None,
+                            socket_options=None) -> httpcore.NetworkStream:
+        return _DeadlineStream(self._backend.connect_unix_socket(
+            path, _until_deadline(timeout, httpcore.ConnectTimeout), socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._backend.sleep(seconds)
+
+
+class _DeadlineTransport(httpx.HTTPTransport):
+    def __init__(self, limits: httpx.Limits):
+        super().__init__(limits=limits)
+        # httpx.HTTPTransport takes no network backend: its connection pool is the one place to give it.
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(), max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry, network_backend=_DeadlineBackend())
+
+
+def crawl_client() -> httpx.Client:
+    """The client `fetch` is meant for: pooled keep-alive connections bounded by
+    each fetch's whole-response deadline, no redirect followed, no cookie kept or
+    sent, no proxy taken from the environment (connections go where the URL says)."""
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS)
+    return httpx.Client(transport=_DeadlineTransport(limits), follow_redirects=False,
+                        cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])))
+
+
 class _TooLarge(Exception):
     pass
+
+
+class _Undecodable(Exception):
+    """A body in a content coding we do not decode, or a broken gzip stream."""
+
+
+def content_codings(headers: httpx.Headers) -> list[str]:
+    """The Content-Encoding codings applied to a body, in order (identity left out)."""
+    codings = (c.strip().lower() for c in headers.get_list("content-encoding", split_commas=True))
+    return [c for c in codings if c not in ("", "identity")]
+
+
+def gunzip_chunks(raw: Iterator[bytes]) -> Iterator[bytes]:
+    """Inflate a gzip stream (several members allowed, RFC 1952) in pieces of at
+    most DECODE_CHUNK bytes, pulling `raw` only when the pending output is drained."""
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        for data in raw:
+            while True:
+                out = inflate.decompress(data, DECODE_CHUNK)
+                if out:
+                    yield out
+                if inflate.eof:
+                    data = inflate.unused_data
+                    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    if not data:
+                        break
+                else:
+                    data = inflate.unconsumed_tail
+                    if not data and len(out) < DECODE_CHUNK:
+                        break
+    except zlib.error as exc:
+        raise _Undecodable(f"bad gzip body: {exc}") from None
+
+
+def decoded_chunks(response: httpx.Response) -> Iterator[bytes]:
+    """The body with its content coding undone, in bounded pieces; raises
+    _Undecodable (before reading) for a coding other than one gzip."""
+    codings = content_codings(response.headers)
+    if not codings:
+        return response.iter_raw()
+    if len(codings) == 1 and codings[0] in GZIP_CODINGS:
+        return gunzip_chunks(response.iter_raw())
+    raise _Undecodable(f"unsupported Content-Encoding {', '.join(codings)!r} (accepted: {ACCEPT_ENCODING})")
 
 
 @dataclass
@@ -123,21 +267,27 @@ class _Attempt:
     retryable: bool = False
 
 
-def _read_body(response: httpx.Response, policy: FetchPolicy, deadline: float) -> bytes:
+def _read_body(response: httpx.Response, policy: FetchPolicy, truncate_at: int | None) -> bytes:
+    """The decoded body: at most `policy.max_bytes` (more raises _TooLarge), or
+    its first `truncate_at` bytes when that is given."""
+    limit = policy.max_bytes if truncate_at is None else truncate_at
     chunks, size = [], 0
-    for chunk in response.iter_bytes():
-        size += len(chunk)
-        if size > policy.max_bytes:
-            raise _TooLarge(f"more than {policy.max_bytes} bytes (decoded)")
-        if time.monotonic() > deadline:
+    for chunk in decoded_chunks(response):
+        if time.monotonic() > _DEADLINE.get():  # inflating takes time too, without socket reads
             raise httpx.ReadTimeout(f"response not complete within {policy.timeout_s} s")
         chunks.append(chunk)
-    return b"".join(chunks)
+        size += len(chunk)
+        if size > limit:
+            if truncate_at is None:
+                raise _TooLarge(f"more than {policy.max_bytes} bytes (decoded)")
+            break
+    return b"".join(chunks)[:limit]
 
 
-def _attempt(client: httpx.Client, url: str, headers: dict, policy: FetchPolicy, accept_any: bool) -> _Attempt:
+def _attempt(client: httpx.Client, url: str, headers: dict, policy: FetchPolicy, accept_any: bool,
+             truncate_at: int | None) -> _Attempt:
     fetched_at = utc_now()
-    deadline = time.monotonic() + policy.timeout_s
+    deadline_token = _DEADLINE.set(time.monotonic() + policy.timeout_s)
     try:
         with client.stream("GET", url, headers=headers, timeout=policy.timeout_s) as response:
             status = response.status_code
@@ -148,7 +298,12 @@ def _attempt(client: httpx.Client, url: str, headers: dict, policy: FetchPolicy,
                           request_headers=tuple(response.request.headers.multi_items()),
                           http_version=response.http_version)
             if status in REDIRECT_CODES and response.headers.get("location"):
-                target = str(response.url.join(response.headers["location"]))
+                location = response.headers["location"]
+                try:
+                    target = str(response.url.join(location))
+                except httpx.InvalidURL as exc:
+                    return _Attempt(FetchResult(outcome="http_error", error=f"HTTP {status} with a Location "
+                                                f"that is not a URL ({location[:200]!r}: {exc})", **common))
                 return _Attempt(FetchResult(outcome="redirect", location=target, **common))
             if status == 304:
                 return _Attempt(FetchResult(outcome="not_modified", **common))
@@ -161,9 +316,11 @@ def _attempt(client: httpx.Client, url: str, headers: dict, policy: FetchPolicy,
             if not 200 <= status < 300:
                 return _Attempt(FetchResult(outcome="http_error", error=f"HTTP {status}", **common))
             try:
-                body = _read_body(response, policy, deadline)
+                body = _read_body(response, policy, truncate_at)
             except _TooLarge as exc:
                 return _Attempt(FetchResult(outcome="too_large", error=str(exc), **common))
+            except _Undecodable as exc:
+                return _Attempt(FetchResult(outcome="fetch_error", error=str(exc), **common))
             kind = "html" if accept_any else classify_content(common["content_type"], body)
             if kind == "other":
                 return _Attempt(FetchResult(outcome="skipped_type", **common))
@@ -172,22 +329,26 @@ def _attempt(client: httpx.Client, url: str, headers: dict, policy: FetchPolicy,
                                         **common))
     except httpx.TimeoutException as exc:
         error = f"timeout: {type(exc).__name__} {exc}".strip()
-    except (httpx.TransportError, httpx.DecodingError) as exc:
+    except httpx.TransportError as exc:
         error = f"{type(exc).__name__}: {exc}"
     except httpx.InvalidURL as exc:
         return _Attempt(FetchResult(url=url, outcome="fetch_error", error=f"invalid URL: {exc}",
                                     fetched_at=fetched_at))
+    finally:
+        _DEADLINE.reset(deadline_token)
     return _Attempt(FetchResult(url=url, outcome="fetch_error", error=error, fetched_at=fetched_at),
                     retryable=True)
 
 
 def fetch(client: httpx.Client, url: str, policy: FetchPolicy, *, etag: str = "", last_modified: str = "",
-          accept_any: bool = False, before_request: Callable[[], None] = lambda: None,
+          accept_any: bool = False, truncate_at: int | None = None,
+          before_request: Callable[[], None] = lambda: None,
           sleep: Callable[[float], None] = time.sleep) -> FetchResult:
     """GET `url` (conditionally, when `etag` / `last_modified` are known).
     `before_request` runs before every attempt: the host's politeness gate;
-    `accept_any` keeps a body of any type (robots.txt, sitemaps)."""
-    headers = {"User-Agent": policy.user_agent,
+    `accept_any` keeps a body of any type (robots.txt, sitemaps); `truncate_at`
+    keeps the first bytes of a longer body instead of refusing it (robots.txt)."""
+    headers = {"User-Agent": policy.user_agent, "Accept-Encoding": ACCEPT_ENCODING,
                "Accept": "text/html,application/xhtml+xml;q=0.9,*/*;q=0.5"}
     if etag:
         headers["If-None-Match"] = etag
@@ -197,7 +358,7 @@ def fetch(client: httpx.Client, url: str, policy: FetchPolicy, *, etag: str = ""
     while True:
         attempt += 1
         before_request()
-        outcome = _attempt(client, url, headers, policy, accept_any)
+        outcome = _attempt(client, url, headers, policy, accept_any, truncate_at)
         result = outcome.result
         if not outcome.retryable:
             return replace(result, attempts=attempt)

@@ -1,32 +1,56 @@
 """The links of a fetched HTML page, for the crawl's discovery: `<a href>`,
 `<area href>`, `<link rel=canonical>` (recorded, and followed like a link),
-resolved against the page URL and its `<base href>`. `rel=nofollow` is honoured."""
+resolved against the page URL and its `<base href>`. `rel=nofollow` is honoured.
+An href that does not resolve to a URL (`http://[broken/x`) is skipped and
+counted, never fatal to the page."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from urllib.parse import urljoin
 
 from lxml import etree, html
 
+NOT_FOLLOWED = ("#", "javascript:", "mailto:", "tel:", "data:")
 
-def page_links(body: bytes, url: str) -> tuple[list[str], str]:
-    """(absolute link targets in document order, the canonical URL or "")."""
+
+@dataclass(frozen=True)
+class PageLinks:
+    links: list[str] = field(default_factory=list)  # absolute link targets in document order
+    canonical: str = ""  # the canonical URL or ""
+    malformed: int = 0  # hrefs skipped because they do not resolve to a URL
+
+
+def _resolve(base: str, href: str) -> str | None:
+    try:
+        return urljoin(base, href.strip())
+    except ValueError:  # urlsplit refuses e.g. an unbalanced "[" in the host
+        return None
+
+
+def page_links(body: bytes, url: str) -> PageLinks:
+    """The links of the page at `url` whose HTML is `body`."""
     try:
         root = html.fromstring(body)
     except (etree.ParserError, ValueError):
-        return [], ""
+        return PageLinks()
     base_hrefs = root.xpath("//base/@href")
-    base = urljoin(url, base_hrefs[0].strip()) if base_hrefs else url
-    canonical = ""
-    for href in root.xpath("//link[contains(concat(' ', normalize-space(@rel), ' '), ' canonical ')]/@href"):
-        canonical = urljoin(base, href.strip())
-        break
+    canonical_hrefs = root.xpath("//link[contains(concat(' ', normalize-space(@rel), ' '), ' canonical ')]/@href")
+    base = _resolve(url, base_hrefs[0]) if base_hrefs else url
+    canonical = _resolve(base or url, canonical_hrefs[0]) if canonical_hrefs else ""
+    malformed = (base is None) + (canonical is None)
+    base, canonical = base or url, canonical or ""
     links = []
     for el in root.xpath("//a[@href] | //area[@href]"):
         if "nofollow" in (el.get("rel") or "").lower().split():
             continue
         href = el.get("href").strip()
-        if href and not href.startswith(("#", "javascript:", "mailto:", "tel:", "data:")):
-            links.append(urljoin(base, href))
+        if not href or href.startswith(NOT_FOLLOWED):
+            continue
+        target = _resolve(base, href)
+        if target is None:
+            malformed += 1
+        else:
+            links.append(target)
     if canonical:
         links.append(canonical)
-    return links, canonical
+    return PageLinks(links, canonical, malformed)

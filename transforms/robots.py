@@ -12,6 +12,12 @@ and Google do:
   site may be down or overloaded; RFC 9309 lets a crawler assume complete
   disallow). Nothing else of the host is requested; its URLs get `disallowed`
   rows and are tried again by the next crawl.
+* A redirect not followed (more than MAX_ROBOTS_REDIRECTS hops, or one leaving
+  the host): robots.txt is unavailable, everything allowed (RFC 9309 2.3.1.2).
+  (The crawl follows robots.txt redirects only within the host: one to another
+  host is where a hostile site would send the crawler, an internal address say.)
+* Only the first MAX_ROBOTS_BYTES are read and parsed (RFC 9309 2.5; the line
+  cut at the limit is dropped); the CrawlDB row says `robots_truncated`.
 """
 from __future__ import annotations
 
@@ -21,6 +27,8 @@ from functools import cached_property
 from protego import Protego
 
 ALLOW_ALL, DISALLOW_ALL, RULES = "allow_all", "disallow_all", "rules"
+MAX_ROBOTS_BYTES = 500 * 1024  # RFC 9309 2.5: at least 500 KiB; Google's limit
+MAX_ROBOTS_REDIRECTS = 5  # RFC 9309 2.3.1.2: at least five
 
 
 @dataclass(frozen=True)
@@ -29,7 +37,7 @@ class RobotsRules:
 
     policy: str
     text: str = ""
-    reason: str = ""  # why a policy other than RULES was chosen
+    reason: str = ""  # why a policy other than RULES was chosen, or that the rules were cut
 
     @cached_property
     def _parsed(self) -> Protego:
@@ -55,15 +63,20 @@ def looks_like_html(body: bytes, content_type: str) -> bool:
 
 
 def robots_rules(http_status: int | None, content_type: str = "", body: bytes = b"") -> RobotsRules:
-    """The decision for a robots.txt answer; `http_status` None: not reachable."""
+    """The decision for a robots.txt answer; `http_status` None: not reachable.
+    A body longer than MAX_ROBOTS_BYTES is read up to its last full line within them."""
     if http_status is None:
         return RobotsRules(DISALLOW_ALL, reason="robots_unreachable")
     if http_status == 429 or http_status >= 500:
         return RobotsRules(DISALLOW_ALL, reason=f"robots_http_{http_status}")
     if http_status >= 400:
         return RobotsRules(ALLOW_ALL, reason=f"robots_http_{http_status}")
-    if http_status >= 300:  # redirects were followed by the fetcher; one left is a loop or too long
+    if http_status >= 300:  # a redirect the crawl did not follow: a loop, too long, or off the host
         return RobotsRules(ALLOW_ALL, reason="robots_redirect_unresolved")
     if looks_like_html(body, content_type):
         return RobotsRules(ALLOW_ALL, reason="robots_html")
+    if len(body) > MAX_ROBOTS_BYTES:
+        kept = body[:MAX_ROBOTS_BYTES]
+        return RobotsRules(RULES, kept[:kept.rfind(b"\n") + 1].decode("utf-8", errors="replace"),
+                           reason="robots_truncated")
     return RobotsRules(RULES, body.decode("utf-8", errors="replace"))

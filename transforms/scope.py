@@ -1,54 +1,100 @@
 """Which URLs a crawl may fetch, and the one spelling of each.
 
-A crawl keeps the URL it fetches as it was first written (minus the fragment and
-tracking parameters), because that is the page's address for the parser (relative
-links resolve against it), and de-duplicates by `crawl_key`: the normalized form
-of `ritrag.ids.normalize_url` (case, default ports, `index.html`, dot segments,
-trailing slashes) without tracking parameters.
+`clean_url` gives the URL exactly as the HTTP client sends it, and every crawl
+decision (scope, robots.txt, de-duplication) is made on that string, so what is
+checked is what is requested. It is httpx's own serialization (percent-encoding,
+IDNA hosts, lowercase scheme and host, no default port) of the URL with
+fragment, userinfo and tracking parameters dropped and its path normalized as a
+server would read it: percent-encoded unreserved characters decoded (RFC 3986
+6.2.2.2, so `%2E%2E` is `..`), backslashes read as slashes (as browsers read
+http(s) links), then dot segments removed (RFC 3986 5.2.4). A crawl keeps that
+URL as the page's address (relative links resolve against it) and
+de-duplicates by `crawl_key`: the normalized form of `ritrag.ids.normalize_url`
+(`index.html`, trailing slashes) of the cleaned URL.
 
 Scope, by default, is the seeds' own hosts and path prefixes (the directory of
 each seed's path); `--include` regexes widen it, `--exclude` regexes narrow it.
+A URL is in scope iff its cleaned form is.
 """
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import httpx
 
 from ritrag.ids import normalize_url
 
 # Query parameters that mark where a visitor came from, never which page is shown.
 TRACKING_PARAM = re.compile(r"^(utm_[a-z]+|gclid|dclid|fbclid|msclkid|yclid|mc_cid|mc_eid|_ga|_gl|ref_src)$",
                             re.IGNORECASE)
+# A host name as httpx spells it (lowercase, IDNA-encoded); IPv6 literals are checked by `ipaddress`.
+HOST_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9_.-]*[a-z0-9_])?")
+PERCENT_ENCODED = re.compile(r"%([0-9A-Fa-f]{2})")
+UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")  # RFC 3986 2.3
 
 
 class BadUrl(ValueError):
     """A URL that cannot be crawled (malformed, not http(s), no host)."""
 
 
+def remove_dot_segments(path: str) -> str:
+    """RFC 3986 5.2.4 for an absolute path (one starting with "/"), in one pass
+    over its segments: "." dropped, ".." drops the segment before it (never
+    above the root), a path ending in "." or ".." keeps its final slash."""
+    segments = path.split("/")[1:]
+    kept: list[str] = []
+    for segment in segments:
+        if segment == "..":
+            if kept:
+                kept.pop()
+        elif segment != ".":
+            kept.append(segment)
+    if segments and segments[-1] in (".", ".."):
+        kept.append("")
+    return "/" + "/".join(kept)
+
+
+def _decode_unreserved(path: str) -> str:
+    return PERCENT_ENCODED.sub(lambda m: chr(int(m[1], 16)) if chr(int(m[1], 16)) in UNRESERVED else m[0], path)
+
+
+def _valid_host(host: str) -> bool:
+    if ":" in host:
+        try:
+            return ipaddress.ip_address(host).version == 6
+        except ValueError:
+            return False
+    return bool(HOST_NAME.fullmatch(host))
+
+
 def clean_url(url: str) -> str:
-    """The URL to fetch: fragment and tracking parameters dropped, scheme and host
-    lowercased; raises BadUrl for anything that is not an absolute http(s) URL."""
+    """The URL to fetch, check and record (module docstring); raises BadUrl for
+    anything that is not an absolute http(s) URL with a valid host and port."""
     text = url.strip()
     if not text or any(ch.isspace() for ch in text):
         raise BadUrl(f"not a URL: {url!r}")
     try:
-        parts = urlsplit(text)
-        port = parts.port  # raises ValueError on a port that is not a number
-    except ValueError as exc:
+        parsed = httpx.URL(text)
+    except httpx.InvalidURL as exc:
         raise BadUrl(f"malformed URL {url!r}: {exc}") from None
-    if parts.scheme.lower() not in ("http", "https"):
+    if parsed.scheme not in ("http", "https"):
         raise BadUrl(f"not an http(s) URL: {url!r}")
-    if not parts.hostname:
-        raise BadUrl(f"no host in URL: {url!r}")
-    netloc = parts.hostname.lower() + (f":{port}" if port is not None else "")
-    query = parts.query
+    if not parsed.host or not _valid_host(parsed.host):
+        raise BadUrl(f"no valid host in URL: {url!r}")
+    if parsed.port is not None and not 0 < parsed.port < 65536:
+        raise BadUrl(f"port out of range in URL: {url!r}")
+    path, _, query = parsed.raw_path.decode("ascii").partition("?")
+    path = remove_dot_segments(_decode_unreserved(path).replace("\\", "/"))
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
         kept = [(k, v) for k, v in pairs if not TRACKING_PARAM.match(k)]
         if len(kept) != len(pairs):
             query = urlencode(kept)
-    return urlunsplit((parts.scheme.lower(), netloc, parts.path or "/", query, ""))
+    netloc = parsed.netloc.decode("ascii")
+    return str(httpx.URL(f"{parsed.scheme}://{netloc}{path}" + (f"?{query}" if query else "")))
 
 
 def crawl_key(url: str) -> str:
@@ -88,6 +134,8 @@ class Scope:
         return cls(tuple(sorted({seed_prefix(s) for s in seeds})), tuple(include), tuple(exclude))
 
     def allows(self, url: str) -> bool:
+        """Whether the cleaned form of `url` is in scope; raises BadUrl."""
+        url = clean_url(url)
         if any(re.search(p, url) for p in self.exclude):
             return False
         return url.startswith(self.prefixes) or any(re.search(p, url) for p in self.include)
