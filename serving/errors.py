@@ -12,6 +12,7 @@ STATUS = {
     "invalid_arguments": 422,  # wrong types, missing or extra fields, empty query or id list
     "limit_exceeded": 422,  # query length, ids per Read, max_chars, k, n over the server's limits
     "request_too_large": 413,
+    "request_timeout": 408,  # a request body that did not arrive whole in time (serving.http.ServerLimits)
     "unknown_ids": 404,  # none of the ids of a Read exist
     "unknown_handles": 404,  # a Read names outline handles this episode did not issue (or no longer keeps)
     "unknown_tool": 404,

@@ -23,7 +23,8 @@ from ritrag.serving.api import (DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N, RitragI
                          check_toc_arguments)
 from ritrag.serving.budget import GET_TOC, READ, EpisodeBudgets, EpisodeMemory
 from ritrag.serving.errors import ToolError
-from ritrag.serving.outline import TOKENIZER, count_tokens, is_handle, preorder, render_outline, toc_json_text
+from ritrag.serving.outline import (TOKENIZER, cap_depth, count_tokens, is_handle, preorder, render_outline,
+                                    toc_json_text)
 from ritrag.serving.tool_models import TOOLS
 
 TocFormat = Literal["json", "outline", "both"]
@@ -88,6 +89,7 @@ class ToolService:
         _check_limit("n", n, lim.max_n)
         budget = self._charge(episode_id, GET_TOC)
         toc = self.index.get_toc(query, k=k, n=n)
+        cap_depth(toc["trees"])  # every face answers every tree, whatever depth the index holds
         read = self.episodes.read_ids(episode_id)
         if read or collapse_read:
             toc["trees"], left_out = mark_read(toc["trees"], read, collapse_read or False)

@@ -22,11 +22,12 @@ def loaded_index(index_dir: str) -> RitragIndex:
 
 
 @contextlib.contextmanager
-def serving(app: Callable) -> Iterator[str]:
-    """Run the ASGI `app` with uvicorn on 127.0.0.1 and yield its base URL."""
+def serving(app: Callable, **options) -> Iterator[str]:
+    """Run the ASGI `app` with uvicorn on 127.0.0.1 (with `uvicorn.Config`
+    `options`) and yield its base URL."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", **options))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -11,8 +11,8 @@ from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 
 from ritrag.serving.http import create_app
-from ritrag.serving.outline import (HANDLE, PARENT_MARK, answer_letters, count_tokens, hit_ranks, parse_outline,
-                             preorder, render_outline, toc_json_text)
+from ritrag.serving.outline import (HANDLE, PARENT_MARK, answer_letters, cap_depth, count_tokens, hit_ranks,
+                                    parse_outline, preorder, render_outline, toc_json_text)
 from ritrag.serving.tools import ToolService
 from serving_fixtures import loaded_index, serving
 
@@ -147,3 +147,34 @@ def test_an_episode_over_http_reads_by_handle_then_collapses_what_it_read(tiny_h
         assert [n["id"] for n, _ in preorder(marked["trees"]) if n.get("read")] == [node["id"]]
         refused = client.post("/v1/read", json={"node_ids": [node["handle"]]})  # no episode
         assert refused.status_code == 404 and refused.json()["error"]["reason"] == "unknown_handles"
+
+
+def chain(depth: int) -> list[dict]:
+    """One tree: a root, then one child per level down to `depth`, every
+    fifth node a hit; the root also has a shallow second child."""
+    nodes = [{"id": f"n{level:011d}", "title": f"Level {level}", "hit": level % 5 == 0, "score": 1.0 / (level + 1)}
+             for level in range(depth + 1)]
+    for parent, child in zip(nodes, nodes[1:]):
+        parent["children"] = [child]
+    nodes[0]["children"].append({"id": "shallow00000", "title": "Shallow", "hit": True, "score": 0.5})
+    return [nodes[0]]
+
+
+def test_cap_depth_lifts_deeper_nodes_in_order_with_their_depth():
+    trees, full = chain(12), chain(12)
+    cap_depth(trees, max_depth=4)
+    shown = list(preorder(trees))
+    assert [node["id"] for node, _ in shown] == [node["id"] for node, _ in preorder(full)]  # same order
+    assert max(depth for _, depth in shown) == 4
+    assert {node["id"]: node.get("depth") for node, _ in shown if node.get("depth")} == {
+        f"n{level:011d}": level for level in range(5, 13)}
+    assert hit_ranks(trees) == hit_ranks(full)
+    parsed = parse_outline(render_outline(trees))
+    assert [(node["label"], node.get("depth"), depth) for node, depth in preorder(parsed)] == [
+        (node["id"], node.get("depth"), depth) for node, depth in shown]
+
+
+def test_cap_depth_leaves_a_tree_within_the_cap_alone():
+    trees = chain(4)
+    cap_depth(trees, max_depth=4)
+    assert trees == chain(4)

@@ -160,3 +160,19 @@ def test_a_damaged_current_in_the_store_is_refused(store, tmp_path):
     fs.pipe_file(f"{root}/CURRENT", b"../../etc\n")
     with pytest.raises(DamagedIndexError, match="CURRENT"):
         IndexMirror(store, str(tmp_path)).current_version()
+
+
+def test_an_object_larger_than_its_manifest_says_is_read_no_further(store, tmp_path):
+    """The copy stops one byte past the size the manifest states, which
+    shows the object is not the one it names (before, the whole object came
+    over: 42 MB of one stated as 155 bytes, before it was refused)."""
+    fs, root = fsspec.core.url_to_fs(store)
+    manifest = Manifest.from_json(fs.cat_file(f"{root}/versions/v000001.json"))
+    segment = manifest.segments[0]
+    name = min(segment["files"], key=lambda n: segment["files"][n]["bytes"])
+    fs.pipe_file(f"{root}/segments/{segment['id']}/{name}", b"x" * (8 << 20))
+    mirror = IndexMirror(store, str(tmp_path))
+    with pytest.raises(DamagedIndexError, match=name):
+        mirror.fetch()
+    assert mirror.progress.files_refused == 1
+    assert mirror.progress.bytes_copied <= sum(entry["bytes"] for entry in segment["files"].values()) + 1
