@@ -1,0 +1,130 @@
+"""Retrieval-only GetToC latency and memory per process, this checkout beside a
+baseline checkout, in one run.
+
+    python -m benchmarks.toc_latency INDEX [INDEX ...] --cache_dir DIR [--baseline CHECKOUT] [--queries 200]
+
+For each index, one fresh process per code path and round (rounds alternate
+baseline and current, so both see the same machine load): the index is loaded
+from `--cache_dir` (built by a first, untimed load of each code path), then
+GetToC runs with the query vector given (retrieval alone: BM25, dense search,
+fusion, sub-forest; no query embedding), queries being node titles drawn with
+a fixed seed and vectors seeded random unit vectors, the same in every
+process. Each process reports its load time, RSS and USS (its private pages:
+what one more process on the same mapped cache costs) after the queries, and
+a digest of all its answers, so the paths are shown to answer alike.
+
+`--baseline` is another checkout of ritrag (a `git worktree` of an earlier
+commit): its `ritrag` package and folders are imported in place of this
+checkout's, as the editable install maps them (setup.py's package_dir).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import shlex
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.abspath(__file__)
+WARM_UP = 10
+
+
+def measure(index_dir: str, cache_dir: str, count: int, timed: bool) -> dict:
+    """Runs in the worker process: load, then the retrieval-only GetToC of every query."""
+    import psutil
+
+    from ritrag.serving.api import RitragIndex, one_thread_per_query
+
+    one_thread_per_query()
+    start = time.perf_counter()
+    index = RitragIndex(index_dir, cache_dir=cache_dir)
+    load_s = time.perf_counter() - start
+    if not timed:
+        return {"load_s": load_s}
+    rng = random.Random(0)
+    titles = index.index.nodes["title"]
+    picked = [titles[rng.randrange(len(titles))] for _ in range(count * 2)]
+    queries = [t for t in dict.fromkeys(picked) if t.strip()][:count]
+    dim = index.index.dense_shards[0].d
+    vectors = np.random.default_rng(0).standard_normal((len(queries), dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    for query, vector in zip(queries[:WARM_UP], vectors):
+        index.get_toc(query, query_vector=vector)
+    seconds, digest = [], hashlib.sha256()
+    for query, vector in zip(queries, vectors):
+        t0 = time.perf_counter()
+        toc = index.get_toc(query, query_vector=vector)
+        seconds.append(time.perf_counter() - t0)
+        digest.update(json.dumps(toc["trees"], sort_keys=True).encode())
+    memory = psutil.Process().memory_full_info()
+    return {"load_s": load_s, "seconds": seconds, "rss": memory.rss, "uss": memory.uss,
+            "digest": digest.hexdigest()[:16], "chunks": len(index.index.chunk_ids), "queries": len(queries)}
+
+
+def run_worker(code: str | None, index_dir: str, cache_dir: str, count: int, timed: bool) -> dict:
+    """`measure` in a fresh process, importing ritrag from `code` (None: this checkout)."""
+    shim = (f"import sys; sys.path.insert(0, {code!r}); import ritrag; ritrag.__path__.append({code!r}); "
+            if code else "import sys; ")
+    script = (shim + f"import runpy; m = runpy.run_path({HERE!r}); import json; "
+              f"print(json.dumps(m['measure']({index_dir!r}, {cache_dir!r}, {count}, {timed})))")
+    out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(HERE)))
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def percentiles(seconds: list[float]) -> tuple[float, float]:
+    ms = np.asarray(seconds) * 1000
+    return float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
+
+
+def main(argv: list[str] | None = None) -> None:
+    from benchmarks.results import cpu_description
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("indexes", nargs="+")
+    parser.add_argument("--cache_dir", required=True)
+    parser.add_argument("--baseline", help="another ritrag checkout (a git worktree) measured beside this one")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args(argv)
+    paths = ([("baseline", args.baseline)] if args.baseline else []) + [("current", None)]
+    load_before = os.getloadavg()[0]
+    lines, p50 = [], {}
+    for index_dir in args.indexes:
+        for _, code in paths:  # build each path's cache, untimed
+            run_worker(code, index_dir, args.cache_dir, args.queries, timed=False)
+        runs: dict[str, list[dict]] = {name: [] for name, _ in paths}
+        for _ in range(args.rounds):
+            for name, code in paths:
+                runs[name].append(run_worker(code, index_dir, args.cache_dir, args.queries, timed=True))
+        for name, results in runs.items():
+            seconds = [s for r in results for s in r["seconds"]]
+            median, p99 = percentiles(seconds)
+            p50[(index_dir, name)] = median
+            first = results[0]
+            lines.append(f"- {first['chunks']:,} chunks, {name}: GetToC retrieval only p50 {median:.1f} ms, "
+                         f"p99 {p99:.1f} ms ({len(seconds)} calls in {len(results)} processes); load from the "
+                         f"cache {np.median([r['load_s'] for r in results]):.1f} s; per process RSS "
+                         f"{max(r['rss'] for r in results) / 2**30:.2f} GiB, USS "
+                         f"{max(r['uss'] for r in results) / 2**30:.2f} GiB; answers digest "
+                         f"{', '.join(sorted({r['digest'] for r in results}))}")
+        if args.baseline:
+            lines.append(f"  - baseline/current p50: {p50[(index_dir, 'baseline')] / p50[(index_dir, 'current')]:.1f}x")
+    for name, _ in paths:
+        medians = [p50[(i, name)] for i in args.indexes]
+        if len(medians) > 1:
+            lines.append(f"- {name}: p50 ratio largest/smallest index {medians[-1] / medians[0]:.2f}")
+    command = "python -m benchmarks.toc_latency " + shlex.join(argv or sys.argv[1:])
+    print("\n".join([f"`{command}`", "",
+                     f"Machine: {cpu_description()} (shared with other jobs); load average {load_before:.1f} at "
+                     f"start, {os.getloadavg()[0]:.1f} at end", "", *lines]))
+
+
+if __name__ == "__main__":
+    main()
