@@ -44,7 +44,7 @@ from ritrag.transforms.site_base import InferSiteBases
 from ritrag.transforms.sources.dispatch import HTML_SUFFIXES
 from ritrag.transforms.sparse import BuildSparseIndex
 from ritrag.transforms.tables import WriteParquetTable, write_bytes
-from ritrag.transforms.warc import is_warc_input
+from ritrag.transforms.warc import crawl_dir_of
 
 LOG = logging.getLogger("ritrag.build")
 
@@ -66,7 +66,7 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
     # Sites' public bases, from what their pages say of themselves: a side input of
     # parsing. The user's --base_url wins; WARC records carry their own URLs.
     site_bases = None
-    if opts.base_url is None and not is_warc_input(pattern):
+    if opts.base_url is None and crawl_dir_of(pattern) is None:
         decided = p | "InferSiteBases" >> InferSiteBases(pattern, parser, HTML_SUFFIXES)
         decided | "WriteSiteBases" >> beam.Map(lambda d: write_bytes(
             os.path.join(segment_dir, SITE_BASES_FILE), json.dumps(d, sort_keys=True, indent=1).encode()))

@@ -8,10 +8,11 @@ import httpx
 import pytest
 
 from ritrag.transforms.crawl_round import HostGate
-from ritrag.transforms.fetch import FetchPolicy, FetchResult, classify_content, fetch, retry_after_s, retry_delay
+from ritrag.transforms.fetch import FetchPolicy, FetchResult, fetch, retry_after_s, retry_delay
 from ritrag.transforms.links import page_links
 from ritrag.transforms.robots import ALLOW_ALL, DISALLOW_ALL, RULES, robots_rules
 from ritrag.transforms.scope import BadUrl, Scope, clean_url, crawl_key, seed_prefix
+from ritrag.transforms.sources.dispatch import web_kind
 from ritrag.transforms.sitemaps import InvalidSitemap, parse_sitemap
 from ritrag.transforms.warc import WarcFileWriter, read_record, read_warc_pages, split_record_source
 
@@ -75,12 +76,14 @@ def test_page_links_and_canonical():
     assert page.links == ["http://h/d/b.html#x", "https://other/z", "http://h/c.html"]
 
 
-def test_classify_content():
-    assert classify_content("text/html; charset=utf-8", b"") == "html"
-    assert classify_content("application/pdf", b"") == "pdf"
-    assert classify_content("", b"%PDF-1.7") == "pdf"
-    assert classify_content("application/octet-stream", b"<!DOCTYPE html><html>") == "html"
-    assert classify_content("application/json", b"{}") == "other"
+def test_the_crawler_keeps_what_the_one_sniffer_reads_as_a_web_page():
+    assert web_kind(b"", "text/html; charset=utf-8") == "html"
+    assert web_kind(b"", "application/pdf") == "pdf"
+    assert web_kind(b"%PDF-1.7", "") == "pdf"
+    assert web_kind(b"<!DOCTYPE html><html>", "application/octet-stream") == "html"
+    assert web_kind(b"\xef\xbb\xbf<!DOCTYPE html><html>", "text/plain") == "html"  # a BOM before the doctype
+    assert web_kind(b"junk\n%PDF-1.7", "application/octet-stream") == "pdf"  # bytes before the header
+    assert web_kind(b"{}", "application/json") is None
 
 
 def test_retry_delays():

@@ -35,11 +35,11 @@ from ritrag.schema import (NODES_SCHEMA, TOMBSTONES_SCHEMA, DeadLetter, NodePlac
 from ritrag.transforms.chunk import node_chunker
 from ritrag.transforms.embed import EmbedChunks
 from ritrag.transforms.nodes import page_node_rows, placement_row
-from ritrag.transforms.pages import COUNTERS, DEAD, PageParser, ParsePagesFn, chosen_source, reread_page
+from ritrag.transforms.pages import COUNTERS, DEAD, PageParser, ParsePagesFn, ReadInput, chosen_source, reread_page
 from ritrag.transforms.sources import split_document_source
 from ritrag.transforms.sparse import chunk_terms
 from ritrag.transforms.tables import ReadLiveRows, parquet_bytes, write_bytes
-from ritrag.transforms.warc import ReadWarcInput, is_warc_input, read_record, split_record_source
+from ritrag.transforms.warc import read_record, split_record_source
 
 PLACEMENT_FIELDS = ("parent_id", "site", "kind", "position", "depth", "title", "url",
                     "ancestor_ids", "ancestor_titles", "trail_method", "source_kind")
@@ -115,9 +115,12 @@ class HashInputFn(beam.DoFn):
 class OpenForParse(beam.DoFn):
     """Path -> a readable file for ParsePagesFn (the raw bytes were dropped after hashing)."""
 
+    def __init__(self, max_page_bytes: int):
+        self._max_page_bytes = max_page_bytes
+
     def process(self, path: str):
         if split_record_source(path):  # a WARC record (or a DeadLetter if it cannot be read)
-            yield read_record(path)
+            yield read_record(path, self._max_page_bytes)
             return
         yield fileio.ReadableFile(FileSystems.match([path])[0].metadata_list[0])
 
@@ -376,9 +379,7 @@ class DiffInput(beam.PTransform):
         old_pages = (pbegin
                      | "LivePages" >> ReadLiveRows(self._live, "pages")
                      | "KeyOldPageByUrl" >> beam.Map(lambda r: (r["url"], r)))
-        files = (pbegin | "ReadWarc" >> ReadWarcInput(self._pattern) if is_warc_input(self._pattern)
-                 else pbegin | "MatchFiles" >> fileio.MatchFiles(self._pattern) | "ReadMatches" >> fileio.ReadMatches())
-        inputs = files | "HashInputs" >> beam.ParDo(HashInputFn(self._parser))
+        inputs = pbegin | "Read" >> ReadInput(self._pattern, self._parser) | "HashInputs" >> beam.ParDo(HashInputFn(self._parser))
         return ({"input": inputs, "old": old_pages}
                 | "JoinByUrl" >> beam.CoGroupByKey()
                 | "Classify" >> beam.ParDo(ClassifyFn()).with_outputs(ClassifyFn.PARSE, ClassifyFn.DEAD_URL,
@@ -394,7 +395,7 @@ class ParseChangedPages(beam.PTransform):
 
     def expand(self, paths):
         return (paths
-                | "Open" >> beam.ParDo(OpenForParse())
+                | "Open" >> beam.ParDo(OpenForParse(self._parser.max_page_bytes))
                 | "Parse" >> beam.ParDo(ParsePagesFn(self._parser, count_read=False)).with_outputs(
                     DEAD, main="pages"))
 

@@ -40,14 +40,14 @@ from typing import Callable, Iterator
 import httpcore
 import httpx
 
+from ritrag.transforms.sources.dispatch import web_kind
+
 # fetched: HTML kept; kept_other: PDF kept aside (in the WARC) for a later stage;
 # skipped_type: another type, body not kept; not_modified: 304 to a conditional GET.
 OUTCOMES = ("fetched", "kept_other", "skipped_type", "not_modified", "redirect", "gone",
             "http_error", "fetch_error", "too_large")
 REDIRECT_CODES = (301, 302, 303, 307, 308)
 RETRY_CODES = (429, 500, 502, 503, 504)
-HTML_TYPES = ("text/html", "application/xhtml+xml")
-KEPT_OTHER_TYPES = ("application/pdf",)
 DROPPED_HEADERS = ("content-encoding", "transfer-encoding", "content-length")
 ACCEPT_ENCODING = "gzip"  # the one content coding decoded (with a cap on its output)
 GZIP_CODINGS = ("gzip", "x-gzip")  # x-gzip: an alias of gzip (RFC 9110 8.4.1.3)
@@ -89,23 +89,6 @@ class FetchResult:
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def classify_content(content_type: str, body: bytes) -> str:
-    """"html", "pdf" or "other", from the declared type, sniffing the body when the
-    type is missing or generic."""
-    declared = content_type.split(";", 1)[0].strip().lower()
-    if declared in HTML_TYPES:
-        return "html"
-    if declared in KEPT_OTHER_TYPES:
-        return "pdf"
-    if declared in ("", "application/octet-stream", "text/plain"):
-        head = body[:512].lstrip().lower()
-        if head.startswith(b"%pdf-"):
-            return "pdf"
-        if head.startswith((b"<!doctype html", b"<html")):
-            return "html"
-    return "other"
 
 
 def retry_after_s(value: str | None, now: float) -> float | None:
@@ -321,7 +304,7 @@ def _attempt(client: httpx.Client, url: str, headers: dict, policy: FetchPolicy,
                 return _Attempt(FetchResult(outcome="too_large", error=str(exc), **common))
             except _Undecodable as exc:
                 return _Attempt(FetchResult(outcome="fetch_error", error=str(exc), **common))
-            kind = "html" if accept_any else classify_content(common["content_type"], body)
+            kind = "html" if accept_any else web_kind(body, common["content_type"]) or "other"
             if kind == "other":
                 return _Attempt(FetchResult(outcome="skipped_type", **common))
             return _Attempt(FetchResult(outcome="fetched" if kind == "html" else "kept_other", body=body,

@@ -1,6 +1,11 @@
 """The pages stage: input files (a folder, a glob, WARC files or a crawl
 directory) -> ParsedPage records, every input accounted for.
 
+`ReadInput` is the one reader of a job's input: a crawl directory's current
+records; else every file the pattern matches, a WARC file (known by its first
+bytes, whatever its name, so one glob may mix WARC and page files) as its
+records.
+
 Each file is one page (or several: a forum thread's posts), or a dead letter
 with a reason (`DEAD` output): of no kind a parser reads (`unknown_kind`),
 outside the input root, not a regular file, unreadable, unparseable. Which
@@ -33,14 +38,14 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from ritrag.ids import normalize_url, raw_hash, site_of
 from ritrag.layout import DEAD_LETTERS_FILE, is_remote
 from ritrag.schema import DEAD_LETTERS_SCHEMA, DeadLetter, PageSource, ParsedPage, WarcPage
-from ritrag.transforms.fetch import classify_content
 from ritrag.transforms.parse import UnparseablePage, parse_page
 from ritrag.transforms.site_base import public_url
-from ritrag.transforms.sources import (HTML, SourceFile, document_url_path, is_multi_page, parse_document, record_source,
-                                sniff_kind, split_document_source)
-from ritrag.transforms.sources.dispatch import PDF
+from ritrag.transforms.sources import (HTML, SourceFile, document_url_path, is_multi_page, is_warc, parse_document,
+                                      record_source, sniff_kind, split_document_source, web_kind)
+from ritrag.transforms.sources.dispatch import WARC_SNIFF_BYTES
 from ritrag.transforms.tables import parquet_bytes, write_bytes
-from ritrag.transforms.warc import ReadWarcInput, is_warc_input, read_record, split_record_source
+from ritrag.transforms.warc import (ReadCrawlDirPages, crawl_dir_of, open_raw, read_record, read_warc_pages,
+                                   split_record_source)
 
 LOG = logging.getLogger("ritrag.pages")
 COUNTERS = "ritrag.build"
@@ -169,8 +174,9 @@ class PageParser:
 
 
 def warc_kind(record: WarcPage) -> str | None:
-    """The parser kind of a WARC record by its declared content type (sniffed when generic), None if none reads it."""
-    return {"html": HTML, "pdf": PDF}.get(classify_content(record.content_type, record.payload))
+    """The parser kind of a WARC record's payload (the one sniffer, its declared
+    content type a hint), None if it is no web page kind."""
+    return web_kind(record.payload, record.content_type)
 
 
 def parse_or_dead_letter(parser: PageParser, path: str, read: Callable[[], bytes], stage: str,
@@ -215,7 +221,9 @@ class ParsePagesFn(beam.DoFn):
 
     def _process_record(self, record: WarcPage | DeadLetter, site_bases: dict | None):
         if isinstance(record, WarcPage) and warc_kind(record) is None:
-            record = DeadLetter(record.source, "read", "unknown_kind", record.content_type)
+            record = DeadLetter(record.source, "read", "unknown_kind",
+                                f"content type {record.content_type or '(none)'!r}, "
+                                f"content starts {record.payload[:24].decode('utf-8', 'replace')!r}")
         yield from self._emit(record if isinstance(record, DeadLetter) else parse_or_dead_letter(
             self._parser.with_site_bases(site_bases), record.source, lambda: record.payload, "parse", record.url,
             warc_kind(record)))
@@ -267,7 +275,7 @@ def reread_page(parser: PageParser, source: PageSource) -> ParsedPage | DeadLett
     """The page at `source` read and parsed again, or a DeadLetter if it cannot be,
     or if its file changed since it was first read."""
     if split_record_source(source.source):  # a WARC record: its URL is in it
-        record = read_record(source.source)
+        record = read_record(source.source, parser.max_page_bytes)
         if isinstance(record, DeadLetter):
             return dataclasses.replace(record, stage="reread")
         pages = parse_or_dead_letter(parser, source.source, lambda: record.payload, "reread", record.url,
@@ -315,6 +323,48 @@ class WriteDeadLetters(beam.PTransform):
                 | "Write" >> beam.Map(lambda letters: write_dead_letters(out_dir, letters)))
 
 
+def _head(path: str) -> bytes:
+    """The first bytes of a file, as stored (b"" if it cannot be read: the parse says why)."""
+    try:
+        with open_raw(path) as fh:
+            return fh.read(WARC_SNIFF_BYTES)
+    except OSError:
+        return b""
+
+
+def warc_records_or_file(readable: fileio.ReadableFile, parser: PageParser
+                         ) -> Iterable[fileio.ReadableFile | WarcPage | DeadLetter]:
+    """A matched input file as itself, or, when it is a WARC file (by its first
+    bytes), as its records. A file the parser refuses to open is not sniffed."""
+    path = readable.metadata.path
+    if parser.refusal(path) is None and is_warc(path, _head(path)):
+        yield from read_warc_pages(path, parser.max_page_bytes)
+    else:
+        yield readable
+
+
+class ReadInput(beam.PTransform):
+    """An input pattern -> what the parse reads (`ParsePagesFn`, the update's
+    diff): the WarcPage records of a crawl directory's current pages; else every
+    matched file, a WARC file as its WarcPage records (and DeadLetters of its
+    damage), any other as a ReadableFile."""
+
+    def __init__(self, pattern: str, parser: PageParser):
+        super().__init__()
+        self._pattern = pattern
+        self._parser = parser
+
+    def expand(self, pbegin):
+        crawl_dir = crawl_dir_of(self._pattern)
+        if crawl_dir is not None:
+            return pbegin | "ReadCrawlDir" >> ReadCrawlDirPages(crawl_dir, self._parser.max_page_bytes)
+        return (pbegin
+                | "MatchFiles" >> fileio.MatchFiles(self._pattern)
+                | "Reshuffle" >> beam.Reshuffle()  # files (a WARC file is many pages) spread over workers
+                | "ReadMatches" >> fileio.ReadMatches()
+                | "ReadWarcFiles" >> beam.FlatMap(warc_records_or_file, self._parser))
+
+
 class ParsePages(beam.PTransform):
     """File pattern -> parsed pages (main output) and dead letters (DEAD).
     `site_bases`: InferSiteBases' decisions as a side input, or None."""
@@ -326,13 +376,7 @@ class ParsePages(beam.PTransform):
         self._side = {} if site_bases is None else {"site_bases": site_bases}
 
     def expand(self, pbegin):
-        if is_warc_input(self._pattern):
-            inputs = pbegin | "ReadWarc" >> ReadWarcInput(self._pattern)
-        else:
-            inputs = (pbegin
-                      | "MatchFiles" >> fileio.MatchFiles(self._pattern)
-                      | "ReadMatches" >> fileio.ReadMatches())
-        return inputs | "Parse" >> beam.ParDo(ParsePagesFn(self._parser), **self._side).with_outputs(
+        return pbegin | "Read" >> ReadInput(self._pattern, self._parser) | "Parse" >> beam.ParDo(ParsePagesFn(self._parser), **self._side).with_outputs(
             DEAD, main="pages")
 
 

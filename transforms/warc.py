@@ -11,10 +11,15 @@ WARC-Payload-Digest.
 
 Reading: every `response` record with HTTP status 200 is a `WarcPage`, its URL
 the WARC-Target-URI and its payload the HTTP body (de-chunked and decoded, so
-Common Crawl files work too). A file that is not a WARC, or ends in the middle
-of a record (found by the record digests), yields a `DeadLetter` naming the file
-and the offset of the record that failed; the records before it are kept. A page's `source` is
-"<file>#<offset>" (`record_source`), which `read_record` opens again.
+Common Crawl files work too). A WARC input is recognised by its content, not its
+name (transforms/sources/dispatch.py `is_warc`). A file that is not a WARC, or
+ends in the middle of a record (found by the record digests, or by a block
+shorter than its declared Content-Length), yields a `DeadLetter` naming the file
+and the offset of the record that failed; the records before it are kept. A
+payload is decoded (gzip, chunked) with a cap on its output: one longer than the
+job's --max_page_bytes is a `too_large` dead letter, never inflated whole. A
+page's `source` is "<file>#<offset>" (`record_source`), which `read_record`
+opens again.
 """
 from __future__ import annotations
 
@@ -37,7 +42,6 @@ from warcio.warcwriter import WARCWriter
 from ritrag.schema import DeadLetter, WarcPage
 from ritrag.transforms.fetch import FetchResult
 
-WARC_SUFFIXES = (".warc", ".warc.gz")
 SOFTWARE = "ritrag-crawl"
 READ_ERRORS = (ArchiveLoadFailed, EOFError, zlib.error, OSError, ValueError)
 
@@ -47,15 +51,12 @@ def record_source(path: str, offset: int) -> str:
 
 
 def split_record_source(source: str) -> tuple[str, int] | None:
-    """(WARC file, offset) of a record source, None for a plain file path."""
+    """(WARC file, offset) of a record source ("<file>#<digits>"), None for a
+    plain file path (or a thread's record, "<file>#post-<n>")."""
     path, sep, offset = source.rpartition("#")
-    if sep and offset.isdigit() and path.lower().endswith(WARC_SUFFIXES):
+    if sep and path and offset.isascii() and offset.isdigit():
         return path, int(offset)
     return None
-
-
-def is_warc_pattern(pattern: str) -> bool:
-    return pattern.lower().endswith(WARC_SUFFIXES)
 
 
 def _record_id(*parts: str) -> str:
@@ -144,28 +145,38 @@ def _reason(status: int | None) -> str:
         return ""
 
 
-def _open_raw(path: str):
+def open_raw(path: str):
     # UNCOMPRESSED: the gzip members are warcio's to read (Beam would inflate .gz itself)
     return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
-def _page(path: str, offset: int, record) -> WarcPage | None:
+def _page(path: str, offset: int, record, max_bytes: int) -> WarcPage | DeadLetter | None:
+    """The page of a 200 response record, its payload decoded up to `max_bytes`
+    (a longer one is a too_large dead letter); None for any other record."""
     if record.rec_type != "response" or record.http_headers is None:
         return None
     if record.http_headers.get_statuscode() != "200":
         return None
-    return WarcPage(record_source(path, offset), record.rec_headers.get_header("WARC-Target-URI") or "",
-                    record.content_stream().read(), record.http_headers.get_header("Content-Type") or "")
+    source = record_source(path, offset)
+    payload = record.content_stream().read(max_bytes + 1)
+    if len(payload) > max_bytes:
+        return DeadLetter(source, "read", "too_large", f"payload over {max_bytes} bytes (--max_page_bytes)")
+    return WarcPage(source, record.rec_headers.get_header("WARC-Target-URI") or "", payload,
+                    record.http_headers.get_header("Content-Type") or "")
 
 
 def check_whole(record) -> None:
     """Raise if a record was cut short: warcio ends quietly at the end of a file or
-    of a gzip member, but a record that declares a digest is whole only if the
-    digest was verified."""
+    of a gzip member, but a record is whole only if its block is as long as its
+    Content-Length says and, when it declares a digest, the digest was verified.
+    Call once the record is read to its end."""
     if record.rec_type is None:
         raise ArchiveLoadFailed("truncated or corrupt record")
     if record.format != "warc":  # warcio also reads ARC, and takes any 5-word line for an ARC header
         raise ArchiveLoadFailed(f"not a WARC record (read as {record.format})")
+    missing = getattr(record.raw_stream, "limit", 0)  # warcio's LimitReader: declared bytes not read
+    if missing > 0:
+        raise ArchiveLoadFailed(f"truncated record: {missing} bytes of its Content-Length missing")
     declares = (record.rec_headers.get_header("WARC-Block-Digest")
                 or record.rec_headers.get_header("WARC-Payload-Digest"))
     if declares and record.digest_checker.passed is not True:
@@ -173,15 +184,18 @@ def check_whole(record) -> None:
         raise ArchiveLoadFailed(f"truncated or corrupt record ({problems})")
 
 
-def read_warc_pages(path: str) -> Iterator[WarcPage | DeadLetter]:
-    """The 200 response records of one WARC file, then a DeadLetter at the offset
-    of the first record that cannot be read whole (not a WARC, truncated, corrupt)."""
+def read_warc_pages(path: str, max_bytes: int) -> Iterator[WarcPage | DeadLetter]:
+    """The 200 response records of one WARC file (a payload over `max_bytes` a
+    too_large dead letter), then a DeadLetter at the offset of the first record
+    that cannot be read whole (not a WARC, truncated, corrupt)."""
     offset = end = 0
     try:
-        with _open_raw(path) as fh:
+        with open_raw(path) as fh:
+            compressed = fh.read(2) == b"\x1f\x8b"
+            fh.seek(0)
             records = ArchiveIterator(fh, check_digests=True)
             for record in records:
-                page = _page(path, 0, record)
+                page = _page(path, 0, record, max_bytes)
                 records.read_to_end()
                 offset = records.get_record_offset()
                 check_whole(record)
@@ -189,7 +203,7 @@ def read_warc_pages(path: str) -> Iterator[WarcPage | DeadLetter]:
                     yield dataclasses.replace(page, source=record_source(path, offset))
                 end = offset + records.get_record_length()
         size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
-        if path.lower().endswith(".gz") and end != size:  # a gzip member cut short ends the iteration quietly
+        if compressed and end != size:  # a gzip member cut short ends the iteration quietly
             offset = end
             raise ArchiveLoadFailed(f"truncated: {size - end} bytes after the last whole record")
     except READ_ERRORS as exc:
@@ -197,15 +211,16 @@ def read_warc_pages(path: str) -> Iterator[WarcPage | DeadLetter]:
                          f"{type(exc).__name__}: {exc}".strip())
 
 
-def read_record(source: str) -> WarcPage | DeadLetter:
-    """The page of the response record at a record source."""
+def read_record(source: str, max_bytes: int) -> WarcPage | DeadLetter:
+    """The page of the response record at a record source (a payload over
+    `max_bytes` a too_large dead letter)."""
     path, offset = split_record_source(source)
     try:
-        with _open_raw(path) as fh:
+        with open_raw(path) as fh:
             fh.seek(offset)
             records = ArchiveIterator(fh, check_digests=True)
             record = next(records)
-            page = _page(path, offset, record)
+            page = _page(path, offset, record, max_bytes)
             records.read_to_end()
             check_whole(record)
     except (StopIteration, *READ_ERRORS) as exc:
@@ -215,31 +230,15 @@ def read_record(source: str) -> WarcPage | DeadLetter:
     return page
 
 
-class ReadWarcPages(beam.PTransform):
-    """WARC file pattern -> WarcPage records, and DeadLetters of unreadable files."""
-
-    def __init__(self, pattern: str):
-        super().__init__()
-        self._pattern = pattern
-
-    def expand(self, pbegin):
-        from apache_beam.io import fileio
-
-        return (pbegin
-                | "MatchWarcFiles" >> fileio.MatchFiles(self._pattern)
-                | "WarcPaths" >> beam.Map(lambda m: m.path)
-                | "Reshuffle" >> beam.Reshuffle()
-                | "ReadRecords" >> beam.FlatMap(read_warc_pages))
-
-
 class ReadCrawlDirPages(beam.PTransform):
     """A crawl directory -> WarcPage records (or DeadLetters) of the pages its
-    CrawlDB holds as current; the CrawlDB is read as a Beam source, not listed
-    in the launcher."""
+    CrawlDB holds as current (fetched or unchanged); the CrawlDB is read as a
+    Beam source, not listed in the launcher."""
 
-    def __init__(self, crawl_dir: str):
+    def __init__(self, crawl_dir: str, max_bytes: int):
         super().__init__()
         self._dir = crawl_dir
+        self._max_bytes = max_bytes
 
     def expand(self, pbegin):
         from ritrag.transforms.crawldb import crawldb_path, indexable_source
@@ -249,27 +248,12 @@ class ReadCrawlDirPages(beam.PTransform):
                                                            columns=["kind", "status", "warc_file", "warc_offset"])
                 | "RecordSources" >> beam.FlatMap(indexable_source, self._dir)
                 | "Reshuffle" >> beam.Reshuffle()
-                | "ReadRecord" >> beam.Map(read_record))
+                | "ReadRecord" >> beam.Map(read_record, self._max_bytes))
 
 
-def is_warc_input(pattern: str) -> bool:
-    """A build/update input that is WARC: a WARC file pattern, or a crawl
-    directory (as `<dir>/**`, the pattern of a directory input) holding a CrawlDB."""
+def crawl_dir_of(pattern: str) -> str | None:
+    """The crawl directory an input pattern names (`<dir>/**`, the pattern of a
+    directory input, whose folder holds a CrawlDB), else None."""
     from ritrag.transforms.crawldb import is_crawl_dir
 
-    return is_warc_pattern(pattern) or (pattern.endswith("/**") and is_crawl_dir(pattern[:-2]))
-
-
-class ReadWarcInput(beam.PTransform):
-    """A WARC input -> WarcPage records (and DeadLetters): from a crawl directory,
-    the records of the pages its CrawlDB holds as current (fetched or unchanged);
-    from a WARC file pattern, every HTTP 200 response record of the files."""
-
-    def __init__(self, pattern: str):
-        super().__init__()
-        self._pattern = pattern
-
-    def expand(self, pbegin):
-        if is_warc_pattern(self._pattern):
-            return pbegin | "ReadWarcFiles" >> ReadWarcPages(self._pattern)
-        return pbegin | "ReadCrawlDir" >> ReadCrawlDirPages(self._pattern[:-2])
+    return pattern[:-2] if pattern.endswith("/**") and is_crawl_dir(pattern[:-2]) else None

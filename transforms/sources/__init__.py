@@ -12,12 +12,13 @@ parser makes, so that every later stage treats them alike. One module per kind,
 - `stackexchange` a Stack Exchange dump's Posts.xml (streamed): a page per question
                and answer, answers under their question, questions under a tag
 - `paper`      a paper's JSON (S2ORC / QASPER style): title, abstract, sections
-- `dispatch`   the kind of a file (content first, name second), the URL a
-               document is served at, record sources of multi-page files
+- `dispatch`   the one sniffer: the kind of an input (content first, then its
+               declared content type, then its name), WARC files by content,
+               the URL a document is served at, record sources of multi-page files
 """
 from ritrag.transforms.sources.common import SourceFile
-from ritrag.transforms.sources.dispatch import (HTML, document_url_path, is_multi_page, parse_document, record_source,
-                                         sniff_kind, split_document_source)
+from ritrag.transforms.sources.dispatch import (HTML, document_url_path, is_multi_page, is_warc, parse_document,
+                                                record_source, sniff_kind, split_document_source, web_kind)
 
-__all__ = ["HTML", "SourceFile", "document_url_path", "is_multi_page", "parse_document", "record_source",
-           "sniff_kind", "split_document_source"]
+__all__ = ["HTML", "SourceFile", "document_url_path", "is_multi_page", "is_warc", "parse_document", "record_source",
+           "sniff_kind", "split_document_source", "web_kind"]
