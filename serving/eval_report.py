@@ -30,6 +30,11 @@ def _fmt(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
+def _chart_number(value: float) -> str:
+    """A value on a chart: a count as a whole number ("16", not "16.000")."""
+    return f"{int(value):,}" if float(value).is_integer() else _fmt(float(value))
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
     line = lambda cells: "  ".join(str(c).rjust(w) if i else str(c).ljust(w)  # noqa: E731
@@ -122,7 +127,7 @@ def grouped_bars(categories: Sequence[str], series: dict[str, Sequence[float | N
     bar_w = max(2.0, group_w * 0.8 / len(series))
     parts = [_legend(list(series), left, 24),
              f'<line x1="{left}" y1="{base}" x2="{width - 10}" y2="{base}" stroke="#444"/>',
-             f'<text x="0" y="{base - plot_h + 4}" font-size="10">{_fmt(float(top))}</text>',
+             f'<text x="0" y="{base - plot_h + 4}" font-size="10">{_chart_number(top)}</text>',
              f'<text x="0" y="{base}" font-size="10">0</text>']
     for i, cat in enumerate(categories):
         gx = left + i * group_w + group_w * 0.1
@@ -132,7 +137,7 @@ def grouped_bars(categories: Sequence[str], series: dict[str, Sequence[float | N
                 continue
             h = plot_h * v / top
             parts.append(f'<rect x="{gx + j * bar_w:.1f}" y="{base - h:.1f}" width="{bar_w - 1:.1f}" height="{h:.1f}" '
-                         f'fill="{COLORS.get(name, "#999")}"><title>{html.escape(f"{name} {cat}: {_fmt(v)}")}</title></rect>')
+                         f'fill="{COLORS.get(name, "#999")}"><title>{html.escape(f"{name} {cat}: {_chart_number(v)}")}</title></rect>')
         label = cat if len(cat) <= 14 else cat[:13] + "…"
         parts.append(f'<text x="{left + (i + 0.5) * group_w:.1f}" y="{base + 14}" font-size="10" '
                      f'text-anchor="middle">{html.escape(label)}</text>')

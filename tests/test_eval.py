@@ -270,3 +270,10 @@ def test_long_texts_are_counted_in_pieces_exactly(monkeypatch):
     whole = outline.count_tokens(text)
     monkeypatch.setattr(outline, "MAX_PIECE", 57)
     assert outline.count_tokens(text) == whole
+
+
+def test_a_count_axis_is_labelled_with_whole_numbers():
+    from ritrag.serving.eval_report import grouped_bars
+
+    svg = grouped_bars(["rank 1", "rank 2"], {"subforest": [16.0, 3.0]}, "questions by rank")
+    assert 'font-size="10">16</text>' in svg and "16.000" not in svg and "3.000" not in svg

@@ -296,6 +296,7 @@ def test_stackexchange_answers_hang_under_their_question_accepted_first():
     assert question.keywords == ("ph-probe", "calibration")
     assert by_url["questions/4"].keywords == ("heater", "controller")  # the newer |a|b| form
     assert question.description == "score 7, 2 answers, accepted answer 3"
+    assert by_url["questions/4"].description == "score 3, 1 answer"  # not "1 answers"
     assert question.nav_order == (BASE + "qa/a/3", BASE + "qa/a/2")  # accepted, then by score
     assert (accepted.title, accepted.description, accepted.trail[-1].url) == (
         "Accepted answer 3", "accepted answer, score 9", BASE + "qa/questions/1")

@@ -100,7 +100,7 @@ def parse_stackexchange(file: SourceFile) -> list[tuple[str | None, ParsedPage]]
         tags = _tags(question.get("Tags", ""))
         return (*trail, forum) + ((Crumb(tags[0], f"{forum_url}/tagged/{tags[0]}"),) if tags else ())
 
-    summary = f"{len(questions)} questions, {len(answers)} answers"
+    summary = f"{_count(len(questions), 'question')}, {_count(len(answers), 'answer')}"
     out: list[tuple[str | None, ParsedPage]] = [(None, document_page(
         file, url=forum_url, title="Questions", trail=trail, trail_method=method,
         description=summary + (f"; rows of other post types, not indexed: {others}" if others else ""),
@@ -110,7 +110,7 @@ def parse_stackexchange(file: SourceFile) -> list[tuple[str | None, ParsedPage]]
         tags = _tags(question.get("Tags", ""))
         accepted = question.get("AcceptedAnswerId")
         ordered = _answer_order(answers_of.get(qid, []), accepted)
-        described = f"score {_score(question)}, {len(ordered)} answers" + (
+        described = f"score {_score(question)}, {_count(len(ordered), 'answer')}" + (
             f", accepted answer {accepted}" if accepted and accepted in posts else "")
         out.append((f"post-{qid}", document_page(
             file, url=url_of(question), title=title, trail=question_trail(question),
@@ -131,3 +131,7 @@ def parse_stackexchange(file: SourceFile) -> list[tuple[str | None, ParsedPage]]
             description=("accepted answer, " if is_accepted else "") + f"score {_score(answer)}",
             sections=(Section(title, 0, "", html_text(answer.get("Body", ""))),))))
     return out
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
