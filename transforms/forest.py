@@ -195,7 +195,7 @@ def _placements(site: str, slots: dict[str, _Slot], root_key: str) -> tuple[list
         node_id = ids[slot.key]
         out.append(NodePlacement(
             node_id=node_id,
-            parent_id=ids[slot.parent] if slot.key != root_key else None,
+            parent_id=anc_ids[-1] if anc_ids else None,  # where it is placed (the cap may lift it)
             site=site, kind=slot.kind, position=position, depth=depth,
             title=slot.title, url=slot.url,
             ancestor_ids=anc_ids, ancestor_titles=anc_titles,
