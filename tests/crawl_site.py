@@ -1,18 +1,24 @@
-"""A real HTTP server on 127.0.0.1 for the crawl tests: serves a folder of pages
-plus robots.txt, a sitemap index pointing at a gzipped sitemap, and paths that
-misbehave. Its request log (and in-flight count per host) is the witness of what
-the crawler did."""
+"""Real HTTP servers on 127.0.0.1 for the crawl tests. `CrawlSite` serves a
+folder of pages plus robots.txt, a sitemap index pointing at a gzipped sitemap,
+and paths that misbehave. `HostileSite` answers scripted raw bytes per path (to
+drip headers, stack encodings, redirect anywhere). Their request logs are the
+witness of what the crawler did."""
 from __future__ import annotations
 
 import email.utils
 import gzip
 import hashlib
 import os
+import posixpath
+import socket
+import socketserver
 import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Callable
+from urllib.parse import unquote
 
 SLOW_S = 1.5
 RESPONSE_S = 0.02  # every page answer takes this long, so concurrent requests overlap
@@ -146,3 +152,79 @@ class CrawlSite:
                 return self._send(200, data, headers={"ETag": etag, "Last-Modified": modified})
 
         return Handler
+
+
+def raw_response(status: int, body: bytes = b"", headers: list[tuple[str, str]] | dict = (),
+                 ctype: str = "text/html") -> bytes:
+    """The bytes of a whole HTTP/1.1 response (the connection closes after it);
+    header values are sent as UTF-8, whatever they hold."""
+    lines = [f"HTTP/1.1 {status} X", f"Content-Type: {ctype}", f"Content-Length: {len(body)}",
+             "Connection: close", *(f"{k}: {v}" for k, v in dict(headers).items())]
+    return "\r\n".join(lines).encode() + b"\r\n\r\n" + body
+
+
+def served_path(target: str) -> str:
+    """The path a typical server resolves a request target to: percent-decoded,
+    backslashes as slashes (as IIS does), dot segments and repeated slashes
+    collapsed, never above the root. The query is dropped."""
+    path = unquote(target.split("?", 1)[0]).replace("\\", "/")
+    return posixpath.normpath("/" + path.lstrip("/"))
+
+
+# A route answers with bytes, or writes to the connection itself (to drip or stream).
+Route = bytes | Callable[[socket.socket], None]
+
+
+class HostileSite:
+    """A raw HTTP/1.1 server on `host` (127.0.0.1, or 127.0.0.3 for a second
+    host): `routes` maps the path a server resolves a request to (`served_path`)
+    to its answer; anything else is a 404. `log` holds (request target, served
+    path, headers) of every request."""
+
+    def __init__(self, routes: dict[str, Route], host: str = "127.0.0.1"):
+        self.routes = routes
+        self.log: list[tuple[str, str, dict[str, str]]] = []
+        site = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self):
+                head = b""
+                while b"\r\n\r\n" not in head and len(head) < 65536:
+                    data = self.request.recv(4096)
+                    if not data:
+                        return
+                    head += data
+                request_line, *header_lines = head.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+                target = request_line.split(" ")[1]
+                headers = dict(line.split(": ", 1) for line in header_lines if ": " in line)
+                path = served_path(target)
+                site.log.append((target, path, headers))
+                answer = site.routes.get(path, raw_response(404, b"not found"))
+                try:
+                    if callable(answer):
+                        answer(self.request)
+                    else:
+                        self.request.sendall(answer)
+                except OSError:  # the crawler hung up: what the test wants to see
+                    pass
+
+        class Server(socketserver.ThreadingTCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self.server = Server((host, 0), Handler)
+        self.port = self.server.server_address[1]
+        self.host = f"http://{host}:{self.port}"
+        self.base = self.host + "/"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def paths(self) -> list[str]:
+        return [path for _, path, _ in self.log]
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()

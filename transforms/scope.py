@@ -7,7 +7,10 @@ IDNA hosts, lowercase scheme and host, no default port) of the URL with
 fragment, userinfo and tracking parameters dropped and its path normalized as a
 server would read it: percent-encoded unreserved characters decoded (RFC 3986
 6.2.2.2, so `%2E%2E` is `..`), backslashes read as slashes (as browsers read
-http(s) links), then dot segments removed (RFC 3986 5.2.4). A crawl keeps that
+http(s) links), then dot segments removed (RFC 3986 5.2.4). A path whose dot
+segments hide behind an encoded slash (`/docs/..%2F..%2Fsecret`) is refused:
+servers disagree on where it leads (nginx decodes `%2F` and climbs, Apache
+refuses it), so no check could stand for all of them. A crawl keeps that
 URL as the page's address (relative links resolve against it) and
 de-duplicates by `crawl_key`: the normalized form of `ritrag.ids.normalize_url`
 (`index.html`, trailing slashes) of the cleaned URL.
@@ -34,6 +37,7 @@ TRACKING_PARAM = re.compile(r"^(utm_[a-z]+|gclid|dclid|fbclid|msclkid|yclid|mc_c
 HOST_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9_.-]*[a-z0-9_])?")
 PERCENT_ENCODED = re.compile(r"%([0-9A-Fa-f]{2})")
 UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")  # RFC 3986 2.3
+ENCODED_SLASH = re.compile(r"%2F|%5C", re.IGNORECASE)  # "/" or "\" percent-encoded
 
 
 class BadUrl(ValueError):
@@ -59,6 +63,12 @@ def remove_dot_segments(path: str) -> str:
 
 def _decode_unreserved(path: str) -> str:
     return PERCENT_ENCODED.sub(lambda m: chr(int(m[1], 16)) if chr(int(m[1], 16)) in UNRESERVED else m[0], path)
+
+
+def _dots_behind_encoded_slash(path: str) -> bool:
+    """Whether a segment holding an encoded slash has a "." or ".." piece between its slashes."""
+    return any(piece in (".", "..") for segment in path.split("/") if ENCODED_SLASH.search(segment)
+               for piece in ENCODED_SLASH.split(segment))
 
 
 def _valid_host(host: str) -> bool:
@@ -87,7 +97,10 @@ def clean_url(url: str) -> str:
     if parsed.port is not None and not 0 < parsed.port < 65536:
         raise BadUrl(f"port out of range in URL: {url!r}")
     path, _, query = parsed.raw_path.decode("ascii").partition("?")
-    path = remove_dot_segments(_decode_unreserved(path).replace("\\", "/"))
+    path = _decode_unreserved(path).replace("\\", "/")
+    if _dots_behind_encoded_slash(path):
+        raise BadUrl(f"dot segments behind an encoded slash in URL: {url!r}")
+    path = remove_dot_segments(path)
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
         kept = [(k, v) for k, v in pairs if not TRACKING_PARAM.match(k)]
