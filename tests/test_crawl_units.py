@@ -139,9 +139,9 @@ def test_warc_round_trip_is_deterministic(tmp_path):
         writer.close()
         outs.append([(tmp_path / run / f).read_bytes() for f in writer.files])
     assert outs[0] == outs[1] and len(outs[0]) >= 2  # rolled by size, same bytes
-    pages = [p for f in sorted((tmp_path / "a").iterdir()) for p in read_warc_pages(str(f))]
+    pages = [p for f in sorted((tmp_path / "a").iterdir()) for p in read_warc_pages(str(f), 1 << 20)]
     assert [p.url for p in pages] == ["http://h/0.html", "http://h/1.html", "http://h/2.html"]
-    again = read_record(pages[1].source)
+    again = read_record(pages[1].source, 1 << 20)
     assert again.payload == pages[1].payload == b"<html>1</html>" * 100
     assert split_record_source(pages[1].source)[1] == stored[1].offset
 
@@ -153,13 +153,13 @@ def test_damaged_warc_is_dead_lettered_with_file_and_offset(tmp_path):
     data = (tmp_path / writer.files[0]).read_bytes()
     cut = tmp_path / "cut.warc.gz"
     cut.write_bytes(data[:-200])
-    out = list(read_warc_pages(str(cut)))
+    out = list(read_warc_pages(str(cut), 1 << 20))
     assert [p.url for p in out[:-1]] == ["http://h/0.html"]
     assert out[-1].reason == "bad_warc" and out[-1].source.startswith(str(cut) + "#")
     assert int(out[-1].source.rsplit("#", 1)[1]) > stored[0].offset
     junk = tmp_path / "junk.warc.gz"
     junk.write_bytes(b"<html>not a warc</html>")
-    (letter,) = read_warc_pages(str(junk))
+    (letter,) = read_warc_pages(str(junk), 1 << 20)
     assert letter.source == f"{junk}#0" and letter.reason == "bad_warc"
 
 
