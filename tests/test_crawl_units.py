@@ -8,7 +8,8 @@ import httpx
 import pytest
 
 from ritrag.transforms.crawl_round import HostGate
-from ritrag.transforms.fetch import FetchPolicy, FetchResult, fetch, retry_after_s, retry_delay
+from ritrag.transforms.fetch import (DECODE_CHUNK, FetchPolicy, FetchResult, fetch, gunzip_chunks, retry_after_s,
+                                     retry_delay)
 from ritrag.transforms.links import page_links
 from ritrag.transforms.robots import ALLOW_ALL, DISALLOW_ALL, RULES, robots_rules
 from ritrag.transforms.scope import BadUrl, Scope, clean_url, crawl_key, seed_prefix
@@ -115,6 +116,15 @@ def test_fetch_retries_then_succeeds_and_caps_size():
     assert (result.outcome, result.attempts, result.etag, result.body) == ("fetched", 2, '"e1"', b"<html>ok</html>")
     assert calls[0].headers["if-none-match"] == '"e0"' and calls[0].headers["user-agent"] == "bot"
     assert fetch(client, "http://h/big", policy).outcome == "too_large"
+
+
+def test_gunzip_chunks_bounded_pieces_members_and_trailing_bytes():
+    bomb = gzip.compress(bytes(10 * DECODE_CHUNK + 5))
+    pieces = gunzip_chunks(bomb[i:i + 7] for i in range(0, len(bomb), 7))
+    assert max(len(p) for p in pieces) <= DECODE_CHUNK
+    two = gzip.compress(b"one ") + gzip.compress(b"two")
+    assert b"".join(gunzip_chunks(iter([two[:21], two[21:]]))) == b"one two"  # a member split anywhere
+    assert b"".join(gunzip_chunks(iter([gzip.compress(b"page") + b"\0" * 8]))) == b"page"  # padding ends the body
 
 
 def test_host_gate_spaces_request_starts():

@@ -52,6 +52,8 @@ DROPPED_HEADERS = ("content-encoding", "transfer-encoding", "content-length")
 ACCEPT_ENCODING = "gzip"  # the one content coding decoded (with a cap on its output)
 GZIP_CODINGS = ("gzip", "x-gzip")  # x-gzip: an alias of gzip (RFC 9110 8.4.1.3)
 DECODE_CHUNK = 64 * 1024  # most bytes one inflate step produces
+GZIP_MAGIC = b"\x1f\x8b"
+GZIP_WBITS = 16 + zlib.MAX_WBITS  # zlib's window bits for a gzip wrapper
 MAX_KEEPALIVE_CONNECTIONS = 64
 
 
@@ -210,24 +212,26 @@ def content_codings(headers: httpx.Headers) -> list[str]:
 
 
 def gunzip_chunks(raw: Iterator[bytes]) -> Iterator[bytes]:
-    """Inflate a gzip stream (several members allowed, RFC 1952) in pieces of at
-    most DECODE_CHUNK bytes, pulling `raw` only when the pending output is drained."""
-    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    """Inflate a gzip stream in pieces of at most DECODE_CHUNK bytes, pulling
+    `raw` only when the pending output is drained. Several members may follow
+    each other (RFC 1952); bytes after a member that do not start another
+    (padding, junk) end the body, as zlib and browsers read it."""
+    inflate = zlib.decompressobj(GZIP_WBITS)
     try:
         for data in raw:
             while True:
+                if inflate.eof:
+                    if not data:
+                        break
+                    if not GZIP_MAGIC.startswith(data[:2]):
+                        return
+                    inflate = zlib.decompressobj(GZIP_WBITS)
                 out = inflate.decompress(data, DECODE_CHUNK)
                 if out:
                     yield out
-                if inflate.eof:
-                    data = inflate.unused_data
-                    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                    if not data:
-                        break
-                else:
-                    data = inflate.unconsumed_tail
-                    if not data and len(out) < DECODE_CHUNK:
-                        break
+                data = inflate.unused_data if inflate.eof else inflate.unconsumed_tail
+                if not data and not inflate.eof and len(out) < DECODE_CHUNK:
+                    break  # all input taken, nothing pending: the next network chunk
     except zlib.error as exc:
         raise _Undecodable(f"bad gzip body: {exc}") from None
 
