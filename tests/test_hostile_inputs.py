@@ -11,14 +11,11 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import resource
 import subprocess
 import sys
 import textwrap
 import zlib
 from pathlib import Path
-
-import pytest
 
 from ritrag.schema import MAX_TREE_DEPTH, Crumb, PageSkeleton, Section
 from ritrag.transforms.forest import build_site_forest, expand_sections
