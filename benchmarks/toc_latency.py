@@ -9,8 +9,10 @@ from `--cache_dir` (built by a first, untimed load of each code path), then
 GetToC runs with the query vector given (retrieval alone: BM25, dense search,
 fusion, sub-forest; no query embedding), queries being node titles drawn with
 a fixed seed and vectors seeded random unit vectors, the same in every
-process. Each process reports its load time, RSS and USS (its private pages:
-what one more process on the same mapped cache costs) after the queries, and
+process. Each process reports its load time, its resident memory after the
+queries split as /proc reports it: anonymous (its own heap: what one more
+process costs) and file-backed (mapped files: pages the page cache shares
+between the processes that map them), and
 a digest of all its answers, so the paths are shown to answer alike.
 
 `--baseline` is another checkout of ritrag (a `git worktree` of an earlier
@@ -37,8 +39,6 @@ WARM_UP = 10
 
 def measure(index_dir: str, cache_dir: str, count: int, timed: bool) -> dict:
     """Runs in the worker process: load, then the retrieval-only GetToC of every query."""
-    import psutil
-
     from ritrag.serving.api import RitragIndex, one_thread_per_query
 
     one_thread_per_query()
@@ -62,8 +62,10 @@ def measure(index_dir: str, cache_dir: str, count: int, timed: bool) -> dict:
         toc = index.get_toc(query, query_vector=vector)
         seconds.append(time.perf_counter() - t0)
         digest.update(json.dumps(toc["trees"], sort_keys=True).encode())
-    memory = psutil.Process().memory_full_info()
-    return {"load_s": load_s, "seconds": seconds, "rss": memory.rss, "uss": memory.uss,
+    with open("/proc/self/status", encoding="ascii") as fh:
+        status = {k: v.split()[0] for k, v in (line.split(":", 1) for line in fh) if k in ("RssAnon", "RssFile")}
+    return {"load_s": load_s, "seconds": seconds, "anon": int(status["RssAnon"]) * 1024,
+            "file": int(status["RssFile"]) * 1024,
             "digest": digest.hexdigest()[:16], "chunks": len(index.index.chunk_ids), "queries": len(queries)}
 
 
@@ -110,9 +112,9 @@ def main(argv: list[str] | None = None) -> None:
             first = results[0]
             lines.append(f"- {first['chunks']:,} chunks, {name}: GetToC retrieval only p50 {median:.1f} ms, "
                          f"p99 {p99:.1f} ms ({len(seconds)} calls in {len(results)} processes); load from the "
-                         f"cache {np.median([r['load_s'] for r in results]):.1f} s; per process RSS "
-                         f"{max(r['rss'] for r in results) / 2**30:.2f} GiB, USS "
-                         f"{max(r['uss'] for r in results) / 2**30:.2f} GiB; answers digest "
+                         f"cache {np.median([r['load_s'] for r in results]):.1f} s; per process resident anonymous "
+                         f"{max(r['anon'] for r in results) / 2**30:.2f} GiB + file-backed "
+                         f"{max(r['file'] for r in results) / 2**30:.2f} GiB; answers digest "
                          f"{', '.join(sorted({r['digest'] for r in results}))}")
         if args.baseline:
             lines.append(f"  - baseline/current p50: {p50[(index_dir, 'baseline')] / p50[(index_dir, 'current')]:.1f}x")
