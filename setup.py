@@ -71,7 +71,8 @@ setup(
                 *SERVING, *CRAWL,
                 # the fleet tests: an S3-compatible server (moto), Redis, the Kubernetes schemas
                 "fsspec>=2023.1", "s3fs>=2023.1", "moto[server]>=5", "redis>=5", "kubernetes-validate>=1.30",
-                "pyyaml>=6"],
+                "pyyaml>=6",
+                "zstandard>=0.22"],  # tests/test_crawl_hostile.py builds a zstd bomb
     },
     entry_points={"console_scripts": ["ritrag=ritrag.cli:main"]},
 )
