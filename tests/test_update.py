@@ -11,7 +11,7 @@ import pytest
 from ritrag.pipelines import update
 from ritrag.transforms import delta
 from ritrag.transforms.delta import plan_page_update, replaced_rows
-from ritrag.layout import IndexLayout, LiveFile, live_rows
+from ritrag.layout import IndexLayout, LiveFile, LiveFiles, live_rows
 from ritrag.representation import Representation
 from ritrag.schema import NodePlacement
 from support import TINY_SITE, assert_same_toc, live_table, build_index, tiny_page, write_tiny_site
