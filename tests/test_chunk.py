@@ -7,7 +7,7 @@ from ritrag.embedder import EmbedderSpec, load_tokenizer, model_token_limit
 from ritrag.ids import chunk_id_for, content_hash
 from ritrag.representation import LEGACY, NODE_DOC_ORDINAL, Representation
 from ritrag.transforms.chunk import (chunk_rows, chunk_text, counted_chunks, counts_add_up, node_chunk_rows,
-                              tokenizer_counter)
+                              tokenizer_counter, word_counter)
 from ritrag.transforms.parse import parse_page
 
 SAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample", "pages")
@@ -75,6 +75,23 @@ def test_additive_counting_stores_the_tokenizers_own_counts(tokenizer):
         summed = counted_chunks(page.title, page.body, count, 254, additive=True)
         assert summed == verified
         assert [n for _, n in summed] == count([t for t, _ in summed])
+
+
+def test_word_counts_are_the_tokenizers_counts(tokenizer):
+    # Summing cached word counts must give exactly the counts of whole texts: the
+    # sample's paragraphs and titles, Unicode, and every character Python splits at
+    # (some of which BERT deletes, joining the words around them).
+    count = tokenizer_counter(tokenizer)
+    by_words = word_counter(count)
+    pages = sorted(glob.glob(os.path.join(SAMPLE, "**", "*.html"), recursive=True))[::4]
+    texts = []
+    for path in pages:
+        page = parse_page(open(path, "rb").read(), "http://x/" + os.path.basename(path), "x")
+        texts += [page.title + "\n" + page.description, *page.body.split("\n\n")]
+    spaces = [chr(c) for c in range(0x110000) if chr(c).isspace()]
+    texts += [f"aa{s}aa un{s}able Straße{s}東京都" for s in spaces] + ["", " ", "\x1c", "a" * 300]
+    assert by_words(texts) == count(texts)
+    assert by_words(texts) == count(texts)  # again, from the cache
 
 
 def test_byte_level_tokenizers_are_not_trusted_to_add_up():

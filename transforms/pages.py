@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import os
 import stat
 import logging
@@ -89,6 +90,11 @@ def page_url(path: str, root: str, base_url: str) -> str:
     return base_url.rstrip("/") + "/" + document_url_path(relative).lstrip("/")
 
 
+# The input root's real path, resolved once per process rather than once per
+# file (every file is checked up to three times: a path component costs an lstat).
+_real_root = functools.lru_cache(maxsize=16)(os.path.realpath)
+
+
 @dataclasses.dataclass(frozen=True)
 class PageParser:
     """How a job turns one input file into a ParsedPage: the same in every pass."""
@@ -109,7 +115,7 @@ class PageParser:
         if is_remote(path):
             return None
         real = os.path.realpath(path)
-        root = os.path.realpath(self.root)
+        root = _real_root(self.root)
         if not self.follow_links_outside_input and os.path.commonpath([root, real]) != root:
             return DeadLetter(path, "read", "outside_input", "its real path lies outside the input directory; "
                                                              "--follow_links_outside_input to index it")
