@@ -97,9 +97,9 @@ def load_yaml(text: str | bytes):
 
 
 def meta_text(value) -> str:
-    """A title, tag or description from YAML metadata: a scalar as text, at most
-    MAX_META_CHARS long; "" for an empty value and anything else (a list or
-    mapping is no title)."""
+    """A title, tag or description from metadata (YAML front matter and navs,
+    JSON fields): a scalar as text, at most MAX_META_CHARS long; "" for an empty
+    value and anything else (a list or mapping is no title)."""
     if not value or isinstance(value, (list, dict, set, tuple)):
         return ""
     return str(value)[:MAX_META_CHARS]

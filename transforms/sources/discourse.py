@@ -28,7 +28,7 @@ import json
 from ritrag.schema import MAX_TREE_DEPTH, Crumb, ParsedPage, Section
 from ritrag.transforms.parse import UnparseablePage
 from ritrag.transforms.parse.location import url_segment_title
-from ritrag.transforms.sources.common import SourceFile, document_page, html_text
+from ritrag.transforms.sources.common import SourceFile, document_page, html_text, meta_text
 from ritrag.transforms.sources.nav import document_trail
 
 
@@ -41,7 +41,32 @@ def load_json_object(data: bytes, what: str) -> dict:
         raise UnparseablePage("invalid_json", str(exc) or type(exc).__name__) from exc
     if not isinstance(value, dict):
         raise UnparseablePage("invalid_json", f"{what} is a JSON object, not a {type(value).__name__}")
-    return value
+    return without_lone_surrogates(value)
+
+
+def without_lone_surrogates(value):
+    """`value` with every lone surrogate in its strings ("\\ud800" is valid JSON
+    but no UTF-8 text) replaced by U+FFFD, so that hashing and writing the
+    page's text never fail. Iterative: the nesting is as deep as the file's."""
+    def clean(text: str) -> str:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace") if not text.isascii() else text
+
+    root = [value]
+    stack = [(root, 0)]
+    while stack:
+        container, key = stack.pop()
+        item = container[key]
+        if isinstance(item, str):
+            container[key] = clean(item)
+        elif isinstance(item, list):
+            stack.extend((item, i) for i in range(len(item)))
+        elif isinstance(item, dict):
+            for k in list(item):
+                if isinstance(k, str) and not k.isascii() and clean(k) != k:
+                    item[clean(k)] = item.pop(k)
+                    k = clean(k)
+                stack.append((item, k))
+    return root[0]
 
 
 def reply_chains(by_number: dict[int, dict], opening: int) -> dict[int, tuple[tuple[int, ...], bool]]:
@@ -78,7 +103,7 @@ def _post_text(post: dict) -> str:
 
 
 def _post_title(post: dict) -> str:
-    author = post.get("username") or post.get("name") or ""
+    author = meta_text(post.get("username") or post.get("name"))
     return f"#{post['post_number']} {author}".strip()
 
 
@@ -90,7 +115,7 @@ def parse_discourse(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
                  and isinstance(p.get("post_number"), int) and not isinstance(p.get("post_number"), bool)}
     if not by_number:
         raise UnparseablePage("no_content", "a Discourse topic without posts (post_stream.posts)")
-    title = str(topic.get("title") or topic.get("fancy_title") or url_segment_title(file.url))
+    title = meta_text(topic.get("title") or topic.get("fancy_title")) or url_segment_title(file.url)
     tags = tuple(str(t.get("name", "") if isinstance(t, dict) else t) for t in topic.get("tags") or ())
     trail, method, _, _ = document_trail(file)
     opening = min(by_number)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from ritrag.schema import ParsedPage, Section
 from ritrag.transforms.parse import UnparseablePage
 from ritrag.transforms.parse.location import url_segment_title
-from ritrag.transforms.sources.common import SourceFile, document_page, heading_anchor, section_path
+from ritrag.transforms.sources.common import SourceFile, document_page, heading_anchor, meta_text, section_path
 from ritrag.transforms.sources.discourse import load_json_object
 from ritrag.transforms.sources.nav import document_trail
 
@@ -47,7 +47,7 @@ def paper_sections(paper: dict) -> list[tuple[str, int, str]]:
         for paragraph in paper["body_text"]:
             if not isinstance(paragraph, dict):
                 continue
-            number, name = str(paragraph.get("sec_num") or "").strip(), str(paragraph.get("section") or "").strip()
+            number, name = meta_text(paragraph.get("sec_num")).strip(), meta_text(paragraph.get("section")).strip()
             title = f"{number} {name}".strip() or "Body"
             text = _text(paragraph.get("text"))
             if out and out[-1][0] == title:
@@ -58,12 +58,12 @@ def paper_sections(paper: dict) -> list[tuple[str, int, str]]:
         for section in paper["full_text"]:
             if isinstance(section, dict):
                 names = [n.strip() for n in str(section.get("section_name") or "Body").split(":::")]
-                out.append((names[-1] or "Body", len(names), _text(section.get("paragraphs"))))
+                out.append((meta_text(names[-1]) or "Body", len(names), _text(section.get("paragraphs"))))
     elif isinstance(paper.get("sections"), list):
         for section in paper["sections"]:
             if isinstance(section, dict):
                 level = section.get("level")
-                out.append((str(section.get("heading") or section.get("title") or "Body").strip(),
+                out.append((meta_text(section.get("heading") or section.get("title")).strip() or "Body",
                             level if isinstance(level, int) and level > 0 else 1,
                             _text(section.get("paragraphs") or section.get("text"))))
     return out
@@ -71,7 +71,7 @@ def paper_sections(paper: dict) -> list[tuple[str, int, str]]:
 
 def parse_paper(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
     paper = load_json_object(file.data, "a paper")
-    title = " ".join(str(paper.get("title") or "").split()) or url_segment_title(file.url)
+    title = " ".join(meta_text(paper.get("title")).split()) or url_segment_title(file.url)
     abstract = _text(paper.get("abstract"))
     found = paper_sections(paper)
     if not abstract and not any(text for _, _, text in found):
