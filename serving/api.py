@@ -19,6 +19,7 @@ from ritrag.bm25 import top_k
 from ritrag.vectors import rerank_exact
 from ritrag.embedder import EmbedderSpec, check_backend_available
 from ritrag.encoders import QueryEmbedder
+from ritrag.layout import DamagedIndexError
 from ritrag.serving.errors import ToolError, checked_int, checked_text
 from ritrag.serving.index import LoadedVersion
 from ritrag.serving.retrieval import (Ranking, RetrievalParams, build_subforest, dense_top_k, fuse, node_scores,
@@ -84,7 +85,10 @@ class RitragIndex:
     def __init__(self, index_dir: str, version: str | None = None, device: str | None = None,
                  cache_dir: str | None = None):
         self.index = LoadedVersion(index_dir, version, cache_dir)
-        self.params = RetrievalParams.from_config(self.index.manifest.config)
+        try:
+            self.params = RetrievalParams.from_config(self.index.manifest.config)
+        except ValueError as exc:  # an unknown fusion, a zero rrf_k: the manifest's fault, not a bug
+            raise DamagedIndexError(f"{index_dir}: the manifest's retrieval parameters: {exc}") from None
         self._spec = EmbedderSpec.from_dict(self.index.manifest.config["embedder"])
         check_backend_available(self._spec)  # refused at load, not at the first query
         self._device = device

@@ -188,6 +188,17 @@ def test_the_cli_refuses_a_bad_manifest_in_one_line(chains, tmp_path, case):
     assert_one_line_refusal(done, 1, "index_unavailable", "not a valid manifest")
 
 
+@pytest.mark.parametrize("retrieval", [{"fusion": "bogus"}, {"fusion": "rrf", "rrf_k": 0}])
+def test_retrieval_parameters_a_server_cannot_use_are_a_one_line_refusal(chains, tmp_path, retrieval):
+    """Values of the right type that name no fusion (or divide by zero) pass the
+    manifest's bounds; the index refuses them at load, not as a traceback."""
+    index = Path(shutil.copytree(chains[MAX_TREE_DEPTH], tmp_path / "index"))
+    edit_manifest(index, lambda m: m["config"].setdefault("retrieval", {}).update(retrieval))
+    done = subprocess.run([sys.executable, "-m", "ritrag.cli", "toc", str(index), "some query"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert_one_line_refusal(done, 1, "index_unavailable", "retrieval parameters")
+
+
 def test_a_refused_manifest_number_leaves_metrics_answering(chains, tmp_path):
     """A version whose manifest claims a file of 10**400 bytes is refused by
     the watcher, and /metrics keeps answering, with the failure counted
