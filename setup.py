@@ -40,7 +40,7 @@ SERVING = [
     "bpe-openai>=0.1.4",  # o200k_base token counts of the ToC forms, offline
 ]
 
-NAMESPACED = ("pipelines", "transforms", "serving", "cli")
+NAMESPACED = ("pipelines", "transforms", "serving", "evaluation", "cli")
 
 setup(
     name="ritrag",

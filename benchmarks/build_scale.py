@@ -21,7 +21,7 @@ import time
 from benchmarks.results import ProcessTreeMemory, cpu_description, write_section
 from ritrag.pipelines import build
 from ritrag.layout import IndexLayout
-from ritrag.cli.synth import SynthConfig, generate_corpus
+from ritrag.evaluation.synth import SynthConfig, generate_corpus
 
 
 def corpus(work: str, pages: int) -> str:

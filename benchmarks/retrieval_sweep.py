@@ -3,7 +3,7 @@
     python benchmarks/retrieval_sweep.py --index INDEX --questions Q.jsonl --out OUT.json
         [--tune_tag half:a] [--gold_under DIR]
 
-Every setting is one `ritrag.serving.eval.evaluate` run (EvalConfig.retrieval and k,
+Every setting is one `ritrag.evaluation.eval.evaluate` run (EvalConfig.retrieval and k,
 n); the score is the sub-forest's (GetToC's node ranking) MRR, then hit@1, on
 the questions tagged `--tune_tag` only. Parameters are swept one at a time,
 each starting from the best setting so far (coordinate ascent), in the order
@@ -23,7 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ritrag.serving.eval import EvalConfig, evaluate, load_questions, open_index  # noqa: E402
+from ritrag.evaluation.eval import EvalConfig, evaluate, load_questions, open_index  # noqa: E402
 
 # (parameter, values) in sweep order; k and n are EvalConfig's, the rest RetrievalParams'.
 SWEEP = (

@@ -188,7 +188,7 @@ def _prune(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _synth(args: argparse.Namespace, extra: list[str]) -> int:
-    from ritrag.cli.synth import SynthConfig, generate_corpus
+    from ritrag.evaluation.synth import SynthConfig, generate_corpus
 
     config = SynthConfig(pages=args.pages, sites=args.sites, depth=args.depth, fanout=args.fanout,
                          words=args.words, seed=args.seed, base_url=args.base_url)
@@ -197,7 +197,7 @@ def _synth(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _inspect(args: argparse.Namespace, extra: list[str]) -> int:
-    from ritrag.forest_report import forest_report, render_html, render_text
+    from ritrag.evaluation.forest_report import forest_report, render_html, render_text
 
     report = forest_report(args.index)
     print(render_text(report))
@@ -322,7 +322,7 @@ def _api_key(args: argparse.Namespace) -> str | None:
 
 
 def _agent(args: argparse.Namespace, extra: list[str]) -> int:
-    from ritrag.serving.agent import run_agent
+    from ritrag.evaluation.agent import run_agent
 
     api_key = _api_key(args)
     result = run_agent(args.index, args.question, base_url=args.base_url, model=args.model, api_key=api_key,
@@ -336,8 +336,8 @@ def _agent(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _eval(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.serving.api import one_thread_per_query
-    from ritrag.serving.eval import AgentConfig, EvalConfig, EvalInputError, evaluate, load_questions, open_index
-    from ritrag.serving.eval_report import render_text, write_report
+    from ritrag.evaluation.eval import AgentConfig, EvalConfig, EvalInputError, evaluate, load_questions, open_index
+    from ritrag.evaluation.report import render_text, write_report
     from ritrag.serving.retrieval import RetrievalParams
 
     one_thread_per_query()  # questions run one after another; see one_thread_per_query

@@ -17,8 +17,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ritrag.cli import main
-from ritrag.serving.agent import judge_answer, parse_judge_reply, run_agent
-from ritrag.serving.eval import node_prf
+from ritrag.evaluation.agent import judge_answer, parse_judge_reply, run_agent
+from ritrag.evaluation.eval import node_prf
 from ritrag.serving.outline import parse_outline
 from ritrag.serving.tool_models import tool_definitions
 from ritrag.serving.tools import ToolService

@@ -159,7 +159,7 @@ def test_section_granularity_makes_heading_sections_nodes(tiny_site, tmp_path):
 
 def test_inspect_reports_methods_depths_and_fanouts(tiny_index, tmp_path):
     from ritrag.cli import main
-    from ritrag.forest_report import forest_report, render_html
+    from ritrag.evaluation.forest_report import forest_report, render_html
 
     report = forest_report(str(tiny_index))
     (site,) = report["sites"].values()

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from ritrag import cli
-from ritrag.serving import eval as ev
-from ritrag.serving.eval_report import render_html, render_text, write_report
+from ritrag.evaluation import eval as ev
+from ritrag.evaluation.report import render_html, render_text, write_report
 from support import BASE, SAMPLE, build_index
 from serving_fixtures import loaded_index
 
@@ -171,7 +171,7 @@ def test_reports_written_and_self_contained(tiny_hash_index, tmp_path):
 
 
 def test_agent_mode_aggregates_a_fake_agent(tiny_hash_index, tmp_path, monkeypatch):
-    from ritrag.serving import agent as agent_module
+    from ritrag.evaluation import agent as agent_module
 
     index = loaded_index(str(tiny_hash_index))
     gold = ev.GoldResolver(index, ev.live_rows(index))  # ids of pages, to script what the fake agent read
@@ -273,7 +273,7 @@ def test_long_texts_are_counted_in_pieces_exactly(monkeypatch):
 
 
 def test_a_count_axis_is_labelled_with_whole_numbers():
-    from ritrag.serving.eval_report import grouped_bars
+    from ritrag.evaluation.report import grouped_bars
 
     svg = grouped_bars(["rank 1", "rank 2"], {"subforest": [16.0, 3.0]}, "questions by rank")
     assert 'font-size="10">16</text>' in svg and "16.000" not in svg and "3.000" not in svg

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-FOLDERS = ("pipelines", "transforms", "serving", "cli")
+FOLDERS = ("pipelines", "transforms", "serving", "evaluation", "cli")
 CODE = ("ritrag", *FOLDERS, "tests", "benchmarks")
 
 

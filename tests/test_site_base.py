@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ritrag.pipelines import build
-from ritrag.forest_report import forest_report, render_text
+from ritrag.evaluation.forest_report import forest_report, render_text
 from ritrag.layout import IndexLayout
 from ritrag.transforms.site_base import INFERRED, NONE, SEVERAL, base_candidate, choose_base
 

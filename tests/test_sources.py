@@ -431,7 +431,7 @@ def test_a_mixed_build_places_every_kind_in_one_forest(tmp_path):
                                       and n["kind"] == "page"), key=lambda n: n["position"])] == [
         BASE + "sphinx/install.html", BASE + "sphinx/configure.html", BASE + "sphinx/api"]  # the toctree's order
 
-    from ritrag.forest_report import forest_report, render_html, render_text
+    from ritrag.evaluation.forest_report import forest_report, render_html, render_text
     report = forest_report(str(out))
     assert dict(report["sites"][BASE + "forum"]["source_kinds"]) == {"discourse": 5}
     assert "source kinds: markdown 7" in render_text(report)

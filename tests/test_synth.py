@@ -16,7 +16,7 @@ from urllib.parse import urljoin
 import lxml.html
 import pytest
 
-from ritrag.cli.synth import SynthConfig, generate_corpus, iter_pages
+from ritrag.evaluation.synth import SynthConfig, generate_corpus, iter_pages
 
 BASE = "https://synth.example"
 SCHEMA_LIST_ITEM = "https://schema.org/ListItem"

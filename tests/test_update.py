@@ -63,7 +63,7 @@ def test_update_matches_a_fresh_build(snapshots):
 
 @pytest.mark.slow
 def test_inspect_after_an_update_counts_each_live_node_once(snapshots):
-    from ritrag.forest_report import forest_report
+    from ritrag.evaluation.forest_report import forest_report
 
     _, _, updated, fresh = snapshots
     # The update replaced nodes (an edited page, a moved page): their old rows

@@ -1,4 +1,4 @@
-"""Rendering of `ritrag.serving.eval` reports: a terminal table, JSON, and one
+"""Rendering of `ritrag.evaluation.eval` reports: a terminal table, JSON, and one
 self-contained HTML file (inline SVG charts, no scripts, no external assets),
 like `ritrag inspect`'s forest report.
 """
@@ -10,7 +10,7 @@ import math
 import os
 from typing import Any, Sequence
 
-from ritrag.serving.eval import NODE_RANKINGS, SYSTEMS
+from ritrag.evaluation.eval import NODE_RANKINGS, SYSTEMS
 
 COLORS = {"subforest": "#2f6fd0", "bm25": "#d08a2f", "dense": "#3a9a5b", "chunks": "#a04bb0", "tree": "#777777",
           "agent": "#c03a3a"}

@@ -17,9 +17,7 @@ import html
 import os
 from collections import Counter, defaultdict
 
-import pyarrow.parquet as pq
-
-from ritrag.layout import DEAD_LETTERS_FILE, IndexLayout, LiveFiles, live_table
+from ritrag.layout import DEAD_LETTERS_FILE, IndexLayout, LiveFiles, live_table, open_parquet
 
 SITE_ROOT_METHOD = "site_root"  # the method transforms.forest records for a site's root
 REPORT_COLUMNS = ["node_id", "parent_id", "site", "kind", "depth", "title", "url", "trail_method", "source_kind"]
@@ -37,7 +35,8 @@ def forest_report(index_dir: str, version: str | None = None) -> dict:
     # Live rows only: after an update, a replaced node's old row is tombstoned in its segment.
     # Indexes built before the source_kind column report their pages' kind as "unknown".
     nodes = [row for f in live.files["nodes"]
-             for row in live_table(f, "nodes", [c for c in REPORT_COLUMNS if c in pq.read_schema(f.path).names]
+             for row in live_table(f, "nodes",
+                                   [c for c in REPORT_COLUMNS if c in open_parquet(f.path).schema_arrow.names]
                                    ).to_pylist()]
 
     by_id = {n["node_id"]: n for n in nodes}
@@ -72,7 +71,7 @@ def forest_report(index_dir: str, version: str | None = None) -> dict:
     dead = Counter()
     dead_by_site: dict[str, Counter] = defaultdict(Counter)
     for f in dead_files:
-        for row in pq.read_table(f).to_pylist():
+        for row in open_parquet(f).read().to_pylist():
             dead[row["reason"]] += 1
             dead_by_site[_site_dir(row["source"])][row["reason"]] += 1
     for input_site, decided in (manifest.config.get("site_bases") or {}).items():

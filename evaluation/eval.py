@@ -2,11 +2,11 @@
 method's baselines over the same index and the same retriever.
 
     from ritrag.serving.api import RitragIndex
-    from ritrag.serving.eval import EvalConfig, evaluate, load_questions
+    from ritrag.evaluation.eval import EvalConfig, evaluate, load_questions
     report = evaluate(RitragIndex("index"), load_questions("questions.jsonl"), EvalConfig())
 
 `ritrag eval INDEX QUESTIONS` is this, one-to-one (the rendering is in
-`ritrag.serving.eval_report`). Per question, one query embedding feeds every system:
+`ritrag.evaluation.report`). Per question, one query embedding feeds every system:
 
 - `subforest`: GetToC's hits (top-n nodes by fused score) and the ToC around
   them, read by a deterministic reader: GetToC once, then Read the best hit
@@ -18,7 +18,7 @@ method's baselines over the same index and the same retriever.
   chunks are what the model would read;
 - `tree`: PageIndex-style, the whole tree (site) holding the top hit: its
   full table of contents, and whether the gold is in it at all;
-- `agent` (optional): `ritrag.serving.agent.run_agent` with a real model.
+- `agent` (optional): `ritrag.evaluation.agent.run_agent` with a real model.
 
 Gold: each entry of a question's `gold` is a target, resolved to the live
 nodes it names: a node id (that node and its sections), a URL, or a
@@ -509,7 +509,7 @@ def _agent_session(index: RitragIndex, agent: AgentConfig | None):
         return
     import httpx
 
-    from ritrag.serving.agent import TIMEOUT_S
+    from ritrag.evaluation.agent import TIMEOUT_S
     from ritrag.serving.tools import ToolService
 
     with httpx.Client(timeout=TIMEOUT_S) as client:
@@ -517,8 +517,8 @@ def _agent_session(index: RitragIndex, agent: AgentConfig | None):
 
 
 def _run_agent(service, client, q: Question, run: _Run, agent: AgentConfig) -> dict[str, Any]:
-    """One agent episode on question `q` (`ritrag.serving.agent.run_agent`), scored against its targets."""
-    from ritrag.serving import agent as agent_module
+    """One agent episode on question `q` (`ritrag.evaluation.agent.run_agent`), scored against its targets."""
+    from ritrag.evaluation import agent as agent_module
 
     index: RitragIndex = service.index
     transcript = None

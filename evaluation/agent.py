@@ -36,7 +36,7 @@ from ritrag.serving.outline import count_tokens, toc_json_text
 from ritrag.serving.tool_models import TOOLS, tool_definitions
 from ritrag.serving.tools import ToolService, TocFormat
 
-LOG = logging.getLogger("ritrag.serving.agent")
+LOG = logging.getLogger("ritrag.evaluation.agent")
 
 SYSTEM_PROMPT = """\
 You answer questions about a documentation corpus that you can see only through two tools.
