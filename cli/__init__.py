@@ -33,7 +33,6 @@ from typing import Callable
 
 from ritrag.serving.errors import ToolError
 
-API_KEY_ENV = "RITRAG_API_KEY"
 # Query-time retrieval parameters `ritrag eval` can override (serving.retrieval.RetrievalParams).
 RETRIEVAL_FLAGS: dict[str, tuple[Callable[[str], object], str]] = {
     "node_score": (str, "node score: max (the paper's rule: best chunk) or max+doc (+ the node's own match)"),
@@ -208,98 +207,17 @@ def _inspect(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-def _watcher(args: argparse.Namespace, service):
-    from ritrag.serving.reload import VersionWatcher
-
-    return VersionWatcher(service, args.index, args.watch_s, args.cache_dir)
-
-
-def _episode_state(args: argparse.Namespace) -> tuple:
-    """(budgets, episode memory): this process's, or shared in Redis."""
-    from ritrag.serving.budget import Budget, EpisodeBudgets, EpisodeMemory
-
-    budget = Budget(calls=args.max_calls, toc_calls=args.max_toc_calls)
-    if args.budget_store == "memory":
-        return EpisodeBudgets(budget), EpisodeMemory()
-    from ritrag.serving.budget_store import redis_episode_state
-
-    return redis_episode_state(args.budget_store, budget, fail_open=args.budget_store_failure == "open")
-
-
-def _tool_service(args: argparse.Namespace, watch: bool = True, episode_state: tuple | None = None):
-    from ritrag.serving.api import RitragIndex, one_thread_per_query
-    from ritrag.serving.tools import Limits, ToolService
-
-    limits = Limits(max_query_chars=args.max_query_chars, max_ids_per_read=args.max_ids_per_read,
-                    max_chars_per_node=args.max_chars, max_request_bytes=args.max_request_bytes)
-    budgets, episodes = episode_state or _episode_state(args)
-    _object_store_cache(args)
-    one_thread_per_query()
-    service = ToolService(RitragIndex(args.index, cache_dir=args.cache_dir), limits, budgets, k=args.k, n=args.n,
-                          toc_format=getattr(args, "toc_format", "json"), episodes=episodes)
-    if watch and args.watch_s > 0:
-        _watcher(args, service).start()
-    return service
-
-
-def _object_store_cache(args: argparse.Namespace) -> None:
-    """For an index in an object store, its cache's limits (and, at once, a
-    clear refusal when the store's package is missing)."""
-    from ritrag.layout import is_remote
-
-    if is_remote(args.index):
-        from ritrag.serving.remote import mirror
-
-        mirror(args.index, args.cache_dir, keep_versions=args.cache_keep_versions, workers=args.copy_workers,
-               max_bytes=int(args.cache_max_gib * 2**30) if args.cache_max_gib else None)
-
-
 def _serve(args: argparse.Namespace, extra: list[str]) -> int:
-    from ritrag.serving.http import HttpSettings, create_app
+    from ritrag.serving.server import ServerConfig, run_http
 
-    settings = HttpSettings(api_key=os.environ.get(API_KEY_ENV) or None, cors_origins=tuple(args.cors_origin),
-                            max_request_bytes=args.max_request_bytes)
-    # A missing store package or a bad --budget_store is refused here, not in the background load.
-    _object_store_cache(args)
-    episode_state = _episode_state(args)
-    app = create_app(lambda: _tool_service(args, watch=False, episode_state=episode_state), settings,
-                     watch=(lambda service: _watcher(args, service)) if args.watch_s > 0 else None)
-    _say_listening("ritrag serve", args, "/ (web page), /docs (OpenAPI), POST /v1/toc, POST /v1/read")
-    _run_uvicorn(app, args)
+    run_http(ServerConfig.from_arguments(args))
     return 0
 
 
-def _say_listening(who: str, args: argparse.Namespace, what: str) -> None:
-    """One line on stderr: where the server listens (the index loads in the
-    background; /readyz answers 200 once it has)."""
-    host = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"{who}: {args.index} on http://{host}:{args.port}: {what}", file=sys.stderr, flush=True)
-
-
-def _run_uvicorn(app, args: argparse.Namespace) -> None:
-    import uvicorn
-
-    from ritrag.serving.http import ServerLimits
-
-    # uvicorn's access log needs its loggers at INFO; its startup lines come along.
-    uvicorn.run(app, host=args.host, port=args.port, access_log=args.access_log,
-                log_level="info" if args.verbose or args.access_log else "warning",
-                **ServerLimits().uvicorn_options())  # the limits both apps keep by default
-
-
 def _mcp(args: argparse.Namespace, extra: list[str]) -> int:
-    import anyio
+    from ritrag.serving.server import ServerConfig, run_mcp
 
-    from ritrag.serving import mcp_server
-
-    service = _tool_service(args)
-    if args.transport == "stdio":
-        anyio.run(mcp_server.run_stdio, service)
-        return 0
-    app = mcp_server.streamable_http_app(service, host=args.host, api_key=os.environ.get(API_KEY_ENV) or None,
-                                         allowed_hosts=tuple(args.allowed_host))
-    _say_listening("ritrag mcp", args, "/mcp (streamable HTTP)")
-    _run_uvicorn(app, args)
+    run_mcp(ServerConfig.from_arguments(args), args.transport)
     return 0
 
 
@@ -369,44 +287,6 @@ def _eval(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-def _service_arguments(p: argparse.ArgumentParser, port: int) -> None:
-    from ritrag.serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N
-    from ritrag.serving.budget import Budget
-    from ritrag.serving.tools import Limits
-
-    p.add_argument("index", help="index directory, or an object-store URL (gs://, s3://, any fsspec URL)")
-    p.add_argument("--cache_dir", help="keep the postings built at the first start here; later starts map them. "
-                                       "An object-store index is copied here too (default ~/.cache/ritrag)")
-    p.add_argument("--cache_keep_versions", type=int, default=2,
-                   help="object-store index: cached versions kept (never evicting the one served)")
-    p.add_argument("--cache_max_gib", type=float, default=0, help="object-store index: evict cached versions "
-                   "past this size, oldest first (0: no size limit)")
-    p.add_argument("--copy_workers", type=int, default=8, help="object-store index: files copied at once")
-    p.add_argument("--budget_store", default="memory",
-                   help="where episode budgets and handles live: memory (this process) or redis://HOST:PORT/DB "
-                        "(shared by replicas)")
-    p.add_argument("--budget_store_failure", choices=("closed", "open"), default="closed",
-                   help="when Redis does not answer: refuse counted calls with a 503 (closed) or serve them "
-                        "uncounted (open)")
-    p.add_argument("--watch_s", type=float, default=10.0,
-                   help="check CURRENT this often and swap to a newly published version (0: never)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
-    p.add_argument("--port", type=int, default=port, help="port to listen on")
-    p.add_argument("--access_log", action="store_true", help="log one line per HTTP request")
-    p.add_argument("--k", type=int, default=DEFAULT_K, help="chunks recalled per retriever (k')")
-    p.add_argument("--n", type=int, default=DEFAULT_N, help="nodes kept in a GetToC answer")
-    p.add_argument("--max_calls", type=int, default=Budget.calls, help="tool calls per episode")
-    p.add_argument("--max_toc_calls", type=int, default=Budget.toc_calls, help="GetToC calls per episode")
-    p.add_argument("--max_query_chars", type=int, default=Limits.max_query_chars,
-                   help="a longer GetToC query is refused")
-    p.add_argument("--max_ids_per_read", type=int, default=Limits.max_ids_per_read,
-                   help="node ids one Read may ask for")
-    p.add_argument("--max_chars", type=int, default=DEFAULT_MAX_CHARS,
-                   help="characters of body text per node and Read (longer bodies continue at next_offset)")
-    p.add_argument("--max_request_bytes", type=int, default=Limits.max_request_bytes,
-                   help="a larger HTTP request body is refused (413)")
-
-
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
     """Every option's help line ends with its default, where it has one."""
 
@@ -448,6 +328,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     the serving commands never load Beam."""
     from ritrag.serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N
     from ritrag.serving.budget import Budget
+    from ritrag.serving.server import API_KEY_ENV, add_server_arguments
 
     top = _Parser(prog="ritrag", description=__doc__.split("\n\n")[0])
     top.add_argument("-v", "--verbose", action="store_true", help="log everything (Beam, model loading, requests)")
@@ -497,19 +378,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                        description=f"HTTP: POST /v1/toc {{\"query\": ...}}, POST /v1/read {{\"node_ids\": [...]}}, "
                                    f"GET /docs (OpenAPI), /metrics, /readyz, and a web page at /. Auth: set "
                                    f"{API_KEY_ENV} to require that key. CORS is off unless --cors_origin.")
-    _service_arguments(p, port=8000)
-    p.add_argument("--cors_origin", action="append", default=[], help="an origin allowed to call from a browser")
+    add_server_arguments(p, only=("workers", "cors_origin"))
     p.set_defaults(func=_serve)
 
     p = sub.add_parser("mcp", help="MCP server with the GetToC and Read tools (stdio or streamable HTTP)",
                        description=f"Streamable HTTP serves /mcp; set {API_KEY_ENV} to require that key.")
-    _service_arguments(p, port=8001)
+    add_server_arguments(p, only=("toc_format", "allowed_host"), port=8001)
     p.add_argument("--transport", choices=("stdio", "streamable-http"), default="stdio",
                    help="stdio (a client starts this process) or streamable-http (a long-running server)")
-    p.add_argument("--toc_format", choices=("json", "outline"), default="json",
-                   help="what GetToC results show the model: the JSON trees or the compact outline")
-    p.add_argument("--allowed_host", action="append", default=[],
-                   help="a Host header to accept when --host is not loopback (DNS rebinding protection)")
     p.set_defaults(func=_mcp)
 
     p = sub.add_parser("tools", help="the GetToC and Read tool definitions, for wiring an agent")
