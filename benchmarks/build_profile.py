@@ -15,14 +15,16 @@ call) named in STAGES, each timed inclusively: the time of its entry
 functions with everything they call. "of which" rows are parts of the row above.
 What no stage claims is Beam's own work (the runner, coders, shuffles in
 memory, progress), reading matched files and the launcher. Profiled time is
-the profiler's clock (CPU-bound, one thread) inflated by its per-call
-overhead, so the shares, not the seconds, are the figures to compare; the
-process CPU time of the same run is printed beside it.
+wall time, inflated by the profiler's per-call overhead, so the shares, not
+the seconds, are the figures to compare, on an idle machine: the process CPU
+time of the same run is printed beside it (well below the profiled time: other
+work took turns on the CPUs).
 """
 from __future__ import annotations
 
 import argparse
 import cProfile
+import importlib
 import logging
 import os
 import pstats
@@ -36,55 +38,77 @@ from benchmarks.build_scale import corpus
 from benchmarks.results import cpu_description
 from ritrag.pipelines import build
 
-Function = tuple[str, str]  # (end of the file's path, function name) as cProfile records it
+Function = str  # "module:qualified name" of a function of the build, resolved in the code profiled
 
 
 class Stage(NamedTuple):
     label: str
-    entries: tuple[Function, ...]  # their inclusive times add up (none calls another)
+    entries: tuple[Function, ...]
     part_of: str | None = None  # a row it is a part of
 
 
-# The build's steps (pipelines/build.py) by the functions they run.
+# The build's steps (pipelines/build.py) by the functions they run; a function
+# the code profiled lacks (an older build) counts nothing.
+P = "ritrag.transforms."
 STAGES = (
-    Stage("site bases: head pass (InferSiteBases)", (("transforms/site_base.py", "process"),)),
-    Stage("declared URLs of the head", (("transforms/parse/declared.py", "declared_page_urls"),),
+    Stage("site bases: head pass (InferSiteBases)", (P + "site_base:_NamedBasesFn.process",)),
+    Stage("declared URLs of the head", (P + "parse.declared:declared_page_urls",),
           "site bases: head pass (InferSiteBases)"),
-    Stage("parse (ParsePages)", (("transforms/pages.py", "process"),)),
-    Stage("skeletons, page sources (Forest)", (("ritrag/schema.py", "of"),)),
-    Stage("forest placement (PlaceSite)", (("transforms/nodes.py", "place_site"),)),
-    Stage("node rows (NodeRows)", (("transforms/nodes.py", "process"),)),
-    Stage("re-read + second parse", (("transforms/pages.py", "reread_page"),), "node rows (NodeRows)"),
-    Stage("chunk (Chunk)", (("transforms/chunk.py", "process"),)),
-    Stage("tokenizer", (("transforms/chunk.py", "count"),), "chunk (Chunk)"),
-    Stage("representation (path, render, node doc)",
-          (("ritrag/representation.py", "render"), ("ritrag/representation.py", "node_doc")), "chunk (Chunk)"),
-    Stage("chunk ids, text hashes", (("ritrag/ids.py", "chunk_id_for"), ("ritrag/ids.py", "content_hash")),
+    Stage("parse (ParsePages)", (P + "pages:ParsePagesFn.process",)),
+    Stage("skeletons, page sources (Forest)", ("ritrag.schema:PageSkeleton.of", "ritrag.schema:PageSource.of")),
+    Stage("spill parsed pages (SpillPages)", (P + "pages:SpillPagesFn.process", P + "pages:SpillPagesFn.finish_bundle")),
+    Stage("forest placement (PlaceSite)", (P + "nodes:place_site",)),
+    Stage("node rows (NodeRows)", (P + "nodes:NodeRowsFn.process",)),
+    Stage("re-read + second parse", (P + "pages:reread_page",), "node rows (NodeRows)"),
+    Stage("read back from the spill", (P + "pages:read_spilled_page",), "node rows (NodeRows)"),
+    Stage("chunk (Chunk)", (P + "chunk:ChunkNodesFn.process",)),
+    Stage("token counts", (P + "chunk:tokenizer_counter.<locals>.count", P + "chunk:word_counter.<locals>.count_words"),
           "chunk (Chunk)"),
+    Stage("the tokenizer itself", (P + "chunk:tokenizer_counter.<locals>.count",), "chunk (Chunk)"),
+    Stage("representation (path, render, node doc)",
+          ("ritrag.representation:Representation.render", "ritrag.representation:Representation.node_doc"),
+          "chunk (Chunk)"),
+    Stage("chunk ids, text hashes", ("ritrag.ids:chunk_id_for", "ritrag.ids:content_hash"), "chunk (Chunk)"),
     Stage("sparse: analyze, df (Sparse)",
-          (("transforms/sparse.py", "chunk_terms"), ("transforms/sparse.py", "process"),
-           ("transforms/sparse.py", "finish_bundle"))),
-    Stage("analyzer", (("ritrag/analyzer.py", "analyze"),), "sparse: analyze, df (Sparse)"),
+          (P + "sparse:chunk_terms", P + "sparse:_CountTermsFn.process", P + "sparse:_CountTermsFn.finish_bundle")),
+    Stage("analyzer", ("ritrag.analyzer:analyze",), "sparse: analyze, df (Sparse)"),
     Stage("tables: spill, sort, write (WriteShards)",
-          (("transforms/tables.py", "process"), ("transforms/tables.py", "finish_bundle"),
-           ("transforms/tables.py", "write_bytes"))),
-    Stage("postings tables", (("transforms/sparse.py", "postings_table"),
-                              ("transforms/sparse.py", "write_postings_file")),
+          (P + "tables:_SpillByShardFn.process", P + "tables:_SpillByShardFn.finish_bundle",
+           P + "tables:_WriteShardFn.process", P + "tables:write_bytes")),
+    Stage("postings tables", (P + "sparse:postings_table", P + "sparse:write_postings_file"),
           "tables: spill, sort, write (WriteShards)"),
-    Stage("dense shards, vector files", (("transforms/dense.py", "write_dense_shard"),),
-          "tables: spill, sort, write (WriteShards)"),
-    Stage("embed: hashing stand-in (Embed)", (("transforms/embed.py", "run_inference"),)),
-    Stage("dense: train (Dense)", (("transforms/dense.py", "_train"),)),
+    Stage("dense shards, vector files", (P + "dense:write_dense_shard",), "tables: spill, sort, write (WriteShards)"),
+    Stage("embed: hashing stand-in (Embed)", (P + "embed:SentenceTransformerModelHandler.run_inference",)),
+    Stage("dense: train (Dense)", (P + "dense:_train",)),
 )
 
 
-def matches(key: tuple[str, int, str], function: Function) -> bool:
-    return key[0].endswith(function[0]) and key[2] == function[1]
+def code_key(function: Function) -> tuple[str, int, str] | None:
+    """cProfile's key (file, first line, name) of `function`, None if the code profiled lacks it."""
+    module, _, qualname = function.partition(":")
+    try:
+        obj = importlib.import_module(module)
+    except ImportError:
+        return None
+    if ".<locals>." in qualname:  # a closure: its code is a constant of the function making it
+        outer_name, inner = qualname.split(".<locals>.")
+        outer = getattr(obj, outer_name, None)
+        codes = [c for c in (outer.__code__.co_consts if outer else ()) if getattr(c, "co_name", "") == inner]
+        code = codes[0] if codes else None
+    else:
+        for name in qualname.split("."):
+            obj = getattr(obj, name, None)
+        code = getattr(obj, "__code__", None)
+    return (code.co_filename, code.co_firstlineno, code.co_name) if code else None
 
 
 def inclusive(stats: pstats.Stats, functions: tuple[Function, ...]) -> float:
-    """Inclusive seconds of every profiled function matching one of `functions`."""
-    return sum(row[3] for key, row in stats.stats.items() if any(matches(key, f) for f in functions))
+    """Inclusive seconds of `functions` (each with all it calls), the time of
+    one of them called by another counted once."""
+    keys = {code_key(f) for f in functions} & set(stats.stats)
+    total = sum(stats.stats[key][3] for key in keys)
+    nested = sum(edge[3] for key in keys for caller, edge in stats.stats[key][4].items() if caller in keys)
+    return total - nested
 
 
 def stage_rows(stats: pstats.Stats) -> list[tuple[str, float, bool]]:
@@ -115,6 +139,8 @@ def profile_build(input_dir: str, out: str, base_url: str | None, shards: int) -
             "--num_shards", str(shards), "--keep_versions", "1"]
     if base_url:
         argv += ["--base_url", base_url]
+    # The default clock (wall time of the one thread every bundle runs in): a
+    # CPU clock is a system call, which would inflate each Python call's share.
     profiler = cProfile.Profile()
     cpu_before, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     profiler.runcall(build.run, argv)

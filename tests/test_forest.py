@@ -125,3 +125,33 @@ def test_index_files_stand_for_their_directory_but_default_html_is_a_page():
     assert normalize_url("https://docs.example.com/a/b/") == "https://docs.example.com/a/b"
     # Two real pages side by side (auth/index.html and auth/default.html) must stay two.
     assert normalize_url("https://docs.example.com/auth/default.html") != normalize_url("https://docs.example.com/auth/index.html")
+
+
+def test_node_rows_from_the_spill_are_those_of_the_second_parse(tmp_path):
+    # The build keeps each parsed page in a spill file for its node rows; the
+    # update reads and parses it again. Both must give the same rows.
+    import json
+
+    import apache_beam as beam
+
+    from support import SAMPLE
+    from ritrag.transforms.nodes import PAGES_OUTPUT, BuildForestNodes, pages_spill_dir
+    from ritrag.transforms.pages import PageParser, ParsePages, input_root_and_pattern
+
+    root, pattern = input_root_and_pattern(str(SAMPLE))
+    parser = PageParser(root, "https://docs.example.com/", 1, 1 << 20)
+
+    def node_and_page_rows(spill_dir):
+        out = tmp_path / f"rows-{spill_dir is not None}.json"
+        with beam.Pipeline() as p:
+            forest = (p | ParsePages(pattern, parser))["pages"] | BuildForestNodes(parser, "section",
+                                                                                  spill_dir=spill_dir)
+            ((forest["nodes"], forest[PAGES_OUTPUT])
+             | beam.Flatten() | beam.Map(lambda row: json.dumps(row, sort_keys=True))
+             | beam.combiners.ToList() | beam.Map(lambda rows: out.write_text("\n".join(sorted(rows)))))
+        return out.read_text().splitlines()
+
+    spilled = node_and_page_rows(pages_spill_dir(str(tmp_path / "segment")))
+    assert list((tmp_path / "segment" / ".spill" / "pages").iterdir())  # the pages went through the spill
+    assert len(spilled) > 300
+    assert spilled == node_and_page_rows(None)

@@ -3,7 +3,8 @@
 Only skeletons (`PageSkeleton`: URL, title, trail) are grouped by site and
 placed by `ritrag.transforms.forest.build_site_forest`; each placement is then joined
 by URL with the sources of the pages parsed there, and the page indexed is
-read and parsed again (`ritrag.transforms.pages.reread_page`) to fill its node rows,
+read back from the spill file of its first parse (`SpillPagesFn`), or, without
+a spill folder, read and parsed again (`reread_page`), to fill its node rows,
 so no shuffle carries page text. Node rows follow `ritrag.schema.NODES_SCHEMA`;
 `placement_row` is their one constructor, shared with the incremental update.
 """
@@ -15,7 +16,8 @@ import apache_beam as beam
 
 from ritrag.schema import DeadLetter, NodePlacement, PageSkeleton, PageSource, ParsedPage, page_row
 from ritrag.transforms.forest import build_site_forest, expand_sections
-from ritrag.transforms.pages import COUNTERS, DEAD, PageParser, chosen_source, reread_page
+from ritrag.transforms.pages import COUNTERS, DEAD, PageParser, SpillPagesFn, chosen_source, placed_page
+from ritrag.transforms.tables import SPILL_DIR
 
 PAGES_OUTPUT = "pages"  # the tagged output of pages-table rows
 # Nodes placed at ritrag.schema.MAX_TREE_DEPTH above where their chain would put
@@ -69,9 +71,10 @@ def placement_row(placement: NodePlacement, body: str = "", page: ParsedPage | N
 
 class NodeRowsFn(beam.DoFn):
     """The rows of one URL: its placement joined with the sources of the pages
-    parsed at that URL. The page indexed is read and parsed again, so no shuffle
-    carries page text: its node rows go to the main output, its pages-table row
-    to PAGES_OUTPUT. A page that cannot be read again becomes a dead letter (DEAD)."""
+    parsed at that URL. The page indexed is read back from its spill file, or
+    read and parsed again (`placed_page`), so no shuffle carries page text: its
+    node rows go to the main output, its pages-table row to PAGES_OUTPUT. A page
+    that cannot be read again becomes a dead letter (DEAD)."""
 
     def __init__(self, parser: PageParser, granularity: str):
         self._parser = parser
@@ -93,7 +96,7 @@ class NodeRowsFn(beam.DoFn):
             yield placement_row(placement)
             return
         self._merged.inc(merged)
-        page = reread_page(self._parser.with_site_bases(site_bases), chosen)
+        page = placed_page(self._parser.with_site_bases(site_bases), chosen)
         if isinstance(page, DeadLetter):
             self._dead.inc()
             yield beam.pvalue.TaggedOutput(DEAD, page)
@@ -114,17 +117,26 @@ def page_node_rows(placement: NodePlacement, page: ParsedPage, granularity: str)
     return [placement_row(node, text, page, placement.node_id) for node, text in nodes]
 
 
+def pages_spill_dir(segment_dir: str) -> str:
+    """Where a job writing `segment_dir` keeps its parsed pages for the node rows
+    (deleted with the segment's other spill files before publishing)."""
+    return f"{segment_dir.rstrip('/')}/{SPILL_DIR}/pages"
+
+
 class BuildForestNodes(beam.PTransform):
     """Parsed pages -> node rows ("nodes"), placed per site from skeletons and
     joined with their text by URL; the pages-table rows of the pages indexed
     (PAGES_OUTPUT); dead letters of pages that could not be read again (DEAD).
-    Only skeletons and page sources are shuffled, never page text."""
+    Only skeletons and page sources are shuffled, never page text: with
+    `spill_dir` (`pages_spill_dir`), each page is written there as parsed and
+    read back once placed; without, it is read and parsed again."""
 
-    def __init__(self, parser: PageParser, granularity: str, site_bases=None):
+    def __init__(self, parser: PageParser, granularity: str, site_bases=None, spill_dir: str | None = None):
         super().__init__()
         self._parser = parser
         self._granularity = granularity
         self._side = {} if site_bases is None else {"site_bases": site_bases}
+        self._spill_dir = spill_dir
 
     def expand(self, pages):
         placements = (
@@ -133,7 +145,10 @@ class BuildForestNodes(beam.PTransform):
             | "Place" >> PlaceSkeletons()
             | "KeyPlacementByLocation" >> beam.Map(lambda n: (n.url if n.kind == "page" else n.node_id, n))
         )
-        sources = pages | "KeySourceByUrl" >> beam.Map(lambda p: (p.url, PageSource.of(p)))
+        if self._spill_dir:
+            sources = pages | "SpillPages" >> beam.ParDo(SpillPagesFn(self._spill_dir))
+        else:
+            sources = pages | "KeySourceByUrl" >> beam.Map(lambda p: (p.url, PageSource.of(p)))
         return (
             {"placement": placements, "page": sources}
             | "JoinPlacementAndSource" >> beam.CoGroupByKey()

@@ -11,10 +11,11 @@ with a reason (`DEAD` output): of no kind a parser reads (`unknown_kind`),
 outside the input root, not a regular file, unreadable, unparseable. Which
 parser reads a file is decided by its content first and its name second
 (transforms/sources/dispatch.py): HTML (transforms/parse), Markdown, PDF,
-Discourse topics, paper JSON (transforms/sources). A page
-is parsed twice in a job (`ParsePagesFn`, then `reread_page` once it is
-placed), so that no shuffle carries page text; `PageParser` keeps the two
-passes identical, and a file that changed between them is dead-lettered.
+Discourse topics, paper JSON (transforms/sources). No shuffle carries page
+text: once placed, a page is either read back from the spill file its first
+parse wrote (`SpillPagesFn`, `placed_page`: the build) or read and parsed
+again (`reread_page`: the update); `PageParser` keeps the two parses
+identical, and a file that changed between them is dead-lettered.
 
 Counters (namespace "ritrag.build", summed by the launcher's accounting):
 pages_read = pages_indexed + pages_dead_lettered + pages_merged_duplicates
@@ -27,12 +28,15 @@ import collections
 import dataclasses
 import functools
 import os
+import pickle
 import stat
+import uuid
 import logging
 from typing import Callable, Iterable
 
 import apache_beam as beam
 from apache_beam.io import fileio
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -297,6 +301,63 @@ def reread_page(parser: PageParser, source: PageSource) -> ParsedPage | DeadLett
         return DeadLetter(source.source, "reread", "changed_during_build",
                           "the file changed between the job's two reads")
     return page
+
+
+SpillRef = tuple[str, int, int]  # (spill file, offset, length) of one pickled ParsedPage
+
+
+@dataclasses.dataclass(frozen=True)
+class SpilledSource(PageSource):
+    """A page source whose parsed page its first parse kept in a spill file."""
+
+    spill: SpillRef = ("", 0, 0)
+
+
+class SpillPagesFn(beam.DoFn):
+    """ParsedPage -> (url, SpilledSource): the page appended to its bundle's
+    spill file under `spill_dir`, so that the node rows read it back instead of
+    parsing the file again (a parse costs 20-40 times the read back). The files
+    are the job's own scratch (deleted with the segment's `.spill/` before
+    publishing), read only by the job that wrote them: pickles, like the
+    records Beam's coders pass between the job's workers."""
+
+    def __init__(self, spill_dir: str):
+        self._spill_dir = spill_dir.rstrip("/")
+
+    def start_bundle(self):
+        self._file, self._path, self._offset = None, "", 0
+
+    def process(self, page: ParsedPage):
+        data = pickle.dumps(page, pickle.HIGHEST_PROTOCOL)
+        if self._file is None:  # a retried bundle writes a file of its own; the failed one's is never read
+            self._path = f"{self._spill_dir}/{uuid.uuid4().hex}.pickles"
+            self._file = FileSystems.create(self._path, compression_type=CompressionTypes.UNCOMPRESSED)
+            self._offset = 0
+        self._file.write(data)
+        source = SpilledSource(page.url, page.source, page.raw_hash, page.content_hash,
+                               (self._path, self._offset, len(data)))
+        self._offset += len(data)
+        yield page.url, source
+
+    def finish_bundle(self):
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def read_spilled_page(ref: SpillRef) -> ParsedPage:
+    path, offset, length = ref
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+        fh.seek(offset)
+        return pickle.loads(fh.read(length))
+
+
+def placed_page(parser: PageParser, source: PageSource) -> ParsedPage | DeadLetter:
+    """The parsed page of a placed source: read back from its spill file, or
+    read and parsed again (`reread_page`)."""
+    if isinstance(source, SpilledSource):
+        return read_spilled_page(source.spill)
+    return reread_page(parser, source)
 
 
 def chosen_source(sources: Iterable[PageSource]) -> tuple[PageSource | None, int]:
