@@ -1,15 +1,19 @@
 """Serving latency, memory and a load test, on one index.
 
-    python -m benchmarks.serving INDEX --label NAME [--queries 200] [--load_s 60] [--concurrency 16]
+    python -m benchmarks.serving INDEX --label NAME [--queries 200] [--load_s 60] [--concurrency 16 64]
+        [--workers 1 2] [--cache_dir DIR]
 
 1. Python API in this process: load time and RSS growth; GetToC p50/p99 with the
    query embedded on the call and with the vector given (retrieval alone), the
    embedding alone, and Read of the 5 best hits; JSON vs outline token counts
    (o200k_base) of the same ToCs.
-2. `ritrag serve INDEX` as a subprocess on loopback: time to ready and RSS;
-   then `--concurrency` clients for `--load_s` seconds, each looping GetToC then
-   Read of two hits (every request bounded by a timeout); errors, throughput,
-   HTTP p50/p99 and the server's peak RSS.
+2. `ritrag serve INDEX --workers W` as a subprocess on loopback, for each W of
+   `--workers` (more than one: budgets in a throwaway redis-server, as they must
+   be): time to ready and RSS per process; then, for each C of `--concurrency`,
+   C clients for `--load_s` seconds, each looping GetToC then Read of two hits
+   (every request bounded by a timeout); errors, throughput, HTTP p50/p99, the
+   server's peak RSS summed over its processes, and each worker count's
+   throughput against the first's, in the same run.
 
 Queries are node titles drawn with a fixed seed, so runs are comparable. The
 section "serving: NAME" of benchmarks/RESULTS.md is replaced by this run's.
@@ -20,6 +24,7 @@ import argparse
 import os
 import random
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -127,64 +132,89 @@ def start_server(index: str, *flags: str, env: dict | None = None) -> tuple[subp
             time.sleep(0.1)
 
 
-def load_test(index_dir: str, queries: list[str], seconds: float, concurrency: int, cache_dir: str | None
-              ) -> list[str]:
-    server, url, ready_s = start_server(index_dir, *(["--cache_dir", cache_dir] if cache_dir else []))
+def tree_rss(proc: psutil.Process) -> tuple[int, int]:
+    """(RSS summed over a server and its worker processes, processes counted)."""
+    procs = [proc, *proc.children(recursive=True)]
+    return sum(p.memory_info().rss for p in procs if p.is_running()), len(procs)
+
+
+def load_test(index_dir: str, queries: list[str], seconds: float, concurrencies: list[int], cache_dir: str | None,
+              workers: int) -> tuple[list[str], dict[int, float]]:
+    """The lines of one server's load tests and its throughput (requests/s) per concurrency."""
+    flags = [*(["--cache_dir", cache_dir] if cache_dir else []), "--workers", str(workers), "--watch_s", "0"]
+    redis = None
+    if workers > 1:
+        redis = subprocess.Popen([shutil.which("redis-server"), "--port", str(port := free_port()), "--bind",
+                                  "127.0.0.1", "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+        flags += ["--budget_store", f"redis://127.0.0.1:{port}/0"]
+    server, url, ready_s = start_server(index_dir, *flags)
     try:
         proc = psutil.Process(server.pid)
-        rss_ready = proc.memory_info().rss
-
-        latencies: dict[str, list[float]] = {"toc": [], "read": []}
-        errors: list[str] = []
-        peak = [rss_ready]
-        stop = time.perf_counter() + seconds
-        lock = threading.Lock()
-
-        def client(worker: int) -> None:
-            rng = random.Random(worker)
-            with httpx.Client(base_url=url, timeout=30) as http:
-                while time.perf_counter() < stop:
-                    t0 = time.perf_counter()
-                    toc = http.post("/v1/toc", json={"query": rng.choice(queries)})
-                    t1 = time.perf_counter()
-                    if toc.status_code != 200:
-                        with lock:
-                            errors.append(f"toc {toc.status_code}")
-                        continue
-                    ids = hits(toc.json())[:2] or [toc.json()["trees"][0]["id"]]
-                    read = http.post("/v1/read", json={"node_ids": ids})
-                    t2 = time.perf_counter()
-                    with lock:
-                        latencies["toc"].append(t1 - t0)
-                        if read.status_code == 200:
-                            latencies["read"].append(t2 - t1)
-                        else:
-                            errors.append(f"read {read.status_code}")
-
-        def sample_rss() -> None:
-            while time.perf_counter() < stop:
-                peak[0] = max(peak[0], proc.memory_info().rss)
-                time.sleep(0.5)
-
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(concurrency)]
-        threads.append(threading.Thread(target=sample_rss))
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        requests = len(latencies["toc"]) + len(latencies["read"]) + len(errors)
-        return [
-            f"- `ritrag serve`{' --cache_dir (mapping the cache)' if cache_dir else ''}: ready (index loaded, "
-            f"query model warm) in {ready_s:.1f} s; "
-            f"RSS {rss_ready / 2**30:.2f} GiB",
-            f"- load test, {concurrency} concurrent clients for {seconds:.0f} s on loopback: {requests} requests "
-            f"({requests / seconds:.1f}/s), {len(errors)} errors{': ' + ', '.join(errors[:5]) if errors else ''}",
-            f"- under load, HTTP GetToC {percentiles(latencies['toc'])}; HTTP Read of 2 nodes "
-            f"{percentiles(latencies['read'])}; server peak RSS {peak[0] / 2**30:.2f} GiB",
-        ]
+        time.sleep(1.0)  # every worker up: /readyz answered from one
+        rss_ready, processes = tree_rss(proc)
+        lines = [f"- `ritrag serve --workers {workers}`{' --cache_dir (mapping the cache)' if cache_dir else ''}: "
+                 f"ready (index loaded, query model warm) in {ready_s:.1f} s; {processes} processes, RSS "
+                 f"{rss_ready / 2**30:.2f} GiB together ({rss_ready / max(processes - (workers > 1), 1) / 2**30:.2f} "
+                 f"GiB per serving process)"]
+        throughput = {}
+        for concurrency in concurrencies:
+            line, throughput[concurrency] = _load(url, proc, queries, seconds, concurrency, rss_ready)
+            lines.append(line)
+        return lines, throughput
     finally:
         server.terminate()
         server.wait(timeout=30)
+        if redis is not None:
+            redis.terminate()
+            redis.wait(timeout=10)
+
+
+def _load(url: str, proc: psutil.Process, queries: list[str], seconds: float, concurrency: int, rss_ready: int
+          ) -> tuple[str, float]:
+    """One load test: its line and its throughput (requests/s)."""
+    latencies: dict[str, list[float]] = {"toc": [], "read": []}
+    errors: list[str] = []
+    peak = [rss_ready]
+    stop = time.perf_counter() + seconds
+    lock = threading.Lock()
+
+    def client(worker: int) -> None:
+        rng = random.Random(worker)
+        with httpx.Client(base_url=url, timeout=30) as http:
+            while time.perf_counter() < stop:
+                t0 = time.perf_counter()
+                toc = http.post("/v1/toc", json={"query": rng.choice(queries)})
+                t1 = time.perf_counter()
+                if toc.status_code != 200:
+                    with lock:
+                        errors.append(f"toc {toc.status_code}")
+                    continue
+                ids = hits(toc.json())[:2] or [toc.json()["trees"][0]["id"]]
+                read = http.post("/v1/read", json={"node_ids": ids})
+                t2 = time.perf_counter()
+                with lock:
+                    latencies["toc"].append(t1 - t0)
+                    if read.status_code == 200:
+                        latencies["read"].append(t2 - t1)
+                    else:
+                        errors.append(f"read {read.status_code}")
+
+    def sample_rss() -> None:
+        while time.perf_counter() < stop:
+            peak[0] = max(peak[0], tree_rss(proc)[0])
+            time.sleep(0.5)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(concurrency)]
+    threads.append(threading.Thread(target=sample_rss))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    requests = len(latencies["toc"]) + len(latencies["read"]) + len(errors)
+    return (f"  - {concurrency} concurrent clients for {seconds:.0f} s on loopback: {requests} requests "
+            f"({requests / seconds:.1f}/s), {len(errors)} errors{': ' + ', '.join(errors[:5]) if errors else ''}; "
+            f"HTTP GetToC {percentiles(latencies['toc'])}; HTTP Read of 2 nodes "
+            f"{percentiles(latencies['read'])}; peak RSS {peak[0] / 2**30:.2f} GiB", requests / seconds)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -193,14 +223,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--label", required=True, help="names this run's section of RESULTS.md")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--load_s", type=float, default=60)
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[16], help="client counts, each a load test")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1], help="server processes, each a server")
     parser.add_argument("--cache_dir", help="the in-process load builds it, the server then maps it")
     args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     load_before = os.getloadavg()[0]
     api_lines, queries = in_process(args.index, args.queries, args.cache_dir)
-    http_lines = load_test(args.index, queries, args.load_s, args.concurrency, args.cache_dir)
+    http_lines, throughput = [], {}
+    for workers in args.workers:
+        lines, throughput[workers] = load_test(args.index, queries, args.load_s, args.concurrency, args.cache_dir,
+                                               workers)
+        http_lines += lines
+    first = args.workers[0]
+    http_lines += [f"- throughput with {w} workers / {first}: " + ", ".join(
+        f"{throughput[w][c] / throughput[first][c]:.2f}x at {c} clients" for c in args.concurrency)
+        for w in args.workers[1:]]
     command = "python -m benchmarks.serving " + shlex.join(argv or sys.argv[1:])
     # Other jobs may share the machine; their load inflates every figure.
     machine = f"Machine: {cpu_description()}; load average {load_before:.1f} at start, {os.getloadavg()[0]:.1f} at end"
