@@ -94,9 +94,19 @@ def page_url(path: str, root: str, base_url: str) -> str:
     return base_url.rstrip("/") + "/" + document_url_path(relative).lstrip("/")
 
 
-# The input root's real path, resolved once per process rather than once per
-# file (every file is checked up to three times: a path component costs an lstat).
-_real_root = functools.lru_cache(maxsize=16)(os.path.realpath)
+# Folders' real paths, resolved once per process rather than for each file
+# (every file is checked up to three times, and each component of a path costs
+# realpath an lstat).
+_real_folder = functools.lru_cache(maxsize=4096)(os.path.realpath)
+
+
+def real_path(path: str) -> str:
+    """`os.path.realpath(path)`, with the folders above the file resolved once per process."""
+    folder, name = os.path.split(path)
+    if name in ("", ".", ".."):
+        return os.path.realpath(path)
+    real = os.path.join(_real_folder(folder), name)
+    return os.path.realpath(real) if os.path.islink(real) else real
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,8 +128,8 @@ class PageParser:
         neither links nor special files."""
         if is_remote(path):
             return None
-        real = os.path.realpath(path)
-        root = _real_root(self.root)
+        real = real_path(path)
+        root = _real_folder(self.root)
         if not self.follow_links_outside_input and os.path.commonpath([root, real]) != root:
             return DeadLetter(path, "read", "outside_input", "its real path lies outside the input directory; "
                                                              "--follow_links_outside_input to index it")
