@@ -32,7 +32,22 @@ class Request:
     status: int
 
 
-class CrawlSite:
+class ServedInThread:
+    """A socketserver `self.server` run in a daemon thread while the `with` block lasts."""
+
+    server: socketserver.BaseServer
+
+    def __enter__(self):
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class CrawlSite(ServedInThread):
     def __init__(self, root: Path, *, flaky: str, busy: str, redirect_target: str, huge_bytes: int):
         self.root, self.flaky, self.busy = root, flaky, busy
         self.redirect_target, self.huge_bytes = redirect_target, huge_bytes
@@ -44,15 +59,6 @@ class CrawlSite:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.port = self.server.server_address[1]
         self.base = f"http://127.0.0.1:{self.port}/"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
 
     def page_paths(self) -> list[str]:
         return sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*.html"))
@@ -175,7 +181,7 @@ def served_path(target: str) -> str:
 Route = bytes | Callable[[socket.socket], None]
 
 
-class HostileSite:
+class HostileSite(ServedInThread):
     """A raw HTTP/1.1 server on `host` (127.0.0.1, or 127.0.0.3 for a second
     host): `routes` maps the path a server resolves a request to (`served_path`)
     to its answer; anything else is a 404. `log` holds (request target, served
@@ -216,15 +222,7 @@ class HostileSite:
         self.port = self.server.server_address[1]
         self.host = f"http://{host}:{self.port}"
         self.base = self.host + "/"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def paths(self) -> list[str]:
         return [path for _, path, _ in self.log]
 
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
