@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import string
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 NODE_DOC_ORDINAL = -1  # the chunks-table ordinal of a node's own document
 PATH_SEPARATOR = " > "
@@ -94,8 +94,12 @@ class Representation:
 
     def render(self, node: Mapping[str, Any], body: str) -> str:
         """The embedded text of a chunk of `node` (a node row) holding paragraphs `body`."""
-        return self.template.format(path=self.path(node["title"], node["ancestor_titles"]),
-                                    title=node["title"].strip(), body=body).strip()
+        return self.renderer(node)(body)
+
+    def renderer(self, node: Mapping[str, Any]) -> Callable[[str], str]:
+        """`render` for the chunks of one node, its path worked out once."""
+        path, title = self.path(node["title"], node["ancestor_titles"]), node["title"].strip()
+        return lambda body: self.template.format(path=path, title=title, body=body).strip()
 
     def node_doc(self, node: Mapping[str, Any]) -> str:
         """The text of a node's own document: its path, summary and keywords."""

@@ -143,7 +143,7 @@ def node_chunk_rows(node: dict, representation: Representation, count: TokenCoun
     also carries `embedded_text`, what the model embeds (not a column: it is
     the representation's, derived again wherever needed)."""
     title_line = _title_line(node["title"])
-    passages = counted_passages(node["body"], lambda p: representation.render(node, p), count, limit, additive)
+    passages = counted_passages(node["body"], representation.renderer(node), count, limit, additive)
     pieces = [(ordinal, title_line(passage), embedded, n)
               for ordinal, (passage, embedded, n) in enumerate(passages)]
     doc = representation.node_doc(node) if representation.node_docs else ""
