@@ -11,20 +11,17 @@ Runs the build's and the server's own code on synthetic vectors:
 2. trains each factory once on `--train` vectors of the same distribution
    (transforms.dense.train_empty_index), and builds every shard's index from its
    vectors file (transforms.dense.rebuild_index, as a rebuild would);
-3. searches one query at a time as the server does (serving.retrieval.dense_top_k
-   over the shards, depth rerank x k), re-ranks exactly (ritrag.vectors.rerank_exact)
+3. searches one query at a time as the server does (the shards joined behind
+   one coarse quantizer as serving.index loads them, `segment_dense_indexes`;
+   serving.retrieval.dense_top_k, depth rerank x k), re-ranks exactly (ritrag.vectors.rerank_exact)
    when rerank > 1, and reports recall@k, latency p50/p99 per FAISS thread count,
    and the median CPU time per query (what the latency would be on an idle machine).
 The dataset (vector files, queries, ground truth) is kept in --work and reused
 by later runs with the same --n, --shards, --queries, --k and --seed; so are
 trained indexes and shard indexes (with the time they took).
 
-The vectors imitate sentence embeddings: unit vectors in 384 dims made of a
-component common to all (sentence embeddings share a mean direction), one of
-`sites` x `topics` topic centres (Zipf-distributed popularity; topics of a site
-are correlated) and anisotropic noise (power-law spectrum in a random basis,
-about 26 effective dimensions). Typical cosines: unrelated 0.13, nearest
-neighbour 0.77, 200th neighbour 0.47 at 262k vectors.
+The vectors imitate sentence embeddings (benchmarks/synthetic_index.py's
+`SyntheticEmbeddings`, which the synthetic indexes use too).
 """
 from __future__ import annotations
 
@@ -39,47 +36,12 @@ import numpy as np
 
 from ritrag.layout import shard_file_name
 from ritrag.vectors import VECTORS_EXTENSION, VECTORS_KIND, VectorStore, rerank_exact, write_vectors
+from ritrag.serving.index import segment_dense_indexes
 from ritrag.serving.retrieval import dense_top_k
 from ritrag.transforms.dense import choose_params, rebuild_index, train_empty_index
+from benchmarks.synthetic_index import BATCH, QUERY_STREAM, SyntheticEmbeddings
 
-BATCH = 65_536
-QUERY_STREAM = 1 << 40  # batch indices of queries and training vectors, apart from the corpus's
-TRAIN_STREAM = 1 << 41
-
-
-class SyntheticEmbeddings:
-    """Deterministic batches of embedding-like unit vectors (see the module docstring)."""
-
-    def __init__(self, dim: int = 384, sites: int = 256, topics_per_site: int = 64, seed: int = 0):
-        rng = np.random.default_rng(seed)
-        self.seed = seed
-        self.rotation = np.linalg.qr(rng.standard_normal((dim, dim)))[0].astype(np.float32)
-        spectrum = (1.0 + np.arange(dim)) ** -0.5
-        self.spectrum = (spectrum / np.linalg.norm(spectrum)).astype(np.float32)
-        self.common = _unit(rng.standard_normal(dim)).astype(np.float32)
-        site = np.repeat(_unit(rng.standard_normal((sites, dim))), topics_per_site, axis=0)
-        self.topics = _unit(0.7 * site + 0.7 * _unit(rng.standard_normal(site.shape))).astype(np.float32)
-        popularity = 1.0 / (np.arange(len(self.topics)) + 10.0) ** 0.8
-        self.cdf = np.cumsum(popularity / popularity.sum())
-
-    def batch(self, index: int, size: int) -> np.ndarray:
-        rng = np.random.default_rng([self.seed, index])
-        topic = np.minimum(np.searchsorted(self.cdf, rng.random(size)), len(self.topics) - 1)
-        x = rng.standard_normal((size, len(self.common)), dtype=np.float32)
-        x *= self.spectrum
-        x = x @ self.rotation
-        x *= 0.6
-        x += 0.75 * self.topics[topic]
-        x += 0.35 * self.common
-        return _unit(x)
-
-    def rows(self, first_batch: int, n: int) -> np.ndarray:
-        return np.concatenate([self.batch(first_batch + b, min(BATCH, n - b * BATCH))
-                               for b in range(-(-n // BATCH))])
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+TRAIN_STREAM = 1 << 41  # batch indices of training vectors, apart from the corpus's and the queries'
 
 
 def merge_top_k(best: tuple[np.ndarray, np.ndarray], scores: np.ndarray, ids: np.ndarray, k: int
@@ -203,16 +165,17 @@ def measure_factory(factory: str, args, gen: SyntheticEmbeddings, data: dict, st
     rows = []
     for nprobe in args.nprobe:
         set_nprobe(shards, nprobe)
+        searched = segment_dense_indexes(shards)
         for rerank in args.rerank:
             row = {"factory": factory, "nprobe": nprobe, "rerank": rerank, "train_s": round(train_s, 1),
                    "add_s": round(add_s, 1), "index_mib": round(index_bytes / 2**20, 1)}
             for threads in args.threads:
                 faiss.omp_set_num_threads(threads)
-                search(data["queries"][0], shards, store, args.k, rerank)  # warm-up
+                search(data["queries"][0], searched, store, args.k, rerank)  # warm-up
                 times, cpu, found = [], [], []
                 for query in data["queries"]:
                     wall, used = time.perf_counter(), time.process_time()
-                    found.append(search(query, shards, store, args.k, rerank))
+                    found.append(search(query, searched, store, args.k, rerank))
                     times.append(time.perf_counter() - wall)
                     cpu.append(time.process_time() - used)
                 row[f"p50_ms_{threads}t"] = round(1e3 * float(np.percentile(times, 50)), 2)

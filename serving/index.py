@@ -388,24 +388,20 @@ class LoadedVersion:
         return os.path.join(self.cache_dir, f"{self.version}-{hashlib.sha256(files).hexdigest()[:16]}", name)
 
     def _load_dense(self) -> list:
-        shards = []
-        self.dense_dead = []  # per shard, sorted chunk ids it must not return
-        for (key, path) in self._shard_files("dense"):
-            try:
-                shards.append(faiss.read_index(path))
-            except RuntimeError as exc:
-                raise RuntimeError(f"{path}: not a readable FAISS index ({exc})") from exc
-            self.dense_dead.append(np.array(sorted(self._dead[key[0]].chunk_ids), np.int64))
+        """The dense indexes to search: each segment's shards, memory-mapped
+        (`read_dense_shard`), joined behind their one coarse quantizer when they
+        are IVF (`segment_dense_indexes`); `dense_dead[i]`, the sorted chunk ids
+        that later segments tombstoned, go with index i."""
         nprobe = int(self.manifest.config.get("dense", {}).get("nprobe", 64))
-        for shard in shards:
-            if hasattr(shard, "nprobe"):
-                shard.nprobe = nprobe
-            else:
-                try:
-                    faiss.extract_index_ivf(shard).nprobe = nprobe
-                except RuntimeError:
-                    pass  # not an IVF index: exact search has no nprobe
-        return shards
+        per_segment: dict[str, list] = {}
+        for (key, path) in self._shard_files("dense"):
+            per_segment.setdefault(key[0], []).append(read_dense_shard(path, nprobe))
+        indexes, self.dense_dead = [], []
+        for segment, shards in per_segment.items():
+            searched = segment_dense_indexes(shards)
+            indexes += searched
+            self.dense_dead += [np.array(sorted(self._dead[segment].chunk_ids), np.int64)] * len(searched)
+        return indexes
 
     def node_records(self, rows: Sequence[int]) -> dict[int, dict[str, Any]]:
         """{"url", "body"} of the given node rows, each read from the one row
@@ -509,3 +505,48 @@ def _save_cache(directory: str, table: pa.Table, arrays: dict[str, np.ndarray]) 
         LOG.warning("could not cache derived arrays in %s", directory, exc_info=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_dense_shard(path: str, nprobe: int):
+    """A dense shard file as a FAISS index searching `nprobe` lists.
+
+    IO_FLAG_MMAP maps the inverted lists of IVF indexes stored as arrays (IVF-Flat,
+    -SQ, -PQ) from the file instead of copying them, so processes serving one index
+    share its pages; faiss 1.15 still reads the blocked lists of fast-scan indexes
+    (`...x4fs`) and exact indexes into private memory (48 B of codes per vector at
+    PQ96x4fs; benchmarks/RESULTS.md, "Dense search at scale").
+    """
+    try:
+        index = faiss.read_index(path, faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+    except RuntimeError as exc:
+        raise RuntimeError(f"{path}: not a readable FAISS index ({exc})") from exc
+    try:
+        faiss.extract_index_ivf(index).nprobe = nprobe
+    except RuntimeError:
+        pass  # not an IVF index: exact search has no nprobe
+    return index
+
+
+def segment_dense_indexes(shards: list) -> list:
+    """The shards of one segment as the indexes to search. IVF shards trained
+    together (one coarse quantizer) become one `IndexShardsIVF`: a query is
+    assigned to its lists once, not once per shard, and every shard scans those
+    lists (the same candidates, up to the order of equal scores). Shards with
+    different quantizers, or not IVF, stay as they are."""
+    try:
+        ivfs = [faiss.extract_index_ivf(shard) for shard in shards]
+    except RuntimeError:
+        return shards
+    quantizers = [faiss.downcast_index(ivf.quantizer) for ivf in ivfs]
+    first = ivfs[0]
+    if len(shards) < 2 or not all(isinstance(q, faiss.IndexFlat) for q in quantizers) or any(
+            ivf.nlist != first.nlist or ivf.nprobe != first.nprobe
+            or not np.array_equal(faiss.vector_to_array(q.codes), faiss.vector_to_array(quantizers[0].codes))
+            for ivf, q in zip(ivfs[1:], quantizers[1:])):
+        return shards
+    # The quantizer is the first shard's; faiss's add_shard keeps each shard (so
+    # also that quantizer) alive as long as the joined index.
+    joined = faiss.IndexShardsIVF(first.quantizer, first.nlist, False, False)
+    for shard in shards:
+        joined.add_shard(shard)
+    return [joined]

@@ -79,6 +79,14 @@ def choose_params(n_vectors: int, dim: int) -> DenseParams:
     return DenseParams(f"IVF{nlist},PQ{pq_codes(dim)}x4fs", nprobe=nprobe, rerank=rerank)
 
 
+def dense_info(params: DenseParams, dim: int, n_vectors: int, train_sample: int) -> dict:
+    """What dense.json records (and the manifest's config "dense"): the parameters
+    the server searches with, and what the index was built from."""
+    return {**dataclasses.asdict(params), "dim": int(dim), "n_vectors": int(n_vectors),
+            "metric": "inner_product", "train_sample": int(train_sample),
+            "vectors": {"kind": VECTORS_KIND, "dtype": "float16", "format": "zarr v3 in an uncompressed zip"}}
+
+
 def train_empty_index(factory: str, sample: np.ndarray) -> bytes:
     """A trained, empty index of `factory`, serialized (FAISS's own format)."""
     dim = sample.shape[1]
@@ -164,9 +172,7 @@ def _train(sample: list[tuple[int, np.ndarray]], n_vectors: int, overrides: dict
         return None
     matrix = np.stack([v for _, v in sorted(sample, key=lambda kv: kv[0])]).astype(np.float32)
     params = dataclasses.replace(choose_params(n_vectors, matrix.shape[1]), **overrides)
-    info = {**dataclasses.asdict(params), "dim": int(matrix.shape[1]), "n_vectors": int(n_vectors),
-            "metric": "inner_product", "train_sample": len(sample),
-            "vectors": {"kind": VECTORS_KIND, "dtype": "float16", "format": "zarr v3 in an uncompressed zip"}}
+    info = dense_info(params, matrix.shape[1], n_vectors, len(sample))
     write_bytes(os.path.join(out_dir, DENSE_INFO_FILE), json.dumps(info, sort_keys=True).encode())
     trained = train_empty_index(params.factory, matrix)
     write_bytes(os.path.join(out_dir, DENSE_TRAINED_FILE), trained)
