@@ -151,9 +151,35 @@ def _read(args: argparse.Namespace, extra: list[str]) -> int:
     return 0 if not result["unknown_ids"] else 3
 
 
+def _add_store_arguments(p: argparse.ArgumentParser) -> None:
+    """Beam's object-store options (S3Options, GoogleCloudOptions' --project),
+    from Beam's own definition, for the index commands that run no Beam job:
+    the jobs take them with every Beam option. Without Beam installed, these
+    commands read local indexes only."""
+    try:
+        from apache_beam.options.pipeline_options import GoogleCloudOptions, S3Options
+    except ImportError:
+        return
+    from ritrag.pipelines.options import add_job_arguments
+
+    p.set_defaults(store_actions=add_job_arguments(p, {S3Options: None, GoogleCloudOptions: ("project",)}))
+
+
+def _use_store_options(args: argparse.Namespace) -> None:
+    """Configure the object stores the index lives in from the options given (ritrag.layout.use_pipeline_options)."""
+    if getattr(args, "store_actions", None):
+        from apache_beam.options.pipeline_options import PipelineOptions
+
+        from ritrag.layout import use_pipeline_options
+        from ritrag.pipelines.options import job_flags
+
+        use_pipeline_options(PipelineOptions(job_flags(args, args.store_actions)))
+
+
 def _versions(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.layout import IndexLayout
 
+    _use_store_options(args)
     layout = IndexLayout(args.index)
     current = layout.current_version()
     for version in layout.versions():
@@ -168,6 +194,7 @@ def _versions(args: argparse.Namespace, extra: list[str]) -> int:
 def _rollback(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.layout import IndexLayout, IndexLease, rollback
 
+    _use_store_options(args)
     layout = IndexLayout(args.index)
     with IndexLease(layout, "rollback", args.break_lock):
         rollback(layout, args.version)
@@ -180,6 +207,7 @@ def _prune(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.serving.errors import checked_int
 
     keep = checked_int("keep", args.keep, 1)
+    _use_store_options(args)
     layout = IndexLayout(args.index)
     with IndexLease(layout, "prune", args.break_lock):
         print(json.dumps({"deleted": prune_versions(layout, keep)}))
@@ -197,10 +225,13 @@ def _synth(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _inspect(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.evaluation.forest_report import forest_report, render_html, render_text
+    from ritrag.layout import is_remote
 
+    _use_store_options(args)
     report = forest_report(args.index)
     print(render_text(report))
-    html_path = args.html or os.path.join(args.index, f"report-{report['version']}.html")
+    html_path = args.html or os.path.join("." if is_remote(args.index) else args.index,
+                                          f"report-{report['version']}.html")
     with open(html_path, "w", encoding="utf-8") as fh:
         fh.write(render_html(report))
     print(f"\nHTML report: {html_path}")
@@ -345,23 +376,30 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("versions", help="list published versions (* = live)")
     p.add_argument("index", help="index directory or object-store prefix")
     p.set_defaults(func=_versions)
+    store_commands = [p]
 
     p = sub.add_parser("rollback", help="make an earlier version live again")
     p.add_argument("index", help="index directory or object-store prefix")
     p.add_argument("version", help="a published version, e.g. v000002 (ritrag versions lists them)")
     p.add_argument("--break_lock", action="store_true", help="take the index's lease from a job known to be gone")
     p.set_defaults(func=_rollback)
+    store_commands.append(p)
 
     p = sub.add_parser("prune", help="delete all but the newest versions and unreferenced segments")
     p.add_argument("index", help="index directory or object-store prefix")
     p.add_argument("--keep", type=int, default=5, help="newest versions kept (the live one always is)")
     p.add_argument("--break_lock", action="store_true", help="take the index's lease from a job known to be gone")
     p.set_defaults(func=_prune)
+    store_commands.append(p)
 
     p = sub.add_parser("inspect", help="forest quality per site, as text and an HTML report")
-    p.add_argument("index", help="index directory")
-    p.add_argument("--html", help="where to write the HTML report (default: INDEX/report-VERSION.html)")
+    p.add_argument("index", help="index directory or object-store prefix")
+    p.add_argument("--html", help="where to write the HTML report (default: INDEX/report-VERSION.html; "
+                                  "./report-VERSION.html for an object-store index)")
     p.set_defaults(func=_inspect)
+    store_commands.append(p)
+    for p in store_commands if command in ("versions", "rollback", "prune", "inspect") else ():
+        _add_store_arguments(p)  # only for the command run (imports Beam)
 
     p = sub.add_parser("synth", help="write a deterministic synthetic corpus of documentation sites")
     p.add_argument("--pages", type=int, required=True, help="pages to write")
