@@ -24,9 +24,9 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from ritrag.pipelines.launcher import (BuildOptions, PublishOptions, check_page_accounting, counter_values,
-                                       prepare_job, publish_and_prune, refuse_empty, representation_of, required,
-                                       run_pipeline)
-from ritrag.pipelines.options import JobFlags, parse_job_options
+                                       job_options, prepare_job, publish_and_prune, refuse_empty, representation_of,
+                                       required, run_pipeline)
+from ritrag.pipelines.options import JobFlags
 from ritrag.embedder import EmbedderSpec
 from ritrag.bm25 import BM25_PARAMETERS
 from ritrag.layout import (BM25_STATS_FILE, DENSE_INFO_FILE, SITE_BASES_FILE, IndexLayout,
@@ -142,7 +142,7 @@ def read_site_bases(segment_dir: str) -> dict[str, dict]:
 
 def run(argv: list[str] | None = None) -> str:
     """Run a full build; returns the published version name."""
-    options = parse_job_options(argv, FLAGS)
+    options = job_options(argv, FLAGS)
     opts = required(options, BuildJobOptions, "input", "out")
     spec = EmbedderSpec(model=opts.embedding_model, query_prefix=opts.query_prefix,
                         document_prefix=opts.document_prefix)

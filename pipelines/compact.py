@@ -19,8 +19,9 @@ from typing import Iterable
 import apache_beam as beam
 import numpy as np
 
-from ritrag.pipelines.launcher import IndexOptions, PublishOptions, prepare_job, publish_and_prune, required, run_pipeline
-from ritrag.pipelines.options import JobFlags, parse_job_options
+from ritrag.pipelines.launcher import (IndexOptions, PublishOptions, job_options, prepare_job, publish_and_prune,
+                                       required, run_pipeline)
+from ritrag.pipelines.options import JobFlags
 from ritrag.layout import BM25_STATS_FILE, LiveFile, LiveFiles, new_manifest, open_read
 from ritrag.representation import Representation
 from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA
@@ -64,7 +65,7 @@ def compact_pipeline(p: beam.Pipeline, live: LiveFiles, segment_dir: str) -> Non
 
 def run(argv: list[str] | None = None) -> str:
     """Compact the live version; returns the published version name."""
-    options = parse_job_options(argv, FLAGS)
+    options = job_options(argv, FLAGS)
     opts = required(options, IndexOptions, "index")
     with prepare_job(options, opts.index, "compact") as (layout, segment_id, segment_dir):
         live = LiveFiles.open(layout)

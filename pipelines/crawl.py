@@ -44,8 +44,8 @@ import pyarrow.parquet as pq
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from ritrag.pipelines.launcher import BuildOptions, PublishOptions
-from ritrag.pipelines.options import JobFlags, parse_job_options
+from ritrag.pipelines.launcher import BuildOptions, PublishOptions, job_options
+from ritrag.pipelines.options import JobFlags
 from ritrag.layout import IndexLayout, IndexLease
 from ritrag.schema import CRAWL_TARGET_SCHEMA, CRAWLDB_SCHEMA
 from ritrag.transforms.crawl_round import COUNTERS, LINKS, ROBOTS, CrawlConfig, FetchHostFn, StoreShardFn, shard_key
@@ -243,7 +243,7 @@ def previous_seeds(previous_dir: str) -> list[str]:
 
 def run(argv: list[str] | None = None) -> dict[str, int]:
     """Run a crawl; returns the count of CrawlDB rows of this crawl by kind and status."""
-    options = parse_job_options(argv, FLAGS)
+    options = job_options(argv, FLAGS)
     opts = options.view_as(CrawlJobOptions)
     if not opts.out:
         raise ValueError("missing required option: --out")

@@ -26,13 +26,24 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from ritrag.embedder import DEFAULT_MODEL
-from ritrag.layout import (DEAD_LETTERS_FILE, DENSE_INFO_FILE, IndexLayout, IndexLease, is_remote, open_read,
-                           prune_versions, segment_id_for)
+from ritrag.pipelines.options import JobFlags, parse_job_options
+from ritrag.layout import (DEAD_LETTERS_FILE, DENSE_INFO_FILE, IndexLayout, IndexLease, dir_exists, open_read,
+                           prune_versions, remove_tree, segment_id_for, use_pipeline_options)
 from ritrag.representation import DEFAULT_PATH_LEVELS, DEFAULT_TEMPLATE, Representation
 from ritrag.transforms.pages import PAGE_COUNTERS
 from ritrag.transforms.tables import remove_spill_files
 
 LOG = logging.getLogger("ritrag.launcher")
+
+
+def job_options(argv: list[str] | None, flags: JobFlags) -> PipelineOptions:
+    """A job's options from its command line (`parse_job_options`), with Beam's
+    file systems configured from them at once: the job reads the live index
+    and takes its lease before it builds a pipeline (when Beam would), and an
+    s3:// or gs:// path needs its endpoint and credentials for that."""
+    options = parse_job_options(argv, flags)
+    use_pipeline_options(options)
+    return options
 
 
 class PublishOptions(PipelineOptions):
@@ -50,8 +61,6 @@ class PublishOptions(PipelineOptions):
 
 def publish_and_prune(layout: IndexLayout, manifest, options: PipelineOptions) -> str:
     layout.publish(manifest)
-    if is_remote(layout.root):  # retention of object-store indexes is the bucket's lifecycle rules
-        return manifest.version
     deleted = prune_versions(layout, options.view_as(PublishOptions).keep_versions)
     if deleted:
         LOG.info("retention: deleted %s", ", ".join(deleted))
@@ -187,12 +196,13 @@ def prepare_job(options: PipelineOptions, index_dir: str, owner: str
 
 
 def fresh_segment_dir(segment_dir: str) -> None:
-    """Create the segment directory of a new version. One left there is debris of
-    a run that crashed before publishing (no manifest names it, and the caller
-    holds the lease, so no live job writes it): delete it."""
-    if FileSystems.exists(segment_dir):
+    """Create the segment directory of a new version (on an object store a
+    prefix needs no creating). One left there is debris of a run that crashed
+    before publishing (no manifest names it, and the caller holds the lease, so
+    no live job writes it): delete it."""
+    if dir_exists(segment_dir):
         LOG.warning("removing %s, left by a run that did not publish", segment_dir)
-        FileSystems.delete([segment_dir])
+        remove_tree(segment_dir)
     FileSystems.mkdirs(segment_dir)
 
 

@@ -38,8 +38,8 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from ritrag.pipelines.launcher import (BuildOptions, IndexOptions, PublishOptions, check_page_accounting, counter_values,
-                                       prepare_job, publish_and_prune, representation_of, required, run_pipeline)
-from ritrag.pipelines.options import JobFlags, JobOptionsError, given_flags, merge_flags, parse_job_options
+                                       job_options, prepare_job, publish_and_prune, representation_of, required, run_pipeline)
+from ritrag.pipelines.options import JobFlags, JobOptionsError, given_flags, merge_flags
 from ritrag.embedder import EmbedderSpec, check_backend_available
 from ritrag.layout import BM25_STATS_FILE, TOMBSTONES_FILE, IndexLayout, LiveFiles, new_manifest, open_read
 from ritrag.representation import Representation, refuse_mixing
@@ -160,7 +160,7 @@ def publish_update(layout: IndexLayout, live: LiveFiles, segment_id: str, counts
 
 def run(argv: list[str] | None = None) -> str:
     """Run an incremental update; returns the published version name."""
-    options = parse_job_options(argv, FLAGS)
+    options = job_options(argv, FLAGS)
     opts = required(options, UpdateOptions, "input", "index")
     live_config = IndexLayout(opts.index).load_manifest().config
     refuse_reshaping(live_config, given_flags(sys.argv[1:] if argv is None else argv, FLAGS))

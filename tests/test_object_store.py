@@ -1,0 +1,162 @@
+"""Jobs that read and publish on object storage, against real protocol peers on
+127.0.0.1: moto's S3 server and GCS emulators (tests/fleet_fixtures.py). The
+jobs and the index commands reach the bucket through Beam's file systems,
+configured from their own options; the server reads it through fsspec. A
+sequence on a bucket answers as the same sequence on local disk, and the
+lease is exclusive through the stores' preconditions."""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from fleet_fixtures import object_store  # noqa: F401  (the fixture)
+from ritrag import cli
+from ritrag.layout import IndexLayout, IndexLease, IndexLockedError, list_dirs, use_pipeline_options
+from ritrag.pipelines import build, compact, update
+from ritrag.serving.api import RitragIndex
+from support import BASE, assert_same_toc, write_tiny_site
+from test_update import QUERIES, make_snapshot_b
+
+HASHING = ("--embedding_model", "hashing:384")
+
+
+def answers(index: str, cache_dir: Path) -> dict[str, list]:
+    loaded = RitragIndex(index, cache_dir=str(cache_dir))
+    return {q: loaded.get_toc(q)["trees"] for q in QUERIES}
+
+
+def assert_same_answers(actual: dict[str, list], expected: dict[str, list]) -> None:
+    for query in QUERIES:
+        assert_same_toc(actual[query], expected[query])
+
+
+@pytest.fixture(scope="module")
+def on_local_disk(tmp_path_factory) -> dict:
+    """Snapshots A and B, and the answers of build(A), update(B), compact on local disk."""
+    root = tmp_path_factory.mktemp("local")
+    a, b, index = write_tiny_site(root / "a"), make_snapshot_b(root / "b"), root / "index"
+    common = ["--base_url", BASE + "/", "--site_depth", "1", *HASHING]
+    build.run(["--input", str(a), "--out", str(index), *common])
+    built = answers(str(index), root / "cache")
+    update.run(["--input", str(b), "--index", str(index)])
+    updated = answers(str(index), root / "cache")
+    compact.run(["--index", str(index)])
+    return {"a": a, "b": b, "built": built, "updated": updated, "compacted": answers(str(index), root / "cache")}
+
+
+def run_cli(*argv: str) -> None:
+    assert cli.main(list(argv)) == 0, argv
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("object_store", ["s3", "gcs"], indirect=True)
+def test_build_serve_update_compact_on_a_bucket_answer_as_on_local_disk(object_store, on_local_disk, tmp_path,
+                                                                        capsys):
+    index, flags = f"{object_store.url}/index", object_store.flags
+    # docs/FLEET.md's publishing step: a build with --out BUCKET/index
+    run_cli("build", str(on_local_disk["a"]), "--out", index, "--base_url", BASE + "/", "--site_depth", "1",
+            *HASHING, *flags)
+    assert_same_answers(answers(index, tmp_path / "cache"), on_local_disk["built"])
+    run_cli("update", str(on_local_disk["b"]), "--index", index, *flags)
+    assert_same_answers(answers(index, tmp_path / "cache"), on_local_disk["updated"])
+    run_cli("compact", index, *flags)
+    assert_same_answers(answers(index, tmp_path / "cache"), on_local_disk["compacted"])
+
+    capsys.readouterr()
+    run_cli("versions", index, *flags)
+    listed = [line.lstrip("* ").split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert listed == ["v000001", "v000002", "v000003"]
+    run_cli("inspect", index, "--html", str(tmp_path / "report.html"), *flags)
+    assert "v000003" in (tmp_path / "report.html").read_text()
+    run_cli("rollback", index, "v000001", *flags)
+    assert IndexLayout(index).current_version() == "v000001"
+    # the newest and the live version stay; the update's manifest and delta segment go
+    run_cli("prune", index, "--keep", "1", *flags)
+    layout = IndexLayout(index)
+    assert layout.versions() == ["v000001", "v000003"]
+    assert list_dirs(f"{index}/segments") == ["seg-v000001", "seg-v000003"]
+    assert not FileSystems.exists(f"{index}/LEASE")  # every command gave its lease back
+
+
+@pytest.mark.parametrize("object_store", ["s3", "gcs"], indirect=True)
+def test_an_index_on_a_bucket_is_reached_with_the_options_given(object_store):
+    """The issue's failure: the lease was read through Beam's file systems
+    before they had the job's options ('Must provide one of client or options')."""
+    use_pipeline_options(PipelineOptions(object_store.flags))
+    layout = IndexLayout(f"{object_store.url}/index")
+    assert layout.current_version() is None
+    with IndexLease(layout, "test") as lease:
+        assert lease.holder()["token"] == lease.record["token"]
+    assert lease.holder() is None
+
+
+def race_for_the_lease(layout: IndexLayout, contenders: int) -> list[IndexLease]:
+    """`contenders` jobs take the lease at once, each past its check that LEASE
+    is absent before any of them writes it (the window a check-then-write
+    loses); returns the ones that got it."""
+    barrier, seen = threading.Barrier(contenders), threading.local()
+    exists = FileSystems.exists
+
+    def exists_then_wait(path):
+        found = exists(path)
+        if path.endswith("/LEASE") and not getattr(seen, "lease", False):
+            seen.lease = True
+            barrier.wait(timeout=60)
+        return found
+
+    holders, errors = [], []
+
+    def job(number: int) -> None:
+        lease = IndexLease(layout, f"job{number}")
+        try:
+            lease.acquire()
+            holders.append(lease)
+        except IndexLockedError:
+            pass
+        except Exception as exc:  # noqa: BLE001  (reported by the test)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=job, args=(n,)) for n in range(contenders)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(FileSystems, "exists", staticmethod(exists_then_wait))
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+    assert not errors
+    return holders
+
+
+@pytest.mark.parametrize("object_store", ["s3", "gcs-preconditions"], indirect=True)
+def test_jobs_racing_on_one_bucket_prefix_leave_one_lease_holder(object_store):
+    use_pipeline_options(PipelineOptions(object_store.flags))
+    layout = IndexLayout(f"{object_store.url}/index")
+    holders = race_for_the_lease(layout, 6)
+    assert len(holders) == 1
+    (winner,) = holders
+    assert winner.holder()["token"] == winner.record["token"]
+    winner.claim_segment("seg-v000001")
+    assert winner.holder()["segment"] == "seg-v000001"
+    winner.release()
+    assert winner.holder() is None
+
+
+@pytest.mark.parametrize("object_store", ["s3", "gcs-preconditions"], indirect=True)
+def test_a_job_whose_lease_was_broken_neither_rewrites_nor_deletes_it(object_store):
+    use_pipeline_options(PipelineOptions(object_store.flags))
+    layout = IndexLayout(f"{object_store.url}/index")
+    first = IndexLease(layout, "update")
+    first.acquire()
+    second = IndexLease(layout, "build", break_lock=True)
+    second.acquire()  # --break_lock: the first job was taken for gone
+    with pytest.raises(IndexLockedError, match="taken over"):
+        first.claim_segment("seg-v000002")
+    first.release()
+    assert first.holder()["token"] == second.record["token"]
+    second.claim_segment("seg-v000002")
+    second.release()
+    assert second.holder() is None
