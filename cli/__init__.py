@@ -145,7 +145,8 @@ def _toc(args: argparse.Namespace, extra: list[str]) -> int:
 def _read(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.serving.api import RitragIndex
 
-    result = RitragIndex(args.index).read(args.node_ids, max_chars=args.max_chars, offset=args.offset)
+    result = RitragIndex(args.index).read(args.node_ids, max_chars=args.max_chars, offset=args.offset,
+                                          query=args.query)
     json.dump(result, sys.stdout, ensure_ascii=False, indent=1)
     print()
     return 0 if not result["unknown_ids"] else 3
@@ -496,6 +497,8 @@ def _add_query_parsers(sub, default_k: int, default_n: int, default_max_chars: i
     p.add_argument("--max_chars", type=int, default=default_max_chars,
                    help="characters of body text per node (a longer body carries next_offset)")
     p.add_argument("--offset", type=int, default=0, help="where in each body to start (a next_offset)")
+    p.add_argument("--query", help="a body longer than --max_chars comes as its passages most relevant to this "
+                                   "query, best first, with their offsets")
     p.set_defaults(func=_read)
 
 

@@ -132,6 +132,26 @@ def top_k(scores: Scores, k: int) -> Scores:
     return rows[chosen], values[chosen]
 
 
+def text_scores(bm25: "Bm25", query_terms: Sequence[str], texts_terms: Sequence[Sequence[str]],
+                field: str = "body") -> np.ndarray:
+    """BM25 of texts the postings do not hold (a node's passages, cut at read
+    time) against a query: the same formula as `Bm25.scores`, with the index's
+    idf and mean length of `field` ("all" where the index has one field)."""
+    f = bm25.fields.get(field) or bm25.fields["all"]
+    weights = {}
+    for term, qtf in Counter(query_terms).items():
+        row = bm25.postings.term_row.get(term)
+        df = 0 if row is None else int(f.df[row])
+        if df > 0:
+            weights[term] = qtf * idf(f.n, df)
+    scores = np.zeros(len(texts_terms), np.float32)
+    for i, terms in enumerate(texts_terms):
+        counts = Counter(t for t in terms if t in weights)
+        norm = bm25.k1 * (1.0 - bm25.b + bm25.b * len(terms) / f.avg_length) if f.avg_length else bm25.k1
+        scores[i] = sum(w * counts[t] * (bm25.k1 + 1.0) / (counts[t] + norm) for t, w in weights.items())
+    return scores
+
+
 class Bm25:
     """A loaded index's BM25: the postings, its one or two fields, and every
     row's length norm (each with its own field's mean length), computed once."""

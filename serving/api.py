@@ -22,6 +22,7 @@ from ritrag.encoders import QueryEmbedder
 from ritrag.layout import DamagedIndexError
 from ritrag.serving.errors import ToolError, checked_int, checked_text
 from ritrag.serving.index import LoadedVersion
+from ritrag.serving.passages import focus
 from ritrag.serving.retrieval import (Ranking, RetrievalParams, build_subforest, dense_top_k, fuse, node_scores,
                                      top_nodes, with_node_docs)
 
@@ -167,11 +168,19 @@ class RitragIndex:
         trees = build_subforest(hits, self.index.skeleton, TOC_FIELDS)
         return {"query": query, "version": self.version, "hits": len(hits), "trees": trees}
 
-    def read(self, node_ids: Sequence[str], max_chars: int = DEFAULT_MAX_CHARS, offset: int = 0) -> dict:
+    def read(self, node_ids: Sequence[str], max_chars: int = DEFAULT_MAX_CHARS, offset: int = 0,
+             query: str | None = None) -> dict:
         """Read: title, ancestor path, url and body of each node; unknown ids are
         reported, not fatal. Bodies longer than `max_chars` from `offset` are cut
-        and carry `next_offset` to continue."""
+        and carry `next_offset` to continue. With a `query` (and offset 0), each
+        text is the node's passages most relevant to it, best first, within
+        `max_chars` (serving/passages.py), with their offsets (`passages`) and
+        the characters left out (`skipped_chars`); a Read without a query gives
+        the text in order from any offset."""
         check_read_arguments(node_ids, max_chars, offset)
+        if query is not None:
+            checked_text("query", query)
+        focused_on = query if query and query.strip() and offset == 0 else None
         idx = self.index
         rows = {nid: idx.node_row.get(nid) for nid in dict.fromkeys(node_ids)}
         records = idx.node_records([r for r in rows.values() if r is not None])
@@ -190,7 +199,11 @@ class RitragIndex:
                 "text": body[offset: offset + max_chars],
                 "total_chars": len(body),
             }
-            if offset + max_chars < len(body):
+            if focused_on is not None and len(body) > max_chars:
+                chosen = focus(body, focused_on, idx.bm25, max_chars)
+                entry.update(text=chosen.text, skipped_chars=chosen.skipped_chars,
+                             passages=[{"offset": at, "chars": len(text)} for at, text in chosen.passages])
+            elif offset + max_chars < len(body):
                 entry["next_offset"] = offset + max_chars
             nodes.append(entry)
         return {"version": self.version, "nodes": nodes, "unknown_ids": unknown}

@@ -359,7 +359,7 @@ def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSet
               summary="Read: node bodies, with a continuation offset")
     def read(request: ReadRequest) -> dict[str, Any]:
         result = service().read(request.node_ids, offset=request.offset, max_chars=request.max_chars,
-                                episode_id=request.episode_id)
+                                episode_id=request.episode_id, query=request.query)
         _count_episodes(metrics, service().budgets)
         return result
 

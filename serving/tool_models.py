@@ -38,6 +38,10 @@ class ReadArgs(BaseModel):
     offset: int | None = Field(default=None, ge=0, strict=True,
                                description="Character offset to start at: a node's next_offset from an "
                                            "earlier Read, to continue a cut text; null to read from the start.")
+    query: str | None = Field(default=None, description=(
+        "What you look for in these nodes: a text longer than the size limit then comes as its passages most "
+        "relevant to the query, best first, each with its offset (Read again with that offset and no query "
+        "to read on in order from there); null: the text in order."))
 
 
 TOOLS: dict[str, tuple[type[BaseModel], str]] = {
@@ -115,6 +119,11 @@ class TocResult(BaseModel):
     budget: BudgetLeft | None = None
 
 
+class PassageRef(BaseModel):
+    offset: int
+    chars: int
+
+
 class ReadNode(BaseModel):
     id: str
     handle: str | None = None
@@ -124,6 +133,8 @@ class ReadNode(BaseModel):
     text: str
     total_chars: int
     next_offset: int | None = None
+    passages: list[PassageRef] | None = None  # a focused Read: where each passage of `text` starts in the node
+    skipped_chars: int | None = None  # a focused Read: characters of the node not shown
 
 
 class ReadResult(BaseModel):

@@ -112,7 +112,7 @@ class ToolService:
         return toc
 
     def read(self, node_ids: Sequence[str], *, offset: int | None = None, max_chars: int | None = None,
-             episode_id: str | None = None) -> dict[str, Any]:
+             episode_id: str | None = None, query: str | None = None) -> dict[str, Any]:
         """Read; refused with `unknown_ids` when none of the ids exist (a mix
         of known and unknown ids answers the known ones and lists the rest),
         and with `unknown_handles` when a handle is not one the episode's
@@ -132,7 +132,10 @@ class ToolService:
         _check_limit("max_chars", max_chars, lim.max_chars_per_node, "characters")
         handle_of = self._resolve_handles(node_ids, episode_id)
         budget = self._charge(episode_id, READ)
-        result = self.index.read([handle_of.get(i, i) for i in node_ids], max_chars=max_chars, offset=offset or 0)
+        if query is not None:
+            _check_limit("query", len(query), lim.max_query_chars, "characters")
+        result = self.index.read([handle_of.get(i, i) for i in node_ids], max_chars=max_chars, offset=offset or 0,
+                                 query=query)
         if handle_of:
             id_handle: dict[str, str] = {}
             for handle, node_id in handle_of.items():
@@ -161,7 +164,7 @@ class ToolService:
             raise invalid_arguments(exc.errors()) from None
         if tool == GET_TOC:
             return self.get_toc(args.query, episode_id=episode_id, collapse_read=args.collapse_read)
-        return self.read(args.node_ids, offset=args.offset, episode_id=episode_id)
+        return self.read(args.node_ids, offset=args.offset, episode_id=episode_id, query=args.query)
 
     def text_of(self, result: dict[str, Any]) -> str:
         """What a model reads of a result: the outline of a ToC when the result

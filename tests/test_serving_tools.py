@@ -55,10 +55,11 @@ def test_every_format_carries_the_same_input_schema():
 
 def test_strict_schemas_accept_what_the_models_accept():
     read = strict_schema(ReadArgs)
-    jsonschema.validate({"node_ids": ["a"], "offset": None}, read)
-    jsonschema.validate({"node_ids": ["a"], "offset": 20}, read)
-    for bad in ({"node_ids": ["a"]}, {"node_ids": "a", "offset": None}, {"node_ids": [], "offset": -1},
-                {"node_ids": [], "offset": None, "extra": 1}):
+    jsonschema.validate({"node_ids": ["a"], "offset": None, "query": None}, read)
+    jsonschema.validate({"node_ids": ["a"], "offset": 20, "query": "rotate keys"}, read)
+    for bad in ({"node_ids": ["a"]}, {"node_ids": "a", "offset": None, "query": None},
+                {"node_ids": [], "offset": -1, "query": None}, {"node_ids": [], "offset": None, "query": None, "extra": 1},
+                {"node_ids": ["a"], "offset": None, "query": 3}):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, read)
     assert ReadArgs.model_validate({"node_ids": ["a"], "offset": None}).offset is None
@@ -110,7 +111,7 @@ class StubIndex:
                            "summary": "Ports and TLS", "keywords": ["port", "tls"]}]}]}]
         return {"query": query, "version": self.version, "hits": 2, "trees": trees, "k": k, "n": n}
 
-    def read(self, node_ids, max_chars: int, offset: int) -> dict:
+    def read(self, node_ids, max_chars: int, offset: int, query: str | None = None) -> dict:
         known = [i for i in node_ids if i == "cfg"]
         return {"version": self.version, "unknown_ids": [i for i in node_ids if i != "cfg"],
                 "nodes": [{"id": i, "title": "t", "path": [], "url": None, "text": "x", "total_chars": 1,
