@@ -136,7 +136,8 @@ def write_table(path: str, columns: dict[str, pa.Array], schema: pa.Schema) -> N
 
 def write_synthetic_index(out: str, nodes: int = 1_000_000, sites: int = 16, fanout: int = 10,
                           words_per_node: int = 120, vocabulary_size: int = 50_000, num_shards: int = 8,
-                          factory: str | None = None, seed: int = 0) -> dict:
+                          factory: str | None = None, nprobe: int | None = None, rerank: int | None = None,
+                          seed: int = 0) -> dict:
     start = time.time()
     faiss.omp_set_num_threads(1)  # OpenMP spin-waits badly on a shared 2-core machine
     rng = np.random.default_rng(seed)
@@ -231,7 +232,8 @@ def write_synthetic_index(out: str, nodes: int = 1_000_000, sites: int = 16, fan
         json.dump(bm25, fh, sort_keys=True)
     pq.write_table(DEAD_LETTERS_SCHEMA.empty_table(), os.path.join(seg_dir, DEAD_LETTERS_FILE))
 
-    dense = write_dense(seg_dir, chunk_ids, chunk_shard, num_shards, factory, seed)
+    overrides = {k: v for k, v in {"factory": factory, "nprobe": nprobe, "rerank": rerank}.items() if v is not None}
+    dense = write_dense(seg_dir, chunk_ids, chunk_shard, num_shards, overrides, seed)
     counts = {"pages_read": nodes, "pages_indexed": nodes, "chunks": nodes}
     segment = layout.describe_segment(segment_id, num_shards, counts)
     spec = EmbedderSpec(model=DEFAULT_MODEL)
@@ -246,13 +248,12 @@ def write_synthetic_index(out: str, nodes: int = 1_000_000, sites: int = 16, fan
 
 
 def write_dense(seg_dir: str, chunk_ids: np.ndarray, chunk_shard: np.ndarray, num_shards: int,
-                factory: str | None, seed: int) -> dict:
-    """Vector files, the trained index and shard indexes as the build writes them;
-    returns dense.json. Chunk row i gets vector i of the embedding-like stream."""
+                overrides: dict, seed: int) -> dict:
+    """Vector files, the trained index and shard indexes as the build writes them
+    (`overrides` as the build's --dense_* flags); returns dense.json. Chunk row i
+    gets vector i of the embedding-like stream."""
     n = len(chunk_ids)
-    params = choose_params(n, DIM)
-    if factory:
-        params = dataclasses.replace(params, factory=factory)
+    params = dataclasses.replace(choose_params(n, DIM), **overrides)
     gen = SyntheticEmbeddings(dim=DIM, seed=seed)
     vectors = np.empty((n, DIM), np.float16)
     for b, start in enumerate(range(0, n, BATCH)):
@@ -281,8 +282,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nodes", type=int, default=1_000_000)
     parser.add_argument("--num_shards", type=int, default=8)
     parser.add_argument("--factory", help="a FAISS factory string; default: the build's choice for the size")
+    parser.add_argument("--nprobe", type=int, help="default: the build's choice for the size")
+    parser.add_argument("--rerank", type=int, help="default: the build's choice for the size")
     args = parser.parse_args(argv)
-    print(json.dumps(write_synthetic_index(args.out, args.nodes, num_shards=args.num_shards, factory=args.factory)))
+    print(json.dumps(write_synthetic_index(args.out, args.nodes, num_shards=args.num_shards, factory=args.factory,
+                                           nprobe=args.nprobe, rerank=args.rerank)))
 
 
 if __name__ == "__main__":

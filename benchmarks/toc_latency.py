@@ -8,8 +8,9 @@ baseline and current, so both see the same machine load): the index is loaded
 from `--cache_dir` (built by a first, untimed load of each code path), then
 GetToC runs with the query vector given (retrieval alone: BM25, dense search,
 fusion, sub-forest; no query embedding), queries being node titles drawn with
-a fixed seed and vectors seeded random unit vectors, the same in every
-process. Each process reports its load time, its resident memory after the
+a fixed seed and vectors the embedding-like query vectors of the synthetic
+indexes (benchmarks/synthetic_index.py's `SyntheticEmbeddings`, drawn here and
+handed to every process), the same in every process. Each process reports its load time, its resident memory after the
 queries split as /proc reports it: anonymous (its own heap: what one more
 process costs) and file-backed (mapped files: pages the page cache shares
 between the processes that map them), and
@@ -35,9 +36,10 @@ import numpy as np
 
 HERE = os.path.abspath(__file__)
 WARM_UP = 10
+K_PRIME = 200  # GetToC's default chunks per retriever (serving/api.py DEFAULT_K)
 
 
-def measure(index_dir: str, cache_dir: str, count: int, timed: bool) -> dict:
+def measure(index_dir: str, cache_dir: str, vectors_path: str, timed: bool) -> dict:
     """Runs in the worker process: load, then the retrieval-only GetToC of every query."""
     from ritrag.serving.api import RitragIndex, one_thread_per_query
 
@@ -47,13 +49,11 @@ def measure(index_dir: str, cache_dir: str, count: int, timed: bool) -> dict:
     load_s = time.perf_counter() - start
     if not timed:
         return {"load_s": load_s}
+    vectors = np.load(vectors_path)
     rng = random.Random(0)
     titles = index.index.nodes["title"]
-    picked = [titles[rng.randrange(len(titles))] for _ in range(count * 2)]
-    queries = [t for t in dict.fromkeys(picked) if t.strip()][:count]
-    dim = index.index.dense_shards[0].d
-    vectors = np.random.default_rng(0).standard_normal((len(queries), dim)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    picked = [titles[rng.randrange(len(titles))] for _ in range(len(vectors) * 2)]
+    queries = [t for t in dict.fromkeys(picked) if t.strip()][:len(vectors)]
     for query, vector in zip(queries[:WARM_UP], vectors):
         index.get_toc(query, query_vector=vector)
     seconds, digest = [], hashlib.sha256()
@@ -62,22 +62,54 @@ def measure(index_dir: str, cache_dir: str, count: int, timed: bool) -> dict:
         toc = index.get_toc(query, query_vector=vector)
         seconds.append(time.perf_counter() - t0)
         digest.update(json.dumps(toc["trees"], sort_keys=True).encode())
+    search_s, rerank_s = dense_alone(index.index, vectors[:len(queries)])
     with open("/proc/self/status", encoding="ascii") as fh:
         status = {k: v.split()[0] for k, v in (line.split(":", 1) for line in fh) if k in ("RssAnon", "RssFile")}
-    return {"load_s": load_s, "seconds": seconds, "anon": int(status["RssAnon"]) * 1024,
-            "file": int(status["RssFile"]) * 1024,
+    return {"load_s": load_s, "seconds": seconds, "search_s": search_s, "rerank_s": rerank_s,
+            "anon": int(status["RssAnon"]) * 1024, "file": int(status["RssFile"]) * 1024,
             "digest": digest.hexdigest()[:16], "chunks": len(index.index.chunk_ids), "queries": len(queries)}
 
 
-def run_worker(code: str | None, index_dir: str, cache_dir: str, count: int, timed: bool) -> dict:
+def dense_alone(idx, vectors: np.ndarray) -> tuple[list[float], list[float]]:
+    """Seconds of GetToC's dense side per query, as serving/api.py runs it for a
+    one-field index (k' = 200): the index search, then the exact re-ranking (0
+    when the index asks for none)."""
+    from ritrag.serving.retrieval import dense_top_k
+    from ritrag.vectors import rerank_exact
+
+    search_s, rerank_s = [], []
+    for vector in vectors:
+        t0 = time.perf_counter()
+        candidates, _ = dense_top_k(vector, idx.dense_shards, idx.dense_rerank * K_PRIME, idx.dense_dead)
+        t1 = time.perf_counter()
+        if idx.vector_store is not None:
+            rerank_exact(vector, candidates, idx.vector_store)
+        search_s.append(t1 - t0)
+        rerank_s.append(time.perf_counter() - t1)
+    return search_s, rerank_s
+
+
+def run_worker(code: str | None, index_dir: str, cache_dir: str, vectors_path: str, timed: bool) -> dict:
     """`measure` in a fresh process, importing ritrag from `code` (None: this checkout)."""
     shim = (f"import sys; sys.path.insert(0, {code!r}); import ritrag; ritrag.__path__.append({code!r}); "
             if code else "import sys; ")
     script = (shim + f"import runpy; m = runpy.run_path({HERE!r}); import json; "
-              f"print(json.dumps(m['measure']({index_dir!r}, {cache_dir!r}, {count}, {timed})))")
+              f"print(json.dumps(m['measure']({index_dir!r}, {cache_dir!r}, {vectors_path!r}, {timed})))")
     out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True,
                          cwd=os.path.dirname(os.path.dirname(HERE)))
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def query_vectors(index_dir: str, count: int, directory: str) -> str:
+    """`count` query vectors of the index's dimension, saved in `directory` (a .npy file)."""
+    from benchmarks.synthetic_index import QUERY_STREAM, SyntheticEmbeddings
+    from ritrag.layout import IndexLayout
+
+    dim = int(IndexLayout(index_dir).load_manifest().config["dense"]["dim"])
+    path = os.path.join(directory, f"toc_latency_queries-{dim}-{count}.npy")
+    os.makedirs(directory, exist_ok=True)
+    np.save(path, SyntheticEmbeddings(dim=dim).batch(QUERY_STREAM, count).astype(np.float32))
+    return path
 
 
 def percentiles(seconds: list[float]) -> tuple[float, float]:
@@ -99,12 +131,13 @@ def main(argv: list[str] | None = None) -> None:
     load_before = os.getloadavg()[0]
     lines, p50 = [], {}
     for index_dir in args.indexes:
+        vectors_path = query_vectors(index_dir, args.queries, args.cache_dir)
         for _, code in paths:  # build each path's cache, untimed
-            run_worker(code, index_dir, args.cache_dir, args.queries, timed=False)
+            run_worker(code, index_dir, args.cache_dir, vectors_path, timed=False)
         runs: dict[str, list[dict]] = {name: [] for name, _ in paths}
         for _ in range(args.rounds):
             for name, code in paths:
-                runs[name].append(run_worker(code, index_dir, args.cache_dir, args.queries, timed=True))
+                runs[name].append(run_worker(code, index_dir, args.cache_dir, vectors_path, timed=True))
         for name, results in runs.items():
             seconds = [s for r in results for s in r["seconds"]]
             median, p99 = percentiles(seconds)
@@ -116,6 +149,11 @@ def main(argv: list[str] | None = None) -> None:
                          f"{max(r['anon'] for r in results) / 2**30:.2f} GiB + file-backed "
                          f"{max(r['file'] for r in results) / 2**30:.2f} GiB; answers digest "
                          f"{', '.join(sorted({r['digest'] for r in results}))}")
+            if "search_s" in first:
+                search_ms = 1e3 * np.median([s for r in results for s in r["search_s"]])
+                rerank_ms = 1e3 * np.median([s for r in results for s in r["rerank_s"]])
+                lines.append(f"  - dense side alone, medians: index search {search_ms:.2f} ms + exact re-ranking "
+                             f"{rerank_ms:.2f} ms")
         if args.baseline:
             lines.append(f"  - baseline/current p50: {p50[(index_dir, 'baseline')] / p50[(index_dir, 'current')]:.1f}x")
     for name, _ in paths:

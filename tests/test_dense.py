@@ -18,7 +18,7 @@ from ritrag.layout import shard_file_name
 from ritrag.vectors import MissingVectorsError, VectorShard, VectorStore, rerank_exact, write_vectors
 from ritrag.serving.retrieval import dense_top_k
 from ritrag.transforms.dense import (DENSE_INFO_FILE, DENSE_TRAINED_FILE, EXACT_MAX_VECTORS, BuildDenseIndex,
-                              choose_params, pq_codes, rebuild_index, trained_empty_index_of)
+                              DenseParams, choose_params, pq_codes, rebuild_index, trained_empty_index_of)
 from ritrag.transforms.tables import remove_spill_files
 
 DIM = 32
@@ -62,6 +62,16 @@ def test_parameter_table_by_corpus_size():
     lists = [int(p.factory[3:].split(",")[0].split("_")[0]) for p in larger]
     assert lists == sorted(lists)  # more vectors, never fewer lists
     assert pq_codes(384) == 96 and pq_codes(30) == 6  # PQ needs codes that divide the dimension
+
+
+@pytest.mark.parametrize("n, factory, nprobe, rerank", [
+    (100_000, "IVF1024,PQ96x4fs", 256, 8),
+    (1_000_000, "IVF4096,PQ96x4fs", 32, 4),
+    (10_000_000, "IVF4096,PQ96x4fs", 32, 8),
+])
+def test_parameters_chosen_at_the_measured_sizes(n, factory, nprobe, rerank):
+    """The table's choice at the sizes benchmarks/RESULTS.md measured (recall@200 >= 0.95)."""
+    assert choose_params(n, 384) == DenseParams(factory, nprobe=nprobe, rerank=rerank)
 
 
 @pytest.mark.parametrize("n", [0, 1, 1000])

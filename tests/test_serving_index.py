@@ -1,9 +1,11 @@
-"""Memory-aware loading: the skeleton in memory, bodies by point lookups, and
-postings assembled shard by shard, checked against plain reads of the tables."""
+"""Memory-aware loading: the skeleton in memory, bodies by point lookups,
+postings assembled shard by shard, checked against plain reads of the tables;
+dense shards memory-mapped and joined behind their one coarse quantizer."""
 from __future__ import annotations
 
 import os
 
+import faiss
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -12,7 +14,8 @@ import pytest
 from ritrag.analyzer import analyze
 from ritrag.bm25 import Bm25, Postings, top_k
 from ritrag.layout import IndexLayout
-from ritrag.serving.index import LoadedVersion
+from ritrag.serving.index import LoadedVersion, read_dense_shard, segment_dense_indexes
+from ritrag.serving.retrieval import dense_top_k
 from support import benchmark_module
 
 write_synthetic_index = benchmark_module("synthetic_index").write_synthetic_index
@@ -139,3 +142,82 @@ def test_a_cut_cache_file_is_rebuilt_not_fatal(synthetic, loaded, tmp_path, name
     np.testing.assert_array_equal(again.postings.chunk_index, loaded.postings.chunk_index)
     assert again.skeleton.columns["node_id"].equals(loaded.skeleton.columns["node_id"])
     assert LoadedVersion(synthetic, cache_dir=str(tmp_path)).postings.chunk_index.shape == loaded.postings.chunk_index.shape
+
+
+def unit_vectors(n: int, dim: int, seed: int) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("factory", ["IVF8,SQ8", "IVF8,PQ8x4fs", "IDMap2,Flat"])
+def test_a_memory_mapped_dense_shard_answers_as_a_read_one(tmp_path, factory):
+    index = faiss.index_factory(16, factory, faiss.METRIC_INNER_PRODUCT)
+    vectors = unit_vectors(2000, 16, 0)
+    index.train(vectors)
+    index.add_with_ids(vectors, np.arange(2000, dtype=np.int64) * 7 + 3)
+    path = str(tmp_path / "dense-00000-of-00001.faiss")
+    faiss.write_index(index, path)
+    mapped, read = read_dense_shard(path, nprobe=3), faiss.read_index(path)
+    if factory.startswith("IVF"):
+        faiss.extract_index_ivf(read).nprobe = 3
+        assert faiss.extract_index_ivf(mapped).nprobe == 3
+    if factory == "IVF8,SQ8":  # lists stored as arrays are mapped from the file, not copied
+        lists = faiss.downcast_InvertedLists(faiss.extract_index_ivf(mapped).invlists)
+        assert isinstance(lists, faiss.OnDiskInvertedLists)
+    queries = unit_vectors(20, 16, 1)
+    for got, expected in zip(mapped.search(queries, 50), read.search(queries, 50)):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_a_damaged_dense_shard_is_refused_naming_it(tmp_path):
+    path = tmp_path / "dense-00000-of-00001.faiss"
+    path.write_bytes(b"not a faiss index" * 8)
+    with pytest.raises(RuntimeError, match="dense-00000-of-00001.faiss: not a readable FAISS index"):
+        read_dense_shard(str(path), nprobe=1)
+
+
+def trained_shards(vectors: np.ndarray, num_shards: int, seed: int = 0) -> list:
+    trained = faiss.index_factory(vectors.shape[1], "IVF16,PQ8x4fs", faiss.METRIC_INNER_PRODUCT)
+    trained.train(vectors[np.random.default_rng(seed).permutation(len(vectors))])
+    shards = []
+    for s in range(num_shards):
+        shard = faiss.clone_index(trained)
+        shard.add_with_ids(vectors[s::num_shards], np.arange(s, len(vectors), num_shards, dtype=np.int64))
+        faiss.extract_index_ivf(shard).nprobe = 4
+        shards.append(shard)
+    return shards
+
+
+def test_shards_of_one_quantizer_are_searched_as_one_index_like_each_apart():
+    vectors = unit_vectors(3000, 16, 0)
+    shards = trained_shards(vectors, 3)
+    joined = segment_dense_indexes(shards)
+    assert len(joined) == 1 and isinstance(joined[0], faiss.IndexShardsIVF) and joined[0].ntotal == 3000
+    dead = np.array([5, 6, 7], np.int64)
+    for query in unit_vectors(20, 16, 1):
+        ids, scores = dense_top_k(query, joined, 100, [dead])
+        apart_ids, apart_scores = dense_top_k(query, shards, 100, [dead] * 3)
+        np.testing.assert_array_equal(scores, apart_scores)
+        above = scores > scores[-1]  # equal scores at the cut may be any of the tied ids
+        np.testing.assert_array_equal(np.sort(ids[above]), np.sort(apart_ids[above]))
+        assert not np.isin(ids, dead).any()
+
+
+def test_shards_of_different_quantizers_or_exact_ones_stay_apart():
+    vectors = unit_vectors(3000, 16, 0)
+    mixed = trained_shards(vectors, 2, seed=0)[:1] + trained_shards(vectors, 2, seed=1)[1:]
+    assert segment_dense_indexes(mixed) == mixed
+    exact = [faiss.index_factory(16, "IDMap2,Flat", faiss.METRIC_INNER_PRODUCT) for _ in range(2)]
+    assert segment_dense_indexes(exact) == exact
+
+
+def test_a_synthetic_ivf_index_loads_joined_with_the_recorded_parameters(tmp_path):
+    out = str(tmp_path / "ivf")
+    write_synthetic_index(out, nodes=3_000, sites=3, num_shards=3, vocabulary_size=1_000, factory="IVF16,PQ96x4fs",
+                          nprobe=4, rerank=4)
+    loaded = LoadedVersion(out)
+    dense = loaded.manifest.config["dense"]
+    assert dense["factory"] == "IVF16,PQ96x4fs" and (dense["nprobe"], dense["rerank"]) == (4, 4)
+    assert faiss.extract_index_ivf(loaded.dense_shards[0].at(0)).nprobe == 4
+    assert len(loaded.dense_shards) == len(loaded.dense_dead) == 1
+    assert loaded.dense_shards[0].ntotal == 3_000 and loaded.vector_store is not None
