@@ -63,8 +63,14 @@ SYSTEMS = {
     "bm25": "BM25 only: nodes by their best BM25 chunk, same reader",
     "dense": "dense only: nodes by their best dense chunk, same reader",
     "chunks": "plain RAG: fused chunk ranking, top chunks read",
+    "focused1x": "the sub-forest's hits read with focused Reads (the question as query) within the tokens plain "
+                 "RAG read for the question",
+    "focused2x": "the same within twice the tokens plain RAG read",
     "tree": "PageIndex-style: the whole tree of the top hit",
 }
+# The focused readers' token budgets, as multiples of what plain RAG read for the same question.
+FOCUS_BUDGETS = {"focused1x": 1.0, "focused2x": 2.0}
+CHARS_PER_TOKEN = 4  # a Read asks for characters; its text is then counted in tokens
 NODE_RANKINGS = ("subforest", "bm25", "dense")
 NDCG_K = 10
 HIT_KS = (1, 5, 10)
@@ -468,6 +474,11 @@ def _score(index: RitragIndex, run: _Run, texts: dict[str, dict[int, str]], tree
                          "found": bool(set(run.rankings["chunks"][:config.chunks]) & every),
                          "read_chunks": len(top),
                          **_reading(q.evidence, "\n".join(texts["chunks"].get(r, "") for r in top))}
+    for name, multiple in FOCUS_BUDGETS.items():
+        read, text = _focused_reading(index, run.rankings["subforest"][:_reads(config)], q.question,
+                                      systems["chunks"]["read_tokens"] * multiple)
+        systems[name] = {**_rank_metrics(run.rankings["subforest"], targets), "found": systems["subforest"]["found"],
+                         "read": read, **_reading(q.evidence, text)}
     tree = trees.get(run.top_root) if run.top_root is not None else None
     systems["tree"] = {"found": bool(tree and tree["rows"] & every), "tree": tree["id"] if tree else None,
                        "toc_nodes": tree["nodes"] if tree else 0,
@@ -478,6 +489,25 @@ def _score(index: RitragIndex, run: _Run, texts: dict[str, dict[int, str]], tree
     return {"id": q.id, "line": q.line, "question": q.question, "tags": list(q.tags), "gold": list(q.gold),
             "resolved": run.resolved, "unresolvable_gold": run.unresolvable, "scored": bool(targets),
             "targets": len(targets), "latency_ms": round(run.latency_ms, 3), "systems": systems}
+
+
+def _focused_reading(index: RitragIndex, rows: Sequence[int], question: str, budget_tokens: float
+                     ) -> tuple[list[str], str]:
+    """A reader that spends a token budget like an agent would: the nodes in
+    rank order, each Read with the question as query (its most relevant
+    passages, serving/passages.py) and what is left of the budget as its
+    size, until the budget is spent. (node ids read, text read)"""
+    read, pieces, spent = [], [], 0
+    for row in rows:
+        left = int(budget_tokens) - spent
+        if left <= 0:
+            break
+        node_id = index.index.nodes["node_id"][row]
+        text = index.read([node_id], max_chars=max(left * CHARS_PER_TOKEN, 1), query=question)["nodes"][0]["text"]
+        read.append(node_id)
+        pieces.append(text)
+        spent += count_tokens(text)
+    return read, "\n".join(pieces)
 
 
 def _rank_metrics(ranked: Sequence[int], targets: Sequence[frozenset[int]]) -> dict[str, Any]:
@@ -582,6 +612,8 @@ def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
             metrics["evidence_recall"] = _mean(s["evidence_recall"] for s in rows)
             metrics["read_chars"] = _mean(s["read_chars"] for s in rows)
             metrics["read_tokens"] = _mean(s["read_tokens"] for s in rows)
+            recall, tokens = metrics["evidence_recall"], metrics["read_tokens"]
+            metrics["evidence_per_1k_tokens"] = 1000 * recall / tokens if recall is not None and tokens else None
             metrics["rank_histogram"] = rank_histogram(ranks)
         for key in ("toc_tokens_json", "toc_tokens_outline", "toc_nodes"):
             if key in rows[0]:

@@ -13,9 +13,10 @@ from typing import Any, Sequence
 from ritrag.evaluation.eval import NODE_RANKINGS, SYSTEMS
 
 COLORS = {"subforest": "#2f6fd0", "bm25": "#d08a2f", "dense": "#3a9a5b", "chunks": "#a04bb0", "tree": "#777777",
-          "agent": "#c03a3a"}
+          "agent": "#c03a3a", "focused1x": "#5aa6e8", "focused2x": "#1f4f99"}
 TABLE_COLUMNS = (("found", "found"), ("hit@1", "hit@1"), ("hit@5", "hit@5"), ("hit@10", "hit@10"), ("mrr", "MRR"),
                  ("ndcg@10", "nDCG@10"), ("evidence_recall", "ev.recall"), ("read_tokens", "read tok"),
+                 ("evidence_per_1k_tokens", "ev./1k tok"),
                  ("toc_tokens_json", "ToC tok json"), ("toc_tokens_outline", "ToC tok outline"))
 AGENT_COLUMNS = (("precision", "ev.P"), ("recall", "ev.R"), ("f1", "ev.F1"), ("calls", "calls"),
                  ("toc_calls", "GetToC"), ("prompt_tokens", "prompt tok"), ("completion_tokens", "compl. tok"),

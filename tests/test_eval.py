@@ -154,6 +154,15 @@ def test_evaluate_tiny_index(tiny_hash_index, tmp_path):
     assert tree["found"] and tree["toc_nodes"] == 8  # the whole shop tree: 7 pages and the virtual "Guides"
     assert report["latency_ms"]["p50"] > 0
     assert {v["baseline"] for v in report["verdicts"]} == {"bm25", "dense", "chunks", "tree"}
+    for q in report["questions"]:  # the focused readers spend about the budget plain RAG set them, no more
+        systems = q["systems"]
+        for name, multiple in ev.FOCUS_BUDGETS.items():
+            assert systems[name]["read_tokens"] <= 1.25 * multiple * systems["chunks"]["read_tokens"] + 8
+            assert systems[name]["read"] == systems["subforest"]["read"][:len(systems[name]["read"])]
+    overall = report["overall"]
+    assert overall["focused2x"]["read_tokens"] >= overall["focused1x"]["read_tokens"]
+    assert overall["chunks"]["evidence_per_1k_tokens"] == pytest.approx(
+        1000 * overall["chunks"]["evidence_recall"] / overall["chunks"]["read_tokens"])
 
 
 def test_reports_written_and_self_contained(tiny_hash_index, tmp_path):
