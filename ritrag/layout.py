@@ -628,8 +628,8 @@ class ConditionalObject:
     def of(path: str) -> "ConditionalObject | None":
         """The object at `path`, or None where the store has no preconditions
         (local paths have their own exclusive create; other Beam file systems none)."""
-        scheme = path.split("://", 1)[0] if is_remote(path) else None
-        return {"s3": _S3Object, "gs": _GcsObject}.get(scheme, lambda _: None)(path)
+        kind = {"s3": _S3Object, "gs": _GcsObject}.get(path.split("://", 1)[0]) if is_remote(path) else None
+        return kind(path) if kind else None
 
     def read(self) -> tuple[bytes, str]:
         """(the object's bytes, their version); FileNotFoundError when absent."""

@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -130,6 +131,8 @@ class MotoS3(ObjectStore):
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         self._server.start()
         endpoint = f"http://127.0.0.1:{port}"
+        # moto keeps its buckets in this process, across servers: start empty
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=10)
         self.flags = ["--s3_endpoint_url", endpoint, "--s3_access_key_id", "testing",
                       "--s3_secret_access_key", "testing", "--s3_region_name", "us-east-1"]
         self.env = {**S3_CREDENTIALS, "FSSPEC_S3_ENDPOINT_URL": endpoint}
