@@ -160,3 +160,18 @@ def test_a_job_whose_lease_was_broken_neither_rewrites_nor_deletes_it(object_sto
     second.claim_segment("seg-v000002")
     second.release()
     assert second.holder() is None
+
+
+@pytest.mark.parametrize("object_store", ["gcs"], indirect=True)
+def test_a_segment_left_on_a_bucket_by_a_crashed_job_is_removed_before_the_next_one(object_store, tmp_path):
+    """A prefix is no object: the debris check looked for one and never found it,
+    so a crashed job's files ended up in the next version's manifest."""
+    index = f"{object_store.url}/index"
+    use_pipeline_options(PipelineOptions(object_store.flags))
+    with FileSystems.create(f"{index}/segments/seg-v000001/left-by-a-crash.bin") as fh:
+        fh.write(b"debris")
+    build.run(["--input", str(write_tiny_site(tmp_path / "site")), "--out", index, "--base_url", BASE + "/",
+               *HASHING, *object_store.flags])
+    (segment,) = IndexLayout(index).load_manifest().segments
+    assert "left-by-a-crash.bin" not in segment["files"]
+    assert not FileSystems.exists(f"{index}/segments/seg-v000001/left-by-a-crash.bin")
