@@ -1,35 +1,34 @@
-"""Where the build's CPU goes: one in-process build under cProfile, its time
-by Beam stage and by function.
+"""Where the build's CPU goes: one in-process build, sampled on the process's
+CPU clock, its CPU time by Beam stage and by function.
 
-    python -m benchmarks.build_profile --pages 3000 [--work DIR] [--top 25]
+    python -m benchmarks.build_profile --pages 5000 [--work DIR] [--top 25]
     python -m benchmarks.build_profile --input /work/corpus-subset [--base_url URL]
 
 Without --input the corpus is `ritrag synth`'s (cached under --work). The build
 is `ritrag.pipelines.build.run` with the `hashing:384` stand-in for the model, on
 Beam's in-process FnApiRunner, whose bundles run in the calling thread, so one
-profiler sees every DoFn. Without --base_url the sites' bases are inferred
+stack shows which DoFn runs. Without --base_url the sites' bases are inferred
 (the head pass runs), as for a mirror.
 
 Stages are the DoFns (and the functions the Beam steps of pipelines/build.py
-call) named in STAGES, each timed inclusively: the time of its entry
-functions with everything they call. "of which" rows are parts of the row above.
-What no stage claims is Beam's own work (the runner, coders, shuffles in
-memory, progress), reading matched files and the launcher. Profiled time is
-wall time, inflated by the profiler's per-call overhead, so the shares, not
-the seconds, are the figures to compare, on an idle machine: the process CPU
-time of the same run is printed beside it (well below the profiled time: other
-work took turns on the CPUs).
+call) named in STAGES, each charged the CPU time sampled while one of its entry
+functions was on the stack. "of which" rows are parts of the row above. What
+no stage claims is Beam's own work (the runner, coders, shuffles in memory,
+progress), reading matched files and the launcher. A sampler on the CPU clock
+(`CpuSampler`) rather than cProfile: cProfile's per-call cost inflates Python
+code against C code, and its wall clock counts other jobs' turns on a shared
+machine; the samples add up to the process's CPU time.
 """
 from __future__ import annotations
 
 import argparse
-import cProfile
+import collections
 import importlib
 import logging
 import os
-import pstats
-import resource
+import re
 import shutil
+import signal
 import sys
 import time
 from typing import NamedTuple
@@ -84,7 +83,7 @@ STAGES = (
 
 
 def code_key(function: Function) -> tuple[str, int, str] | None:
-    """cProfile's key (file, first line, name) of `function`, None if the code profiled lacks it."""
+    """The key (file, first line, name) of `function`'s code, None if the code profiled lacks it."""
     module, _, qualname = function.partition(":")
     try:
         obj = importlib.import_module(module)
@@ -102,65 +101,94 @@ def code_key(function: Function) -> tuple[str, int, str] | None:
     return (code.co_filename, code.co_firstlineno, code.co_name) if code else None
 
 
-def inclusive(stats: pstats.Stats, functions: tuple[Function, ...]) -> float:
-    """Inclusive seconds of `functions` (each with all it calls), the time of
-    one of them called by another counted once."""
-    keys = {code_key(f) for f in functions} & set(stats.stats)
-    total = sum(stats.stats[key][3] for key in keys)
-    nested = sum(edge[3] for key in keys for caller, edge in stats.stats[key][4].items() if caller in keys)
-    return total - nested
+Stack = tuple[tuple[str, int, str], ...]  # code keys, innermost first
 
 
-def stage_rows(stats: pstats.Stats) -> list[tuple[str, float, bool]]:
-    """(label, inclusive seconds, is a part) per stage, then what no stage claims."""
-    rows = [(s.label, inclusive(stats, s.entries), s.part_of is not None) for s in STAGES]
+class CpuSampler:
+    """A sampling profiler on the process's CPU clock: SIGPROF every `interval_s`
+    of CPU time (every thread's: the tokenizer's own threads count), and the CPU
+    time since the previous sample charged to the main thread's Python stack
+    when the signal is handled. Python handles a signal after the C call it
+    interrupted returns, so a long C call's time lands on the function that
+    made it, whole (signals that arrive meanwhile merge, the clock does not)."""
+
+    def __init__(self, interval_s: float = 0.002):
+        self._interval_s = interval_s
+        self.stacks: collections.Counter[Stack] = collections.Counter()
+
+    def __enter__(self) -> "CpuSampler":
+        self._previous = signal.signal(signal.SIGPROF, self._sample)
+        self._last = time.process_time()
+        signal.setitimer(signal.ITIMER_PROF, self._interval_s, self._interval_s)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        signal.setitimer(signal.ITIMER_PROF, 0, 0)
+        signal.signal(signal.SIGPROF, self._previous)
+
+    def _sample(self, _signum, frame) -> None:
+        now = time.process_time()
+        stack = []
+        while frame is not None:
+            code = frame.f_code
+            stack.append((code.co_filename, code.co_firstlineno, code.co_name))
+            frame = frame.f_back
+        self.stacks[tuple(stack)] += now - self._last
+        self._last = now
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.stacks.values())
+
+    def inclusive(self, functions: tuple[Function, ...]) -> float:
+        """CPU seconds with one of `functions` on the stack."""
+        keys = {code_key(f) for f in functions} - {None}
+        return sum(t for stack, t in self.stacks.items() if keys.intersection(stack))
+
+    def own(self, top: int) -> list[tuple[str, float]]:
+        """The `top` innermost Python functions by CPU seconds (a C call's time is its caller's)."""
+        own: collections.Counter = collections.Counter()
+        for stack, t in self.stacks.items():
+            own[stack[0]] += t
+        return [(f"{short_path(file)}:{line} {name}", t) for (file, line, name), t in own.most_common(top)]
+
+
+def stage_rows(sampler: CpuSampler) -> list[tuple[str, float, bool]]:
+    """(label, CPU seconds, is a part) per stage, then what no stage claims."""
+    rows = [(s.label, sampler.inclusive(s.entries), s.part_of is not None) for s in STAGES]
     claimed = sum(t for _, t, part in rows if not part)
-    return rows + [("Beam runner, reading, launcher (the rest)", stats.total_tt - claimed, False)]
-
-
-def hot_functions(stats: pstats.Stats, top: int) -> list[tuple[str, int, float, float]]:
-    """(function, calls, own seconds, inclusive seconds), the `top` by own time."""
-    ranked = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]
-    return [(f"{short_path(file)}:{line} {name}", row[1], row[2], row[3]) for (file, line, name), row in ranked]
+    return rows + [("Beam runner, reading, launcher (the rest)", sampler.total_s - claimed, False)]
 
 
 def short_path(path: str) -> str:
     """A profiled file as its package-relative path."""
-    for marker in ("site-packages/", "/main/", "/work/"):
-        if marker in path:
-            return path.split(marker, 1)[1]
-    return path
+    return re.split(r"site-packages/|/ritrag/|/lib/python3\.\d+/", path, maxsplit=1)[-1]
 
 
-def profile_build(input_dir: str, out: str, base_url: str | None, shards: int) -> tuple[pstats.Stats, float, float]:
-    """(stats, profiled wall seconds, process CPU seconds) of one build."""
+def profile_build(input_dir: str, out: str, base_url: str | None, shards: int) -> tuple[CpuSampler, float, float]:
+    """(samples, wall seconds, process CPU seconds) of one build."""
     shutil.rmtree(out, ignore_errors=True)
     argv = ["--input", input_dir, "--out", out, "--site_depth", "1", "--embedding_model", "hashing:384",
             "--num_shards", str(shards), "--keep_versions", "1"]
     if base_url:
         argv += ["--base_url", base_url]
-    # The default clock (wall time of the one thread every bundle runs in): a
-    # CPU clock is a system call, which would inflate each Python call's share.
-    profiler = cProfile.Profile()
-    cpu_before, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    profiler.runcall(build.run, argv)
-    wall, cpu_after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF)
-    cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
-    return pstats.Stats(profiler), wall, cpu
+    started, cpu_before = time.perf_counter(), time.process_time()
+    with CpuSampler() as sampler:
+        build.run(argv)
+    return sampler, time.perf_counter() - started, time.process_time() - cpu_before
 
 
-def report(stats: pstats.Stats, wall: float, cpu: float, pages: int, chunks: int, top: int) -> str:
-    total = stats.total_tt
-    lines = [f"{pages:,} pages, {chunks:,} chunks; profiled {total:.1f} s ({wall:.1f} s wall, "
-             f"{cpu:.1f} s process CPU)", "",
-             "| stage | profiled s | share | ms per page |", "|---|---|---|---|"]
-    for label, seconds, part in stage_rows(stats):
+def report(sampler: CpuSampler, wall: float, cpu: float, pages: int, chunks: int, top: int) -> str:
+    total = sampler.total_s
+    lines = [f"{pages:,} pages, {chunks:,} chunks; {cpu:.1f} s process CPU ({total:.1f} s sampled), "
+             f"{wall:.1f} s wall", "",
+             "| stage | CPU s | share | CPU ms per page |", "|---|---|---|---|"]
+    for label, seconds, part in stage_rows(sampler):
         name = f"&nbsp;&nbsp;of which {label}" if part else label
         lines.append(f"| {name} | {seconds:.1f} | {seconds / total:.1%} | {1000 * seconds / pages:.2f} |")
-    lines += ["", f"Hot functions (own time, top {top}):", "",
-              "| function | calls | own s | inclusive s |", "|---|---|---|---|"]
-    lines += [f"| {name} | {calls:,} | {own:.2f} | {incl:.2f} |" for name, calls, own, incl in
-              hot_functions(stats, top)]
+    lines += ["", f"Hot functions (CPU of the innermost Python function, a C call's charged to its caller; "
+              f"top {top}):", "", "| function | CPU s | share |", "|---|---|---|"]
+    lines += [f"| {name} | {seconds:.2f} | {seconds / total:.1%} |" for name, seconds in sampler.own(top)]
     return "\n".join(lines)
 
 
@@ -172,19 +200,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--work", default="/tmp/bench-profile")
-    parser.add_argument("--save", help="also write the raw profile here (pstats format, for snakeviz etc.)")
+    parser.add_argument("--save", help="also write the samples here as collapsed stacks (flamegraph.pl, speedscope)")
     args = parser.parse_args(argv)
     source = args.input or corpus(args.work, args.pages)
     out = os.path.join(args.work, "index-profile")
-    stats, wall, cpu = profile_build(source, out, args.base_url, args.shards)
+    sampler, wall, cpu = profile_build(source, out, args.base_url, args.shards)
     if args.save:
-        stats.dump_stats(args.save)
+        with open(args.save, "w", encoding="utf-8") as fh:
+            for stack, seconds in sampler.stacks.items():
+                fh.write(";".join(f"{name} ({short_path(file)}:{line})" for file, line, name in reversed(stack))
+                         + f" {round(seconds * 1e6)}\n")
     from ritrag.layout import IndexLayout
 
     counts = IndexLayout(out).load_manifest().stats
     print(f"Machine: {cpu_description()}. Command: `python -m benchmarks.build_profile "
           f"{' '.join(argv if argv is not None else sys.argv[1:])}`.\n")
-    print(report(stats, wall, cpu, counts["pages"]["pages_read"], counts["bm25"]["n_chunks"], args.top))
+    print(report(sampler, wall, cpu, counts["pages"]["pages_read"], counts["bm25"]["n_chunks"], args.top))
 
 
 if __name__ == "__main__":
