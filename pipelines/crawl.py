@@ -30,23 +30,21 @@ CRAWL_DIR/
 from __future__ import annotations
 
 import dataclasses
-import glob
 import json
 import logging
 import os
-import shutil
 import time
 from collections import Counter
 from datetime import datetime, timezone
 
 import apache_beam as beam
-import pyarrow.parquet as pq
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from ritrag.pipelines.launcher import BuildOptions, PublishOptions, job_options
 from ritrag.pipelines.options import JobFlags
-from ritrag.layout import IndexLayout, IndexLease
+from ritrag.layout import (IndexLayout, IndexLease, dir_exists, exists, make_dirs, match_files, open_parquet, open_read,
+                           remove_tree, replace_file)
 from ritrag.schema import CRAWL_TARGET_SCHEMA, CRAWLDB_SCHEMA
 from ritrag.transforms.crawl_round import COUNTERS, LINKS, ROBOTS, CrawlConfig, FetchHostFn, StoreShardFn, shard_key
 from ritrag.transforms.crawldb import (STATUSES, WARC_DIR, CrawlTarget, Generate, UpdateCrawlDb, crawldb_path, crawldb_row,
@@ -112,8 +110,9 @@ def read_seeds(opts: CrawlJobOptions) -> tuple[list[str], list[dict]]:
     """(clean seed URLs, bad_url CrawlDB rows of the malformed ones)."""
     raw = list(opts.seed)
     if opts.seeds:
-        with open(opts.seeds, encoding="utf-8") as fh:
-            raw += [line.strip() for line in fh if line.strip() and not line.lstrip().startswith("#")]
+        with open_read(opts.seeds) as fh:
+            raw += [line.strip() for line in fh.read().decode("utf-8").splitlines()
+                    if line.strip() and not line.lstrip().startswith("#")]
     seeds, bad = [], []
     for text in raw:
         try:
@@ -145,7 +144,7 @@ def targets_pattern(work: str, number: int) -> str:
 
 def count_rows(pattern: str) -> int:
     """Rows of the Parquet files matching `pattern` (their footers only)."""
-    return sum(pq.ParquetFile(path).metadata.num_rows for path in glob.glob(pattern))
+    return sum(open_parquet(path).metadata.num_rows for path in match_files(pattern))
 
 
 def accounting_mismatch(keyed: tuple[str, dict]) -> list[str]:
@@ -166,7 +165,7 @@ def round_pipeline(p: beam.Pipeline, number: int, work: str, seed_targets: list[
     if number == 0:
         previous = ((p | "PreviousCrawlDb" >> beam.io.ReadFromParquet(crawldb_path(previous_dir))
                      | "Revisits" >> beam.FlatMap(revisit_record))
-                    if os.path.exists(crawldb_path(previous_dir)) else p | "NoPrevious" >> beam.Create([]))
+                    if exists(crawldb_path(previous_dir)) else p | "NoPrevious" >> beam.Create([]))
         candidates = (previous, p | "Seeds" >> beam.Create(seed_targets)) | "Candidates" >> beam.Flatten()
         targets = candidates | "GenerateFirst" >> Generate(p | "NoneScheduled" >> beam.Create([]),
                                                            p | "Room" >> beam.Create([int(opts.max_pages)]))
@@ -188,7 +187,8 @@ def round_pipeline(p: beam.Pipeline, number: int, work: str, seed_targets: list[
       "rows": rows | "PageRows" >> beam.FlatMap(lambda r: [(r["url"], 1)] if r["kind"] == "page" else [])}
      | "JoinAccounting" >> beam.CoGroupByKey()
      | "Mismatches" >> beam.FlatMap(accounting_mismatch)
-     | "WriteMismatches" >> beam.io.WriteToText(os.path.join(here, "mismatches"), ".jsonl"))
+     # skip_if_empty: an empty object is no multipart upload S3 accepts (Beam's S3 writer fails on it)
+     | "WriteMismatches" >> beam.io.WriteToText(os.path.join(here, "mismatches"), ".jsonl", skip_if_empty=True))
     (fetched[ROBOTS]  # one (host, rules) per host new in this round: O(hosts)
      | "RobotsToList" >> beam.combiners.ToList()
      | "WriteRobots" >> beam.Map(lambda pairs: write_bytes(
@@ -223,16 +223,20 @@ def run_job(options: PipelineOptions, build) -> dict[str, int]:
 def check_round(here: str, number: int) -> None:
     """Every target of a round ended as exactly one page row, or the crawl stops
     before the CrawlDB is written."""
-    bad = [line for path in sorted(glob.glob(os.path.join(here, "mismatches*")))
-           for line in open(path, encoding="utf-8").read().splitlines()]
+    bad = [line for path in match_files(os.path.join(here, "mismatches*"))
+           for line in read_text(path).splitlines()]
     if bad:
         raise RuntimeError(f"round {number}: crawl accounting mismatch for {len(bad)} URLs "
                            f"(e.g. {bad[:3]}); CrawlDB not written")
 
 
 def read_robots(here: str) -> dict[str, RobotsRules]:
-    with open(os.path.join(here, "robots.json"), encoding="utf-8") as fh:
-        return {host: RobotsRules(**d) for host, d in json.load(fh).items()}
+    return {host: RobotsRules(**d) for host, d in json.loads(read_text(os.path.join(here, "robots.json"))).items()}
+
+
+def read_text(path: str) -> str:
+    with open_read(path) as fh:
+        return fh.read().decode("utf-8")
 
 
 def previous_seeds(previous_dir: str) -> list[str]:
@@ -256,7 +260,7 @@ def run(argv: list[str] | None = None) -> dict[str, int]:
     if not scope_seeds:
         raise ValueError("no valid seed URL (give --seed URL or --seeds FILE)" +
                          (f"; {len(bad_rows)} malformed" if bad_rows else ""))
-    os.makedirs(opts.out, exist_ok=True)
+    make_dirs(opts.out)
     with IndexLease(IndexLayout(opts.out), "crawl", opts.break_lock):
         return crawl(options, opts, seeds, bad_rows, previous_dir, crawl_config(opts, scope_seeds))
 
@@ -267,17 +271,17 @@ def crawl(options: PipelineOptions, opts: CrawlJobOptions, seeds: list[str], bad
     crawl_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     warc_dir = os.path.join(opts.out, WARC_DIR)
     work = os.path.join(opts.out, ROUNDS_DIR, crawl_id)
-    os.makedirs(warc_dir, exist_ok=True)
+    make_dirs(warc_dir)
     seed_targets = [target_record(CrawlTarget(s), "seed") for s in dict.fromkeys(seeds)]
     counts: Counter = Counter(f"{r['kind']}_{r['status']}" for r in bad_rows)
     robots: dict[str, RobotsRules] = {}
     scheduled, started, number = 0, time.time(), 0
     LOG.info("crawl %s: %d seeds, re-visiting %s, scope %s", crawl_id, len(seeds),
-             crawldb_path(previous_dir) if os.path.exists(crawldb_path(previous_dir)) else "nothing",
+             crawldb_path(previous_dir) if exists(crawldb_path(previous_dir)) else "nothing",
              ", ".join(config.scope.prefixes))
     for number in range(opts.max_rounds):
         here = round_dir(work, number)
-        os.makedirs(here, exist_ok=True)
+        make_dirs(here)
         counts.update(run_job(options, lambda p: round_pipeline(
             p, number, work, seed_targets, previous_dir, scheduled, config, dict(robots), warc_dir, crawl_id, opts)))
         check_round(here, number)
@@ -290,12 +294,13 @@ def crawl(options: PipelineOptions, opts: CrawlJobOptions, seeds: list[str], bad
         if not upcoming:
             break
     rows_patterns = [os.path.join(round_dir(work, n), "rows-*.parquet") for n in range(number + 1)]
-    hops = redirect_hops(previous_dir, (r for pattern in rows_patterns for path in sorted(glob.glob(pattern))
-                                        for batch in pq.ParquetFile(path).iter_batches(
+    hops = redirect_hops(previous_dir, (r for pattern in rows_patterns for path in match_files(pattern)
+                                        for batch in open_parquet(path).iter_batches(
                                             columns=["url", "kind", "status", "final_url"])
                                         for r in batch.to_pylist() if r["kind"] == "page"))
     update_crawldb(options, previous_dir, opts.out, rows_patterns, bad_rows, hops)
-    shutil.rmtree(work, ignore_errors=True)
+    if dir_exists(work):
+        remove_tree(work)
     pages = sum(n for k, n in counts.items() if k.startswith("page_"))
     LOG.info("crawl accounting: %d page URLs scheduled = %s; %s; %.1f s (%.1f pages/s)",
              pages - len(bad_rows), " + ".join(f"{k[5:]} {n}" for k, n in sorted(counts.items())
@@ -315,7 +320,7 @@ def update_crawldb(options: PipelineOptions, previous_dir: str, out: str, rows_p
 
     def build(p: beam.Pipeline) -> None:
         previous = (p | "ReadPrevious" >> beam.io.ReadFromParquet(crawldb_path(previous_dir))
-                    if os.path.exists(crawldb_path(previous_dir)) else p | "NoPrevious" >> beam.Create([]))
+                    if exists(crawldb_path(previous_dir)) else p | "NoPrevious" >> beam.Create([]))
         current = ((p | "RowFiles" >> beam.Create(rows_patterns) | "ReadRows" >> beam.io.ReadAllFromParquet(),
                     p | "BadSeeds" >> beam.Create(bad_rows)) | "Current" >> beam.Flatten())
         ({"previous": previous, "current": current}
@@ -323,7 +328,7 @@ def update_crawldb(options: PipelineOptions, previous_dir: str, out: str, rows_p
          | "Write" >> parquet_sink(tmp, CRAWLDB_SCHEMA, num_shards=1, shard_name_template=""))
 
     run_job(options, build)
-    os.replace(tmp + ".parquet", path)
+    replace_file(tmp + ".parquet", path)
 
 
 if __name__ == "__main__":

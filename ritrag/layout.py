@@ -212,6 +212,30 @@ def remove_tree(path: str) -> None:
         shutil.rmtree(path)
 
 
+def match_files(pattern: str) -> list[str]:
+    """The files a glob pattern matches, local or remote, sorted."""
+    if is_remote(pattern):
+        return sorted(m.path for m in _remote_fs().match([pattern])[0].metadata_list)
+    import glob
+
+    return sorted(glob.glob(pattern))
+
+
+def make_dirs(path: str) -> None:
+    """A local directory and its parents (an object store has no directories: nothing to make)."""
+    if not is_remote(path):
+        os.makedirs(path, exist_ok=True)
+
+
+def replace_file(source: str, target: str) -> None:
+    """Move `source` over `target`: atomic on a local disk (rename); on an object
+    store a copy then a delete (readers see the old object or the whole new one)."""
+    if is_remote(source):
+        _remote_fs().rename([source], [target])
+    else:
+        os.replace(source, target)
+
+
 def remove_file(path: str) -> None:
     if is_remote(path):
         _remote_fs().delete([path])

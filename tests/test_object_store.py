@@ -6,6 +6,7 @@ sequence on a bucket answers as the same sequence on local disk, and the
 lease is exclusive through the stores' preconditions."""
 from __future__ import annotations
 
+import shutil
 import threading
 from pathlib import Path
 
@@ -175,3 +176,40 @@ def test_a_segment_left_on_a_bucket_by_a_crashed_job_is_removed_before_the_next_
     (segment,) = IndexLayout(index).load_manifest().segments
     assert "left-by-a-crash.bin" not in segment["files"]
     assert not FileSystems.exists(f"{index}/segments/seg-v000001/left-by-a-crash.bin")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("object_store", ["s3", "gcs"], indirect=True)
+def test_a_crawl_and_refresh_cycle_keeps_its_crawl_directory_in_the_bucket(object_store, tmp_path):
+    """The scheduled loop with no shared disk: the CrawlDB, the WARC files and
+    the rounds' working files in the bucket; the refresh builds the index there,
+    a second refresh re-crawls conditionally (304s) and updates, and the index
+    answers like the same loop on local disk."""
+    from crawl_site import CrawlSite
+    from ritrag.pipelines import refresh
+    from ritrag.transforms.crawldb import read_crawldb
+    from support import SAMPLE
+
+    site_dir = tmp_path / "served"
+    shutil.copytree(SAMPLE / "sphinx", site_dir / "sphinx")
+    crawl = ["--per_host_delay_s", "0", "--timeout_s", "5", "--retries", "1", "--warc_shards", "2",
+             "--site_depth", "1", *HASHING]
+    bucket_crawl, bucket_index = f"{object_store.url}/crawl", f"{object_store.url}/index"
+    with CrawlSite(site_dir, flaky="none", busy="none", redirect_target="sphinx/index.html", huge_bytes=10) as site:
+        seed = ["--seed", site.base + "sphinx/index.html"]
+        local = refresh.run([*seed, "--crawl_dir", str(tmp_path / "crawl"), "--index", str(tmp_path / "index"),
+                             *crawl])
+        first = refresh.run([*seed, "--crawl_dir", bucket_crawl, "--index", bucket_index, *crawl,
+                             *object_store.flags])
+        assert first["built"] and first["crawl"] == local["crawl"]
+        assert_same_answers(answers(bucket_index, tmp_path / "cache"), answers(str(tmp_path / "index"),
+                                                                              tmp_path / "local-cache"))
+        site.log.clear()
+        second = refresh.run([*seed, "--crawl_dir", bucket_crawl, "--index", bucket_index, *crawl,
+                              *object_store.flags])
+        pages = [r for r in site.log if r.path.startswith("/sphinx/")]
+        assert not second["built"] and pages and all(r.status == 304 for r in pages)
+    assert list_dirs(bucket_crawl) == ["warc"]  # the rounds' working files are gone
+    assert {r["status"] for r in read_crawldb(bucket_crawl) if r["kind"] == "page"} <= {
+        "unchanged", "gone", "redirect", "skipped_type", "too_large", "disallowed", "fetch_error"}
+    assert IndexLayout(bucket_index).current_version() == second["version"]

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 import apache_beam as beam
-import pyarrow.parquet as pq
 
 from ritrag.ids import shard_of
+from ritrag.layout import exists, open_parquet
 from ritrag.schema import CRAWLDB_SCHEMA
 from ritrag.transforms.fetch import FetchResult
 from ritrag.transforms.scope import crawl_key
@@ -82,18 +82,18 @@ def crawldb_path(crawl_dir: str) -> str:
 def scan_crawldb(crawl_dir: str, columns: list[str]) -> Iterator[dict]:
     """The CrawlDB's rows (only `columns`), streamed a batch at a time."""
     path = crawldb_path(crawl_dir)
-    if not os.path.exists(path):
+    if not exists(path):
         return
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=SCAN_BATCH_ROWS, columns=columns):
+    for batch in open_parquet(path).iter_batches(batch_size=SCAN_BATCH_ROWS, columns=columns):
         yield from batch.to_pylist()
 
 
 def read_crawldb(crawl_dir: str) -> list[dict]:
     """The whole CrawlDB in memory (tests, small crawls; jobs stream it)."""
     path = crawldb_path(crawl_dir)
-    if not os.path.exists(path):
+    if not exists(path):
         return []
-    return pq.read_table(path, schema=CRAWLDB_SCHEMA).to_pylist()
+    return open_parquet(path).read().cast(CRAWLDB_SCHEMA).to_pylist()
 
 
 TARGET_FIELDS = tuple(f.name for f in dataclasses.fields(CrawlTarget))
@@ -251,4 +251,4 @@ def indexable_source(row: dict, crawl_dir: str) -> list[str]:
 
 
 def is_crawl_dir(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, CRAWLDB_FILE))
+    return exists(os.path.join(path, CRAWLDB_FILE))
