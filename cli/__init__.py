@@ -171,7 +171,7 @@ def _use_store_options(args: argparse.Namespace) -> None:
     if getattr(args, "store_actions", None):
         from apache_beam.options.pipeline_options import PipelineOptions
 
-        from ritrag.layout import use_pipeline_options
+        from ritrag.storage import use_pipeline_options
         from ritrag.pipelines.options import job_flags
 
         use_pipeline_options(PipelineOptions(job_flags(args, args.store_actions)))
@@ -193,7 +193,8 @@ def _versions(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _rollback(args: argparse.Namespace, extra: list[str]) -> int:
-    from ritrag.layout import IndexLayout, IndexLease, rollback
+    from ritrag.layout import IndexLayout, rollback
+    from ritrag.lease import IndexLease
 
     _use_store_options(args)
     layout = IndexLayout(args.index)
@@ -204,7 +205,8 @@ def _rollback(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _prune(args: argparse.Namespace, extra: list[str]) -> int:
-    from ritrag.layout import IndexLayout, IndexLease, prune_versions
+    from ritrag.layout import IndexLayout, prune_versions
+    from ritrag.lease import IndexLease
     from ritrag.serving.errors import checked_int
 
     keep = checked_int("keep", args.keep, 1)
@@ -226,7 +228,7 @@ def _synth(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _inspect(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.evaluation.forest_report import forest_report, render_html, render_text
-    from ritrag.layout import is_remote
+    from ritrag.storage import is_remote
 
     _use_store_options(args)
     report = forest_report(args.index)
@@ -555,7 +557,8 @@ def main(argv: list[str] | None = None) -> int:
 def _refusal(exc: Exception, command: str) -> tuple[dict, int] | None:
     """(the one JSON line printed on stderr, exit status) of a clean refusal,
     as serving/errors.py promises; None for a bug, whose trace shows."""
-    from ritrag.layout import IndexLoadError, IndexLockedError, IndexNameError
+    from ritrag.layout import IndexLoadError, IndexNameError
+    from ritrag.lease import IndexLockedError
 
     if command in JOB_COMMANDS:
         from ritrag.pipelines.launcher import NothingToPublishError

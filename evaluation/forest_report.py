@@ -17,7 +17,8 @@ import html
 import os
 from collections import Counter, defaultdict
 
-from ritrag.layout import DEAD_LETTERS_FILE, IndexLayout, LiveFiles, live_table, open_parquet
+from ritrag.layout import DEAD_LETTERS_FILE, IndexLayout, LiveFiles, live_table
+from ritrag.storage import open_parquet
 
 SITE_ROOT_METHOD = "site_root"  # the method transforms.forest records for a site's root
 REPORT_COLUMNS = ["node_id", "parent_id", "site", "kind", "depth", "title", "url", "trail_method", "source_kind"]

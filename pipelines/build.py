@@ -29,8 +29,8 @@ from ritrag.pipelines.launcher import (BuildOptions, PublishOptions, check_page_
 from ritrag.pipelines.options import JobFlags
 from ritrag.embedder import EmbedderSpec
 from ritrag.bm25 import BM25_PARAMETERS
-from ritrag.layout import (BM25_STATS_FILE, DENSE_INFO_FILE, SITE_BASES_FILE, IndexLayout,
-                           new_manifest, open_read)
+from ritrag.layout import BM25_STATS_FILE, DENSE_INFO_FILE, IndexLayout, SITE_BASES_FILE, new_manifest
+from ritrag.storage import open_read
 from ritrag.representation import Representation, retrieval_defaults
 from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA
 from ritrag.transforms.chunk import ChunkNodesFn

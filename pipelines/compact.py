@@ -22,7 +22,8 @@ import numpy as np
 from ritrag.pipelines.launcher import (IndexOptions, PublishOptions, job_options, prepare_job, publish_and_prune,
                                        required, run_pipeline)
 from ritrag.pipelines.options import JobFlags
-from ritrag.layout import BM25_STATS_FILE, LiveFile, LiveFiles, new_manifest, open_read
+from ritrag.layout import BM25_STATS_FILE, LiveFile, LiveFiles, new_manifest
+from ritrag.storage import open_read
 from ritrag.representation import Representation
 from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA
 from ritrag.vectors import VectorShard

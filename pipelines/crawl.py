@@ -24,7 +24,7 @@ hosts met (O(hosts)) and, for the last job, the redirect map (O(redirect rows)).
 CRAWL_DIR/
   crawldb.parquet                               ritrag.schema.CRAWLDB_SCHEMA
   warc/<crawl id>-rNN-sSSSSS-NNNNN.warc.gz      request + response records of kept bodies
-  LEASE                                         held while a crawl runs (ritrag.layout.IndexLease)
+  LEASE                                         held while a crawl runs (ritrag.lease.IndexLease)
   .rounds/<crawl id>/rNN/                       targets-*, rows-*, robots.json, mismatches-*; deleted at the end
 """
 from __future__ import annotations
@@ -43,8 +43,9 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from ritrag.pipelines.launcher import BuildOptions, PublishOptions, job_options
 from ritrag.pipelines.options import JobFlags
-from ritrag.layout import (IndexLayout, IndexLease, dir_exists, exists, make_dirs, match_files, open_parquet, open_read,
-                           remove_tree, replace_file)
+from ritrag.layout import IndexLayout
+from ritrag.storage import (dir_exists, exists, make_dirs, match_files, open_parquet, open_read, remove_tree, replace_file)
+from ritrag.lease import IndexLease
 from ritrag.schema import CRAWL_TARGET_SCHEMA, CRAWLDB_SCHEMA
 from ritrag.transforms.crawl_round import COUNTERS, LINKS, ROBOTS, CrawlConfig, FetchHostFn, StoreShardFn, shard_key
 from ritrag.transforms.crawldb import (STATUSES, WARC_DIR, CrawlTarget, Generate, UpdateCrawlDb, crawldb_path, crawldb_row,

@@ -27,8 +27,9 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from ritrag.embedder import DEFAULT_MODEL
 from ritrag.pipelines.options import JobFlags, parse_job_options
-from ritrag.layout import (DEAD_LETTERS_FILE, DENSE_INFO_FILE, IndexLayout, IndexLease, dir_exists, open_read,
-                           prune_versions, remove_tree, segment_id_for, use_pipeline_options)
+from ritrag.layout import DEAD_LETTERS_FILE, DENSE_INFO_FILE, IndexLayout, prune_versions, segment_id_for
+from ritrag.storage import dir_exists, open_read, remove_tree, use_pipeline_options
+from ritrag.lease import IndexLease
 from ritrag.representation import DEFAULT_PATH_LEVELS, DEFAULT_TEMPLATE, Representation
 from ritrag.transforms.pages import PAGE_COUNTERS
 from ritrag.transforms.tables import remove_spill_files

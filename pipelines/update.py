@@ -41,7 +41,8 @@ from ritrag.pipelines.launcher import (BuildOptions, IndexOptions, PublishOption
                                        job_options, prepare_job, publish_and_prune, representation_of, required, run_pipeline)
 from ritrag.pipelines.options import JobFlags, JobOptionsError, given_flags, merge_flags
 from ritrag.embedder import EmbedderSpec, check_backend_available
-from ritrag.layout import BM25_STATS_FILE, TOMBSTONES_FILE, IndexLayout, LiveFiles, new_manifest, open_read
+from ritrag.layout import BM25_STATS_FILE, IndexLayout, LiveFiles, TOMBSTONES_FILE, new_manifest
+from ritrag.storage import open_read
 from ritrag.representation import Representation, refuse_mixing
 from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA, PageSkeleton
 from ritrag.transforms.delta import (CHUNK_REF_COLUMNS, NODE_SKELETON_COLUMNS, ClassifyFn, DiffInput, ParseChangedPages,

@@ -29,21 +29,21 @@ fully servable.
 Names are read from files (CURRENT, manifests) and from users (rollback), so
 every version and segment name is checked against one pattern before it
 becomes a path: none can point outside the index. Writers exclude each other
-with a lease (`IndexLease`); docs/OPERATING.md says what is locked and how.
+with a lease (ritrag/lease.py); docs/OPERATING.md says what is locked and how. Files
+are reached through ritrag/storage.py, local or remote.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import re
-import shutil
-import socket
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable
+
+from ritrag.storage import (file_size, is_remote, list_dirs, list_files, open_parquet, open_read, remove_file,
+                            remove_tree, sha256_file, write_atomic)
 
 # 2: vocabulary sharded by term (vocabulary-SSSSS-of-NNNNN.parquet, was vocabulary.parquet)
 FORMAT_VERSION = 2
@@ -54,7 +54,6 @@ DENSE_TRAINED_FILE = "dense_trained.faiss"  # the trained empty index: later seg
 DEAD_LETTERS_FILE = "dead_letters.parquet"
 SITE_BASES_FILE = "site_bases.json"  # each site's inferred public base, when --base_url was not given
 LOG = logging.getLogger("ritrag.layout")
-LEASE_FILE = "LEASE"
 _VERSION_RE = re.compile(r"^v(\d{6})$")
 _SEGMENT_RE = re.compile(r"^seg-v\d{6}$")
 _SHARD_RE = re.compile(r"^(?P<kind>[a-z_]+)-(?P<shard>\d{5})-of-(?P<num>\d{5})\.(?P<ext>\w+)$")
@@ -74,10 +73,6 @@ class MissingIndexError(IndexLoadError):
 
 class IndexNameError(IndexLoadError, ValueError):
     """A version or segment name that does not match its pattern."""
-
-
-class IndexLockedError(Exception):
-    """Another job holds the index's lease."""
 
 
 def checked_version(name: object) -> str:
@@ -112,177 +107,6 @@ def version_name(number: int) -> str:
 def segment_id_for(version: str) -> str:
     """The segment a job writes for the version it will publish."""
     return f"seg-{version}"
-
-
-def is_remote(path: str) -> bool:
-    """gs://, s3://, hdfs://...: reached through Beam's FileSystems (jobs only)."""
-    return "://" in path
-
-
-# The pipeline options Beam's file systems and the lease's store clients were
-# given (use_pipeline_options); None: each store's defaults (the AWS chain,
-# Application Default Credentials).
-_store_options = None
-
-
-def use_pipeline_options(options) -> None:
-    """Configure every object store a job or a command reaches (gs://, s3://,
-    any Beam file system) from `options` (Beam `PipelineOptions`: S3Options'
-    --s3_endpoint_url and keys, GoogleCloudOptions' --project, ...). Beam
-    configures its file systems only when a Pipeline is constructed (and in its
-    workers), but a job reads the index and takes its lease before that, and
-    `ritrag versions`/`rollback`/`prune`/`inspect` build no pipeline at all: each
-    calls this first. The options stay in force for the process, as Beam's do."""
-    global _store_options
-    _store_options = options
-    _remote_fs().set_options(options)
-
-
-def _remote_fs():
-    from apache_beam.io.filesystems import FileSystems  # only the jobs write remote indexes
-
-    return FileSystems
-
-
-def _options():
-    if _store_options is None:
-        from apache_beam.options.pipeline_options import PipelineOptions
-
-        return PipelineOptions([])
-    return _store_options
-
-
-def exists(path: str) -> bool:
-    return _remote_fs().exists(path) if is_remote(path) else os.path.exists(path)
-
-
-def open_read(path: str):
-    """A file open for reading, local or remote; FileNotFoundError when absent
-    (each store raises its own error for a missing object, or none until the
-    first read)."""
-    if not is_remote(path):
-        return open(path, "rb")
-    if not _remote_fs().exists(path):
-        raise FileNotFoundError(path)
-    return _remote_fs().open(path)
-
-
-def open_parquet(path: str):
-    """`pyarrow.parquet.ParquetFile` of a local or remote file (remote: read by
-    ranges through Beam's file system, never copied whole)."""
-    import pyarrow.parquet as pq
-
-    return pq.ParquetFile(open_read(path) if is_remote(path) else path)
-
-
-def list_files(directory: str) -> list[tuple[str, int]]:
-    """(name, size) of the plain files directly in `directory`."""
-    if is_remote(directory):
-        found = _remote_fs().match([directory.rstrip("/") + "/*"])[0].metadata_list
-        return sorted((m.path.rsplit("/", 1)[1], m.size_in_bytes) for m in found)
-    if not os.path.isdir(directory):
-        return []
-    return sorted((n, os.path.getsize(os.path.join(directory, n))) for n in os.listdir(directory)
-                  if os.path.isfile(os.path.join(directory, n)))
-
-
-def list_dirs(directory: str) -> list[str]:
-    """Names of the directories directly in `directory` (on an object store:
-    the first path parts of the objects under the prefix)."""
-    if not is_remote(directory):
-        return sorted(n for n in os.listdir(directory) if os.path.isdir(os.path.join(directory, n))) \
-            if os.path.isdir(directory) else []
-    prefix = directory.rstrip("/") + "/"
-    found = _remote_fs().match([prefix + "**"])[0].metadata_list
-    return sorted({m.path[len(prefix):].split("/", 1)[0] for m in found if "/" in m.path[len(prefix):]})
-
-
-def dir_exists(path: str) -> bool:
-    """A directory (on an object store: a prefix with at least one object under it)."""
-    if not is_remote(path):
-        return os.path.isdir(path)
-    return bool(_remote_fs().match([path.rstrip("/") + "/**"], limits=[1])[0].metadata_list)
-
-
-def remove_tree(path: str) -> None:
-    """Delete a directory with everything in it (on an object store: every object under the prefix)."""
-    if is_remote(path):
-        _remote_fs().delete([path.rstrip("/") + "/"])
-    else:
-        shutil.rmtree(path)
-
-
-def match_files(pattern: str) -> list[str]:
-    """The files a glob pattern matches, local or remote, sorted."""
-    if is_remote(pattern):
-        return sorted(m.path for m in _remote_fs().match([pattern])[0].metadata_list)
-    import glob
-
-    return sorted(glob.glob(pattern))
-
-
-def make_dirs(path: str) -> None:
-    """A local directory and its parents (an object store has no directories: nothing to make)."""
-    if not is_remote(path):
-        os.makedirs(path, exist_ok=True)
-
-
-def replace_file(source: str, target: str) -> None:
-    """Move `source` over `target`: atomic on a local disk (rename); on an object
-    store a copy then a delete (readers see the old object or the whole new one)."""
-    if is_remote(source):
-        _remote_fs().rename([source], [target])
-    else:
-        os.replace(source, target)
-
-
-def remove_file(path: str) -> None:
-    if is_remote(path):
-        _remote_fs().delete([path])
-    else:
-        os.unlink(path)
-
-
-def _size(path: str) -> int | None:
-    """Bytes of a file; None when it is absent."""
-    if not is_remote(path):
-        return os.path.getsize(path) if os.path.exists(path) else None
-    found = _remote_fs().match([path])[0].metadata_list
-    return found[0].size_in_bytes if found else None
-
-
-def sha256_file(path: str, block: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open_read(path) as fh:
-        while chunk := fh.read(block):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def write_atomic(path: str, data: bytes, exclusive: bool = False) -> None:
-    """Write via a temporary file in the same directory and an atomic rename (an
-    object store writes a whole object atomically by itself). `exclusive`
-    (local files): hard-link instead of rename, so that only one writer can
-    create `path`; the others get FileExistsError."""
-    if is_remote(path):
-        with _remote_fs().create(path) as fh:
-            fh.write(data)
-        return
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if exclusive:
-            os.link(tmp, path)  # fails if path exists
-        else:
-            os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 @dataclass(frozen=True)
@@ -506,7 +330,7 @@ class IndexLayout:
         expected = segment["files"].get(name)
         if expected is None:
             raise MissingIndexError(f"{path}: not listed in the manifest of segment {segment['id']}")
-        size = _size(path)
+        size = file_size(path)
         if size is None:
             raise MissingIndexError(f"{path}: listed in the manifest but missing on disk")
         if size != expected["bytes"] or sha256_file(path) != expected["sha256"]:
@@ -523,250 +347,6 @@ class IndexLayout:
             if parsed and parsed[0] == kind:
                 found.append((parsed[1], name))
         return [name for _, name in sorted(found)]
-
-
-class IndexLease:
-    """The right to write one index, held by one job at a time (build, update,
-    compact, prune, rollback): the file LEASE, created only if absent, holding
-    who holds it (owner, pid, host, start) and the segment it writes.
-
-    On a local disk the file is written aside and hard-linked into place,
-    which fails when it exists, so of two jobs exactly one gets it, and never
-    an empty one. A second job fails fast with IndexLockedError naming the
-    holder. A lease whose holder is dead (a pid that no longer runs on this
-    host) is stale and taken over; one from another host, or unreadable, is
-    taken over only with `break_lock`. On S3 and GCS the store's own
-    preconditions make the lease exclusive (`ConditionalObject`): created only
-    if absent, rewritten and deleted only while it is still the version this
-    job wrote. On any other Beam file system (no preconditions) it is written
-    if absent and read back, a check with a short race window
-    (docs/OPERATING.md).
-    """
-
-    def __init__(self, layout: "IndexLayout", owner: str, break_lock: bool = False):
-        self.path = os.path.join(layout.root, LEASE_FILE)
-        self.record = {"owner": owner, "pid": os.getpid(), "host": socket.gethostname(),
-                       "started": time.time(), "token": os.urandom(8).hex(), "segment": None}
-        self._break_lock = break_lock
-        self._held = False
-        self._object = ConditionalObject.of(self.path)
-        self._version: str | None = None  # the object's version this job wrote (S3 ETag, GCS generation)
-
-    def __enter__(self) -> "IndexLease":
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.release()
-
-    def acquire(self) -> None:
-        """Take the lease, or raise IndexLockedError naming its holder."""
-        for _ in range(2):  # a second try after taking over a stale lease
-            if self._create():
-                self._held = True
-                return
-            holder, version = self._read()
-            if not (self._break_lock or _is_stale(holder)):
-                raise IndexLockedError(
-                    f"{self.path}: held by {_describe(holder)}; another job writes this index. Wait for it, "
-                    f"or, if it is gone, rerun with --break_lock")
-            LOG.warning("taking over the lease of %s (%s)", _describe(holder),
-                        "--break_lock" if self._break_lock else "its process is gone")
-            # Only the lease just read, not one that a job taking it over first wrote meanwhile.
-            if self._object is not None:
-                self._object.delete(version)
-            elif self.holder() == holder:
-                _remove(self.path)
-        raise IndexLockedError(f"{self.path}: another job took the lease while this one took over a stale one")
-
-    def claim_segment(self, segment_id: str) -> None:
-        """Record the segment this job writes (what a person reading LEASE sees)."""
-        self.record["segment"] = segment_id
-        data = json.dumps(self.record).encode()
-        if self._object is None:
-            write_atomic(self.path, data)
-            return
-        self._version = self._object.put(data, self._version)
-        if self._version is None:
-            self._held = False
-            raise IndexLockedError(f"{self.path}: this job's lease was taken over (--break_lock?) by "
-                                   f"{_describe(self.holder())}; not writing")
-
-    def holder(self) -> dict[str, Any] | None:
-        """The lease's record; None when absent or unreadable."""
-        return self._read()[0]
-
-    def _read(self) -> tuple[dict[str, Any] | None, str | None]:
-        """(the lease's record or None, the version of the object read: None but on S3 and GCS)."""
-        try:
-            if self._object is not None:
-                data, version = self._object.read()
-            else:
-                with open_read(self.path) as fh:
-                    data, version = fh.read(), None
-            record = json.loads(data)
-        except (OSError, ValueError):
-            return None, None
-        return (record, version) if isinstance(record, dict) else (None, version)
-
-    def release(self) -> None:
-        """Give the lease back, if this job still holds it."""
-        if self._held and self._object is not None:
-            if not self._object.delete(self._version):
-                LOG.warning("%s: not deleted: another job took the lease over from this one", self.path)
-        elif self._held and (self.holder() or {}).get("token") == self.record["token"]:
-            _remove(self.path)
-        self._held = False
-
-    def _create(self) -> bool:
-        data = json.dumps(self.record).encode()
-        if is_remote(self.path):
-            if _remote_fs().exists(self.path):
-                return False
-            if self._object is None:
-                write_atomic(self.path, data)
-            else:
-                self._version = self._object.put(data, None)
-                if self._version is None:
-                    return False
-            # Read back: a store that ignores the precondition (some S3-compatible
-            # ones) lets the last writer win; only it sees its own token.
-            return (self.holder() or {}).get("token") == self.record["token"]
-        try:
-            write_atomic(self.path, data, exclusive=True)
-            return True
-        except FileExistsError:
-            return False
-
-
-class ConditionalObject:
-    """One object written and deleted under the store's preconditions: the
-    compare-and-swap the lease is made of. `put(data, None)` creates it only if
-    absent (S3 `If-None-Match: *`, GCS `ifGenerationMatch=0`); `put(data, v)`
-    and `delete(v)` act only while the object is still at version `v` (S3
-    `If-Match: <ETag>`, GCS `ifGenerationMatch=<generation>`). A refused
-    precondition returns None / False. Clients come from the same options as
-    Beam's file systems (`use_pipeline_options`)."""
-
-    @staticmethod
-    def of(path: str) -> "ConditionalObject | None":
-        """The object at `path`, or None where the store has no preconditions
-        (local paths have their own exclusive create; other Beam file systems none)."""
-        kind = {"s3": _S3Object, "gs": _GcsObject}.get(path.split("://", 1)[0]) if is_remote(path) else None
-        return kind(path) if kind else None
-
-    def read(self) -> tuple[bytes, str]:
-        """(the object's bytes, their version); FileNotFoundError when absent."""
-        raise NotImplementedError
-
-    def put(self, data: bytes, version: str | None) -> str | None:
-        raise NotImplementedError
-
-    def delete(self, version: str | None) -> bool:
-        raise NotImplementedError
-
-
-class _S3Object(ConditionalObject):
-    def __init__(self, path: str):
-        from apache_beam.io.aws.clients.s3.boto3_client import Client
-
-        self._client = Client(options=_options()).client  # endpoint, keys, region: Beam's S3Options
-        self._bucket, self._key = path[len("s3://"):].split("/", 1)
-
-    def read(self) -> tuple[bytes, str]:
-        try:
-            found = self._client.get_object(Bucket=self._bucket, Key=self._key)
-        except self._client.exceptions.NoSuchKey:
-            raise FileNotFoundError(f"s3://{self._bucket}/{self._key}") from None
-        return found["Body"].read(), found["ETag"]
-
-    def put(self, data: bytes, version: str | None) -> str | None:
-        condition = {"IfMatch": version} if version else {"IfNoneMatch": "*"}
-        try:
-            return self._client.put_object(Bucket=self._bucket, Key=self._key, Body=data, **condition)["ETag"]
-        except self._client.exceptions.ClientError as exc:
-            # 409 ConditionalRequestConflict: another conditional write of the key is in flight
-            if exc.response["ResponseMetadata"]["HTTPStatusCode"] in (409, 412):
-                return None
-            raise
-
-    def delete(self, version: str | None) -> bool:
-        try:
-            self._client.delete_object(Bucket=self._bucket, Key=self._key,
-                                       **({"IfMatch": version} if version else {}))
-        except self._client.exceptions.ClientError as exc:
-            if exc.response["ResponseMetadata"]["HTTPStatusCode"] in (404, 409, 412):
-                return False
-            raise
-        return True
-
-
-class _GcsObject(ConditionalObject):
-    def __init__(self, path: str):
-        from apache_beam.io.gcp.gcsio import create_storage_client, parse_gcs_path
-
-        bucket, name = parse_gcs_path(path)
-        self._blob = create_storage_client(_options()).bucket(bucket).blob(name)
-
-    def read(self) -> tuple[bytes, str]:
-        from google.api_core.exceptions import NotFound, PreconditionFailed
-
-        try:
-            blob = self._blob.bucket.get_blob(self._blob.name)
-            if blob is None:
-                raise NotFound(self._blob.name)
-            return blob.download_as_bytes(if_generation_match=blob.generation), str(blob.generation)
-        except (NotFound, PreconditionFailed):  # absent, or replaced between the two requests
-            raise FileNotFoundError(f"gs://{self._blob.bucket.name}/{self._blob.name}") from None
-
-    def put(self, data: bytes, version: str | None) -> str | None:
-        from google.api_core.exceptions import PreconditionFailed
-
-        try:
-            self._blob.upload_from_string(data, if_generation_match=int(version or 0))
-        except PreconditionFailed:
-            return None
-        return str(self._blob.generation)
-
-    def delete(self, version: str | None) -> bool:
-        from google.api_core.exceptions import NotFound, PreconditionFailed
-
-        try:
-            self._blob.delete(if_generation_match=int(version) if version else None)
-        except (NotFound, PreconditionFailed):
-            return False
-        return True
-
-
-def _is_stale(holder: dict[str, Any] | None) -> bool:
-    """A lease held by a process of this host that no longer runs."""
-    if holder is None or holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
-        return False
-    try:
-        os.kill(holder["pid"], 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # runs, as another user
-        return False
-    return False
-
-
-def _describe(holder: dict[str, Any] | None) -> str:
-    if holder is None:
-        return "an unreadable lease"
-    started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(holder.get("started") or 0))
-    return (f"{holder.get('owner')} (pid {holder.get('pid')} on {holder.get('host')}, since {started}Z, "
-            f"writing {holder.get('segment') or 'no segment yet'})")
-
-
-def _remove(path: str) -> None:
-    if is_remote(path):
-        _remote_fs().delete([path])
-    else:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,8 @@ from typing import BinaryIO, Iterator, Sequence
 
 import numpy as np
 
-from ritrag.layout import is_remote, open_read, parse_shard_file_name
+from ritrag.layout import parse_shard_file_name
+from ritrag.storage import is_remote, open_read
 
 VECTORS_KIND = "vectors"
 VECTORS_EXTENSION = "zip"

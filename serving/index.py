@@ -37,8 +37,8 @@ import pyarrow.parquet as pq
 
 from ritrag.bm25 import Bm25, Field, Postings, field_df, parameters, row_norms, two_fields
 from ritrag.representation import NODE_DOC_ORDINAL, Representation
-from ritrag.layout import (BM25_STATS_FILE, IndexLayout, Manifest, dead_ids_per_segment, is_remote, live_mask,
-                           parse_shard_file_name)
+from ritrag.layout import (BM25_STATS_FILE, IndexLayout, Manifest, dead_ids_per_segment, live_mask, parse_shard_file_name)
+from ritrag.storage import is_remote
 from ritrag.vectors import VectorStore
 from ritrag.serving.remote import IndexMirror, default_cache_dir, mirror
 

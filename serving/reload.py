@@ -26,7 +26,8 @@ import threading
 import time
 from typing import Any
 
-from ritrag.layout import IndexLayout, is_remote
+from ritrag.layout import IndexLayout
+from ritrag.storage import is_remote
 from ritrag.serving.api import RitragIndex
 from ritrag.serving.remote import default_cache_dir, mirror
 from ritrag.serving.tools import ToolService

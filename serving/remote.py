@@ -44,8 +44,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from ritrag.layout import (DamagedIndexError, IndexLayout, IndexLoadError, IndexNameError, Manifest,
-                           MissingIndexError, checked_version, sha256_file, write_atomic)
+from ritrag.layout import (DamagedIndexError, IndexLayout, IndexLoadError, IndexNameError, Manifest, MissingIndexError, checked_version)
+from ritrag.storage import sha256_file, write_atomic
 from ritrag.serving.errors import ToolError
 
 LOG = logging.getLogger("ritrag.serving.remote")

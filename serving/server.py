@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ritrag.layout import is_remote
+from ritrag.storage import is_remote
 from ritrag.serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N, RitragIndex, one_thread_per_query
 from ritrag.serving.budget import Budget, EpisodeBudgets, EpisodeMemory
 from ritrag.serving.errors import ToolError

@@ -284,7 +284,7 @@ def test_links_outside_the_input_and_special_files_are_dead_letters_not_read(tin
 
 
 def test_a_second_job_on_an_index_fails_fast_naming_the_holder(tiny_site, tmp_path):
-    from ritrag.layout import IndexLease, IndexLockedError
+    from ritrag.lease import IndexLease, IndexLockedError
 
     out = tmp_path / "idx"
     layout = IndexLayout(str(out))
@@ -308,7 +308,7 @@ def test_a_stale_lease_is_taken_over_and_a_foreign_one_only_with_break_lock(tiny
     import socket
     import subprocess
 
-    from ritrag.layout import IndexLockedError
+    from ritrag.lease import IndexLockedError
 
     out = tmp_path / "idx"
     out.mkdir()

@@ -92,7 +92,8 @@ def test_refresh_cycle(site, tmp_path, capsys):
 
 
 def test_a_crawl_takes_the_crawl_directorys_lease(tmp_path):
-    from ritrag.layout import LEASE_FILE, IndexLayout, IndexLease, IndexLockedError
+    from ritrag.layout import IndexLayout
+    from ritrag.lease import IndexLease, IndexLockedError, LEASE_FILE
 
     with IndexLease(IndexLayout(str(tmp_path)), "another crawl"):
         with pytest.raises(IndexLockedError, match="another crawl"):

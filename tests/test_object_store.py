@@ -16,7 +16,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from fleet_fixtures import object_store  # noqa: F401  (the fixture)
 from ritrag import cli
-from ritrag.layout import IndexLayout, IndexLease, IndexLockedError, list_dirs, use_pipeline_options
+from ritrag.layout import IndexLayout
+from ritrag.storage import list_dirs, use_pipeline_options
+from ritrag.lease import IndexLease, IndexLockedError
 from ritrag.pipelines import build, compact, update
 from ritrag.serving.api import RitragIndex
 from support import BASE, assert_same_toc, write_tiny_site

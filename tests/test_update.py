@@ -412,7 +412,7 @@ def test_an_index_built_before_source_kind_still_updates(tmp_path):
     update reads their rows as kind "" (unknown) and writes its own with kinds."""
     import pyarrow.parquet as pq
 
-    from ritrag.layout import write_atomic
+    from ritrag.storage import write_atomic
 
     a, b = write_tiny_site(tmp_path / "a"), make_snapshot_b(tmp_path / "b")
     index = tmp_path / "index"

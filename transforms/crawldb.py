@@ -27,7 +27,7 @@ from typing import Iterable, Iterator
 import apache_beam as beam
 
 from ritrag.ids import shard_of
-from ritrag.layout import exists, open_parquet
+from ritrag.storage import exists, open_parquet
 from ritrag.schema import CRAWLDB_SCHEMA
 from ritrag.transforms.fetch import FetchResult
 from ritrag.transforms.scope import crawl_key

@@ -27,7 +27,8 @@ from apache_beam.io.filesystems import FileSystems
 
 from ritrag.embedder import EmbedderSpec
 from ritrag.ids import node_id_for, normalize_url, raw_hash
-from ritrag.layout import TOMBSTONES_FILE, LiveFiles, open_parquet, read_rows_by_id
+from ritrag.layout import LiveFiles, TOMBSTONES_FILE, read_rows_by_id
+from ritrag.storage import open_parquet
 from ritrag.representation import Representation
 from ritrag.schema import (NODES_SCHEMA, TOMBSTONES_SCHEMA, DeadLetter, NodePlacement, PageSkeleton, PageSource,
                            ParsedPage, WarcPage, page_row)

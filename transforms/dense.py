@@ -28,8 +28,8 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
-from ritrag.layout import (DENSE_INFO_FILE, DENSE_TRAINED_FILE, LiveFiles, open_read, parse_shard_file_name,
-                           shard_file_name)
+from ritrag.layout import DENSE_INFO_FILE, DENSE_TRAINED_FILE, LiveFiles, parse_shard_file_name, shard_file_name
+from ritrag.storage import open_read
 from ritrag.vectors import CHUNK_ROWS, VECTORS_EXTENSION, VECTORS_KIND, VectorShard, write_vectors
 from ritrag.transforms.tables import WriteShards, sorted_in_one_piece, write_bytes
 

@@ -41,7 +41,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from ritrag.ids import normalize_url, raw_hash, site_of
-from ritrag.layout import DEAD_LETTERS_FILE, is_remote
+from ritrag.layout import DEAD_LETTERS_FILE
+from ritrag.storage import is_remote
 from ritrag.schema import DEAD_LETTERS_SCHEMA, DeadLetter, PageSource, ParsedPage, WarcPage
 from ritrag.transforms.parse import UnparseablePage, parse_page
 from ritrag.transforms.site_base import public_url

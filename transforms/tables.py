@@ -35,7 +35,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
 from ritrag.ids import shard_of
-from ritrag.layout import LiveFiles, is_remote, live_rows, shard_file_name
+from ritrag.layout import LiveFiles, live_rows, shard_file_name
+from ritrag.storage import is_remote
 
 LOG = logging.getLogger("ritrag.tables")
 ROW_GROUP_ROWS = 4096  # small groups keep point lookups of one node cheap

@@ -1,0 +1,267 @@
+"""The right to write one index or crawl directory, held by one job at a time
+(`IndexLease`, docs/OPERATING.md "What is locked, and how"), made exclusive on
+object stores by their conditional writes (`ConditionalObject`)."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+from ritrag.storage import is_remote, open_read, remote_filesystems, store_options, write_atomic
+
+if TYPE_CHECKING:
+    from ritrag.layout import IndexLayout
+
+LOG = logging.getLogger("ritrag.lease")
+LEASE_FILE = "LEASE"
+
+
+class IndexLockedError(Exception):
+    """Another job holds the index's (or crawl directory's) lease."""
+
+
+class IndexLease:
+    """The right to write one index, held by one job at a time (build, update,
+    compact, prune, rollback): the file LEASE, created only if absent, holding
+    who holds it (owner, pid, host, start) and the segment it writes.
+
+    On a local disk the file is written aside and hard-linked into place,
+    which fails when it exists, so of two jobs exactly one gets it, and never
+    an empty one. A second job fails fast with IndexLockedError naming the
+    holder. A lease whose holder is dead (a pid that no longer runs on this
+    host) is stale and taken over; one from another host, or unreadable, is
+    taken over only with `break_lock`. On S3 and GCS the store's own
+    preconditions make the lease exclusive (`ConditionalObject`): created only
+    if absent, rewritten and deleted only while it is still the version this
+    job wrote. On any other Beam file system (no preconditions) it is written
+    if absent and read back, a check with a short race window
+    (docs/OPERATING.md).
+    """
+
+    def __init__(self, layout: "IndexLayout", owner: str, break_lock: bool = False):
+        self.path = os.path.join(layout.root, LEASE_FILE)
+        self.record = {"owner": owner, "pid": os.getpid(), "host": socket.gethostname(),
+                       "started": time.time(), "token": os.urandom(8).hex(), "segment": None}
+        self._break_lock = break_lock
+        self._held = False
+        self._object = ConditionalObject.of(self.path)
+        self._version: str | None = None  # the object's version this job wrote (S3 ETag, GCS generation)
+
+    def __enter__(self) -> "IndexLease":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
+    def acquire(self) -> None:
+        """Take the lease, or raise IndexLockedError naming its holder."""
+        for _ in range(2):  # a second try after taking over a stale lease
+            if self._create():
+                self._held = True
+                return
+            holder, version = self._read()
+            if not (self._break_lock or _is_stale(holder)):
+                raise IndexLockedError(
+                    f"{self.path}: held by {_describe(holder)}; another job writes this index. Wait for it, "
+                    f"or, if it is gone, rerun with --break_lock")
+            LOG.warning("taking over the lease of %s (%s)", _describe(holder),
+                        "--break_lock" if self._break_lock else "its process is gone")
+            # Only the lease just read, not one that a job taking it over first wrote meanwhile.
+            if self._object is not None:
+                self._object.delete(version)
+            elif self.holder() == holder:
+                _remove(self.path)
+        raise IndexLockedError(f"{self.path}: another job took the lease while this one took over a stale one")
+
+    def claim_segment(self, segment_id: str) -> None:
+        """Record the segment this job writes (what a person reading LEASE sees)."""
+        self.record["segment"] = segment_id
+        data = json.dumps(self.record).encode()
+        if self._object is None:
+            write_atomic(self.path, data)
+            return
+        self._version = self._object.put(data, self._version)
+        if self._version is None:
+            self._held = False
+            raise IndexLockedError(f"{self.path}: this job's lease was taken over (--break_lock?) by "
+                                   f"{_describe(self.holder())}; not writing")
+
+    def holder(self) -> dict[str, Any] | None:
+        """The lease's record; None when absent or unreadable."""
+        return self._read()[0]
+
+    def _read(self) -> tuple[dict[str, Any] | None, str | None]:
+        """(the lease's record or None, the version of the object read: None but on S3 and GCS)."""
+        try:
+            if self._object is not None:
+                data, version = self._object.read()
+            else:
+                with open_read(self.path) as fh:
+                    data, version = fh.read(), None
+            record = json.loads(data)
+        except (OSError, ValueError):
+            return None, None
+        return (record, version) if isinstance(record, dict) else (None, version)
+
+    def release(self) -> None:
+        """Give the lease back, if this job still holds it."""
+        if self._held and self._object is not None:
+            if not self._object.delete(self._version):
+                LOG.warning("%s: not deleted: another job took the lease over from this one", self.path)
+        elif self._held and (self.holder() or {}).get("token") == self.record["token"]:
+            _remove(self.path)
+        self._held = False
+
+    def _create(self) -> bool:
+        data = json.dumps(self.record).encode()
+        if is_remote(self.path):
+            if remote_filesystems().exists(self.path):
+                return False
+            if self._object is None:
+                write_atomic(self.path, data)
+            else:
+                self._version = self._object.put(data, None)
+                if self._version is None:
+                    return False
+            # Read back: a store that ignores the precondition (some S3-compatible
+            # ones) lets the last writer win; only it sees its own token.
+            return (self.holder() or {}).get("token") == self.record["token"]
+        try:
+            write_atomic(self.path, data, exclusive=True)
+            return True
+        except FileExistsError:
+            return False
+
+
+class ConditionalObject:
+    """One object written and deleted under the store's preconditions: the
+    compare-and-swap the lease is made of. `put(data, None)` creates it only if
+    absent (S3 `If-None-Match: *`, GCS `ifGenerationMatch=0`); `put(data, v)`
+    and `delete(v)` act only while the object is still at version `v` (S3
+    `If-Match: <ETag>`, GCS `ifGenerationMatch=<generation>`). A refused
+    precondition returns None / False. Clients come from the same options as
+    Beam's file systems (`use_pipeline_options`)."""
+
+    @staticmethod
+    def of(path: str) -> "ConditionalObject | None":
+        """The object at `path`, or None where the store has no preconditions
+        (local paths have their own exclusive create; other Beam file systems none)."""
+        kind = {"s3": _S3Object, "gs": _GcsObject}.get(path.split("://", 1)[0]) if is_remote(path) else None
+        return kind(path) if kind else None
+
+    def read(self) -> tuple[bytes, str]:
+        """(the object's bytes, their version); FileNotFoundError when absent."""
+        raise NotImplementedError
+
+    def put(self, data: bytes, version: str | None) -> str | None:
+        raise NotImplementedError
+
+    def delete(self, version: str | None) -> bool:
+        raise NotImplementedError
+
+
+class _S3Object(ConditionalObject):
+    def __init__(self, path: str):
+        from apache_beam.io.aws.clients.s3.boto3_client import Client
+
+        self._client = Client(options=store_options()).client  # endpoint, keys, region: Beam's S3Options
+        self._bucket, self._key = path[len("s3://"):].split("/", 1)
+
+    def read(self) -> tuple[bytes, str]:
+        try:
+            found = self._client.get_object(Bucket=self._bucket, Key=self._key)
+        except self._client.exceptions.NoSuchKey:
+            raise FileNotFoundError(f"s3://{self._bucket}/{self._key}") from None
+        return found["Body"].read(), found["ETag"]
+
+    def put(self, data: bytes, version: str | None) -> str | None:
+        condition = {"IfMatch": version} if version else {"IfNoneMatch": "*"}
+        try:
+            return self._client.put_object(Bucket=self._bucket, Key=self._key, Body=data, **condition)["ETag"]
+        except self._client.exceptions.ClientError as exc:
+            # 409 ConditionalRequestConflict: another conditional write of the key is in flight
+            if exc.response["ResponseMetadata"]["HTTPStatusCode"] in (409, 412):
+                return None
+            raise
+
+    def delete(self, version: str | None) -> bool:
+        try:
+            self._client.delete_object(Bucket=self._bucket, Key=self._key,
+                                       **({"IfMatch": version} if version else {}))
+        except self._client.exceptions.ClientError as exc:
+            if exc.response["ResponseMetadata"]["HTTPStatusCode"] in (404, 409, 412):
+                return False
+            raise
+        return True
+
+
+class _GcsObject(ConditionalObject):
+    def __init__(self, path: str):
+        from apache_beam.io.gcp.gcsio import create_storage_client, parse_gcs_path
+
+        bucket, name = parse_gcs_path(path)
+        self._blob = create_storage_client(store_options()).bucket(bucket).blob(name)
+
+    def read(self) -> tuple[bytes, str]:
+        from google.api_core.exceptions import NotFound, PreconditionFailed
+
+        try:
+            blob = self._blob.bucket.get_blob(self._blob.name)
+            if blob is None:
+                raise NotFound(self._blob.name)
+            return blob.download_as_bytes(if_generation_match=blob.generation), str(blob.generation)
+        except (NotFound, PreconditionFailed):  # absent, or replaced between the two requests
+            raise FileNotFoundError(f"gs://{self._blob.bucket.name}/{self._blob.name}") from None
+
+    def put(self, data: bytes, version: str | None) -> str | None:
+        from google.api_core.exceptions import PreconditionFailed
+
+        try:
+            self._blob.upload_from_string(data, if_generation_match=int(version or 0))
+        except PreconditionFailed:
+            return None
+        return str(self._blob.generation)
+
+    def delete(self, version: str | None) -> bool:
+        from google.api_core.exceptions import NotFound, PreconditionFailed
+
+        try:
+            self._blob.delete(if_generation_match=int(version) if version else None)
+        except (NotFound, PreconditionFailed):
+            return False
+        return True
+
+
+def _is_stale(holder: dict[str, Any] | None) -> bool:
+    """A lease held by a process of this host that no longer runs."""
+    if holder is None or holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
+        return False
+    try:
+        os.kill(holder["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # runs, as another user
+        return False
+    return False
+
+
+def _describe(holder: dict[str, Any] | None) -> str:
+    if holder is None:
+        return "an unreadable lease"
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(holder.get("started") or 0))
+    return (f"{holder.get('owner')} (pid {holder.get('pid')} on {holder.get('host')}, since {started}Z, "
+            f"writing {holder.get('segment') or 'no segment yet'})")
+
+
+def _remove(path: str) -> None:
+    if is_remote(path):
+        remote_filesystems().delete([path])
+    else:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
