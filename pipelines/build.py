@@ -36,7 +36,7 @@ from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA
 from ritrag.transforms.chunk import ChunkNodesFn
 from ritrag.transforms.dense import BuildDenseIndex
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
-from ritrag.transforms.nodes import PAGES_OUTPUT, BuildForestNodes
+from ritrag.transforms.nodes import PAGES_OUTPUT, BuildForestNodes, pages_spill_dir
 from ritrag.transforms.pages import (DEAD, DEFAULT_BASE_URL, InputOptions, PageParser, ParsePages,
                               WriteDeadLetters, count_input_files, input_root_and_pattern)
 from ritrag.transforms.progress import LogProgress
@@ -76,7 +76,9 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
     parsed = p | "ParsePages" >> ParsePages(pattern, parser, site_bases)
     pages = parsed["pages"] | "ParseProgress" >> LogProgress("parse (pages)", total_files)
     # Forest: skeletons placed per site, joined with the page text -> node rows.
-    forest = pages | "Forest" >> BuildForestNodes(parser, opts.granularity, site_bases)
+    # Each page's first parse is spilled and read back for its node rows (not parsed twice).
+    forest = pages | "Forest" >> BuildForestNodes(parser, opts.granularity, site_bases,
+                                                 spill_dir=pages_spill_dir(segment_dir))
     nodes = forest["nodes"] | "NodeProgress" >> LogProgress("forest (nodes)")
     (parsed[DEAD], forest[DEAD]) | "DeadLetters" >> WriteDeadLetters(segment_dir)
     forest[PAGES_OUTPUT] | "WritePages" >> WriteParquetTable(segment_dir, "pages", PAGES_SCHEMA, "url",

@@ -6,6 +6,7 @@ which are also the on-disk Parquet schemas of the index.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -62,6 +63,22 @@ class ParsedPage:
     @property
     def body(self) -> str:
         return "\n\n".join(s.text for s in self.sections if s.text)
+
+
+def page_json(page: ParsedPage) -> bytes:
+    """A parsed page as JSON (ASCII: lone surrogates survive), for a job's own
+    spill files; `page_from_json` gives back an equal ParsedPage."""
+    return json.dumps(vars(page), default=vars).encode("ascii")
+
+
+def page_from_json(data: bytes) -> ParsedPage:
+    fields = json.loads(data)
+    return ParsedPage(**{
+        **fields,
+        "trail": tuple(Crumb(**c) for c in fields["trail"]),
+        "sections": tuple(Section(**{**s, "path": tuple(s["path"])}) for s in fields["sections"]),
+        **{name: tuple(fields[name]) for name in ("keywords", "nav_order", "trail_passed_over")},
+    })
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,10 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import os
-import pickle
-import stat
-import uuid
+import hashlib
 import logging
+import os
+import stat
 from typing import Callable, Iterable
 
 import apache_beam as beam
@@ -43,7 +42,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from ritrag.ids import normalize_url, raw_hash, site_of
 from ritrag.layout import DEAD_LETTERS_FILE
 from ritrag.storage import is_remote
-from ritrag.schema import DEAD_LETTERS_SCHEMA, DeadLetter, PageSource, ParsedPage, WarcPage
+from ritrag.schema import DEAD_LETTERS_SCHEMA, DeadLetter, PageSource, ParsedPage, WarcPage, page_from_json, page_json
 from ritrag.transforms.parse import UnparseablePage, parse_page
 from ritrag.transforms.site_base import public_url
 from ritrag.transforms.sources import (HTML, SourceFile, document_url_path, is_multi_page, is_warc, parse_document,
@@ -314,7 +313,7 @@ def reread_page(parser: PageParser, source: PageSource) -> ParsedPage | DeadLett
     return page
 
 
-SpillRef = tuple[str, int, int]  # (spill file, offset, length) of one pickled ParsedPage
+SpillRef = tuple[str, int, int]  # (spill file, offset, length) of one ParsedPage as JSON (schema.page_json)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -329,8 +328,7 @@ class SpillPagesFn(beam.DoFn):
     spill file under `spill_dir`, so that the node rows read it back instead of
     parsing the file again (a parse costs 20-40 times the read back). The files
     are the job's own scratch (deleted with the segment's `.spill/` before
-    publishing), read only by the job that wrote them: pickles, like the
-    records Beam's coders pass between the job's workers."""
+    publishing), read only by the job that wrote them; JSON, never pickles."""
 
     def __init__(self, spill_dir: str):
         self._spill_dir = spill_dir.rstrip("/")
@@ -339,15 +337,19 @@ class SpillPagesFn(beam.DoFn):
         self._file, self._path, self._offset = None, "", 0
 
     def process(self, page: ParsedPage):
-        data = pickle.dumps(page, pickle.HIGHEST_PROTOCOL)
-        if self._file is None:  # a retried bundle writes a file of its own; the failed one's is never read
-            self._path = f"{self._spill_dir}/{uuid.uuid4().hex}.pickles"
+        data = page_json(page)
+        if self._file is None:
+            # Named by the bundle's first page: a retried bundle that starts alike rewrites the same bytes
+            # (deterministic output), one that starts elsewhere writes a file of its own.
+            first = hashlib.blake2b(f"{page.source}\x1f{page.raw_hash}".encode("utf-8", "surrogatepass"),
+                                    digest_size=16).hexdigest()
+            self._path = f"{self._spill_dir}/{first}.jsonl"
             self._file = FileSystems.create(self._path, compression_type=CompressionTypes.UNCOMPRESSED)
             self._offset = 0
-        self._file.write(data)
+        self._file.write(data + b"\n")  # one JSON document a line
         source = SpilledSource(page.url, page.source, page.raw_hash, page.content_hash,
                                (self._path, self._offset, len(data)))
-        self._offset += len(data)
+        self._offset += len(data) + 1
         yield page.url, source
 
     def finish_bundle(self):
@@ -360,7 +362,7 @@ def read_spilled_page(ref: SpillRef) -> ParsedPage:
     path, offset, length = ref
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
         fh.seek(offset)
-        return pickle.loads(fh.read(length))
+        return page_from_json(fh.read(length))
 
 
 def placed_page(parser: PageParser, source: PageSource) -> ParsedPage | DeadLetter:
