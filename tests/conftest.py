@@ -10,6 +10,16 @@ import pytest
 from support import SAMPLE, build_index, write_tiny_site
 
 
+@pytest.fixture(scope="session", autouse=True)
+def outside_the_checkout(tmp_path_factory) -> None:
+    """Every test runs from an empty folder, as the installed product runs: a
+    process a test starts (`python -m ritrag.cli`, `python -c`, Beam's worker
+    processes) puts its working directory first on its path, where the
+    checkout's ritrag/ folder (the core alone) would shadow the installed
+    package."""
+    os.chdir(tmp_path_factory.mktemp("cwd"))
+
+
 @pytest.fixture(scope="session")
 def tiny_site(tmp_path_factory) -> Path:
     return write_tiny_site(tmp_path_factory.mktemp("tiny_site"))
