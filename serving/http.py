@@ -40,6 +40,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from ritrag.layout import IndexLoadError
 from ritrag.serving.auth import UNAUTHORIZED, header_map, key_matches, send_error
 from ritrag.serving.errors import ToolError
 from ritrag.serving.reload import VersionWatcher
@@ -123,6 +124,9 @@ class HttpSettings:
     cors_origins: tuple[str, ...] = ()  # none: no CORS headers, browsers allow same-origin only
     max_request_bytes: int = 64 * 1024
     limits: ServerLimits = field(default_factory=ServerLimits)
+    # An index with no published version yet (a first build still running) or a
+    # damaged one is tried again this often, so the server becomes ready by itself.
+    load_retry_s: float = 10.0
 
 
 class _Metrics:
@@ -290,12 +294,30 @@ def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSet
     `watch` (if given) makes the watcher that follows newly published
     versions, which the app starts and reports on."""
     metrics = _Metrics()
-    state: dict[str, Any] = {"service": None, "failed": None, "stopping": False}
+    # failed: the load raised a bug (the process stays up, unready); waiting: the index refused to load
+    # (no published version yet, a damaged one) and is tried again every settings.load_retry_s.
+    state: dict[str, Any] = {"service": None, "failed": None, "waiting": None, "stopping": False}
     watcher_lock = threading.Lock()  # a load that ends after shutdown must not start a watcher
+    stopped = threading.Event()  # ends the retries of a load when the app shuts down
+
+    def load_until_loaded() -> ToolService | None:
+        """`load()`, tried again while the index refuses to load (no published
+        version yet, a damaged one); None when the app stops first."""
+        while True:
+            try:
+                return load()
+            except IndexLoadError as exc:  # a refusal, not a bug: said in one line, then tried again
+                state["waiting"] = f"{type(exc).__name__}: {exc}"
+                LOG.error("loading the index failed (trying again in %.0f s): %s", settings.load_retry_s, exc)
+                if stopped.wait(settings.load_retry_s):
+                    return None
 
     def load_in_background() -> None:
         try:
-            service = load()
+            service = load_until_loaded()
+            if service is None:
+                return
+            state["waiting"] = None
             service.index.embed_query("warm up")
             with watcher_lock:
                 if watch is not None and not state["stopping"]:
@@ -310,6 +332,7 @@ def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSet
     async def lifespan(_: FastAPI):
         threading.Thread(target=load_in_background, name="ritrag-load", daemon=True).start()
         yield
+        stopped.set()
         with watcher_lock:
             state["stopping"] = True
             if metrics.watcher is not None:
@@ -321,8 +344,9 @@ def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSet
 
     def service() -> ToolService:
         if state["service"] is None:
-            raise ToolError("not_ready", "loading the index failed" if state["failed"]
-                            else "the index is still loading; retry shortly")
+            raise ToolError("not_ready", "loading the index failed" if state["failed"] else
+                            "the index cannot be loaded yet (no published version, or a damaged one); "
+                            "trying again" if state["waiting"] else "the index is still loading; retry shortly")
         return state["service"]
 
     def has_key(request: Request) -> bool:
@@ -372,12 +396,14 @@ def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSet
         if state["failed"]:
             details = {"error": state["failed"]} if has_key(request) else {}
             return JSONResponse({"status": "failed", **details}, status_code=500)
+        if state["waiting"]:  # alive, and trying the index again: not a reason to restart the process
+            return JSONResponse({"status": "waiting", **({"error": state["waiting"]} if has_key(request) else {})})
         return JSONResponse({"status": "ok"})
 
     @app.get("/readyz", include_in_schema=False)
     def readyz(request: Request) -> dict[str, Any]:
-        if state["failed"] and has_key(request):
-            raise ToolError("not_ready", state["failed"])
+        if (state["failed"] or state["waiting"]) and has_key(request):
+            raise ToolError("not_ready", state["failed"] or state["waiting"])
         ready = service()
         body = {"status": "ready", "version": ready.index.version, "limits": asdict(ready.limits),
                 "budget": asdict(ready.budgets.budget)}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import httpx
 import pytest
@@ -229,3 +230,25 @@ def test_readyz_and_metrics_report_failed_reloads(tiny_hash_index, tmp_path):
             threading.Event().wait(0.02)
         assert ready.status_code == 200 and ready.json()["reload"]["last_error"]["message"].startswith("Damaged")
         assert "ritrag_reload_failures_total" in local.get("/metrics").text
+
+
+def test_an_index_not_published_yet_is_tried_again_until_it_loads(service):
+    """A server started before the first build published (or on a damaged
+    version) says why in one line, stays alive, and becomes ready by itself."""
+    from ritrag.layout import MissingIndexError
+
+    attempts = []
+
+    def load() -> ToolService:
+        attempts.append(time.monotonic())
+        if len(attempts) < 3:
+            raise MissingIndexError("idx: no published version (CURRENT is missing)")
+        return service
+
+    with serving(create_app(load, HttpSettings(load_retry_s=0.2))) as url, httpx.Client(base_url=url) as client:
+        waiting = client.get("/healthz")
+        assert waiting.status_code == 200 and waiting.json()["status"] in ("waiting", "ok")
+        refused = client.post("/v1/toc", json={"query": "tls"})
+        assert refused.status_code in (200, 503)
+        wait_ready(client)
+        assert len(attempts) == 3 and client.get("/healthz").json() == {"status": "ok"}
