@@ -2,7 +2,7 @@
 transforms/, serving/ and cli/ install as ritrag.pipelines, ... (setup.py), so
 code that imports them, or reads their resources, by the folder's bare name
 works only from a checkout and breaks the installed product (issue 24: `ritrag
-serve` read its web page through `files("serving")`)."""
+serve` read its web page through the folder name, `files` of "serving")."""
 from __future__ import annotations
 
 import ast
