@@ -90,11 +90,6 @@ def merge_flags(*specs: JobFlags, without: Iterable[str] = ()) -> JobFlags:
     return {cls: tuple(sorted(n - set(without))) for cls, n in names.items()}
 
 
-def beam_flag_names() -> list[str]:
-    """Every flag of Beam's own option classes."""
-    return [s for a in _beam_parser()._actions for s in a.option_strings if s.startswith("--")]
-
-
 def _beam_parser() -> argparse.ArgumentParser:
     parser = _Refusing(allow_abbrev=False, add_help=False)
     # Beam's get_all_options gathers the same classes: the direct subclasses of PipelineOptions.
@@ -117,7 +112,7 @@ def check_job_argv(argv: Sequence[str], flags: JobFlags) -> tuple[argparse.Names
     beam = _beam_parser()
     _, unknown = beam.parse_known_args(rest)
     if unknown:
-        raise JobOptionsError(_unknown_message(unknown, [*_option_strings(ours), *beam_flag_names()]))
+        raise JobOptionsError(_unknown_message(unknown, [*_option_strings(ours), *_option_strings(beam)]))
     return namespace, [*rest, *unchecked]
 
 
