@@ -45,8 +45,8 @@ RETRIEVAL_FLAGS: dict[str, tuple[Callable[[str], object], str]] = {
 }
 
 
-# The Beam jobs: (module under ritrag.pipelines, positional arguments, the job
-# flags those positionals stand for, the flags the CLI requires).
+# The Beam jobs, each a module of ritrag.pipelines: (one-line help, the job flag
+# the CLI takes as its positional argument).
 JOBS: dict[str, tuple[str, str]] = {
     "build": ("full build of an index version (a Beam job)", "input"),
     "update": ("incremental re-index from a new snapshot (a Beam job)", "input"),
