@@ -52,7 +52,13 @@ def test_two_workers_share_one_port_one_cache_and_one_budget(tiny_hash_index, tm
     try:
         workers = psutil.Process(process.pid).children(recursive=True)
         assert len([w for w in workers if "python" in w.name().lower()]) >= 2, workers
-        # every worker answers, all the same (requests spread over the processes by the kernel)
+        # /readyz answered from one worker; the other may still be loading: wait until
+        # 20 new connections in a row (spread over the processes by the kernel) are all ready
+        deadline, in_a_row = time.monotonic() + 120, 0
+        while in_a_row < 20:
+            assert time.monotonic() < deadline, "not every worker became ready in 120 s"
+            in_a_row = in_a_row + 1 if httpx.get(f"{base}/readyz", timeout=5).status_code == 200 else 0
+        # every worker answers, all the same
         with ThreadPoolExecutor(8) as pool:
             answers = list(pool.map(lambda _: httpx.post(f"{base}/v1/toc", json={"query": "tls certificates"},
                                                          timeout=60).json()["trees"], range(40)))
