@@ -14,7 +14,15 @@ build's own: the index the build would choose for that many vectors
 (`rebuild_index`), and the same dense.json, so that the server searches and
 re-ranks exactly as it would on a built index of that size.
 
+It streams, so that 10M chunks fit this machine: per-node state is a few
+arrays (forest, lengths, topics, ids, titles); bodies are drawn block by block
+(each block from its own random stream), node rows written as drawn, chunks
+spilled to their chunk shard and written (with their postings) one shard at a
+time, vectors drawn once and scattered into per-shard files. Peak memory
+follows one chunk shard, so raise --num_shards with --nodes (10M: 16).
+
     python -m benchmarks.synthetic_index OUT --nodes 1000000
+    python -m benchmarks.synthetic_index OUT --nodes 10000000 --num_shards 16
 """
 from __future__ import annotations
 
@@ -22,11 +30,14 @@ import argparse
 import dataclasses
 import json
 import os
+import resource
+import tempfile
 import time
 
 import faiss
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ritrag.analyzer import analyze
@@ -42,6 +53,7 @@ from ritrag.vectors import VECTORS_EXTENSION, VECTORS_KIND, write_vectors
 ROW_GROUP_ROWS = 4096  # as transforms/tables.py writes them (importing it would load Beam)
 DIM = 384  # all-MiniLM-L6-v2
 BATCH = 65_536  # vectors per generated batch
+BLOCK_ROWS = 65_536  # nodes per generated block (a multiple of ROW_GROUP_ROWS)
 QUERY_STREAM = 1 << 40  # batch indices of query vectors, apart from the corpus's
 SYLLABLES = [c + v for c in "bcdfgklmnprstvz" for v in ("a", "e", "i", "o", "u", "ai", "ou")]
 
@@ -105,135 +117,142 @@ def forest(nodes: int, sites: int, fanout: int) -> tuple[np.ndarray, np.ndarray,
     numbered trees, one per site, sizes as even as `nodes` allows."""
     parent = np.full(nodes, -1, np.int64)
     position = np.zeros(nodes, np.int32)
-    depth = np.zeros(nodes, np.int32)
     bounds = np.linspace(0, nodes, sites + 1).astype(np.int64)
     for start, end in zip(bounds[:-1], bounds[1:]):
         local = np.arange(1, end - start)
         parent[start + local] = start + (local - 1) // fanout
         position[start + local] = (local - 1) % fanout
-    for row in range(nodes):  # parents come first in breadth-first order
-        if parent[row] >= 0:
-            depth[row] = depth[parent[row]] + 1
+    depth = np.zeros(nodes, np.int32)
+    above = parent.copy()
+    while (alive := above >= 0).any():  # one step up per pass: depth is at most log_fanout(nodes)
+        depth[alive] += 1
+        above[alive] = parent[above[alive]]
     return parent, position, depth
 
 
-def write_table(path: str, columns: dict[str, pa.Array], schema: pa.Schema) -> None:
-    """Write the columns `schema` names; the schema's other fields (it grows
+def ancestor_rows(rows: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(list offsets, ancestor rows root first) of `rows`, as one flat array."""
+    chain = [parent[rows]]
+    for _ in range(int(depth[rows].max(initial=0)) - 1):
+        chain.append(np.where(chain[-1] >= 0, parent[chain[-1].clip(0)], -1))
+    chain = np.stack(chain, axis=1)
+    d = depth[rows]
+    back = d[:, None] - 1 - np.arange(chain.shape[1])[None, :]  # column of the j-th ancestor from the root
+    valid = back >= 0
+    flat = np.take_along_axis(chain, back.clip(0), axis=1)[valid]
+    return np.concatenate([[0], np.cumsum(d)]).astype(np.int32), flat
+
+
+def joined(*parts) -> pa.Array:
+    return pc.binary_join_element_wise(*parts, "")
+
+
+def write_table(writer: pq.ParquetWriter, columns: dict[str, pa.Array], schema: pa.Schema) -> None:
+    """Append the columns `schema` names; the schema's other fields (it grows
     with the build job) get nulls or empty values."""
     rows = len(next(iter(columns.values())))
     arrays = []
     for field in schema:
         if field.name in columns:
-            arrays.append(pa.array(columns[field.name], field.type))
+            arrays.append(columns[field.name].cast(field.type))
         elif field.nullable:
             arrays.append(pa.nulls(rows, field.type))
+        elif pa.types.is_list(field.type):
+            arrays.append(pa.ListArray.from_arrays(np.zeros(rows + 1, np.int32), pa.array([], field.type.value_type)))
+        elif pa.types.is_string(field.type):
+            arrays.append(pa.array(np.full(rows, ""), field.type))
         else:
-            arrays.append(pa.array([[] if pa.types.is_list(field.type) else field.type.to_pandas_dtype()()
-                                    if not pa.types.is_string(field.type) else ""] * rows, field.type))
-    table = pa.Table.from_arrays(arrays, schema=schema)
-    pq.write_table(table, path, row_group_size=ROW_GROUP_ROWS, compression="zstd", write_statistics=True)
+            arrays.append(pa.array(np.zeros(rows, field.type.to_pandas_dtype())))
+    writer.write_table(pa.Table.from_arrays(arrays, schema=schema), row_group_size=ROW_GROUP_ROWS)
+
+
+def table_writer(path: str, schema: pa.Schema) -> pq.ParquetWriter:
+    return pq.ParquetWriter(path, schema, compression="zstd", write_statistics=True)
+
+
+@dataclasses.dataclass
+class SyntheticCorpus:
+    """What every block of the corpus draws on: the forest, titles and ids of
+    all nodes (small per node), the word distribution. Bodies are drawn per
+    block, never held whole."""
+    words: pa.Array
+    weights: np.ndarray
+    parent: np.ndarray
+    position: np.ndarray
+    depth: np.ndarray
+    lengths: np.ndarray
+    topics: np.ndarray
+    ids: pa.Array
+    titles: pa.Array
+    site: np.ndarray
+    seed: int
+
+    @classmethod
+    def draw(cls, nodes: int, sites: int, fanout: int, words_per_node: int, vocabulary_size: int,
+             seed: int) -> "SyntheticCorpus":
+        rng = np.random.default_rng(seed)
+        words = vocabulary(vocabulary_size, rng)
+        parent, position, depth = forest(nodes, sites, fanout)
+        # Zipf-like word frequencies, plus a few topic words per node so that nodes differ.
+        weights = 1.0 / np.arange(2.7, vocabulary_size + 2.7)
+        lengths = rng.poisson(words_per_node, nodes).clip(20, None)
+        topics = rng.integers(0, vocabulary_size, size=(nodes, 4))
+        capital = pc.utf8_capitalize(pa.array(words))
+        third = pa.array(np.where(np.arange(nodes) % 2 == 1, topics[:, 2], -1), mask=np.arange(nodes) % 2 == 0)
+        titles = pc.binary_join_element_wise(capital.take(pa.array(topics[:, 0])), capital.take(pa.array(topics[:, 1])),
+                                             capital.take(third), " ", null_handling="skip")
+        ids = pa.array([node_id_for(f"synthetic:{seed}:{i}") for i in range(nodes)], pa.string())
+        site = np.searchsorted(np.linspace(0, nodes, sites + 1)[1:], np.arange(nodes), side="right")
+        return cls(pa.array(words), weights / weights.sum(), parent, position, depth, lengths, topics, ids,
+                   titles, site, seed)
+
+    def bodies(self, rows: np.ndarray, stream: list[int]) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+        """(body texts, list offsets, word ids) of `rows`, drawn from the random
+        stream `stream` (the same rows and stream give the same bodies)."""
+        rng = np.random.default_rng([self.seed, *stream])
+        lengths = self.lengths[rows]
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        tokens = rng.choice(len(self.weights), size=int(offsets[-1]), p=self.weights)
+        slots = offsets[:-1, None] + (rng.random((len(rows), 4)) * lengths[:, None]).astype(np.int64)
+        tokens[slots.ravel()] = self.topics[rows].ravel()
+        words = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), self.words.take(pa.array(tokens)))
+        return joined(pc.binary_join(words, " "), "."), offsets, tokens
 
 
 def write_synthetic_index(out: str, nodes: int = 1_000_000, sites: int = 16, fanout: int = 10,
                           words_per_node: int = 120, vocabulary_size: int = 50_000, num_shards: int = 8,
                           factory: str | None = None, nprobe: int | None = None, rerank: int | None = None,
                           seed: int = 0) -> dict:
+    """Write the index in two streaming passes, memory bounded by one shard's
+    chunks, not the corpus: node shards block by block (node rows written,
+    chunks spilled to their chunk shard), then each chunk shard (sorted, its
+    chunks and postings written), then the dense side."""
     start = time.time()
     faiss.omp_set_num_threads(1)  # OpenMP spin-waits badly on a shared 2-core machine
-    rng = np.random.default_rng(seed)
-    words = vocabulary(vocabulary_size, rng)
-    parent, position, depth = forest(nodes, sites, fanout)
-    ids = np.array([node_id_for(f"synthetic:{seed}:{i}") for i in range(nodes)], dtype=object)
-
-    # Zipf-like word frequencies, plus a few topic words per node so that nodes differ.
-    weights = 1.0 / np.arange(2.7, vocabulary_size + 2.7)
-    weights /= weights.sum()
-    lengths = rng.poisson(words_per_node, nodes).clip(20, None)
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    tokens = rng.choice(vocabulary_size, size=int(offsets[-1]), p=weights)
-    topics = rng.integers(0, vocabulary_size, size=(nodes, 4))
-    topic_slots = offsets[:-1, None] + (rng.random((nodes, 4)) * lengths[:, None]).astype(np.int64)
-    tokens[topic_slots.ravel()] = topics.ravel()
-    titles = np.array([" ".join(w.capitalize() for w in words[topics[i, :2 + i % 2]]) for i in range(nodes)],
-                      dtype=object)
-    bodies = np.array([" ".join(words[tokens[offsets[i]:offsets[i + 1]]]) + "."
-                       for i in range(nodes)], dtype=object)
-    chunk_texts = titles + "\n" + bodies
-    chunk_ids = np.array([chunk_id_for(ids[i], 0, chunk_texts[i]) for i in range(nodes)], dtype=np.int64)
-
-    ancestors: list[list[int]] = [[] for _ in range(nodes)]  # rows, root first
-    for row in range(nodes):
-        if parent[row] >= 0:
-            ancestors[row] = ancestors[parent[row]] + [parent[row]]
-    term_rank = np.argsort(np.argsort(words.astype(str)))  # postings sort by term text
-    df = np.zeros(vocabulary_size, np.int64)
-    site_of = np.searchsorted(np.linspace(0, nodes, sites + 1)[1:], np.arange(nodes), side="right")
-
+    corpus = SyntheticCorpus.draw(nodes, sites, fanout, words_per_node, vocabulary_size, seed)
     layout = IndexLayout(out)
     segment_id = f"seg-{layout.next_version()}"
     seg_dir = layout.segment_dir(segment_id)
     os.makedirs(seg_dir, exist_ok=True)
-
-    node_shard = np.array([shard_of(i, num_shards) for i in ids])
-    chunk_shard = chunk_ids % num_shards
-    for s in range(num_shards):
-        rows = np.flatnonzero(node_shard == s)
-        rows = rows[np.argsort(ids[rows].astype(str))]
-        write_table(os.path.join(seg_dir, shard_file_name("nodes", s, num_shards, "parquet")), {
-            "node_id": pa.array(ids[rows], pa.string()),
-            "page_id": pa.array(ids[rows], pa.string()),
-            "parent_id": pa.array([ids[parent[r]] if parent[r] >= 0 else None for r in rows], pa.string()),
-            "site": pa.array([f"site{site_of[r]}" for r in rows], pa.string()),
-            "kind": pa.array(["page"] * len(rows), pa.string()),
-            "position": pa.array(position[rows], pa.int32()),
-            "depth": pa.array(depth[rows], pa.int32()),
-            "title": pa.array(titles[rows], pa.string()),
-            "url": pa.array([f"https://synthetic.example/site{site_of[r]}/{r}.html" for r in rows], pa.string()),
-            "ancestor_ids": pa.array([list(ids[ancestors[r]]) for r in rows], pa.list_(pa.string())),
-            "ancestor_titles": pa.array([list(titles[ancestors[r]]) for r in rows], pa.list_(pa.string())),
-            "body": pa.array(bodies[rows], pa.string()),
-            "summary": pa.array([""] * len(rows), pa.string()),
-            "keywords": pa.array([[]] * len(rows), pa.list_(pa.string())),
-            "content_hash": pa.array([""] * len(rows), pa.string()),
-            "trail_method": pa.array(["synthetic"] * len(rows), pa.string()),
-            "source_kind": pa.array(["html"] * len(rows), pa.string()),
-        }, NODES_SCHEMA)
-
-        rows = np.flatnonzero(chunk_shard == s)
-        rows = rows[np.argsort(chunk_ids[rows])]
-        write_table(os.path.join(seg_dir, shard_file_name("chunks", s, num_shards, "parquet")), {
-            "chunk_id": pa.array(chunk_ids[rows], pa.int64()),
-            "node_id": pa.array(ids[rows], pa.string()),
-            "page_id": pa.array(ids[rows], pa.string()),
-            "ordinal": pa.array(np.zeros(len(rows), np.int32)),
-            "text": pa.array(chunk_texts[rows], pa.string()),
-            "n_tokens": pa.array(lengths[rows].astype(np.int32)),
-        }, CHUNKS_SCHEMA)
-
-        # Postings of this shard's chunks: (term, chunk) pairs with their counts.
-        owner = np.repeat(rows, lengths[rows])
-        terms = np.concatenate([tokens[offsets[r]:offsets[r + 1]] for r in rows])
-        pairs, tf = np.unique(owner * vocabulary_size + terms, return_counts=True)
-        chunk_of, term_of = pairs // vocabulary_size, pairs % vocabulary_size
-        df += np.bincount(term_of, minlength=vocabulary_size)
-        order = np.lexsort((chunk_ids[chunk_of], term_rank[term_of]))
-        write_table(os.path.join(seg_dir, shard_file_name("postings", s, num_shards, "parquet")), {
-            "term": pa.array(words[term_of[order]], pa.string()),
-            "chunk_id": pa.array(chunk_ids[chunk_of[order]], pa.int64()),
-            "tf": pa.array(tf[order].astype(np.int32)),
-        }, POSTINGS_SCHEMA)
-
-    present = np.flatnonzero(df)
-    order = present[np.argsort(words[present].astype(str))]
-    write_table(os.path.join(seg_dir, shard_file_name("vocabulary", 0, 1, "parquet")),
-                {"term": words[order], "df": df[order]}, VOCABULARY_SCHEMA)
-    bm25 = corpus_stats(nodes, int(offsets[-1]))
-    with open(os.path.join(seg_dir, BM25_STATS_FILE), "w", encoding="utf-8") as fh:
-        json.dump(bm25, fh, sort_keys=True)
-    pq.write_table(DEAD_LETTERS_SCHEMA.empty_table(), os.path.join(seg_dir, DEAD_LETTERS_FILE))
-
-    overrides = {k: v for k, v in {"factory": factory, "nprobe": nprobe, "rerank": rerank}.items() if v is not None}
-    dense = write_dense(seg_dir, chunk_ids, chunk_shard, num_shards, overrides, seed)
+    with tempfile.TemporaryDirectory(prefix="synthetic-", dir=out) as spill_dir:
+        spills = [os.path.join(spill_dir, f"chunks-{s}.arrow") for s in range(num_shards)]
+        write_node_shards(corpus, seg_dir, spills, num_shards)
+        df = np.zeros(vocabulary_size, np.int64)
+        chunk_ids = [write_chunk_shard(corpus, seg_dir, spills[s], s, num_shards, df) for s in range(num_shards)]
+        n_terms = int(corpus.lengths.sum())
+        present = np.flatnonzero(df)
+        order = present[np.argsort(corpus.words.to_numpy(zero_copy_only=False)[present].astype(str))]
+        with table_writer(os.path.join(seg_dir, shard_file_name("vocabulary", 0, 1, "parquet")),
+                          VOCABULARY_SCHEMA) as writer:
+            write_table(writer, {"term": corpus.words.take(pa.array(order)), "df": pa.array(df[order])},
+                        VOCABULARY_SCHEMA)
+        bm25 = corpus_stats(nodes, n_terms)
+        with open(os.path.join(seg_dir, BM25_STATS_FILE), "w", encoding="utf-8") as fh:
+            json.dump(bm25, fh, sort_keys=True)
+        pq.write_table(DEAD_LETTERS_SCHEMA.empty_table(), os.path.join(seg_dir, DEAD_LETTERS_FILE))
+        overrides = {k: v for k, v in {"factory": factory, "nprobe": nprobe, "rerank": rerank}.items()
+                     if v is not None}
+        dense = write_dense(seg_dir, chunk_ids, overrides, seed, spill_dir)
     counts = {"pages_read": nodes, "pages_indexed": nodes, "chunks": nodes}
     segment = layout.describe_segment(segment_id, num_shards, counts)
     spec = EmbedderSpec(model=DEFAULT_MODEL)
@@ -243,37 +262,138 @@ def write_synthetic_index(out: str, nodes: int = 1_000_000, sites: int = 16, fan
                                     "num_shards": num_shards, "base_url": "https://synthetic.example/",
                                     "site_depth": 1})
     layout.publish(manifest)
-    return {"version": manifest.version, "nodes": nodes, "chunks": nodes, "postings_terms": int(offsets[-1]),
-            "seconds": round(time.time() - start, 1)}
+    return {"version": manifest.version, "nodes": nodes, "chunks": nodes, "postings_terms": n_terms,
+            "seconds": round(time.time() - start, 1), "peak_rss_gib": round(peak_rss_gib(), 2)}
 
 
-def write_dense(seg_dir: str, chunk_ids: np.ndarray, chunk_shard: np.ndarray, num_shards: int,
-                overrides: dict, seed: int) -> dict:
+SPILL_SCHEMA = pa.schema([pa.field("chunk_id", pa.int64()), pa.field("row", pa.int64()),
+                          pa.field("text", pa.large_string()), pa.field("tokens", pa.list_(pa.int32()))])
+
+
+def write_node_shards(corpus: SyntheticCorpus, seg_dir: str, spills: list[str], num_shards: int) -> None:
+    """Each node shard's rows, sorted by node id as the build writes them, block
+    by block; each block's chunks (one per node) spilled to their chunk shard."""
+    ids = corpus.ids
+    node_shard = np.fromiter((shard_of(i, num_shards) for i in ids.to_pylist()), np.int64, len(ids))
+    spill_writers = [pa.ipc.new_file(path, SPILL_SCHEMA) for path in spills]
+    for s in range(num_shards):
+        rows = np.flatnonzero(node_shard == s)
+        rows = rows[np.argsort(ids.take(pa.array(rows)).to_numpy(zero_copy_only=False).astype(str), kind="stable")]
+        with table_writer(os.path.join(seg_dir, shard_file_name("nodes", s, num_shards, "parquet")),
+                          NODES_SCHEMA) as writer:
+            for b, first in enumerate(range(0, len(rows), BLOCK_ROWS)):
+                block = rows[first: first + BLOCK_ROWS]
+                bodies, offsets, tokens = corpus.bodies(block, [s, b])
+                titles = corpus.titles.take(pa.array(block))
+                block_ids = ids.take(pa.array(block))
+                anc_offsets, anc = ancestor_rows(block, corpus.parent, corpus.depth)
+                parent = corpus.parent[block]
+                site = pa.array(corpus.site[block]).cast(pa.string())
+                write_table(writer, {
+                    "node_id": block_ids, "page_id": block_ids,
+                    "parent_id": ids.take(pa.array(parent, mask=parent < 0)),
+                    "site": joined("site", site), "kind": pa.array(np.full(len(block), "page")),
+                    "position": pa.array(corpus.position[block]), "depth": pa.array(corpus.depth[block]),
+                    "title": titles,
+                    "url": joined("https://synthetic.example/site", site, "/",
+                                  pa.array(block).cast(pa.string()), ".html"),
+                    "ancestor_ids": pa.ListArray.from_arrays(pa.array(anc_offsets), ids.take(pa.array(anc))),
+                    "ancestor_titles": pa.ListArray.from_arrays(pa.array(anc_offsets),
+                                                                corpus.titles.take(pa.array(anc))),
+                    "body": bodies, "trail_method": pa.array(np.full(len(block), "synthetic")),
+                    "source_kind": pa.array(np.full(len(block), "html")),
+                }, NODES_SCHEMA)
+                texts = joined(titles, "\n", bodies)
+                chunk_ids = np.fromiter((chunk_id_for(i, 0, t) for i, t in zip(block_ids.to_pylist(),
+                                                                                texts.to_pylist())),
+                                        np.int64, len(block))
+                token_lists = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
+                                                       pa.array(tokens.astype(np.int32)))
+                spilled = pa.Table.from_arrays([pa.array(chunk_ids), pa.array(block), texts.cast(pa.large_string()),
+                                                token_lists], schema=SPILL_SCHEMA)
+                for c in range(num_shards):
+                    mine = np.flatnonzero(chunk_ids % num_shards == c)
+                    if len(mine):
+                        spill_writers[c].write_table(spilled.take(pa.array(mine)))
+    for writer in spill_writers:
+        writer.close()
+
+
+def write_chunk_shard(corpus: SyntheticCorpus, seg_dir: str, spill: str, s: int, num_shards: int,
+                      df: np.ndarray) -> np.ndarray:
+    """One chunk shard from its spill: the chunks table and the postings, both
+    sorted as the build writes them; adds the shard's document frequencies to
+    `df`; returns its chunk ids, ascending."""
+    with pa.memory_map(spill) as source:
+        table = pa.ipc.open_file(source).read_all()
+    table = table.sort_by("chunk_id")
+    chunk_ids = table.column("chunk_id").to_numpy()
+    rows = table.column("row").to_numpy()
+    with table_writer(os.path.join(seg_dir, shard_file_name("chunks", s, num_shards, "parquet")),
+                      CHUNKS_SCHEMA) as writer:
+        node_ids = corpus.ids.take(pa.array(rows))
+        write_table(writer, {"chunk_id": pa.array(chunk_ids), "node_id": node_ids, "page_id": node_ids,
+                             "ordinal": pa.array(np.zeros(len(rows), np.int32)),
+                             "text": table.column("text").combine_chunks().cast(pa.string()),
+                             "n_tokens": pa.array(corpus.lengths[rows].astype(np.int32))}, CHUNKS_SCHEMA)
+    tokens = table.column("tokens").combine_chunks()
+    owner = np.repeat(np.arange(len(rows)), np.diff(tokens.offsets.to_numpy()))
+    vocabulary_size = len(corpus.weights)
+    pairs, tf = np.unique(owner * vocabulary_size + tokens.values.to_numpy(), return_counts=True)
+    del owner, tokens, table
+    chunk_of, term_of = pairs // vocabulary_size, pairs % vocabulary_size
+    df += np.bincount(term_of, minlength=vocabulary_size)
+    term_rank = np.argsort(np.argsort(corpus.words.to_numpy(zero_copy_only=False).astype(str)))
+    order = np.lexsort((chunk_of, term_rank[term_of]))  # postings sort by term text, then chunk id
+    with table_writer(os.path.join(seg_dir, shard_file_name("postings", s, num_shards, "parquet")),
+                      POSTINGS_SCHEMA) as writer:
+        for first in range(0, len(order), BLOCK_ROWS * 64):
+            part = order[first: first + BLOCK_ROWS * 64]
+            write_table(writer, {"term": corpus.words.take(pa.array(term_of[part])),
+                                 "chunk_id": pa.array(chunk_ids[chunk_of[part]]),
+                                 "tf": pa.array(tf[part].astype(np.int32))}, POSTINGS_SCHEMA)
+    return chunk_ids
+
+
+def write_dense(seg_dir: str, chunk_ids: list[np.ndarray], overrides: dict, seed: int, spill_dir: str) -> dict:
     """Vector files, the trained index and shard indexes as the build writes them
-    (`overrides` as the build's --dense_* flags); returns dense.json. Chunk row i
-    gets vector i of the embedding-like stream."""
-    n = len(chunk_ids)
+    (`overrides` as the build's --dense_* flags); returns dense.json. The chunk
+    of rank i among all chunk ids gets vector i of the embedding-like stream, so
+    the build's training sample (the smallest chunk ids) is the stream's start;
+    the stream is drawn once, scattered into per-shard float16 files."""
+    everything = np.sort(np.concatenate(chunk_ids))
+    n, num_shards = len(everything), len(chunk_ids)
     params = dataclasses.replace(choose_params(n, DIM), **overrides)
     gen = SyntheticEmbeddings(dim=DIM, seed=seed)
-    vectors = np.empty((n, DIM), np.float16)
-    for b, start in enumerate(range(0, n, BATCH)):
-        vectors[start: start + BATCH] = gen.batch(b, min(BATCH, n - start))
-    sample = np.sort(np.argsort(chunk_ids)[:TRAIN_SAMPLE_SIZE])  # the build's: the smallest chunk ids
-    trained = train_empty_index(params.factory, vectors[sample].astype(np.float32))
+    ranks = [np.searchsorted(everything, ids) for ids in chunk_ids]
+    staged = [np.lib.format.open_memmap(os.path.join(spill_dir, f"vectors-{s}.npy"), "w+", np.float16,
+                                        (len(ids), DIM)) for s, ids in enumerate(chunk_ids)]
+    sample_size = min(TRAIN_SAMPLE_SIZE, n)
+    sample = np.empty((sample_size, DIM), np.float32)
+    for b, first in enumerate(range(0, n, BATCH)):
+        batch = gen.batch(b, min(BATCH, n - first))
+        if first < sample_size:  # as the build trains: on the stored float16 vectors
+            sample[first: first + len(batch)] = batch[: sample_size - first].astype(np.float16)
+        for s, rank in enumerate(ranks):
+            lo, hi = np.searchsorted(rank, [first, first + len(batch)])
+            staged[s][lo:hi] = batch[rank[lo:hi] - first]
+    trained = train_empty_index(params.factory, sample)
     with open(os.path.join(seg_dir, DENSE_TRAINED_FILE), "wb") as fh:
         fh.write(trained)
-    for s in range(num_shards):
-        rows = np.flatnonzero(chunk_shard == s)
-        rows = rows[np.argsort(chunk_ids[rows])]
+    for s, ids in enumerate(chunk_ids):
         vectors_path = os.path.join(seg_dir, shard_file_name(VECTORS_KIND, s, num_shards, VECTORS_EXTENSION))
         with open(vectors_path, "wb") as fh:
-            write_vectors(fh, chunk_ids[rows], vectors[rows])
+            write_vectors(fh, ids, staged[s])
         with open(os.path.join(seg_dir, shard_file_name("dense", s, num_shards, "faiss")), "wb") as fh:
             fh.write(rebuild_index(trained, vectors_path))
-    dense = dense_info(params, DIM, n, len(sample))
+    dense = dense_info(params, DIM, n, sample_size)
     with open(os.path.join(seg_dir, DENSE_INFO_FILE), "w", encoding="utf-8") as fh:
         json.dump(dense, fh, sort_keys=True)
     return dense
+
+
+def peak_rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
 
 
 def main(argv: list[str] | None = None) -> None:
