@@ -38,6 +38,29 @@ class Section:
 
 
 @dataclass(frozen=True)
+class Link:
+    """A link of a page's own text (never its navigation chrome) to another page.
+
+    `url` is the target's normalized URL (the key of its page node); `fragment`
+    the place in it the link names (percent-decoded, "" for none), which is a
+    section node's anchor where the target has that section; `position` the
+    link's ordinal among the kept links of its page.
+    """
+
+    url: str
+    fragment: str
+    anchor_text: str  # whitespace collapsed, at most MAX_ANCHOR_CHARS
+    position: int
+
+
+# The most links kept of one page (the rest are counted, in ParsedPage.links_past_cap),
+# and the longest anchor text kept of one link: a link list or an anchor past these
+# is generated, not written, and its cost must stay bounded.
+MAX_PAGE_LINKS = 1000
+MAX_ANCHOR_CHARS = 200
+
+
+@dataclass(frozen=True)
 class ParsedPage:
     """Everything the index keeps of one HTML page; the raw HTML is dropped."""
 
@@ -59,16 +82,27 @@ class ParsedPage:
     # the page, the root, or places outside the site), in cascade order: build counters.
     trail_passed_over: tuple[str, ...] = ()
     source_kind: str = ""  # the parser that read it (SOURCE_KINDS), set by the job that read it
+    # Its text's links to other pages, first occurrence of each target, in document
+    # order: at most MAX_PAGE_LINKS; links_past_cap counts the link elements after them.
+    links: tuple[Link, ...] = ()
+    links_past_cap: int = 0
 
     @property
     def body(self) -> str:
         return "\n\n".join(s.text for s in self.sections if s.text)
 
 
+# Not spilled until the edges stage reads its links from the spill (issue #30): a
+# build's spill stays byte-for-byte what it was.
+_UNSPILLED_FIELDS = ("links", "links_past_cap")
+
+
 def page_json(page: ParsedPage) -> bytes:
     """A parsed page as JSON (ASCII: lone surrogates survive), for a job's own
-    spill files; `page_from_json` gives back an equal ParsedPage."""
-    return json.dumps(vars(page), default=vars).encode("ascii")
+    spill files; `page_from_json` gives back an equal ParsedPage, but for its
+    links (_UNSPILLED_FIELDS)."""
+    fields = {name: value for name, value in vars(page).items() if name not in _UNSPILLED_FIELDS}
+    return json.dumps(fields, default=vars).encode("ascii")
 
 
 def page_from_json(data: bytes) -> ParsedPage:
@@ -228,6 +262,24 @@ PAGES_SCHEMA = pa.schema(
         pa.field("trail_method", pa.string(), nullable=False),
         pa.field("nav_order", pa.list_(pa.string()), nullable=False),
         pa.field("source_kind", pa.string(), nullable=False),
+    ]
+)
+
+# One row per kept link of an indexed page (ParsedPage.links), resolved or not:
+# (source_node_id, position) is the row's identity. A row is a function of its
+# source page alone but for target_node_id, the node its target was when the
+# segment was written (null: nothing in the index), so that an update re-resolves
+# the rows whose target URL it added, removed or re-indexed, and keeps every other
+# row (update == fresh build). Rows of one (source, target node) pair are one edge
+# to a reader, at the first position (transforms/edges.py).
+EDGES_SCHEMA = pa.schema(
+    [
+        pa.field("source_node_id", pa.string(), nullable=False),  # the linking page's node
+        pa.field("position", pa.int32(), nullable=False),  # Link.position
+        pa.field("target_url", pa.string(), nullable=False),  # Link.url: normalized, no fragment
+        pa.field("target_fragment", pa.string(), nullable=False),  # Link.fragment, "" for none
+        pa.field("target_node_id", pa.string()),  # a page or section node; null if none
+        pa.field("anchor_text", pa.string(), nullable=False),
     ]
 )
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ritrag.schema import Crumb
+from ritrag.schema import MAX_ANCHOR_CHARS, MAX_PAGE_LINKS, Crumb, Link
 from support import DEV_CORPUS
 from ritrag.transforms.parse import UnparseablePage, parse_page
 
@@ -742,3 +742,74 @@ def test_nesting_the_parser_handles_keeps_all_text():
             + b"</div>" * depth + b"<p>after</p></body></html>")
     page = parse_page(html, "https://example.com/deep.html", "https://example.com/")
     assert page.body.split() == ["before", "deep", "text", "after"]
+
+
+# ------------------------------------------------------------------ the links of the page's text
+
+LINKED_PAGE = f"""
+<nav class="site-menu"><a href="{SITE}/">Home</a> <a href="{SITE}/reference/api.html">API (menu)</a></nav>
+<div class="sidebar"><a href="{SITE}/faq.html">FAQ (sidebar)</a></div>
+<main>
+  <ol class="breadcrumb"><li><a href="{SITE}/">Guide</a></li><li><a href="../install/">Installation</a></li>
+    <li>Linux</li></ol>
+  <h1 id="top">Installing on Linux</h1>
+  <p>Build it with <a href="../build.html#make%20flags">the  make
+     flags</a>, then read <a href="../reference/api.html">the API</a>, <a href="#top">the top</a>,
+     <a href="linux.html#requirements">requirements</a>, <a href="mailto:dev@example.com">mail us</a>,
+     <a href="javascript:void(0)">toggle</a>, <a href="https://other.example.org/x">elsewhere</a>,
+     <a href="../build.html#make%20flags">make flags again</a>,
+     <a href="../logo.html"><img src="logo.png" alt="The logo"></a> and <a href="../install">up</a>.</p>
+  <div class="toctree-wrapper"><ul><li><a href="linux/debian.html">Debian</a></li></ul></div>
+  <div class="related"><a href="{SITE}/windows.html">Windows (related bar)</a></div>
+  <div class="prev-next"><a href="../macos.html">Previous: macOS</a></div>
+  <p><a rel="next" href="../bsd.html">BSD</a> <a accesskey="p" href="../solaris.html">Solaris</a></p>
+  <footer><a href="{SITE}/legal.html">Legal</a></footer>
+</main>"""
+
+
+def test_links_are_those_of_the_text_not_of_its_navigation():
+    page = parse(html(LINKED_PAGE))
+    assert page.trail == INSTALL_TRAIL
+    assert [(link.url, link.fragment, link.anchor_text, link.position) for link in page.links] == [
+        (f"{SITE}/build.html", "make flags", "the make flags", 0),
+        (f"{SITE}/reference/api.html", "", "the API", 1),  # also in the menu: kept for the text's link
+        ("https://other.example.org/x", "", "elsewhere", 2),
+        (f"{SITE}/logo.html", "", "The logo", 3),  # an image link: its alt text
+    ]
+    # Menu, sidebar, breadcrumb trail, table of contents, related bar, pager, footer, rel/accesskey
+    # pager links, the page itself (any fragment), its trail's pages, non-web schemes: no link.
+    assert page.links_past_cap == 0
+
+
+def test_links_inside_a_marked_main_regions_own_menu_are_navigation():
+    page = parse(html('<main><div class="menu"><a href="a.html">A</a><a href="b.html">B</a></div>'
+                      '<h1>Installing on Linux</h1><p>Long enough text that links to <a href="c.html">C</a>.</p>'
+                      '</main>'))
+    assert [link.anchor_text for link in page.links] == ["C"]
+
+
+def test_structured_breadcrumbs_inside_the_text_are_no_links():
+    crumbs = "".join(f'<li itemprop="itemListElement" itemscope itemtype="https://schema.org/ListItem">'
+                     f'<a itemprop="item" href="{href}"><span itemprop="name">{name}</span></a></li>'
+                     for href, name in ((f"{SITE}/", "Guide"), (f"{SITE}/install", "Installation"), (URL, "Linux")))
+    page = parse(html(f'<main><ol itemscope itemtype="https://schema.org/BreadcrumbList">{crumbs}</ol>'
+                      f'<h1>Installing on Linux</h1><p>See the <a href="../faq.html">FAQ</a> first.</p></main>'))
+    assert page.trail_method == "microdata"
+    assert [link.url for link in page.links] == [f"{SITE}/faq.html"]
+
+
+def test_a_page_of_200k_links_parses_in_bounded_time_and_keeps_the_cap():
+    links = "".join(f'<a href="p{i}.html">page {i}</a> ' for i in range(200_000))
+    data = html(f"<main><h1>Links</h1><p>{links}</p></main>").encode()
+    assert len(data) > 5 * 1024 * 1024
+    started = time.perf_counter()
+    page = parse(data)
+    assert time.perf_counter() - started < 20
+    assert len(page.links) == MAX_PAGE_LINKS
+    assert page.links[-1] == Link(f"{SITE}/install/p999.html", "", "page 999", 999)
+    assert page.links_past_cap == 200_000 - MAX_PAGE_LINKS
+
+
+def test_a_long_anchor_text_is_cut():
+    page = parse(html(f'<main><h1>Installing on Linux</h1><p><a href="a.html">{"word " * 1000}</a></p></main>'))
+    assert len(page.links[0].anchor_text) == MAX_ANCHOR_CHARS

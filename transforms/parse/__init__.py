@@ -11,6 +11,7 @@ only a page's head. One module per concern, each importing only those listed abo
 - `trail`     the breadcrumb-trail cascade (its rules are in that module's docstring)
 - `declared`  `declared_page_urls`: the URLs a page names for itself
 - `content`   the main region, boilerplate stripping, table-of-contents order
+- `links`     the links of the page's own text, navigation left out
 - `sections`  the main region as text cut into heading sections; the page title
 - `page`      `parse_page`: the steps above in order, and the page's content hash
 """

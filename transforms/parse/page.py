@@ -22,6 +22,7 @@ from ritrag.schema import ParsedPage
 from ritrag.transforms.parse.content import find_main, find_nav_order, strip_boilerplate
 from ritrag.transforms.parse.decode import CONTROL_BYTES, DEFAULT_MAX_BYTES, UnparseablePage, html_parser, utf8_html
 from ritrag.transforms.parse.head import read_head
+from ritrag.transforms.parse.links import read_links
 from ritrag.transforms.parse.location import locate
 from ritrag.transforms.parse.sections import mark_blocks, mark_headings, mark_pre_blocks, page_title, split_sections
 from ritrag.transforms.parse.survey import survey_tree
@@ -84,6 +85,7 @@ def _parse_utf8(utf8: bytes, url: str, site: str) -> ParsedPage:
     main, marked_main = find_main(root, survey)
     nav_order, in_page_tocs = find_nav_order(main, survey, loc)
     strip_boilerplate(main, marked_main, survey, in_page_tocs, b"hreflang" in utf8)
+    links, links_past_cap = read_links(main, marked_main, survey, loc, trail.crumbs)
     pre_blocks = mark_pre_blocks(main)
     mark_blocks(main)
     headings = mark_headings(main)
@@ -109,5 +111,7 @@ def _parse_utf8(utf8: bytes, url: str, site: str) -> ParsedPage:
         keywords=head.keywords,
         language=head.language,
         nav_order=nav_order,
+        links=links,
+        links_past_cap=links_past_cap,
     )
     return dataclasses.replace(page, content_hash=page_content_hash(page))
