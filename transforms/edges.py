@@ -1,0 +1,151 @@
+"""The link graph: indexed pages' links resolved to nodes of the index (the edges
+table), and the anchor texts other pages link each node with.
+
+  ResolveEdges  (page URL, its ParsedPage.links) x node rows -> EDGES_SCHEMA rows
+  AnchorTexts   EDGES_SCHEMA rows -> (node id, the anchor texts of its in-links)
+
+Both are pure (the job writes what they produce). A link names a page URL and
+maybe a fragment: it resolves to the section node with that anchor where the
+index has one (`--granularity section`), else to the page node, else to nothing.
+An unresolved link is kept as a row without a target (counted), so that an
+update that adds its target resolves it as a fresh build would (EDGES_SCHEMA).
+
+Only page URLs are shuffled: links travel grouped by the page they name, joined
+with that page's node and section nodes; no group holds more than one target
+page's nodes, whatever the number of links to it.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable
+
+import apache_beam as beam
+
+from ritrag.ids import node_id_for
+from ritrag.schema import Link
+from ritrag.transforms.pages import COUNTERS
+
+# Rows with a target node (of them, to a section node), and rows without one.
+EDGES_RESOLVED_COUNTER = "edges_resolved"
+EDGES_TO_SECTIONS_COUNTER = "edges_to_sections"
+LINKS_UNRESOLVED_COUNTER = "links_unresolved"
+# The in-link anchor texts kept per node: the most linking pages first, at most
+# MAX_NODE_ANCHORS of them, MAX_NODE_ANCHOR_CHARS in all (an index field, not a list
+# of every page that links to a popular one).
+MAX_NODE_ANCHORS = 50
+MAX_NODE_ANCHOR_CHARS = 2000
+_PAGE = ""  # the anchor a page node is keyed by among its page's nodes
+
+
+def node_targets(row: dict) -> Iterable[tuple[str, tuple[str, str]]]:
+    """(page URL, (anchor, node id)) of a node row that a link can name: a page
+    node (anchor "") or a section node with an anchor; nodes without text
+    (site and virtual nodes: no page of the index) are no targets."""
+    if row["page_id"] is None or not row["url"]:
+        return
+    if row["kind"] == "page":
+        yield row["url"], (_PAGE, row["node_id"])
+    elif "#" in row["url"]:  # a section without an anchor has its page's URL
+        page_url, anchor = row["url"].split("#", 1)
+        yield page_url, (anchor, row["node_id"])
+
+
+def links_by_target(page_links: tuple[str, tuple[Link, ...]]
+                    ) -> Iterable[tuple[str, tuple[str, tuple[Link, ...]]]]:
+    """(target page URL, (source page URL, its links to that page)) of one page's links."""
+    source_url, links = page_links
+    by_target: dict[str, list[Link]] = defaultdict(list)
+    for link in links:
+        by_target[link.url].append(link)
+    for target_url, to_target in by_target.items():
+        yield target_url, (source_url, tuple(to_target))
+
+
+def edge_row(source_node_id: str, link: Link, target_node_id: str | None) -> dict:
+    """The EDGES_SCHEMA row of one link."""
+    return {"source_node_id": source_node_id, "position": link.position, "target_url": link.url,
+            "target_fragment": link.fragment, "target_node_id": target_node_id, "anchor_text": link.anchor_text}
+
+
+class ResolveEdgesFn(beam.DoFn):
+    """One target page URL's links, joined with its nodes -> their edge rows."""
+
+    def __init__(self):
+        self._resolved = beam.metrics.Metrics.counter(COUNTERS, EDGES_RESOLVED_COUNTER)
+        self._to_sections = beam.metrics.Metrics.counter(COUNTERS, EDGES_TO_SECTIONS_COUNTER)
+        self._unresolved = beam.metrics.Metrics.counter(COUNTERS, LINKS_UNRESOLVED_COUNTER)
+
+    def process(self, joined: tuple[str, dict]) -> Iterable[dict]:
+        _, group = joined
+        nodes = dict(group["targets"])  # anchor -> node id: one page's nodes
+        page_node = nodes.get(_PAGE)
+        for source_url, links in group["links"]:
+            source_node_id = node_id_for(source_url)  # a page node's id is its URL's
+            for link in links:
+                section_node = nodes.get(link.fragment) if link.fragment else None
+                target = section_node or page_node
+                if target is None:
+                    self._unresolved.inc()
+                else:
+                    self._resolved.inc()
+                    if section_node:
+                        self._to_sections.inc()
+                yield edge_row(source_node_id, link, target)
+
+
+class ResolveEdges(beam.PTransform):
+    """(page URL, ParsedPage.links) of every indexed page -> EDGES_SCHEMA rows,
+    one per link, each resolved against `node_rows` (NODES_SCHEMA rows of the
+    index: the granularity is theirs), or left without a target."""
+
+    def __init__(self, node_rows: beam.PCollection):
+        super().__init__()
+        self._node_rows = node_rows
+
+    def expand(self, page_links):
+        targets = self._node_rows | "NodeTargets" >> beam.FlatMap(node_targets)
+        links = page_links | "LinksByTarget" >> beam.FlatMap(links_by_target)
+        return ({"targets": targets, "links": links}
+                | "JoinLinksAndTargets" >> beam.CoGroupByKey()
+                | "Resolve" >> beam.ParDo(ResolveEdgesFn()))
+
+
+def _anchor_votes(votes: Iterable[tuple[int, str]]) -> tuple[int, str]:
+    """(linking pages, spelling) of one anchor text: their sum, the least spelling."""
+    votes = list(votes)
+    return sum(pages for pages, _ in votes), min(spelling for _, spelling in votes)
+
+
+def bounded_anchors(node_and_ranked: tuple[str, list[tuple[int, str, str]]]) -> tuple[str, tuple[str, ...]]:
+    """(node id, its anchor texts in rank order, as many as MAX_NODE_ANCHOR_CHARS holds)."""
+    node_id, ranked = node_and_ranked
+    kept, chars = [], 0
+    for _, _, spelling in ranked:
+        if chars + len(spelling) > MAX_NODE_ANCHOR_CHARS:
+            break
+        kept.append(spelling)
+        chars += len(spelling)
+    return node_id, tuple(kept)
+
+
+class AnchorTexts(beam.PTransform):
+    """EDGES_SCHEMA rows -> (node id, anchor texts) of every node linked to: the
+    texts other pages link it with, one per linking page (its first link to the
+    node), the same text in other case or spacing counted once, ranked by the
+    number of pages using it (then by text), at most MAX_NODE_ANCHORS and
+    MAX_NODE_ANCHOR_CHARS per node. Links without text count for nothing."""
+
+    def expand(self, edges):
+        return (edges
+                | "WithTargetAndText" >> beam.Filter(lambda e: e["target_node_id"] and e["anchor_text"])
+                | "KeyByTargetAndSource" >> beam.Map(
+                    lambda e: ((e["target_node_id"], e["source_node_id"]), (e["position"], e["anchor_text"])))
+                | "FirstLinkOfEachPage" >> beam.CombinePerKey(min)
+                | "KeyByTargetAndText" >> beam.Map(
+                    lambda kv: ((kv[0][0], " ".join(kv[1][1].casefold().split())), (1, kv[1][1])))
+                | "CountPages" >> beam.CombinePerKey(_anchor_votes)
+                | "KeyByTarget" >> beam.Map(lambda kv: (kv[0][0], (kv[1][0], kv[0][1], kv[1][1])))
+                # reverse: the least key first, so the most pages, then the text's order
+                | "MostUsed" >> beam.combiners.Top.PerKey(MAX_NODE_ANCHORS, key=lambda v: (-v[0], v[1]),
+                                                          reverse=True)
+                | "Bounded" >> beam.Map(bounded_anchors))
