@@ -54,6 +54,7 @@ DENSE_TRAINED_FILE = "dense_trained.faiss"  # the trained empty index: later seg
 DEAD_LETTERS_FILE = "dead_letters.parquet"
 SITE_BASES_FILE = "site_bases.json"  # each site's inferred public base, when --base_url was not given
 LOG = logging.getLogger("ritrag.layout")
+EDGES_KIND = "edges"  # edges-SSSSS-of-NNNNN.parquet: EDGES_SCHEMA, the links of the segment's pages
 _VERSION_RE = re.compile(r"^v(\d{6})$")
 _SEGMENT_RE = re.compile(r"^seg-v\d{6}$")
 _SHARD_RE = re.compile(r"^(?P<kind>[a-z_]+)-(?P<shard>\d{5})-of-(?P<num>\d{5})\.(?P<ext>\w+)$")
