@@ -29,7 +29,7 @@ import sys
 from dataclasses import dataclass
 from typing import Iterable
 
-from ritrag.ids import site_of
+from ritrag.urls import site_of
 from ritrag.transforms.parse import UnparseablePage, parse_page
 
 BASE = "http://localhost/"  # what the build gives pages when run without --base_url

@@ -35,7 +35,7 @@ import sys
 
 import lxml.html
 
-from ritrag.ids import site_of
+from ritrag.urls import site_of
 from ritrag.transforms.parse import UnparseablePage, parse_page
 
 BASE = "http://localhost/"

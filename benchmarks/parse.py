@@ -33,7 +33,7 @@ import lxml.html
 
 from benchmarks.results import cpu_description, write_section
 from ritrag.embedder import EmbedderSpec, load_tokenizer, model_token_limit
-from ritrag.ids import site_of
+from ritrag.urls import site_of
 from ritrag.schema import PageSkeleton
 from ritrag.transforms.chunk import chunk_rows, counts_add_up, tokenizer_counter
 from ritrag.transforms.forest import build_site_forest

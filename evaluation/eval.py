@@ -24,7 +24,7 @@ Gold: each entry of a question's `gold` is a target, resolved to the live
 nodes it names: a node id (that node and its sections), a URL, or a
 suffix matching the end of a node's URL, or of the input file its page was
 read from (the pages table's `source`), at a path boundary (both compared
-after `ritrag.ids.normalize_url`, scheme and fragment ignored, so a gold page
+after `ritrag.urls.normalize_url`, scheme and fragment ignored, so a gold page
 matches every section node of that page). An entry that names no node is
 reported as unresolvable, never scored as a miss; a question none of whose
 entries resolve is left out of every scored metric and listed.
@@ -52,11 +52,11 @@ from urllib.parse import urlsplit
 import numpy as np
 import pyarrow.compute as pc
 
-from ritrag.ids import normalize_url
 from ritrag.layout import IndexLayout, IndexLoadError
 from ritrag.serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N, RitragIndex
 from ritrag.serving.outline import TOKENIZER, count_tokens, render_outline, toc_json_text
 from ritrag.serving.retrieval import RetrievalParams, node_scores, reciprocal_rank_fusion, top_nodes
+from ritrag.urls import normalize_url
 
 SYSTEMS = {
     "subforest": "GetToC sub-forest (hybrid), read in score order",

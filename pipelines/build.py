@@ -44,7 +44,7 @@ from ritrag.transforms.site_base import InferSiteBases
 from ritrag.transforms.sources.dispatch import HTML_SUFFIXES
 from ritrag.transforms.sparse import BuildSparseIndex
 from ritrag.transforms.tables import WriteParquetTable, write_bytes
-from ritrag.transforms.warc import crawl_dir_of
+from ritrag.transforms.sources.warc import crawl_dir_of
 
 LOG = logging.getLogger("ritrag.build")
 

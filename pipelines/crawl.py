@@ -9,12 +9,12 @@ Round 0 fetches the seeds (and, on a re-crawl, every page the previous CrawlDB
 knows, conditionally); each host's first round also reads its robots.txt and
 sitemaps. A round's job: [round 0: generate the fetch list from seeds and the
 previous CrawlDB] -> group targets by host and fetch (politeness, see
-transforms/crawl_round.py) -> store kept bodies per shard in WARC files and the
+transforms/crawl/round.py) -> store kept bodies per shard in WARC files and the
 round's CrawlDB rows in Parquet -> generate the next round's fetch list from the
 links found, de-duplicated against every URL scheduled so far
-(transforms.crawldb.Generate). Rounds continue until no new URL is in scope or
+(transforms.crawl.crawldb.Generate). Rounds continue until no new URL is in scope or
 --max_pages / --max_depth / --max_rounds stop them. A last job
-(transforms.crawldb.UpdateCrawlDb) merges this crawl's rows over the previous
+(transforms.crawl.crawldb.UpdateCrawlDb) merges this crawl's rows over the previous
 CrawlDB and CRAWL_DIR/crawldb.parquet is replaced atomically.
 
 The launcher holds no URL lists: rows, links and fetch lists pass between jobs
@@ -45,15 +45,17 @@ from ritrag.pipelines.launcher import BuildOptions, PublishOptions, job_options
 from ritrag.pipelines.options import JobFlags
 from ritrag.layout import IndexLayout
 from ritrag.storage import (dir_exists, exists, make_dirs, match_files, open_parquet, open_read, remove_tree, replace_file)
+from ritrag.crawl_dir import STATUSES, WARC_DIR, crawldb_path, scan_crawldb
 from ritrag.lease import IndexLease
 from ritrag.schema import CRAWL_TARGET_SCHEMA, CRAWLDB_SCHEMA
-from ritrag.transforms.crawl_round import COUNTERS, LINKS, ROBOTS, CrawlConfig, FetchHostFn, StoreShardFn, shard_key
-from ritrag.transforms.crawldb import (STATUSES, WARC_DIR, CrawlTarget, Generate, UpdateCrawlDb, crawldb_path, crawldb_row,
-                                record_target, redirect_hops, revisit_record, scan_crawldb, target_record)
-from ritrag.transforms.fetch import FetchPolicy
-from ritrag.transforms.robots import RobotsRules
-from ritrag.transforms.scope import BadUrl, Scope, clean_url, crawl_key, host_of
+from ritrag.transforms.crawl.round import COUNTERS, LINKS, ROBOTS, CrawlConfig, FetchHostFn, StoreShardFn, shard_key
+from ritrag.transforms.crawl.crawldb import (CrawlTarget, Generate, UpdateCrawlDb, crawldb_row, record_target,
+                                             redirect_hops, revisit_record, target_record)
+from ritrag.transforms.crawl.downloader import FetchPolicy
+from ritrag.transforms.crawl.robots import RobotsRules
+from ritrag.transforms.crawl.scope import BadUrl, Scope, clean_url, crawl_key
 from ritrag.transforms.tables import write_bytes
+from ritrag.urls import origin_of
 
 LOG = logging.getLogger("ritrag.crawl")
 DEFAULT_USER_AGENT = "ritrag-crawl/0.1 (documentation indexer; set --crawl_user_agent to name yourself)"
@@ -175,7 +177,7 @@ def round_pipeline(p: beam.Pipeline, number: int, work: str, seed_targets: list[
         targets = p | "ReadTargets" >> beam.io.ReadFromParquet(targets_pattern(work, number))
     fetched = (targets
                | "ToTarget" >> beam.Map(record_target)
-               | "KeyByHost" >> beam.Map(lambda t: (host_of(t.url), t))
+               | "KeyByHost" >> beam.Map(lambda t: (origin_of(t.url), t))
                | "GroupByHost" >> beam.GroupByKey()
                | "FetchHost" >> beam.ParDo(FetchHostFn(config, robots)).with_outputs(LINKS, ROBOTS, main="outcomes"))
     rows = (fetched["outcomes"]

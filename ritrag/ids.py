@@ -1,4 +1,5 @@
-"""Deterministic identifiers and URL normalization.
+"""Deterministic identifiers (a page's location key is its URL as
+`ritrag.urls.normalize_url` spells it).
 
 Every id is a pure function of content or location, so a retried bundle (or a
 rebuild of the same input) writes the same bytes.
@@ -12,16 +13,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import posixpath
-from urllib.parse import urlsplit, urlunsplit
 
 NODE_ID_CHARS = 12
-
-# File names that stand for their directory. `default.html` is left out: on
-# documentation sites it is often a page of its own beside `index.html`
-# (merging the two would lose one); a server that really serves it as the
-# directory index names it by its canonical link, which the forest honours.
-_INDEX_FILES = ("index.html", "index.htm", "index.php")
 
 
 def _digest(*parts: str, size: int) -> bytes:
@@ -62,36 +55,3 @@ def shard_of(chunk_or_node_id: int | str, num_shards: int) -> int:
     if isinstance(chunk_or_node_id, int):
         return chunk_or_node_id % num_shards
     return int.from_bytes(_digest("shard", chunk_or_node_id, size=8), "little") % num_shards
-
-
-def normalize_url(url: str) -> str:
-    """Canonical form used to recognise the same page under different spellings.
-
-    Lowercases scheme and host, drops fragments, default ports, `index.html`-style
-    file names and trailing slashes, and resolves `.`/`..` segments. The query
-    string is kept: on many sites it selects a different page.
-    """
-    parts = urlsplit(url.strip())
-    scheme = parts.scheme.lower()
-    host = (parts.hostname or "").lower()
-    if parts.port and not ((scheme, parts.port) in (("http", 80), ("https", 443))):
-        host = f"{host}:{parts.port}"
-    path = parts.path or "/"
-    path = posixpath.normpath(path) if path not in ("", "/") else "/"
-    if path.startswith("//"):
-        path = "/" + path.lstrip("/")
-    head, tail = posixpath.split(path)
-    if tail.lower() in _INDEX_FILES:
-        path = head
-    path = path.rstrip("/") or "/"
-    return urlunsplit((scheme, host, path, parts.query, ""))
-
-
-def site_of(url: str, site_depth: int = 0) -> str:
-    """Normalized URL of the site (forest root) that `url` belongs to: scheme, host
-    and the first `site_depth` path segments (products hosted side by side under
-    one host, `docs.example.com/<product>/...`, want `site_depth=1`)."""
-    parts = urlsplit(normalize_url(url))
-    segments = [s for s in parts.path.split("/") if s][:site_depth]
-    path = "/" + "/".join(segments) if segments else "/"
-    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))

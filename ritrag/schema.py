@@ -334,7 +334,7 @@ class WarcPage:
 
 # The crawl's state (CRAWL_DIR/crawldb.parquet), one row per URL the crawls have
 # dealt with: pages, robots.txt files and sitemaps. `status` is one of
-# transforms.crawldb.STATUSES; warc_file (relative to CRAWL_DIR) and warc_offset
+# ritrag.crawl_dir.STATUSES; warc_file (relative to CRAWL_DIR) and warc_offset
 # locate the response record holding the body of a fetched or unchanged page.
 CRAWLDB_SCHEMA = pa.schema(
     [
@@ -360,7 +360,7 @@ CRAWLDB_SCHEMA = pa.schema(
 )
 
 # A URL scheduled or discovered during a crawl (CRAWL_DIR/.rounds/, deleted when the crawl ends):
-# transforms.crawldb.CrawlTarget's fields and how the URL was found.
+# ritrag.transforms.crawl.crawldb.CrawlTarget's fields and how the URL was found.
 CRAWL_TARGET_SCHEMA = pa.schema(
     [
         pa.field("url", pa.string(), nullable=False),

@@ -12,8 +12,8 @@ import pytest
 from ritrag.pipelines import crawl
 from support import SAMPLE
 from crawl_site import CrawlSite
-from ritrag.transforms.crawldb import CRAWLDB_FILE
-from ritrag.transforms.warc import read_warc_pages
+from ritrag.crawl_dir import CRAWLDB_FILE
+from ritrag.transforms.sources.warc import read_warc_pages
 
 SITE = "sphinx"
 MAX_BYTES = 200_000

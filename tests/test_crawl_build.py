@@ -17,7 +17,7 @@ from ritrag.serving.api import RitragIndex
 from support import SAMPLE
 from crawl_site import CrawlSite
 from support import live_table
-from ritrag.transforms.crawldb import CRAWLDB_FILE
+from ritrag.crawl_dir import CRAWLDB_FILE
 
 SITE = "sphinx"
 BUILD = ["--embedding_model", "hashing:384", "--site_depth", "1"]
@@ -102,8 +102,8 @@ def test_a_crawl_takes_the_crawl_directorys_lease(tmp_path):
 
 
 def test_damaged_warc_input_is_dead_lettered(tmp_path):
-    from ritrag.transforms.fetch import FetchResult
-    from ritrag.transforms.warc import WarcFileWriter
+    from ritrag.transforms.crawl.downloader import FetchResult
+    from ritrag.transforms.crawl.warc_writer import WarcFileWriter
 
     body = (SAMPLE / SITE / "faq.html").read_bytes()
     writer = WarcFileWriter(str(tmp_path / "w"), "x", 10 ** 9)

@@ -20,12 +20,12 @@ from apache_beam.pvalue import TaggedOutput
 from warcio.archiveiterator import ArchiveIterator
 
 from crawl_site import HostileSite, raw_response
-from ritrag.transforms.crawl_round import LINKS, ROBOTS, CrawlConfig, FetchHostFn, Link, Outcome, store_shard
-from ritrag.transforms.crawldb import CrawlTarget
-from ritrag.transforms.fetch import FetchPolicy, retry_after_s
-from ritrag.transforms.robots import ALLOW_ALL, RULES, RobotsRules, robots_rules
-from ritrag.transforms.scope import Scope
-from ritrag.transforms.warc import WarcFileWriter
+from ritrag.transforms.crawl.crawldb import CrawlTarget
+from ritrag.transforms.crawl.downloader import FetchPolicy, retry_after_s
+from ritrag.transforms.crawl.robots import ALLOW_ALL, RULES, RobotsRules, robots_rules
+from ritrag.transforms.crawl.round import LINKS, ROBOTS, CrawlConfig, FetchHostFn, Link, Outcome, store_shard
+from ritrag.transforms.crawl.scope import Scope
+from ritrag.transforms.crawl.warc_writer import WarcFileWriter
 
 AGENT = "hostile-test-bot"
 ADDRESS_SPACE = 1536 * 1024 * 1024  # the bombs' subprocess limit (1.5 GiB)
@@ -78,11 +78,11 @@ import json, resource, sys, time
 args = json.loads(sys.argv[1])
 resource.setrlimit(resource.RLIMIT_AS, (args["address_space"], args["address_space"]))
 from apache_beam.pvalue import TaggedOutput
-from ritrag.transforms.crawl_round import ROBOTS, CrawlConfig, FetchHostFn, Outcome
-from ritrag.transforms.crawldb import CrawlTarget
-from ritrag.transforms.fetch import FetchPolicy
-from ritrag.transforms.robots import robots_rules
-from ritrag.transforms.scope import Scope
+from ritrag.transforms.crawl.crawldb import CrawlTarget
+from ritrag.transforms.crawl.downloader import FetchPolicy
+from ritrag.transforms.crawl.robots import robots_rules
+from ritrag.transforms.crawl.round import ROBOTS, CrawlConfig, FetchHostFn, Outcome
+from ritrag.transforms.crawl.scope import Scope
 
 host = args["host"]
 policy = FetchPolicy("hostile-test-bot", timeout_s=10, max_bytes=args["max_bytes"], retries=0)
@@ -200,6 +200,25 @@ def test_4_a_malformed_href_is_skipped_and_counted_not_fatal():
     assert (broken.status, broken.malformed_links) == ("fetched", 1)
     assert [link.target.url for link in got.links] == [site.base + "docs/ok.html"]
     assert got.by_path(site)["/docs/ok.html"].status == "fetched"
+
+
+@pytest.mark.timeout(60)
+def test_4_a_malformed_href_costs_its_page_that_link_and_nothing_more():
+    """A page whose links, <base> and canonical include hrefs that do not parse as
+    URLs (a broken IPv6 host, a port that is not a number): the host's other pages
+    it links to are still found and fetched in the next round."""
+    seed = ('<html><head><base href="http://[broken/"><link rel="canonical" href="http://[broken/c">'
+            '</head><body><a href="http://[broken/x">x</a><a href="http://h:port/y">y</a>'
+            '<a href="/docs/a.html">a</a><a href="b.html">b</a></body></html>').encode()
+    routes = {"/docs/index.html": raw_response(200, seed), "/docs/a.html": raw_response(200, page()),
+              "/docs/b.html": raw_response(200, page())}
+    with HostileSite(routes) as site:
+        first = crawl_round(site, config_for(site), targets(site, "/docs/index.html"))
+        second = crawl_round(site, config_for(site), [link.target for link in first.links])
+    (index,) = first.outcomes
+    assert (index.status, index.canonical_url, index.malformed_links) == ("fetched", "", 4)
+    assert {o.target.url.removeprefix(site.host): o.status for o in second.outcomes} == {
+        "/docs/a.html": "fetched", "/docs/b.html": "fetched"}
 
 
 @pytest.mark.timeout(90)

@@ -15,11 +15,11 @@ import httpx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ritrag.transforms.crawl_round import CrawlConfig, Outcome, fetch_robots, follow_ups
-from ritrag.transforms.crawldb import CrawlTarget
-from ritrag.transforms.fetch import OUTCOMES, FetchPolicy, fetch, retry_after_s
-from ritrag.transforms.links import page_links
-from ritrag.transforms.scope import BadUrl, Scope, clean_url
+from ritrag.transforms.crawl.crawldb import CrawlTarget
+from ritrag.transforms.crawl.downloader import OUTCOMES, FetchPolicy, fetch, retry_after_s
+from ritrag.transforms.crawl.links import page_links
+from ritrag.transforms.crawl.round import CrawlConfig, Outcome, fetch_robots, follow_ups
+from ritrag.transforms.crawl.scope import BadUrl, Scope, clean_url
 
 FAST = settings(derandomize=True, max_examples=200, deadline=None, database=None)
 PAGE = "http://docs.example.com/docs/guide/page.html"

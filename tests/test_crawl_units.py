@@ -7,15 +7,17 @@ import gzip
 import httpx
 import pytest
 
-from ritrag.transforms.crawl_round import HostGate
-from ritrag.transforms.fetch import (DECODE_CHUNK, FetchPolicy, FetchResult, fetch, gunzip_chunks, retry_after_s,
-                                     retry_delay)
-from ritrag.transforms.links import page_links
-from ritrag.transforms.robots import ALLOW_ALL, DISALLOW_ALL, RULES, robots_rules
-from ritrag.transforms.scope import BadUrl, Scope, clean_url, crawl_key, seed_prefix
+from ritrag.transforms.crawl.downloader import (DECODE_CHUNK, FetchPolicy, FetchResult, fetch, gunzip_chunks,
+                                                retry_after_s, retry_delay)
+from ritrag.transforms.crawl.links import page_links
+from ritrag.transforms.crawl.robots import ALLOW_ALL, DISALLOW_ALL, RULES, robots_rules
+from ritrag.transforms.crawl.round import HostGate
+from ritrag.transforms.crawl.scope import BadUrl, Scope, clean_url, crawl_key, seed_prefix
+from ritrag.transforms.crawl.sitemaps import InvalidSitemap, parse_sitemap
+from ritrag.transforms.crawl.warc_writer import WarcFileWriter
 from ritrag.transforms.sources.dispatch import web_kind
-from ritrag.transforms.sitemaps import InvalidSitemap, parse_sitemap
-from ritrag.transforms.warc import WarcFileWriter, read_record, read_warc_pages, split_record_source
+from ritrag.transforms.sources.record_source import split_record_source
+from ritrag.transforms.sources.warc import read_record, read_warc_pages
 
 
 @pytest.mark.parametrize("bad", ["", "not a url", "ftp://x/y", "http://", "http://host:port/", "mailto:a@b"])
@@ -153,7 +155,7 @@ def test_warc_round_trip_is_deterministic(tmp_path):
     assert [p.url for p in pages] == ["http://h/0.html", "http://h/1.html", "http://h/2.html"]
     again = read_record(pages[1].source, 1 << 20)
     assert again.payload == pages[1].payload == b"<html>1</html>" * 100
-    assert split_record_source(pages[1].source)[1] == stored[1].offset
+    assert split_record_source(pages[1].source).warc_offset == stored[1].offset
 
 
 def test_damaged_warc_is_dead_lettered_with_file_and_offset(tmp_path):
@@ -174,7 +176,7 @@ def test_damaged_warc_is_dead_lettered_with_file_and_offset(tmp_path):
 
 
 def test_cut_point():
-    from ritrag.transforms.crawldb import cut_point
+    from ritrag.transforms.crawl.crawldb import cut_point
 
     hist = [((1, 5), 3), ((0, 9), 2), ((1, 2), 4)]
     assert cut_point(hist, 9) is None and cut_point(hist, 100) is None
@@ -187,7 +189,7 @@ def test_generate_dedupes_prefers_spelling_and_caps_exactly():
     import apache_beam as beam
     from apache_beam.testing.util import assert_that, equal_to
 
-    from ritrag.transforms.crawldb import CrawlTarget, Generate, schedule_order, target_record
+    from ritrag.transforms.crawl.crawldb import CrawlTarget, Generate, schedule_order, target_record
 
     links = [target_record(CrawlTarget(f"http://h/p{i}.html", depth=1 + i % 3), "link") for i in range(60)]
     links += [target_record(CrawlTarget("http://h/p1.html?utm_source=x", depth=1), "sitemap"),  # same key as p1
@@ -207,8 +209,8 @@ def test_generate_dedupes_prefers_spelling_and_caps_exactly():
 
 
 def test_recent_links_drop_repeats_but_pass_better_spellings():
-    from ritrag.transforms.crawl_round import Link, RecentLinks
-    from ritrag.transforms.crawldb import CrawlTarget
+    from ritrag.transforms.crawl.round import Link, RecentLinks
+    from ritrag.transforms.crawl.crawldb import CrawlTarget
 
     recent = RecentLinks(size=2)
     assert recent.admit(Link(CrawlTarget("http://h/a", depth=2), "link"))

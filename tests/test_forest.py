@@ -1,4 +1,5 @@
-from ritrag.ids import node_id_for, normalize_url
+from ritrag.ids import node_id_for
+from ritrag.urls import normalize_url
 from ritrag.schema import Crumb, PageSkeleton, Section
 from ritrag.transforms.forest import build_site_forest, expand_sections
 

@@ -241,7 +241,7 @@ def test_a_warc_payload_inflating_to_300_mib_is_too_large_without_being_inflated
     (tmp_path / "bomb.warc.gz").write_bytes(bomb + page)
     assert len(bomb) < 400_000
     result = bounded(f'''
-        from ritrag.transforms.warc import read_warc_pages, read_record
+        from ritrag.transforms.sources.warc import read_warc_pages, read_record
         out = list(read_warc_pages("{tmp_path}/bomb.warc.gz", 1 << 20))
         again = read_record(out[0].source, 1 << 20)
         RESULT = {{"out": [(type(o).__name__, getattr(o, "reason", getattr(o, "url", ""))) for o in out],
@@ -252,7 +252,7 @@ def test_a_warc_payload_inflating_to_300_mib_is_too_large_without_being_inflated
 
 
 def test_a_warc_record_claiming_more_bytes_than_it_holds_is_dead_lettered(tmp_path):
-    from ritrag.transforms.warc import read_warc_pages
+    from ritrag.transforms.sources.warc import read_warc_pages
 
     block = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n<html><p>short</p></html>"
     record = (b"WARC/1.1\r\nWARC-Type: response\r\nWARC-Target-URI: http://h/a.html\r\n"

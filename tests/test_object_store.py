@@ -189,7 +189,7 @@ def test_a_crawl_and_refresh_cycle_keeps_its_crawl_directory_in_the_bucket(objec
     answers like the same loop on local disk."""
     from crawl_site import CrawlSite
     from ritrag.pipelines import refresh
-    from ritrag.transforms.crawldb import read_crawldb
+    from ritrag.crawl_dir import read_crawldb
     from support import SAMPLE
 
     site_dir = tmp_path / "served"

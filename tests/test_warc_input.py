@@ -15,7 +15,7 @@ from ritrag.pipelines import build, crawl
 from ritrag.schema import WarcPage
 from ritrag.transforms.pages import warc_kind
 from ritrag.transforms.sources import sniff_kind
-from ritrag.transforms.warc import read_warc_pages
+from ritrag.transforms.sources.warc import read_warc_pages
 from support import SAMPLE, live_table
 
 BUILD = ["--embedding_model", "hashing:384", "--site_depth", "1"]

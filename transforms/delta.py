@@ -26,7 +26,7 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 
 from ritrag.embedder import EmbedderSpec
-from ritrag.ids import node_id_for, normalize_url, raw_hash
+from ritrag.ids import node_id_for, raw_hash
 from ritrag.layout import LiveFiles, TOMBSTONES_FILE, read_rows_by_id
 from ritrag.storage import open_parquet
 from ritrag.representation import Representation
@@ -36,10 +36,11 @@ from ritrag.transforms.chunk import node_chunker
 from ritrag.transforms.embed import EmbedChunks
 from ritrag.transforms.nodes import page_node_rows, placement_row
 from ritrag.transforms.pages import COUNTERS, DEAD, PageParser, ParsePagesFn, ReadInput, chosen_source, reread_page
-from ritrag.transforms.sources import split_document_source
+from ritrag.transforms.sources import split_record_source
 from ritrag.transforms.sparse import chunk_terms
 from ritrag.transforms.tables import ReadLiveRows, parquet_bytes, write_bytes
-from ritrag.transforms.warc import read_record, split_record_source
+from ritrag.transforms.sources.warc import read_record
+from ritrag.urls import normalize_url
 
 PLACEMENT_FIELDS = ("parent_id", "site", "kind", "position", "depth", "title", "url",
                     "ancestor_ids", "ancestor_titles", "trail_method", "source_kind")
@@ -84,7 +85,8 @@ class ClassifyFn(beam.DoFn):
         for item in inputs:
             # A record of a file of several pages is parsed with its file, which the
             # file's own page sends (every record of a file changes with the file).
-            if not split_document_source(item.path):
+            in_file = split_record_source(item.path)
+            if in_file is None or in_file.warc_offset is not None:
                 yield beam.pvalue.TaggedOutput(self.PARSE, item.path)
 
 
@@ -119,7 +121,8 @@ class OpenForParse(beam.DoFn):
         self._max_page_bytes = max_page_bytes
 
     def process(self, path: str):
-        if split_record_source(path):  # a WARC record (or a DeadLetter if it cannot be read)
+        in_file = split_record_source(path)
+        if in_file is not None and in_file.warc_offset is not None:  # a WARC record (or a DeadLetter if unreadable)
             yield read_record(path, self._max_page_bytes)
             return
         yield fileio.ReadableFile(FileSystems.match([path])[0].metadata_list[0])

@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 
 from ritrag.ids import node_id_for
 from ritrag.schema import MAX_TREE_DEPTH, Crumb, NodePlacement, PageSkeleton, Section
+from ritrag.urls import path_segments
 
 SITE_ROOT_METHOD = "site_root"
 VIRTUAL_METHOD = "virtual"
@@ -62,9 +63,8 @@ class _Slot:
 
 
 def _site_title(site: str) -> str:
-    parts = urlsplit(site)
-    segments = [s for s in parts.path.split("/") if s]
-    return segments[-1] if segments else (parts.netloc or site)
+    segments = path_segments(site)
+    return segments[-1] if segments else (urlsplit(site).netloc or site)
 
 
 def _dedupe(site: str, pages: Iterable[PageSkeleton]) -> tuple[dict[str, PageSkeleton], dict[str, str]]:

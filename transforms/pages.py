@@ -39,18 +39,18 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from ritrag.ids import normalize_url, raw_hash, site_of
+from ritrag.ids import raw_hash
 from ritrag.layout import DEAD_LETTERS_FILE
 from ritrag.storage import is_remote
 from ritrag.schema import DEAD_LETTERS_SCHEMA, DeadLetter, PageSource, ParsedPage, WarcPage, page_from_json, page_json
 from ritrag.transforms.parse import UnparseablePage, parse_page
 from ritrag.transforms.site_base import public_url
 from ritrag.transforms.sources import (HTML, SourceFile, document_url_path, is_multi_page, is_warc, parse_document,
-                                      record_source, sniff_kind, split_document_source, web_kind)
+                                      record_source, sniff_kind, split_record_source, web_kind)
 from ritrag.transforms.sources.dispatch import WARC_SNIFF_BYTES
 from ritrag.transforms.tables import parquet_bytes, write_bytes
-from ritrag.transforms.warc import (ReadCrawlDirPages, crawl_dir_of, open_raw, read_record, read_warc_pages,
-                                   split_record_source)
+from ritrag.transforms.sources.warc import ReadCrawlDirPages, crawl_dir_of, open_raw, read_record, read_warc_pages
+from ritrag.urls import normalize_url, site_of
 
 LOG = logging.getLogger("ritrag.pages")
 COUNTERS = "ritrag.build"
@@ -232,7 +232,7 @@ class ParsePagesFn(beam.DoFn):
             self._trail_counters[name].inc()
 
     def process(self, readable: fileio.ReadableFile | WarcPage | DeadLetter, site_bases: dict | None = None):
-        if not isinstance(readable, fileio.ReadableFile):  # a WARC input's record (transforms/warc.py)
+        if not isinstance(readable, fileio.ReadableFile):  # a WARC input's record (transforms/sources/warc.py)
             yield from self._process_record(readable, site_bases)
             return
         path = readable.metadata.path
@@ -294,16 +294,17 @@ def _file_pages(parser: PageParser, path: str, raw_hash: str) -> list[ParsedPage
 def reread_page(parser: PageParser, source: PageSource) -> ParsedPage | DeadLetter:
     """The page at `source` read and parsed again, or a DeadLetter if it cannot be,
     or if its file changed since it was first read."""
-    if split_record_source(source.source):  # a WARC record: its URL is in it
+    in_file = split_record_source(source.source)
+    if in_file is None:
+        pages = parse_or_dead_letter(parser, source.source, lambda: read_file(source.source), "reread")
+    elif in_file.warc_offset is not None:  # a WARC record: its URL is in it
         record = read_record(source.source, parser.max_page_bytes)
         if isinstance(record, DeadLetter):
             return dataclasses.replace(record, stage="reread")
         pages = parse_or_dead_letter(parser, source.source, lambda: record.payload, "reread", record.url,
                                      warc_kind(record))
-    elif split_document_source(source.source):  # a record of a thread or dump: its file, parsed once for all
-        pages = _file_pages(parser, split_document_source(source.source)[0], source.raw_hash)
-    else:
-        pages = parse_or_dead_letter(parser, source.source, lambda: read_file(source.source), "reread")
+    else:  # a post of a thread or dump: its file, parsed once for all
+        pages = _file_pages(parser, in_file.path, source.raw_hash)
     if isinstance(pages, DeadLetter):
         return dataclasses.replace(pages, source=source.source)
     page = next((p for p in pages if p.source == source.source), None)

@@ -19,21 +19,21 @@ from __future__ import annotations
 import posixpath
 from collections import Counter
 from typing import Iterable, NamedTuple
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 import apache_beam as beam
 from apache_beam.io import fileio
 
-from ritrag.ids import normalize_url, site_of
 from ritrag.transforms.parse import declared_page_urls
+from ritrag.urls import is_web_url, normalize_url, origin_of, path_segments, site_of
 
 INFERRED, SEVERAL, NONE = "inferred", "several", "none"
 _PAGE_SUFFIXES = (".html", ".htm", ".xhtml", ".shtml", ".php", ".asp", ".aspx")
 _MAX_LISTED_CANDIDATES = 5
 
 
-def _segments(path: str) -> list[str]:
-    return [unquote(s) for s in path.split("/") if s]
+def _segments(url: str) -> list[str]:
+    return [unquote(s) for s in path_segments(url)]
 
 
 def _same_name(local: str, declared: str) -> bool:
@@ -50,21 +50,20 @@ def base_candidate(page_url: str, site: str, declared_url: str) -> str | None:
     `page_url` (a URL inside `site`), or None when the declared URL does not end
     with the page's path inside the site (a canonical link to another page, to a
     home page, or relative to nothing)."""
-    page, root, declared = urlsplit(normalize_url(page_url)), urlsplit(site), urlsplit(declared_url)
-    if declared.scheme not in ("http", "https") or not declared.netloc:
+    if not is_web_url(declared_url):
         return None
-    site_segments, page_segments = _segments(root.path), _segments(page.path)
-    if (page.scheme, page.netloc) != (root.scheme, root.netloc) or page_segments[:len(site_segments)] != site_segments:
+    page_url = normalize_url(page_url)
+    site_segments, page_segments = _segments(site), _segments(page_url)
+    if origin_of(page_url) != origin_of(site) or page_segments[:len(site_segments)] != site_segments:
         return None
     inside = page_segments[len(site_segments):]
-    named = _segments(declared.path)
-    if len(named) < len(inside) or page.query != declared.query:
+    named = _segments(declared_url)
+    if len(named) < len(inside) or urlsplit(page_url).query != urlsplit(declared_url).query:
         return None
     tail = named[len(named) - len(inside):]
     if inside and (tail[:-1] != inside[:-1] or not _same_name(inside[-1], tail[-1])):
         return None
-    base_path = "/" + "/".join(named[:len(named) - len(inside)])
-    return normalize_url(urlunsplit((declared.scheme, declared.netloc, base_path, "", "")))
+    return normalize_url(origin_of(declared_url) + "/" + "/".join(named[:len(named) - len(inside)]))
 
 
 class SiteBase(NamedTuple):

@@ -8,7 +8,7 @@ import os
 import sys
 from collections import defaultdict
 
-from ritrag.ids import site_of
+from ritrag.urls import site_of
 from ritrag.schema import PageSkeleton
 from ritrag.transforms.forest import build_site_forest
 from ritrag.transforms.parse import UnparseablePage, parse_page

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-from urllib.parse import urlsplit
 
 from lxml import etree
 
-from ritrag.ids import normalize_url
 from ritrag.transforms.parse.decode import DEFAULT_MAX_BYTES, UnparseablePage, html_parser, utf8_html
 from ritrag.transforms.parse.head import read_head
 from ritrag.transforms.parse.survey import HEAD_TAGS
 from ritrag.transforms.parse.trail import find_breadcrumbs, item_position, schema_types
+from ritrag.urls import is_web_url, normalize_url
 
 _HEAD_END = re.compile(rb"</head\s*>", re.IGNORECASE)
 _HEAD_WINDOW = 256 * 1024  # where a page's head must end to be read alone
@@ -42,8 +41,7 @@ def declared_page_urls(data: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple
         except (ValueError, RecursionError):
             continue
     absolute = (u.strip() for u in urls if isinstance(u, str))
-    return tuple(dict.fromkeys(normalize_url(u) for u in absolute
-                               if urlsplit(u).scheme in ("http", "https") and urlsplit(u).netloc))
+    return tuple(dict.fromkeys(normalize_url(u) for u in absolute if is_web_url(u)))
 
 
 def _jsonld_self_urls(document: object) -> list[object]:

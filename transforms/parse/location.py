@@ -5,14 +5,14 @@ from __future__ import annotations
 import dataclasses
 import re
 from functools import lru_cache
-from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
-from ritrag.ids import normalize_url
 from ritrag.transforms.parse.head import Head
+from ritrag.urls import PAGE_SCHEMES, directory_of, normalize_url, path_segments, resolve
 
 
 def url_segment_title(url: str) -> str:
-    segments = [s for s in urlsplit(url).path.split("/") if s]
+    segments = path_segments(url)
     if not segments:
         return urlsplit(url).hostname or url
     return re.sub(r"\.(?:html?|php|aspx?)$", "", unquote(segments[-1]), flags=re.IGNORECASE)
@@ -46,39 +46,24 @@ class Location:
         return url == self.site or url.startswith(self.site.rstrip("/") + "/")
 
 
-_WEB_SCHEMES = ("http", "https", "file")
-
-
 @lru_cache(maxsize=1 << 16)
 def _resolve(base: str, href: str) -> str | None:
-    try:
-        absolute = urljoin(base, href)
-        if urlsplit(absolute).scheme not in _WEB_SCHEMES:
-            return None  # javascript:, mailto:, data: are not places
-        return normalize_url(absolute)
-    except ValueError:  # "http://[broken", "http://host:port/"
-        return None
+    absolute = resolve(base, href)
+    if absolute is None or urlsplit(absolute).scheme not in PAGE_SCHEMES:
+        return None  # "http://[broken", "http://host:port/"; javascript:, mailto:, data: are not places
+    return normalize_url(absolute)
 
 
 def _base_url(url: str, base_href: str | None) -> str:
     """<base href> resolved against the page URL; a broken or non-web one is ignored."""
-    if base_href and base_href.strip():
-        try:
-            base = urljoin(url, base_href.strip())
-            if urlsplit(base).scheme in _WEB_SCHEMES:
-                return base
-        except ValueError:
-            pass
-    return url
+    base = resolve(url, base_href) if base_href and base_href.strip() else None
+    return base if base is not None and urlsplit(base).scheme in PAGE_SCHEMES else url
 
 
 def locate(head: Head, url: str, site: str) -> Location:
     page_url = normalize_url(url)
     base = _base_url(url, head.base_href)
-    parts = urlsplit(base)
-    directory_path = parts.path[: parts.path.rfind("/") + 1] or "/"
-    directory = urlunsplit((parts.scheme, parts.netloc, directory_path, "", ""))
-    location = Location(page_url, page_url, base, directory, site)
+    location = Location(page_url, page_url, base, directory_of(base), site)
     return dataclasses.replace(
         location,
         canonical=location.resolve(head.canonical) or page_url,

@@ -45,7 +45,7 @@ import re
 from collections import Counter
 from html import unescape
 from typing import Iterator, NamedTuple
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 from lxml import etree
 
@@ -54,6 +54,7 @@ from ritrag.transforms.parse.head import Head
 from ritrag.transforms.parse.location import Location, url_segment_title
 from ritrag.transforms.parse.survey import CURRENT, Survey, class_kinds
 from ritrag.transforms.parse.text import collapse, text_of
+from ritrag.urls import origin_of
 
 _string_value = etree.XPath("string()", smart_strings=False)
 _CRUMB_EDGE_CHARS = " »›>/|→«‹<·•:\\"
@@ -408,13 +409,13 @@ def _holding_level(url: str | None, loc: Location) -> int | None:
     directory's index page, normalized to the directory's URL, is the directory."""
     if url is None:
         return None
-    target, here = urlsplit(url), urlsplit(loc.directory)
-    if (target.scheme, target.netloc) != (here.scheme, here.netloc):
+    if origin_of(url) != origin_of(loc.directory):
         return None
-    path = target.path.rstrip("/")
-    if not here.path.startswith(path + "/"):
+    here = urlsplit(loc.directory).path
+    path = urlsplit(url).path.rstrip("/")
+    if not here.startswith(path + "/"):
         path = path[: path.rfind("/")]
-        if not here.path.startswith(path + "/"):
+        if not here.startswith(path + "/"):
             return None
     return path.count("/")
 
@@ -452,16 +453,12 @@ def _nav_bar_trail(survey: Survey, loc: Location) -> list[_RawCrumb]:
 def directory_trail(site_url: str, page_url: str) -> tuple[Crumb, ...]:
     """One crumb per directory between the site and the page, titled by its name
     (also how documents that name no trail of their own are placed: transforms/sources)."""
-    site, page = urlsplit(site_url), urlsplit(page_url)
-    site_path = site.path.rstrip("/")
-    if (site.scheme, site.netloc) != (page.scheme, page.netloc) or not page.path.startswith(site_path + "/"):
+    origin, site_path, page_path = origin_of(site_url), urlsplit(site_url).path.rstrip("/"), urlsplit(page_url).path
+    if origin != origin_of(page_url) or not page_path.startswith(site_path + "/"):
         return ()
-    directories = page.path[len(site_path) + 1:].split("/")[:-1]
-    return tuple(
-        Crumb(unquote(name),
-              urlunsplit((site.scheme, site.netloc, "/".join([site_path, *directories[:depth + 1]]), "", "")))
-        for depth, name in enumerate(directories)
-    )
+    directories = page_path[len(site_path) + 1:].split("/")[:-1]
+    return tuple(Crumb(unquote(name), origin + "/".join([site_path, *directories[:depth + 1]]))
+                 for depth, name in enumerate(directories))
 
 
 class _Trail(NamedTuple):

@@ -14,11 +14,16 @@ parser makes, so that every later stage treats them alike. One module per kind,
 - `paper`      a paper's JSON (S2ORC / QASPER style): title, abstract, sections
 - `dispatch`   the one sniffer: the kind of an input (content first, then its
                declared content type, then its name), WARC files by content,
-               the URL a document is served at, record sources of multi-page files
+               the URL a document is served at
+- `record_source` a page's source when it is one record of a file: a WARC
+               record (`file#offset`) or a thread's post (`file#post-N`)
+- `warc`       WARC input: the 200 responses of WARC files, or of a crawl
+               directory's current pages; damage dead-lettered with file#offset
 """
 from ritrag.transforms.sources.common import SourceFile
 from ritrag.transforms.sources.dispatch import (HTML, document_url_path, is_multi_page, is_warc, parse_document,
-                                                record_source, sniff_kind, split_document_source, web_kind)
+                                                sniff_kind, web_kind)
+from ritrag.transforms.sources.record_source import record_source, split_record_source
 
 __all__ = ["HTML", "SourceFile", "document_url_path", "is_multi_page", "is_warc", "parse_document", "record_source",
-           "sniff_kind", "split_document_source", "web_kind"]
+           "sniff_kind", "split_record_source", "web_kind"]

@@ -18,13 +18,13 @@ dead-lettered as `unknown_kind`, the detail saying what was seen.
 A WARC file is not a page but a container of them (`is_warc`: `WARC/` first,
 gzip-compressed or not, whatever its name; else a name ending in `.warc` or
 `.warc.gz`, which its reader refuses if it is not one): the input reads its records
-(transforms/warc.py), and each record's payload is sniffed as above, read only
+(transforms/sources/warc.py), and each record's payload is sniffed as above, read only
 as one of WEB_KINDS (`web_kind`), the kinds the crawler keeps.
 
 Every kind yields `ParsedPage`s, so the forest, chunks, indexes and serving do
 not know which kind a page came from. One file may hold several pages (a
-thread's posts): each page's `source` is then `<file>#<record>`
-(`record_source`), and reading it again parses the file and keeps that record.
+thread's posts): each page's `source` is then `<file>#post-<n>`
+(record_source.py), and reading it again parses the file and keeps that record.
 """
 from __future__ import annotations
 
@@ -51,22 +51,11 @@ RST_SUFFIXES = (".rst", ".rest")
 WARC_SUFFIXES = (".warc", ".warc.gz")
 _JSON_SNIFF_BYTES = 65536
 _PAPER_KEYS = (b'"abstract"', b'"body_text"', b'"full_text"', b'"sections"')
-_RECORD = re.compile(r"\A(.+)#(post-\d+)\Z")
 # A Stack Exchange dump's Posts.xml: an optional XML declaration, then the <posts> root.
 _POSTS_ROOT = re.compile(rb"\A(<\?xml[^>]*\?>)?\s*<posts[\s>]")
 WARC_MAGIC = b"WARC/"
 _GZIP_MAGIC = b"\x1f\x8b"
 WARC_SNIFF_BYTES = 4096  # enough of a gzip member to inflate its first bytes
-
-
-def record_source(path: str, record: str) -> str:
-    return f"{path}#{record}"
-
-
-def split_document_source(source: str) -> tuple[str, str] | None:
-    """(file, record) of a page source naming one record of a file, None for a whole file."""
-    match = _RECORD.match(source)
-    return (match.group(1), match.group(2)) if match else None
 
 
 def document_url_path(relative: str) -> str:

@@ -1,15 +1,8 @@
-"""WARC files (ISO 28500, WARC/1.1 via warcio): the crawl writes them, build and
-update read them as page input.
+"""WARC input (ISO 28500 via warcio): build and update read WARC files, or the
+pages a crawl directory's CrawlDB holds as current (ritrag.crawl_dir; the crawl
+writes them, ritrag.transforms.crawl.warc_writer).
 
-Writing: one gzip member per record (what every WARC tool expects, and what makes
-a record readable at its offset), a request record and then a response record
-per kept page, files rolled at `max_file_bytes`. A shard's records are written in
-URL order with record ids derived from (URI, date, type) and gzip members
-without timestamps, so the same fetches give the same bytes. The payload is the
-decoded body (see transforms.fetch); warcio adds WARC-Block-Digest and
-WARC-Payload-Digest.
-
-Reading: every `response` record with HTTP status 200 is a `WarcPage`, its URL
+Every `response` record with HTTP status 200 is a `WarcPage`, its URL
 the WARC-Target-URI and its payload the HTTP body (de-chunked and decoded, so
 Common Crawl files work too). A WARC input is recognised by its content, not its
 name (transforms/sources/dispatch.py `is_warc`). A file that is not a WARC, or
@@ -24,11 +17,8 @@ opens again.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import io
-import uuid
+import os
 import zlib
-from dataclasses import dataclass
 from typing import Iterator
 
 import apache_beam as beam
@@ -36,113 +26,12 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
-from warcio.statusandheaders import StatusAndHeaders
-from warcio.warcwriter import WARCWriter
 
+from ritrag.crawl_dir import INDEXABLE, WARC_DIR, crawldb_path, is_crawl_dir
 from ritrag.schema import DeadLetter, WarcPage
-from ritrag.transforms.fetch import FetchResult
+from ritrag.transforms.sources.record_source import record_source, split_record_source
 
-SOFTWARE = "ritrag-crawl"
 READ_ERRORS = (ArchiveLoadFailed, EOFError, zlib.error, OSError, ValueError)
-
-
-def record_source(path: str, offset: int) -> str:
-    return f"{path}#{offset}"
-
-
-def split_record_source(source: str) -> tuple[str, int] | None:
-    """(WARC file, offset) of a record source ("<file>#<digits>"), None for a
-    plain file path (or a thread's record, "<file>#post-<n>")."""
-    path, sep, offset = source.rpartition("#")
-    if sep and path and offset.isascii() and offset.isdigit():
-        return path, int(offset)
-    return None
-
-
-def _record_id(*parts: str) -> str:
-    digest = hashlib.sha256("\x00".join(parts).encode("utf-8")).digest()
-    return f"<urn:uuid:{uuid.UUID(bytes=digest[:16], version=5)}>"
-
-
-@dataclass(frozen=True)
-class StoredRecord:
-    url: str
-    warc_file: str  # the file name, relative to the WARC directory
-    offset: int
-
-
-class WarcFileWriter:
-    """Writes records to numbered gzip WARC files `<prefix>-NNNNN.warc.gz`, starting
-    a new file once one reaches `max_file_bytes`. Each file is built in memory and
-    written whole through Beam's FileSystems (local or object store)."""
-
-    def __init__(self, directory: str, prefix: str, max_file_bytes: int):
-        self._directory, self._prefix, self._max = directory, prefix, max_file_bytes
-        self._number = 0
-        self._buffer: io.BytesIO | None = None
-        self._writer: WARCWriter | None = None
-        self.files: list[str] = []
-
-    def _name(self) -> str:
-        return f"{self._prefix}-{self._number:05d}.warc.gz"
-
-    def _open(self, date: str) -> None:
-        self._buffer = io.BytesIO()
-        self._writer = WARCWriter(self._buffer, gzip=True, warc_version="1.1")
-        info = {"software": SOFTWARE, "format": "WARC File Format 1.1",
-                "conformsTo": "https://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/"}
-        record = self._writer.create_warcinfo_record(self._name(), info)
-        record.rec_headers.replace_header("WARC-Date", date)
-        record.rec_headers.replace_header("WARC-Record-ID", _record_id(self._name(), "warcinfo"))
-        self._writer.write_record(record)
-
-    def write(self, result: FetchResult) -> StoredRecord:
-        """Write the request and response records of a kept fetch."""
-        if self._buffer is None:
-            self._open(result.fetched_at)
-        writer = self._writer
-        request_uri = result.url.split("://", 1)[-1]
-        request_path = request_uri[request_uri.find("/"):] if "/" in request_uri else "/"
-        request = writer.create_warc_record(
-            result.url, "request",
-            http_headers=StatusAndHeaders(f"GET {request_path} {result.http_version}",
-                                          list(result.request_headers), is_http_request=True),
-            warc_headers_dict={"WARC-Date": result.fetched_at,
-                               "WARC-Record-ID": _record_id(result.url, result.fetched_at, "request")})
-        response = writer.create_warc_record(
-            result.url, "response", payload=io.BytesIO(result.body),
-            http_headers=StatusAndHeaders(f"{result.http_status} {_reason(result.http_status)}",
-                                          list(result.response_headers), protocol=result.http_version),
-            warc_headers_dict={"WARC-Date": result.fetched_at,
-                               "WARC-Record-ID": _record_id(result.url, result.fetched_at, "response"),
-                               "WARC-Concurrent-To": _record_id(result.url, result.fetched_at, "request")})
-        writer.write_record(request)
-        offset = self._buffer.tell()
-        writer.write_record(response)
-        stored = StoredRecord(result.url, self._name(), offset)
-        if self._buffer.tell() >= self._max:
-            self.close()
-        return stored
-
-    def close(self) -> None:
-        if self._buffer is None:
-            return
-        path = f"{self._directory.rstrip('/')}/{self._name()}"
-        # UNCOMPRESSED: the records are gzip members already (Beam would gzip a .gz name again)
-        with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
-            fh.write(self._buffer.getvalue())
-        self.files.append(self._name())
-        self._buffer, self._writer = None, None
-        self._number += 1
-
-
-def _reason(status: int | None) -> str:
-    from http import HTTPStatus
-
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return ""
 
 
 def open_raw(path: str):
@@ -214,7 +103,8 @@ def read_warc_pages(path: str, max_bytes: int) -> Iterator[WarcPage | DeadLetter
 def read_record(source: str, max_bytes: int) -> WarcPage | DeadLetter:
     """The page of the response record at a record source (a payload over
     `max_bytes` a too_large dead letter)."""
-    path, offset = split_record_source(source)
+    in_file = split_record_source(source)
+    path, offset = in_file.path, in_file.warc_offset
     try:
         with open_raw(path) as fh:
             fh.seek(offset)
@@ -230,6 +120,14 @@ def read_record(source: str, max_bytes: int) -> WarcPage | DeadLetter:
     return page
 
 
+def indexable_source(row: dict, crawl_dir: str) -> list[str]:
+    """The record source ("<warc file>#<offset>") of a page the CrawlDB holds as
+    current, or nothing: what `ritrag build` / `update` read from a crawl directory."""
+    if row["kind"] != "page" or row["status"] not in INDEXABLE or not row["warc_file"]:
+        return []
+    return [record_source(os.path.join(crawl_dir, WARC_DIR, row["warc_file"]), row["warc_offset"])]
+
+
 class ReadCrawlDirPages(beam.PTransform):
     """A crawl directory -> WarcPage records (or DeadLetters) of the pages its
     CrawlDB holds as current (fetched or unchanged); the CrawlDB is read as a
@@ -241,8 +139,6 @@ class ReadCrawlDirPages(beam.PTransform):
         self._max_bytes = max_bytes
 
     def expand(self, pbegin):
-        from ritrag.transforms.crawldb import crawldb_path, indexable_source
-
         return (pbegin
                 | "ReadCrawlDb" >> beam.io.ReadFromParquet(crawldb_path(self._dir),
                                                            columns=["kind", "status", "warc_file", "warc_offset"])
@@ -254,6 +150,4 @@ class ReadCrawlDirPages(beam.PTransform):
 def crawl_dir_of(pattern: str) -> str | None:
     """The crawl directory an input pattern names (`<dir>/**`, the pattern of a
     directory input, whose folder holds a CrawlDB), else None."""
-    from ritrag.transforms.crawldb import is_crawl_dir
-
     return pattern[:-2] if pattern.endswith("/**") and is_crawl_dir(pattern[:-2]) else None

@@ -6,9 +6,10 @@ counted, never fatal to the page."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from urllib.parse import urljoin
 
 from lxml import etree, html
+
+from ritrag.urls import resolve
 
 NOT_FOLLOWED = ("#", "javascript:", "mailto:", "tel:", "data:")
 
@@ -20,13 +21,6 @@ class PageLinks:
     malformed: int = 0  # hrefs skipped because they do not resolve to a URL
 
 
-def _resolve(base: str, href: str) -> str | None:
-    try:
-        return urljoin(base, href.strip())
-    except ValueError:  # urlsplit refuses e.g. an unbalanced "[" in the host
-        return None
-
-
 def page_links(body: bytes, url: str) -> PageLinks:
     """The links of the page at `url` whose HTML is `body`."""
     try:
@@ -35,8 +29,8 @@ def page_links(body: bytes, url: str) -> PageLinks:
         return PageLinks()
     base_hrefs = root.xpath("//base/@href")
     canonical_hrefs = root.xpath("//link[contains(concat(' ', normalize-space(@rel), ' '), ' canonical ')]/@href")
-    base = _resolve(url, base_hrefs[0]) if base_hrefs else url
-    canonical = _resolve(base or url, canonical_hrefs[0]) if canonical_hrefs else ""
+    base = resolve(url, base_hrefs[0]) if base_hrefs else url
+    canonical = resolve(base or url, canonical_hrefs[0]) if canonical_hrefs else ""
     malformed = (base is None) + (canonical is None)
     base, canonical = base or url, canonical or ""
     links = []
@@ -46,7 +40,7 @@ def page_links(body: bytes, url: str) -> PageLinks:
         href = el.get("href").strip()
         if not href or href.startswith(NOT_FOLLOWED):
             continue
-        target = _resolve(base, href)
+        target = resolve(base, href)
         if target is None:
             malformed += 1
         else:

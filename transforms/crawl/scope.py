@@ -12,8 +12,8 @@ segments hide behind an encoded slash (`/docs/..%2F..%2Fsecret`) is refused:
 servers disagree on where it leads (nginx decodes `%2F` and climbs, Apache
 refuses it), so no check could stand for all of them. A crawl keeps that
 URL as the page's address (relative links resolve against it) and
-de-duplicates by `crawl_key`: the normalized form of `ritrag.ids.normalize_url`
-(`index.html`, trailing slashes) of the cleaned URL.
+de-duplicates by `crawl_key`: the page key of the cleaned URL
+(`ritrag.urls.normalize_url`: `index.html`, trailing slashes).
 
 Scope, by default, is the seeds' own hosts and path prefixes (the directory of
 each seed's path); `--include` regexes widen it, `--exclude` regexes narrow it.
@@ -24,11 +24,11 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode
 
 import httpx
 
-from ritrag.ids import normalize_url
+from ritrag.urls import WEB_SCHEMES, directory_of, normalize_url, remove_dot_segments
 
 # Query parameters that mark where a visitor came from, never which page is shown.
 TRACKING_PARAM = re.compile(r"^(utm_[a-z]+|gclid|dclid|fbclid|msclkid|yclid|mc_cid|mc_eid|_ga|_gl|ref_src)$",
@@ -42,23 +42,6 @@ ENCODED_SLASH = re.compile(r"%2F|%5C", re.IGNORECASE)  # "/" or "\" percent-enco
 
 class BadUrl(ValueError):
     """A URL that cannot be crawled (malformed, not http(s), no host)."""
-
-
-def remove_dot_segments(path: str) -> str:
-    """RFC 3986 5.2.4 for an absolute path (one starting with "/"), in one pass
-    over its segments: "." dropped, ".." drops the segment before it (never
-    above the root), a path ending in "." or ".." keeps its final slash."""
-    segments = path.split("/")[1:]
-    kept: list[str] = []
-    for segment in segments:
-        if segment == "..":
-            if kept:
-                kept.pop()
-        elif segment != ".":
-            kept.append(segment)
-    if segments and segments[-1] in (".", ".."):
-        kept.append("")
-    return "/" + "/".join(kept)
 
 
 def _decode_unreserved(path: str) -> str:
@@ -90,7 +73,7 @@ def clean_url(url: str) -> str:
         parsed = httpx.URL(text)
     except httpx.InvalidURL as exc:
         raise BadUrl(f"malformed URL {url!r}: {exc}") from None
-    if parsed.scheme not in ("http", "https"):
+    if parsed.scheme not in WEB_SCHEMES:
         raise BadUrl(f"not an http(s) URL: {url!r}")
     if not parsed.host or not _valid_host(parsed.host):
         raise BadUrl(f"no valid host in URL: {url!r}")
@@ -115,17 +98,9 @@ def crawl_key(url: str) -> str:
     return normalize_url(clean_url(url))
 
 
-def host_of(url: str) -> str:
-    """`scheme://host[:port]`: the unit of politeness (robots.txt, concurrency, delay)."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"
-
-
 def seed_prefix(seed: str) -> str:
     """The scope a seed opens by default: its host and the directory of its path."""
-    parts = urlsplit(clean_url(seed))
-    directory = parts.path[: parts.path.rfind("/") + 1] or "/"
-    return urlunsplit((parts.scheme, parts.netloc, directory, "", ""))
+    return directory_of(clean_url(seed))
 
 
 @dataclass(frozen=True)

@@ -28,12 +28,14 @@ from typing import Callable, Iterable, Iterator
 import apache_beam as beam
 
 from ritrag.ids import shard_of
-from ritrag.transforms.crawldb import CrawlTarget, crawldb_row, link_rank
-from ritrag.transforms.fetch import FetchPolicy, FetchResult, crawl_client, fetch
-from ritrag.transforms.links import PageLinks, page_links
-from ritrag.transforms.robots import MAX_ROBOTS_BYTES, MAX_ROBOTS_REDIRECTS, RobotsRules, robots_rules
-from ritrag.transforms.scope import BadUrl, Scope, clean_url, crawl_key, host_of
-from ritrag.transforms.sitemaps import InvalidSitemap, parse_sitemap
+from ritrag.transforms.crawl.crawldb import CrawlTarget, crawldb_row, link_rank
+from ritrag.transforms.crawl.downloader import FetchPolicy, FetchResult, crawl_client, fetch
+from ritrag.transforms.crawl.links import PageLinks, page_links
+from ritrag.transforms.crawl.robots import MAX_ROBOTS_BYTES, MAX_ROBOTS_REDIRECTS, RobotsRules, robots_rules
+from ritrag.transforms.crawl.scope import BadUrl, Scope, clean_url, crawl_key
+from ritrag.transforms.crawl.sitemaps import InvalidSitemap, parse_sitemap
+from ritrag.transforms.crawl.warc_writer import WarcFileWriter
+from ritrag.urls import origin_of
 
 COUNTERS = "ritrag.crawl"
 MAX_SITEMAPS_PER_HOST = 1000
@@ -98,13 +100,13 @@ def on_host(urls: Iterable[str], host: str) -> list[str]:
             url = clean_url(url)
         except BadUrl:
             continue
-        if host_of(url) == host:
+        if origin_of(url) == host:
             kept.append(url)
     return kept
 
 
 def fetch_robots(fetch_one: Callable[..., FetchResult], host: str) -> tuple[RobotsRules, list[Outcome]]:
-    """robots.txt of a host (policy: transforms/robots.py): one byte more than
+    """robots.txt of a host (policy: transforms/crawl/robots.py): one byte more than
     MAX_ROBOTS_BYTES is read, so that a longer file is known to be cut;
     redirects are followed up to MAX_ROBOTS_REDIRECTS hops within the host."""
     url, outcomes, left_host = f"{host}/robots.txt", [], False
@@ -287,7 +289,7 @@ class FetchHostFn(beam.DoFn):
 
 def store_shard(outcomes: Iterable[Outcome], writer, crawl_id: str) -> list[dict]:
     """CrawlDB rows of one shard's outcomes, writing kept bodies (in URL order) with
-    `writer` (a transforms.warc.WarcFileWriter); unchanged bodies are not written."""
+    `writer` (a WarcFileWriter); unchanged bodies are not written."""
     rows = []
     for o in sorted(outcomes, key=lambda o: (o.target.kind, o.target.url)):
         t, r = o.target, o.result
@@ -315,8 +317,6 @@ class StoreShardFn(beam.DoFn):
         self._dir, self._prefix, self._crawl_id, self._max = warc_dir, file_prefix, crawl_id, max_file_bytes
 
     def process(self, shard_outcomes: tuple[int, Iterable[Outcome]]):
-        from ritrag.transforms.warc import WarcFileWriter
-
         shard, outcomes = shard_outcomes
         writer = WarcFileWriter(self._dir, f"{self._prefix}-s{shard:05d}", self._max)
         for row in store_shard(outcomes, writer, self._crawl_id):

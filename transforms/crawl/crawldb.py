@@ -1,7 +1,7 @@
-"""The CrawlDB (CRAWL_DIR/crawldb.parquet, ritrag.schema.CRAWLDB_SCHEMA): what the
-crawls know of every URL; and the two steps between fetch rounds, as Beam
-transforms (Nutch's generate and updatedb), so that no process holds a crawl's
-URLs.
+"""The crawler's side of the CrawlDB (ritrag.crawl_dir: where it lies, its
+statuses, reading it): the targets of a round, the rows it writes, and the two
+steps between fetch rounds, as Beam transforms (Nutch's generate and updatedb),
+so that no process holds a crawl's URLs.
 
 `Generate`: candidate URLs (target records, ritrag.schema.CRAWL_TARGET_SCHEMA:
 seeds and re-visits, or the links a round found) -> the next fetch list: one
@@ -20,31 +20,20 @@ of the redirect rows only).
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import apache_beam as beam
 
+from ritrag.crawl_dir import scan_crawldb
 from ritrag.ids import shard_of
-from ritrag.storage import exists, open_parquet
-from ritrag.schema import CRAWLDB_SCHEMA
-from ritrag.transforms.fetch import FetchResult
-from ritrag.transforms.scope import crawl_key
+from ritrag.transforms.crawl.downloader import FetchResult
+from ritrag.transforms.crawl.scope import crawl_key
 
-CRAWLDB_FILE = "crawldb.parquet"
-WARC_DIR = "warc"
-# unchanged: 304, or the same payload sha256 as the previous crawl (body not stored again);
-# disallowed: robots.txt said no (never requested); redirect_limit: too many hops;
-# bad_url: a malformed seed; invalid_sitemap: a sitemap that did not parse.
-STATUSES = ("fetched", "unchanged", "kept_other", "skipped_type", "redirect", "redirect_limit", "gone",
-            "http_error", "fetch_error", "too_large", "disallowed", "bad_url", "invalid_sitemap")
-INDEXABLE = ("fetched", "unchanged")  # pages whose WARC record build and update read
 REVISIT = ("fetched", "unchanged", "kept_other", "skipped_type", "redirect", "too_large", "http_error",
            "fetch_error", "disallowed")  # previous pages a re-crawl asks for again (gone ones stay gone)
 VIA_RANK = {"revisit": 0, "seed": 1, "sitemap": 2, "redirect": 3, "link": 4}  # which spelling of a URL wins
 RANK_BUCKETS = 4096  # URL-hash buckets per depth of Generate's cap
-SCAN_BATCH_ROWS = 65_536
 
 
 @dataclass(frozen=True)
@@ -73,27 +62,6 @@ def crawldb_row(target: CrawlTarget, status: str, crawl_id: str, result: FetchRe
             "content_type": r.content_type, "etag": r.etag, "last_modified": r.last_modified,
             "sha256": sha256, "final_url": r.location or target.url, "canonical_url": canonical_url,
             "warc_file": warc_file, "warc_offset": warc_offset, "error": error or r.error}
-
-
-def crawldb_path(crawl_dir: str) -> str:
-    return os.path.join(crawl_dir, CRAWLDB_FILE)
-
-
-def scan_crawldb(crawl_dir: str, columns: list[str]) -> Iterator[dict]:
-    """The CrawlDB's rows (only `columns`), streamed a batch at a time."""
-    path = crawldb_path(crawl_dir)
-    if not exists(path):
-        return
-    for batch in open_parquet(path).iter_batches(batch_size=SCAN_BATCH_ROWS, columns=columns):
-        yield from batch.to_pylist()
-
-
-def read_crawldb(crawl_dir: str) -> list[dict]:
-    """The whole CrawlDB in memory (tests, small crawls; jobs stream it)."""
-    path = crawldb_path(crawl_dir)
-    if not exists(path):
-        return []
-    return open_parquet(path).read().cast(CRAWLDB_SCHEMA).to_pylist()
 
 
 TARGET_FIELDS = tuple(f.name for f in dataclasses.fields(CrawlTarget))
@@ -238,17 +206,3 @@ class UpdateCrawlDb(beam.PTransform):
                 | "JoinByUrl" >> beam.CoGroupByKey()
                 | "Newest" >> beam.FlatMap(newest_rows)
                 | "ChainEnd" >> beam.Map(chain_end, self._hops))
-
-
-def indexable_source(row: dict, crawl_dir: str) -> list[str]:
-    """The record source ("<warc file>#<offset>") of a page the CrawlDB holds as
-    current, or nothing: what `ritrag build` / `update` read from a crawl directory."""
-    from ritrag.transforms.warc import record_source
-
-    if row["kind"] != "page" or row["status"] not in INDEXABLE or not row["warc_file"]:
-        return []
-    return [record_source(os.path.join(crawl_dir, WARC_DIR, row["warc_file"]), row["warc_offset"])]
-
-
-def is_crawl_dir(path: str) -> bool:
-    return exists(os.path.join(path, CRAWLDB_FILE))

@@ -1,0 +1,134 @@
+"""URLs: the one place they are normalized, resolved and split.
+
+* `normalize_url` is the key of a page: the one spelling that recognises the
+  same page under different spellings (pages are de-duplicated and node ids
+  derived from it).
+* `site_of` is the key of a site (a forest root): scheme, host and the first
+  `site_depth` path segments.
+* `resolve` makes a link absolute against its page and never raises: an href
+  that does not resolve to a URL (`http://[broken/x`, a port that is not a
+  number) gives None, so one bad link costs its page that link and nothing more.
+* `remove_dot_segments` is RFC 3986 5.2.4, the path a server reads.
+* `directory_of` and `origin_of` are the directory a page's relative links
+  resolve in and the `scheme://host[:port]` a crawl is polite to.
+* The schemes: `WEB_SCHEMES` are what a page on the web is at; `PAGE_SCHEMES`
+  also admit `file:`, which a local mirror's pages and links may use.
+
+The crawl's own spelling of a URL (`ritrag.transforms.crawl.scope.clean_url`,
+and its de-duplication key `crawl_key`, this module's `normalize_url` of it) is
+httpx's serialization, so that what is checked is what the HTTP client sends;
+it lives with the crawler, which alone depends on httpx.
+
+Why not w3lib (Scrapy's URL library): `canonicalize_url` sorts query
+arguments, percent-encodes paths and keeps `index.html` and trailing slashes,
+and `safe_url_string` percent-encodes too, so either would change the key of
+every page whose URL has a query, a non-ASCII path or a directory index, and so
+its node id; both raise on `http://[broken/x` like `urljoin`. What they would
+give here is the standard library's `urllib.parse` plus rules this module
+states anyway.
+"""
+from __future__ import annotations
+
+import posixpath
+from urllib.parse import urljoin, urlsplit, urlunsplit
+
+WEB_SCHEMES = ("http", "https")
+PAGE_SCHEMES = (*WEB_SCHEMES, "file")
+
+# File names that stand for their directory. `default.html` is left out: on
+# documentation sites it is often a page of its own beside `index.html`
+# (merging the two would lose one); a server that really serves it as the
+# directory index names it by its canonical link, which the forest honours.
+_INDEX_FILES = ("index.html", "index.htm", "index.php")
+_DEFAULT_PORTS = (("http", 80), ("https", 443))
+
+
+def normalize_url(url: str) -> str:
+    """Canonical form used to recognise the same page under different spellings.
+
+    Lowercases scheme and host, drops fragments, default ports, `index.html`-style
+    file names and trailing slashes, and resolves `.`/`..` segments. The query
+    string is kept: on many sites it selects a different page.
+    """
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    if parts.port and (scheme, parts.port) not in _DEFAULT_PORTS:
+        host = f"{host}:{parts.port}"
+    path = parts.path or "/"
+    path = posixpath.normpath(path) if path not in ("", "/") else "/"
+    if path.startswith("//"):
+        path = "/" + path.lstrip("/")
+    head, tail = posixpath.split(path)
+    if tail.lower() in _INDEX_FILES:
+        path = head
+    path = path.rstrip("/") or "/"
+    return urlunsplit((scheme, host, path, parts.query, ""))
+
+
+def path_segments(url: str) -> list[str]:
+    """The non-empty segments of a URL's path, as written (percent-encoded)."""
+    return [s for s in urlsplit(url).path.split("/") if s]
+
+
+def site_of(url: str, site_depth: int = 0) -> str:
+    """Normalized URL of the site (forest root) that `url` belongs to: scheme, host
+    and the first `site_depth` path segments (products hosted side by side under
+    one host, `docs.example.com/<product>/...`, want `site_depth=1`)."""
+    normalized = normalize_url(url)
+    parts = urlsplit(normalized)
+    segments = path_segments(normalized)[:site_depth]
+    path = "/" + "/".join(segments) if segments else "/"
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def resolve(base: str, href: str) -> str | None:
+    """`href` (surrounding blanks dropped) made absolute against `base`, as written
+    (not normalized, any scheme); None when either does not read as a URL."""
+    try:
+        absolute = urljoin(base, href.strip())
+        urlsplit(absolute).port  # raises on a port that is not a number in 0-65535
+    except ValueError:  # urlsplit refuses e.g. an unbalanced "[" in the host
+        return None
+    return absolute
+
+
+def is_web_url(url: str) -> bool:
+    """Whether `url` is an absolute http(s) URL with a host, whose parts read
+    (so that `normalize_url` takes it)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # raises on a port that is not a number in 0-65535
+    except ValueError:
+        return False
+    return parts.scheme in WEB_SCHEMES and bool(parts.netloc)
+
+
+def remove_dot_segments(path: str) -> str:
+    """RFC 3986 5.2.4 for an absolute path (one starting with "/"), in one pass
+    over its segments: "." dropped, ".." drops the segment before it (never
+    above the root), a path ending in "." or ".." keeps its final slash."""
+    segments = path.split("/")[1:]
+    kept: list[str] = []
+    for segment in segments:
+        if segment == "..":
+            if kept:
+                kept.pop()
+        elif segment != ".":
+            kept.append(segment)
+    if segments and segments[-1] in (".", ".."):
+        kept.append("")
+    return "/" + "/".join(kept)
+
+
+def directory_of(url: str) -> str:
+    """`url` without its file name, query and fragment: where its relative links resolve."""
+    parts = urlsplit(url)
+    directory = parts.path[: parts.path.rfind("/") + 1] or "/"
+    return urlunsplit((parts.scheme, parts.netloc, directory, "", ""))
+
+
+def origin_of(url: str) -> str:
+    """`scheme://host[:port]` of a URL."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
