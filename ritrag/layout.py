@@ -42,6 +42,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from ritrag.embedder import MAX_EMBEDDING_DIMENSION, EmbedderSpec
+from ritrag.representation import DEFAULT_RETRIEVAL, Representation
 from ritrag.storage import (file_size, is_remote, list_dirs, list_files, open_parquet, open_read, remove_file,
                             remove_tree, sha256_file, write_atomic)
 
@@ -176,9 +178,6 @@ def check_manifest_values(raw: dict[str, Any]) -> None:
     counts, file sizes, shard counts, the embedder (dimension, hashing
     width), dense search depth, BM25 and retrieval parameters, the
     representation."""
-    from ritrag.embedder import MAX_EMBEDDING_DIMENSION, EmbedderSpec
-    from ritrag.representation import DEFAULT_RETRIEVAL, Representation
-
     _number("created", raw["created"], 0, MAX_COUNT)
     for column, value in _mapping("tombstones", raw["tombstones"]).items():
         _count(f"tombstones.{column}", value)

@@ -41,6 +41,7 @@ from ritrag.transforms.sparse import chunk_terms
 from ritrag.transforms.tables import ReadLiveRows, parquet_bytes, write_bytes
 from ritrag.transforms.sources.warc import read_record
 from ritrag.urls import normalize_url
+from ritrag.vectors import VectorStore
 
 PLACEMENT_FIELDS = ("parent_id", "site", "kind", "position", "depth", "title", "url",
                     "ancestor_ids", "ancestor_titles", "trail_method", "source_kind")
@@ -358,8 +359,6 @@ class ReadStoredVectorsFn(beam.DoFn):
         self._reused = beam.metrics.Metrics.counter(COUNTERS, "chunks_reused_vectors")
 
     def setup(self):
-        from ritrag.vectors import VectorStore
-
         self._store = VectorStore.open(self._files)
 
     def process(self, pair: tuple[int, int]):
