@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 from ritrag.pipelines import build
 from ritrag.evaluation.forest_report import forest_report, render_text
 from ritrag.layout import IndexLayout
+from ritrag.transforms.parse import declared_page_urls
 from ritrag.transforms.site_base import INFERRED, NONE, SEVERAL, base_candidate, choose_base
 
 PUBLIC = "https://docs.example.com"
@@ -123,6 +124,14 @@ def test_base_candidate_agrees_with_the_path_inside_the_site():
     assert base_candidate(page, site, "file:///usr/share/doc/guide/install.html") is None  # not a public URL
     assert base_candidate("http://localhost/prod/index.html", site, "https://docs.example.com/v2/") == \
         "https://docs.example.com/v2"
+
+
+def test_a_self_named_url_that_is_not_a_url_is_passed_over():
+    head = (b'<html><head><link rel="canonical" href="http://[broken/guide/install.html">'
+            b'<meta property="og:url" content="http://docs.example.com:port/guide/install.html">'
+            b'<script type="application/ld+json">{"url": "https://docs.example.com/v2/guide/install.html"}</script>'
+            b'</head><body></body></html>')
+    assert declared_page_urls(head) == ("https://docs.example.com/v2/guide/install.html",)
 
 
 def test_a_site_naming_several_bases_or_none_keeps_its_input_urls():

@@ -1,0 +1,38 @@
+"""ritrag.urls: the page key, the site key, link resolution that never raises."""
+from __future__ import annotations
+
+import pytest
+
+from ritrag.urls import (directory_of, is_web_url, normalize_url, origin_of, path_segments, remove_dot_segments,
+                         resolve, site_of)
+
+
+@pytest.mark.parametrize("href", ["http://[broken/x", "http://[::1/x", "http://h:port/x", "http://h:99999/x"])
+def test_a_href_that_is_not_a_url_resolves_to_none(href):
+    assert resolve("https://docs.example.com/a/b.html", href) is None
+    assert resolve(href, "c.html") is None  # nor does anything resolve against it
+
+
+def test_resolve_keeps_what_it_is_given_but_makes_it_absolute():
+    base = "https://docs.example.com/a/b.html?q=1"
+    assert resolve(base, "  c.html ") == "https://docs.example.com/a/c.html"
+    assert resolve(base, "../d/index.html#x") == "https://docs.example.com/d/index.html#x"
+    assert resolve(base, "mailto:a@example.com") == "mailto:a@example.com"  # schemes are the caller's to judge
+
+
+def test_page_key_and_site_key():
+    assert normalize_url("HTTPS://Docs.Example.com:443/a/./b/../c/index.html?x=1#frag") == \
+        "https://docs.example.com/a/c?x=1"
+    assert normalize_url("http://docs.example.com:8080/a/") == "http://docs.example.com:8080/a"
+    assert site_of("https://docs.example.com/prod/guide/x.html", 1) == "https://docs.example.com/prod"
+    assert site_of("https://docs.example.com/prod/guide/x.html") == "https://docs.example.com/"
+
+
+def test_url_parts():
+    assert path_segments("https://h/a//b%20c/") == ["a", "b%20c"]
+    assert directory_of("https://h/a/b.html?q#f") == "https://h/a/"
+    assert directory_of("https://h") == "https://h/"
+    assert origin_of("https://h:8443/a/b") == "https://h:8443"
+    assert remove_dot_segments("/a/b/../../../c/.") == "/c/"
+    assert [is_web_url(u) for u in ("https://h/x", "file:///x", "http:///x", "http://[broken/x", "/x")] == [
+        True, False, False, False, False]
