@@ -56,7 +56,7 @@ setup(
     python_requires=">=3.10",
     install_requires=CORE + EMBED,
     extras_require={
-        # build and update read WARC input (warcio) and sniff content types (transforms/fetch.py, httpx)
+        # build and update read WARC input (warcio)
         "pipeline": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9", "warcio>=1.7", "httpx>=0.27", *SOURCES],
         "serving": SERVING,
         "crawl": ["apache-beam>=2.60", *CRAWL],
