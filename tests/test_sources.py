@@ -140,6 +140,38 @@ def test_markdown_without_headings_is_one_section_and_empty_is_dead(tmp_path):
     assert parse(tmp_path / "empty.md", tmp_path).reason == "no_content"
 
 
+def test_markdown_links_resolve_to_the_pages_their_files_are_served_as(tmp_path):
+    (tmp_path / "guide").mkdir()
+    (tmp_path / "guide/setup.md").write_text(
+        "# Setup\n\nRead [the *usage* notes](../usage.md#first-steps), the [index](README.md), "
+        "[usage again](../usage.md#first-steps), [a page](other.html), ![an image](logo.png) and "
+        "[the web](https://Example.org/x/#top).\n\n## Later\n\n"
+        "[here](#later), [myself](setup.md), [outside](../../../etc/passwd.md), [rooted](/abs.md), "
+        "[mail](mailto:a@b.c), [![Logo](logo.png)](../usage.md)\n")
+    [page] = parse(tmp_path / "guide/setup.md", tmp_path)
+    assert [(link.url, link.fragment, link.anchor_text, link.position) for link in page.links] == [
+        (f"{BASE}usage.html", "first-steps", "the usage notes", 0),
+        (f"{BASE}guide", "", "index", 1),  # README.md is its folder's page
+        (f"{BASE}guide/other.html", "", "a page", 2),
+        ("https://example.org/x", "top", "the web", 3),
+        (f"{BASE}usage.html", "", "Logo", 4),  # an image link: its alt text
+    ]
+    assert page.links_past_cap == 0
+
+
+def test_rst_hyperlinks_resolve_like_markdown_links(tmp_path):
+    (tmp_path / "install.rst").write_text(
+        "Install\n=======\n\nSee `the usage notes <usage.rst#first-steps>`_, `Example`_, "
+        "https://example.org/bare and `a section`_ of this page.\n\n"
+        ".. _Example: https://example.org/named\n\nA section\n---------\n\nText, :doc:`usage`.\n")
+    [page] = parse(tmp_path / "install.rst", tmp_path)
+    assert [(link.url, link.fragment, link.anchor_text) for link in page.links] == [
+        (f"{BASE}usage.html", "first-steps", "the usage notes"),
+        ("https://example.org/named", "", "Example"),
+        ("https://example.org/bare", "", "https://example.org/bare"),
+    ]
+
+
 # --- PDF --------------------------------------------------------------------
 
 def test_pdf_outline_gives_nested_sections_with_pages():

@@ -6,15 +6,18 @@ with the one rule for the texts taken from it (`meta_text`)."""
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 import re
-from typing import Callable
+from typing import Callable, Iterable
+from urllib.parse import unquote, urlsplit
 
 import lxml.html
 import yaml
 from lxml import etree
 
-from ritrag.schema import MAX_TREE_DEPTH, Crumb, ParsedPage, Section
+from ritrag.schema import MAX_ANCHOR_CHARS, MAX_PAGE_LINKS, MAX_TREE_DEPTH, Crumb, Link, ParsedPage, Section
 from ritrag.transforms.parse.page import page_content_hash
+from ritrag.urls import WEB_SCHEMES, normalize_url
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,13 +124,53 @@ def heading_anchor(title: str, taken: set[str]) -> str:
     return anchor
 
 
+def link_target(file: SourceFile, href: str) -> tuple[str, str] | None:
+    """(normalized URL, fragment) a link of a document names: an http(s) URL as
+    written, a relative path as the input file it names is served
+    (`guide/setup.md#usage` -> `.../guide/setup.html`, "usage"). None for a link
+    inside the document, to a path outside the input or from the root, or to
+    anything but the web."""
+    path, _, fragment = href.strip().partition("#")
+    try:
+        parts = urlsplit(path)
+        if parts.scheme or parts.netloc:
+            url = normalize_url(path) if parts.scheme in WEB_SCHEMES and parts.netloc else None
+        elif not parts.path or parts.path.startswith("/") or file.url_of is None:
+            url = None
+        else:
+            target = posixpath.normpath(posixpath.join(posixpath.dirname(file.path), unquote(parts.path)))
+            url = file.url_of(target) if target.startswith(file.root) else None
+    except ValueError:  # "http://[broken", a port that is not a number
+        return None
+    return None if url is None or url == file.url else (url, unquote(fragment))
+
+
+def document_links(file: SourceFile, links: Iterable[tuple[str, str]], url: str | None = None
+                   ) -> tuple[tuple[Link, ...], int]:
+    """A document's (href, text) links as ParsedPage.links and links_past_cap,
+    as the HTML parser keeps them (transforms/parse/links.py): each target once,
+    at its first link, text collapsed and cut, at most MAX_PAGE_LINKS; `url` for
+    a record other than the file itself."""
+    kept: dict[tuple[str, str], Link] = {}
+    links = iter(links)
+    for href, text in links:
+        if len(kept) == MAX_PAGE_LINKS:
+            return tuple(kept.values()), 1 + sum(1 for _ in links)
+        target = link_target(file, href)
+        if target is not None and target[0] != url and target not in kept:
+            kept[target] = Link(*target, " ".join(text.split())[:MAX_ANCHOR_CHARS], len(kept))
+    return tuple(kept.values()), 0
+
+
 def document_page(file: SourceFile, *, url: str | None = None, title: str, trail: tuple[Crumb, ...],
                   trail_method: str, sections: tuple[Section, ...], description: str = "",
-                  keywords: tuple[str, ...] = (), nav_order: tuple[str, ...] = ()) -> ParsedPage:
-    """A document's ParsedPage, content-hashed; `url` for a record other than the file itself."""
+                  keywords: tuple[str, ...] = (), nav_order: tuple[str, ...] = (),
+                  links: tuple[tuple[Link, ...], int] = ((), 0)) -> ParsedPage:
+    """A document's ParsedPage, content-hashed; `url` for a record other than
+    the file itself; `links` as `document_links` gives them."""
     page = ParsedPage(url=url or file.url, canonical_url=url or file.url, site=file.site, title=title,
                       trail=trail, trail_method=trail_method, sections=sections, description=description,
-                      keywords=keywords, nav_order=nav_order)
+                      keywords=keywords, nav_order=nav_order, links=links[0], links_past_cap=links[1])
     return dataclasses.replace(page, content_hash=page_content_hash(page))
 
 

@@ -18,6 +18,8 @@
   (as the HTML parser drops them).
 * Placement: the `mkdocs.yml` nav when one sits in the document's folder or
   above it (inside the input), else the folders (transforms/sources/nav.py).
+* Links: the text's links to other documents (a relative path, as the file it
+  names is served: `../setup.md#usage`) and to the web (`common.document_links`).
 """
 from __future__ import annotations
 
@@ -30,8 +32,8 @@ from markdown_it.token import Token
 from ritrag.schema import ParsedPage, Section
 from ritrag.transforms.parse import UnparseablePage
 from ritrag.transforms.parse.location import url_segment_title
-from ritrag.transforms.sources.common import (SourceFile, RefusedYaml, document_page, heading_anchor, html_text,
-                                              load_yaml, meta_text, section_path)
+from ritrag.transforms.sources.common import (SourceFile, RefusedYaml, document_links, document_page, heading_anchor,
+                                              html_text, load_yaml, meta_text, section_path)
 from ritrag.transforms.sources.nav import document_trail
 
 _MARKDOWN = MarkdownIt("commonmark").enable(["table", "strikethrough"])
@@ -62,13 +64,16 @@ class _InlineText:
     """The plain text of inline tokens, in document order. The content of an
     inline `<script>` or `<style>` is dropped up to its closing tag, across
     paragraphs, as an HTML parser reads it (block-level ones are html blocks,
-    which `html_text` strips)."""
+    which `html_text` strips). `links`, when given, receives the (href, text)
+    of each link, in document order."""
 
-    def __init__(self):
+    def __init__(self, links: list[tuple[str, str]] | None = None):
         self._hidden: str | None = None  # the script/style element open, if any
+        self._links = links
 
     def __call__(self, token: Token) -> str:
-        parts = []
+        parts: list[str] = []
+        link: tuple[str, int] | None = None  # the open link's href, and where its text starts in parts
         for child in token.children or ():
             if child.type == "html_inline":
                 tag = _HIDDEN_TAG.match(child.content)
@@ -79,6 +84,11 @@ class _InlineText:
                     self._hidden = None
             elif self._hidden:
                 continue
+            elif child.type == "link_open" and self._links is not None:
+                link = (str(child.attrGet("href") or ""), len(parts))
+            elif child.type == "link_close" and link is not None:
+                self._links.append((link[0], "".join(parts[link[1]:])))
+                link = None
             elif child.type in ("text", "code_inline"):
                 parts.append(child.content)
             elif child.type == "softbreak":
@@ -95,13 +105,15 @@ class _Heading:
         self.level, self.title = level, title
 
 
-def rendered_blocks(markdown: str) -> list[_Heading | tuple[str, bool]]:
+def rendered_blocks(markdown: str, links: list[tuple[str, str]] | None = None
+                    ) -> list[_Heading | tuple[str, bool]]:
     """The document as headings and text blocks, in order; a block is (text,
     tight): tight blocks (list items after the first of a list run) follow the
-    one before on the next line instead of after a blank line."""
+    one before on the next line instead of after a blank line. `links`, when
+    given, receives the (href, text) of each link of the text, in order."""
     out: list[_Heading | tuple[str, bool]] = []
     tokens = _MARKDOWN.parse(markdown)
-    inline_text = _InlineText()
+    inline_text = _InlineText(links)
     list_depth, in_list_run = 0, False
     row: list[str] = []
     rows: list[str] = []
@@ -143,7 +155,8 @@ def parse_markdown(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
     except UnicodeDecodeError as exc:
         raise UnparseablePage("undecodable", f"Markdown is read as UTF-8: {exc}") from exc
     meta, markdown = split_front_matter(text)
-    blocks = rendered_blocks(markdown)
+    links: list[tuple[str, str]] = []
+    blocks = rendered_blocks(markdown, links)
     title = meta_text(meta.get("title"))
     if not blocks and not title:
         raise UnparseablePage("no_content", "neither text nor a heading")
@@ -170,7 +183,7 @@ def parse_markdown(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
     keywords = tuple(k for k in map(meta_text, keywords if isinstance(keywords, list) else [keywords]) if k)
     page = document_page(
         file, title=title, trail=trail, trail_method=method, nav_order=nav_order,
-        description=meta_text(meta.get("description")), keywords=keywords,
+        description=meta_text(meta.get("description")), keywords=keywords, links=document_links(file, links),
         sections=tuple(Section(t, level, anchor, "".join(pieces), path)
                        for t, level, anchor, path, pieces in sections))
     return [(None, page)]

@@ -15,6 +15,9 @@
 * Placement: folders (transforms/sources/nav.py), as Sphinx's own URLs follow
   them; a `toctree` gives the document's `nav_order`, so the documents it lists
   (relative names, in its folder or below) keep the toctree's order under it.
+* Links: hyperlinks to other documents (a relative path, as the file it names
+  is served) and to the web (`common.document_links`); Sphinx's cross-reference
+  roles (`:doc:`, `:ref:`) are read as text, so they give none.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ from docutils.utils import SystemMessage
 from ritrag.schema import ParsedPage, Section
 from ritrag.transforms.parse import UnparseablePage
 from ritrag.transforms.parse.location import url_segment_title
-from ritrag.transforms.sources.common import SourceFile, document_page, section_path
+from ritrag.transforms.sources.common import SourceFile, document_links, document_page, section_path
 from ritrag.transforms.sources.nav import document_trail
 
 RST_SUFFIX = ".rst"
@@ -151,8 +154,11 @@ def parse_rst(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
         raise UnparseablePage("no_content", "neither text nor a section")
     trail, method, _, _ = document_trail(file)
     title = title or url_segment_title(file.url)
+    # Hyperlinks with a target URI (inline, named, bare URLs); references inside the document have none.
+    links = ((ref["refuri"], ref.astext()) for ref in document.findall(nodes.reference) if "refuri" in ref)
     page = document_page(file, title=title, trail=trail, trail_method=method,
                          nav_order=_toctree_order(file, document.get("toctree", [])),
+                         links=document_links(file, links),
                          sections=tuple(Section(t if level else title, level, anchor, text, path)
                                         for t, level, anchor, path, text in sections))
     return [(None, page)]
