@@ -1,5 +1,6 @@
 """What every non-HTML source shares: the file it reads (`SourceFile`), heading
-anchors, the assembly of a `ParsedPage` (its content hash computed as the
+anchors, the links of its text (`document_links`: what a relative path names),
+the assembly of a `ParsedPage` (its content hash computed as the
 HTML parser computes it, so that updates find unchanged documents alike), and
 the one YAML loader of docs metadata (front matter, `mkdocs.yml`, category files)
 with the one rule for the texts taken from it (`meta_text`)."""
