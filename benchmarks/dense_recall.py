@@ -36,7 +36,7 @@ import numpy as np
 
 from ritrag.layout import shard_file_name
 from ritrag.vectors import VECTORS_EXTENSION, VECTORS_KIND, VectorStore, rerank_exact, write_vectors
-from ritrag.serving.index import segment_dense_indexes
+from ritrag.serving.dense_shards import segment_dense_indexes
 from ritrag.serving.retrieval import dense_top_k
 from ritrag.transforms.dense import choose_params, rebuild_index, train_empty_index
 from benchmarks.synthetic_index import BATCH, QUERY_STREAM, SyntheticEmbeddings

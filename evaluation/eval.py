@@ -56,6 +56,7 @@ from ritrag.layout import IndexLayout, IndexLoadError
 from ritrag.serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N, RitragIndex
 from ritrag.serving.outline import TOKENIZER, count_tokens, render_outline, toc_json_text
 from ritrag.serving.retrieval import RetrievalParams, node_scores, reciprocal_rank_fusion, top_nodes
+from ritrag.serving.skeleton import fixed_width
 from ritrag.urls import normalize_url
 
 SYSTEMS = {
@@ -170,37 +171,38 @@ def _suffix_key(suffix: str) -> str:
 
 
 def live_rows(index: RitragIndex) -> np.ndarray:
-    """Rows of the live nodes (rows that later segments replaced are left out)."""
+    """The loaded version's row of each live node, in the order of the
+    index reader's live node table (ascending: rows number the node files'
+    rows in the same order)."""
     idx = index.index
-    ids = np.asarray(idx.node_column("node_id").to_numpy(zero_copy_only=False), dtype=object).astype(bytes)
-    rows = idx.node_row.rows(ids) if len(ids) else np.zeros(0, np.int64)
-    live = np.flatnonzero(rows == np.arange(len(rows)))
-    if not len(live):
-        raise EvalInputError(f"{idx.layout.root}: the index has no nodes: nothing to evaluate against")
-    return live
+    ids = idx.reader.table("nodes", ["node_id"])["node_id"]
+    if not len(ids):
+        raise EvalInputError(f"{idx.reader.layout.root}: the index has no nodes: nothing to evaluate against")
+    return idx.node_row.rows(fixed_width(ids.combine_chunks()))
 
 
 class GoldResolver:
     """Gold entries -> the live node rows they name (see the module docstring)."""
 
     def __init__(self, index: RitragIndex, rows: np.ndarray):
-        """`rows`: the live node rows (`live_rows`)."""
+        """`rows`: the live node rows (`live_rows`), in the reader's order."""
         idx = index.index
         self._node_row = idx.node_row
-        urls = idx.node_column("url").to_pylist()
-        page_ids = idx.node_column("page_id").to_pylist()
+        nodes = idx.reader.table("nodes", ["url", "page_id"])
         self._by_suffix: dict[str, set[int]] = defaultdict(set)
         self._by_page: dict[str, set[int]] = defaultdict(set)
         by_url: dict[str, set[int]] = defaultdict(set)
-        for row in rows.tolist():
-            if page_ids[row]:
-                self._by_page[page_ids[row]].add(row)
-            if urls[row]:
-                by_url[_url_key(urls[row])].add(row)
+        for row, url, page_id in zip(rows.tolist(), nodes["url"].to_pylist(), nodes["page_id"].to_pylist(),
+                                     strict=True):
+            if page_id:
+                self._by_page[page_id].add(row)
+            if url:
+                by_url[_url_key(url)].add(row)
         # A suffix names a page by its URL or by the input it was read from: a
         # site whose public base was inferred (or a WARC) has URLs that no
         # longer end with the corpus-relative path a question file gives.
-        for url, source in idx.page_sources():
+        pages = idx.reader.table("pages", ["url", "source"])
+        for url, source in zip(pages["url"].to_pylist(), pages["source"].to_pylist()):
             by_url[_suffix_key(source)] |= by_url.get(_url_key(url), set())
         for key, url_rows in by_url.items():
             segments = key.split("/")
@@ -329,7 +331,7 @@ def evaluate(index: RitragIndex, questions: Sequence[Question], config: EvalConf
         raise ValueError("the reader needs max_calls >= 2 (one GetToC, one Read) and ids_per_read >= 1")
     live = live_rows(index)
     resolver = GoldResolver(index, live)
-    roots = _tree_roots(index)
+    roots = _tree_roots(index, live)
     index.embed_query("warm up")  # the query model loads on first use: not a GetToC's latency
     started = time.perf_counter()
     runs = []
@@ -346,7 +348,7 @@ def evaluate(index: RitragIndex, questions: Sequence[Question], config: EvalConf
     results = [_score(index, run, texts, trees, config) for run in runs]
     latencies = [r["latency_ms"] for r in results]
     report = {
-        "index": str(index.index.layout.root), "version": index.version, "tokenizer": TOKENIZER,
+        "index": str(index.index.reader.layout.root), "version": index.version, "tokenizer": TOKENIZER,
         "config": asdict(config), "retrieval": asdict(config.retrieval_params(index)),
         "agent": _agent_config(agent), "systems": dict(SYSTEMS),
         "counts": {"questions": len(results), "scored": sum(r["scored"] for r in results),
@@ -366,16 +368,17 @@ def evaluate(index: RitragIndex, questions: Sequence[Question], config: EvalConf
     return report
 
 
-def _tree_roots(index: RitragIndex) -> np.ndarray:
-    """Row of the tree root of every node row (itself for a root): its first ancestor."""
+def _tree_roots(index: RitragIndex, live: np.ndarray) -> np.ndarray:
+    """Row of the tree root of every node row: the first ancestor of a live
+    row (`live`, as `live_rows` gives them); itself for a root, or a row no
+    live node holds."""
     idx = index.index
-    ancestors = idx.node_column("ancestor_ids")
-    roots = np.arange(len(ancestors))
+    ancestors = idx.reader.table("nodes", ["ancestor_ids"])["ancestor_ids"].combine_chunks()
+    roots = np.arange(idx.reader.positions("nodes").num_rows)
     has = pc.fill_null(pc.greater(pc.list_value_length(ancestors), 0), False).to_numpy(zero_copy_only=False)
     if has.any():
-        first = pc.list_element(ancestors.filter(has), 0).to_numpy(zero_copy_only=False)
-        found = idx.node_row.rows(np.asarray(first, dtype=object).astype(bytes))
-        roots[has] = np.where(found >= 0, found, roots[has])
+        found = idx.node_row.rows(fixed_width(pc.list_element(ancestors.filter(has), 0)))
+        roots[live[has]] = np.where(found >= 0, found, live[has])
     return roots
 
 
@@ -423,8 +426,10 @@ def _read_texts(index: RitragIndex, runs: Sequence[_Run], config: EvalConfig) ->
     rows = {row for run in runs for name in NODE_RANKINGS for row in run.rankings[name][:_reads(config)]}
     ids = [idx.nodes["node_id"][row] for row in sorted(rows)]
     nodes = {idx.node_row[e["id"]]: e["text"] for e in index.read(ids, max_chars=config.max_chars)["nodes"]} if ids else {}
-    chunks = idx.chunk_texts([row for run in runs for row in run.chunk_rows[:config.chunks]])
-    return {"nodes": nodes, "chunks": chunks}
+    chunk_rows = sorted({int(row) for run in runs for row in run.chunk_rows[:config.chunks]})
+    chunk_ids = idx.chunk_ids[chunk_rows].tolist() if chunk_rows else []
+    found = idx.reader.rows_by_id("chunks", chunk_ids, ["text"])  # point reads, by id
+    return {"nodes": nodes, "chunks": {row: found[i]["text"] for row, i in zip(chunk_rows, chunk_ids)}}
 
 
 def _tree_tocs(index: RitragIndex, roots: np.ndarray, rows: np.ndarray, wanted: set[int]) -> dict[int, dict]:

@@ -17,7 +17,8 @@ import html
 import os
 from collections import Counter, defaultdict
 
-from ritrag.layout import DEAD_LETTERS_FILE, IndexLayout, LiveFiles, live_table
+from ritrag.layout import DEAD_LETTERS_FILE
+from ritrag.reader import IndexReader
 from ritrag.storage import open_parquet
 
 SITE_ROOT_METHOD = "site_root"  # the method transforms.forest records for a site's root
@@ -28,17 +29,11 @@ TOP_FANOUTS = 10
 
 def forest_report(index_dir: str, version: str | None = None) -> dict:
     """Per-site statistics of the forest of one index version."""
-    layout = IndexLayout(index_dir)
-    live = LiveFiles.open(layout, version, kinds=("nodes",))
-    manifest = live.manifest
-    dead_files = [layout.verified_path(seg, DEAD_LETTERS_FILE) for seg in manifest.segments
-                  if DEAD_LETTERS_FILE in seg["files"]]
+    reader = IndexReader(index_dir, version)
+    manifest = reader.manifest
     # Live rows only: after an update, a replaced node's old row is tombstoned in its segment.
     # Indexes built before the source_kind column report their pages' kind as "unknown".
-    nodes = [row for f in live.files["nodes"]
-             for row in live_table(f, "nodes",
-                                   [c for c in REPORT_COLUMNS if c in open_parquet(f.path).schema_arrow.names]
-                                   ).to_pylist()]
+    nodes = reader.table("nodes", REPORT_COLUMNS).to_pylist()
 
     by_id = {n["node_id"]: n for n in nodes}
     children = Counter(n["parent_id"] for n in nodes if n["parent_id"])
@@ -71,7 +66,7 @@ def forest_report(index_dir: str, version: str | None = None) -> dict:
 
     dead = Counter()
     dead_by_site: dict[str, Counter] = defaultdict(Counter)
-    for f in dead_files:
+    for f in reader.segment_files(DEAD_LETTERS_FILE):
         for row in open_parquet(f).read().to_pylist():
             dead[row["reason"]] += 1
             dead_by_site[_site_dir(row["source"])][row["reason"]] += 1

@@ -22,12 +22,13 @@ import numpy as np
 from ritrag.pipelines.launcher import (IndexOptions, PublishOptions, job_options, prepare_job, publish_and_prune,
                                        required, run_pipeline)
 from ritrag.pipelines.options import JobFlags
-from ritrag.layout import BM25_STATS_FILE, LiveFile, LiveFiles, new_manifest
+from ritrag.layout import BM25_STATS_FILE, new_manifest
+from ritrag.reader import IndexReader, LiveFile
 from ritrag.storage import open_read
 from ritrag.representation import Representation
 from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA
 from ritrag.vectors import VectorShard
-from ritrag.transforms.dense import BuildDenseIndex, live_trained_index
+from ritrag.transforms.dense import BuildDenseIndex
 from ritrag.transforms.sparse import BuildSparseIndex
 from ritrag.transforms.tables import ReadLiveRows, WriteParquetTable
 
@@ -42,14 +43,14 @@ def without_file(row: dict) -> dict:
 
 def live_vectors(live_file: LiveFile) -> Iterable[tuple[int, np.ndarray]]:
     """(chunk id, float16 vector) of one vectors file, but for the dead chunks."""
-    dead = live_file.dead.chunk_ids
+    dead = live_file.dead
     for ids, vectors in VectorShard(live_file.path).batches():
         for chunk_id, vector in zip(ids.tolist(), vectors):
             if chunk_id not in dead:
                 yield chunk_id, vector
 
 
-def compact_pipeline(p: beam.Pipeline, live: LiveFiles, segment_dir: str) -> None:
+def compact_pipeline(p: beam.Pipeline, live: IndexReader, segment_dir: str) -> None:
     num_shards = live.manifest.config["num_shards"]
     rows = {}
     for kind, schema, id_column in TABLES:
@@ -59,9 +60,9 @@ def compact_pipeline(p: beam.Pipeline, live: LiveFiles, segment_dir: str) -> Non
     rows["chunks"] | "Sparse" >> BuildSparseIndex(segment_dir, num_shards,
                                                   Representation.from_config(live.manifest.config))
     (p
-     | "VectorFiles" >> beam.Create(live.files.get("vectors", []))
+     | "VectorFiles" >> beam.Create(live.files("vectors"))
      | "LiveVectors" >> beam.FlatMap(live_vectors)
-     | "Dense" >> BuildDenseIndex(segment_dir, num_shards, trained=live_trained_index(live)))
+     | "Dense" >> BuildDenseIndex(segment_dir, num_shards, trained=live.trained_dense_index()))
 
 
 def run(argv: list[str] | None = None) -> str:
@@ -69,7 +70,7 @@ def run(argv: list[str] | None = None) -> str:
     options = job_options(argv, FLAGS)
     opts = required(options, IndexOptions, "index")
     with prepare_job(options, opts.index, "compact") as (layout, segment_id, segment_dir):
-        live = LiveFiles.open(layout)
+        live = IndexReader(layout)
         started = time.time()
         LOG.info("compacting %s (%d segments) into %s", live.manifest.version, len(live.manifest.segments),
                  segment_dir)

@@ -41,14 +41,15 @@ from ritrag.pipelines.launcher import (BuildOptions, IndexOptions, PublishOption
                                        job_options, prepare_job, publish_and_prune, representation_of, required, run_pipeline)
 from ritrag.pipelines.options import JobFlags, JobOptionsError, given_flags, merge_flags
 from ritrag.embedder import EmbedderSpec, check_backend_available
-from ritrag.layout import BM25_STATS_FILE, IndexLayout, LiveFiles, TOMBSTONES_FILE, new_manifest
+from ritrag.layout import BM25_STATS_FILE, IndexLayout, TOMBSTONES_FILE, new_manifest
+from ritrag.reader import IndexReader
 from ritrag.storage import open_read
 from ritrag.representation import Representation, refuse_mixing
 from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA, PageSkeleton
 from ritrag.transforms.delta import (CHUNK_REF_COLUMNS, NODE_SKELETON_COLUMNS, ClassifyFn, DiffInput, ParseChangedPages,
                               PlanPageUpdates, RemovedChunkTerms, ReplaceRows, ReuseOrEmbedVectors, UpdatePagesFn,
                               WriteTombstones, tombstone_counts)
-from ritrag.transforms.dense import BuildDenseIndex, live_trained_index
+from ritrag.transforms.dense import BuildDenseIndex
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
 from ritrag.transforms.nodes import PlaceSkeletons
 from ritrag.transforms.pages import (DEAD, PAGE_COUNTERS, InputOptions, PageParser, WriteDeadLetters, count_input_files,
@@ -93,7 +94,7 @@ def refuse_reshaping(config: dict, given: dict[str, object]) -> None:
                               f"rebuild the index (ritrag build) to change it")
 
 
-def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: LiveFiles, segment_dir: str,
+def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReader, segment_dir: str,
                     total_files: int) -> None:
     """The update's data flow (docs/ARCHITECTURE.md), the delta segment into `segment_dir`."""
     opts = options.view_as(UpdateOptions)
@@ -138,10 +139,10 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: LiveFiles,
     chunks | "Sparse" >> BuildSparseIndex(segment_dir, num_shards, representation, removed=removed)
     ({"new": chunks, "live": live_chunks}
      | "Vectors" >> ReuseOrEmbedVectors(live, EmbedChunks.from_options(spec, options, device=opts.embed_device))
-     | "Dense" >> BuildDenseIndex(segment_dir, num_shards, trained=live_trained_index(live)))
+     | "Dense" >> BuildDenseIndex(segment_dir, num_shards, trained=live.trained_dense_index()))
 
 
-def publish_update(layout: IndexLayout, live: LiveFiles, segment_id: str, counts: dict[str, int],
+def publish_update(layout: IndexLayout, live: IndexReader, segment_id: str, counts: dict[str, int],
                    tombstones: dict[str, int], elapsed_s: float, options: PipelineOptions) -> str:
     segment_dir = layout.segment_dir(segment_id)
     with open_read(os.path.join(segment_dir, BM25_STATS_FILE)) as fh:
@@ -171,7 +172,7 @@ def run(argv: list[str] | None = None) -> str:
     except ValueError as exc:  # a flag that asks for another representation: the command line's fault
         raise JobOptionsError(str(exc)) from None
     with prepare_job(options, opts.index, "update") as (layout, segment_id, segment_dir):
-        live = LiveFiles.open(layout)
+        live = IndexReader(layout)
         started = time.time()
         total_files = count_input_files(input_root_and_pattern(opts.input)[1])
         LOG.info("updating %s (live %s) from %s (%d files) into %s", opts.index, live.manifest.version,

@@ -14,9 +14,9 @@ INDEX/
 ```
 
 This module is the one home of that format: the names below, the manifest, the
-checksummed open (`IndexLayout.verified_path`), the live-row filter
-(`LiveFiles`, `live_rows`: a row is live unless a later segment tombstoned its
-id); BM25's parameters and statistics are ritrag/bm25.py's. Jobs, the server,
+checksummed open (`IndexLayout.verified_path`); reading a version's rows (a
+row is live unless a later segment tombstoned its id) is ritrag/reader.py's,
+BM25's parameters and statistics are ritrag/bm25.py's. Jobs, the server,
 `ritrag inspect` and the benchmarks name files only through it.
 
 Jobs reach remote paths (gs://, s3://, ...) through Beam's FileSystems, so the same
@@ -44,8 +44,7 @@ from typing import Any, Iterable
 
 from ritrag.embedder import MAX_EMBEDDING_DIMENSION, EmbedderSpec
 from ritrag.representation import DEFAULT_RETRIEVAL, Representation
-from ritrag.storage import (file_size, is_remote, list_dirs, list_files, open_parquet, open_read, remove_file,
-                            remove_tree, sha256_file, write_atomic)
+from ritrag.storage import file_size, list_dirs, list_files, open_read, remove_file, remove_tree, sha256_file, write_atomic
 
 # 2: vocabulary sharded by term (vocabulary-SSSSS-of-NNNNN.parquet, was vocabulary.parquet)
 FORMAT_VERSION = 2
@@ -347,129 +346,6 @@ class IndexLayout:
             if parsed and parsed[0] == kind:
                 found.append((parsed[1], name))
         return [name for _, name in sorted(found)]
-
-
-@dataclass(frozen=True)
-class DeadIds:
-    """Ids of one segment's rows that later segments superseded or deleted."""
-
-    node_ids: frozenset
-    chunk_ids: frozenset
-    urls: frozenset
-
-
-def live_mask(ids, dead: frozenset):
-    """numpy bool mask: True for the ids (an Arrow array) that `dead` does not name."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if not dead:
-        return np.ones(len(ids), bool)
-    return ~pc.is_in(ids, value_set=pa.array(sorted(dead), ids.type)).to_numpy(zero_copy_only=False)
-
-
-def read_tombstones(path: str) -> DeadIds:
-    table = open_parquet(path).read()
-    def column(name):
-        return frozenset(v for v in table[name].to_pylist() if v is not None)
-    return DeadIds(column("node_id"), column("chunk_id"), column("url"))
-
-
-def dead_ids_per_segment(layout: IndexLayout, manifest: Manifest) -> list[DeadIds]:
-    """For each segment of `manifest`, the ids that any later segment tombstoned."""
-    out: list[DeadIds] = []
-    later = DeadIds(frozenset(), frozenset(), frozenset())
-    for segment in reversed(manifest.segments):
-        out.append(later)
-        if TOMBSTONES_FILE in segment["files"]:
-            own = read_tombstones(layout.verified_path(segment, TOMBSTONES_FILE))
-            later = DeadIds(later.node_ids | own.node_ids, later.chunk_ids | own.chunk_ids,
-                            later.urls | own.urls)
-    return out[::-1]
-
-
-@dataclass(frozen=True)
-class LiveFile:
-    """One table file of a version, with the ids later segments killed."""
-
-    path: str
-    dead: DeadIds
-
-
-# The id column of each table that tombstones name.
-LIVE_KEYS = {"pages": ("url", "urls"), "nodes": ("node_id", "node_ids"), "chunks": ("chunk_id", "chunk_ids")}
-
-
-@dataclass(frozen=True)
-class LiveFiles:
-    """A published version's files by kind, each verified against the manifest
-    and paired with the ids that later segments killed."""
-
-    manifest: Manifest
-    files: dict[str, list[LiveFile]]
-    dense_trained: str | None = None  # the trained empty index every dense shard was added to
-
-    @classmethod
-    def open(cls, layout: IndexLayout, version: str | None = None,
-             kinds: Iterable[str] = ("pages", "nodes", "chunks", "dense", "vectors")) -> "LiveFiles":
-        manifest = layout.load_manifest(version)
-        dead = dead_ids_per_segment(layout, manifest)
-        files: dict[str, list[LiveFile]] = {}
-        for segment, seg_dead in zip(manifest.segments, dead):
-            for kind in kinds:
-                for name in layout.segment_files(segment, kind):
-                    files.setdefault(kind, []).append(LiveFile(layout.verified_path(segment, name), seg_dead))
-        base = manifest.segments[0] if manifest.segments else {"files": {}}
-        trained = layout.verified_path(base, DENSE_TRAINED_FILE) if DENSE_TRAINED_FILE in base["files"] else None
-        return cls(manifest, files, trained)
-
-
-# Columns a table gained after its format began, with the value that rows of
-# older files read as: an index built before them can still be updated,
-# compacted and inspected, its old rows saying "unknown".
-ADDED_COLUMNS = {"nodes": {"source_kind": ""}, "pages": {"source_kind": ""}}
-
-
-def live_table(live_file: LiveFile, kind: str, columns: list[str] | None = None):
-    """The Arrow table of one table file without the rows later segments
-    tombstoned; a column added since the file was written (ADDED_COLUMNS) is
-    filled with its default."""
-    import pyarrow as pa
-
-    key, dead_field = LIVE_KEYS[kind]
-    if columns is not None and key not in columns:
-        columns = [key, *columns]
-    parquet = open_parquet(live_file.path)  # one open for the schema and the rows
-    present = set(parquet.schema_arrow.names)
-    added = {name: value for name, value in ADDED_COLUMNS.get(kind, {}).items()
-             if name not in present and (columns is None or name in columns)}
-    table = parquet.read(columns=[c for c in columns if c not in added] if columns else None)
-    for name, value in added.items():
-        table = table.append_column(name, pa.array([value] * len(table), pa.string()))
-    if columns is not None:
-        table = table.select(columns)
-    return table.filter(live_mask(table[key], getattr(live_file.dead, dead_field)))
-
-
-def live_rows(live_file: LiveFile, kind: str, columns: list[str] | None = None) -> Iterable[dict]:
-    """Rows of one table file that no later segment tombstoned; each row carries
-    `_file`, the file it came from, for later point reads."""
-    for row in live_table(live_file, kind, columns).to_pylist():
-        row["_file"] = live_file.path
-        yield row
-
-
-def read_rows_by_id(path: str, id_column: str, ids: list, columns: list[str]) -> dict:
-    """Point reads: the rows of `ids` from one sorted Parquet file (row-group
-    statistics prune what is not needed)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    source = open_read(path) if is_remote(path) else path
-    table = pq.read_table(source, columns=[id_column, *columns], filters=pc.field(id_column).isin(pa.array(ids)))
-    return {row[id_column]: row for row in table.to_pylist()}
 
 
 def new_manifest(

@@ -129,6 +129,71 @@ class StampedLayout(IndexLayout):
         return super().verified_path(segment, name)
 
 
+class VerifiedCopier:
+    """Copies files of one index from its store (`fs`, under `root`) into the
+    mirror's `layout`: each is hashed while it streams in and compared with
+    the manifest before it is renamed into place and stamped."""
+
+    def __init__(self, fs: Any, root: str, uri: str, layout: StampedLayout, progress: CacheProgress):
+        self.fs, self.root, self.uri, self.layout, self.progress = fs, root, uri, layout, progress
+
+    def ensure(self, segment_id: str, name: str, entry: dict[str, Any]) -> int:
+        """Make one file present and verified; returns the bytes copied."""
+        segment = {"id": segment_id, "files": {name: entry}}
+        local = os.path.join(self.layout.segment_dir(segment_id), name)
+        copied = 0
+        if not self.layout.is_stamped(segment, name):
+            if os.path.exists(local):  # there but not stamped: a crash between rename and stamp
+                if os.path.getsize(local) == entry["bytes"] and sha256_file(local) == entry["sha256"]:
+                    self.layout.stamp(segment_id, name, entry["sha256"])
+                else:
+                    os.unlink(local)
+            if not os.path.exists(local):
+                copied = self._copy(segment_id, name, entry)
+                self.layout.stamp(segment_id, name, entry["sha256"])
+        self.progress.add(files_done=1, bytes_done=entry["bytes"])
+        return copied
+
+    def _copy(self, segment_id: str, name: str, entry: dict[str, Any]) -> int:
+        """Stream the file into `.<name>.part` (resuming one a crash left),
+        check it, rename it into place; returns the bytes copied."""
+        directory = self.layout.segment_dir(segment_id)
+        os.makedirs(directory, exist_ok=True)
+        part, local = os.path.join(directory, f".{name}.part"), os.path.join(directory, name)
+        remote = "/".join((self.root, "segments", segment_id, name))
+        copied = 0
+        for attempt in range(2):
+            digest, have = hashlib.sha256(), 0
+            if attempt == 0 and os.path.exists(part) and os.path.getsize(part) <= entry["bytes"]:
+                with open(part, "rb") as fh:  # the bytes a crash left: hashed, then continued
+                    while chunk := fh.read(BLOCK):
+                        digest.update(chunk)
+                have = os.path.getsize(part)
+            with self.fs.open(remote, "rb") as src, open(part, "ab" if have else "wb") as dst:
+                if have:
+                    src.seek(have)
+                # One byte past the size the manifest states shows an object too large; no more is read.
+                left = entry["bytes"] - have + 1
+                while left > 0 and (chunk := src.read(min(BLOCK, left))):
+                    left -= len(chunk)
+                    digest.update(chunk)
+                    dst.write(chunk)
+                    copied += len(chunk)
+                    self.progress.add(bytes_copied=len(chunk))
+                dst.flush()
+                os.fsync(dst.fileno())
+            if os.path.getsize(part) == entry["bytes"] and digest.hexdigest() == entry["sha256"]:
+                os.replace(part, local)
+                return copied
+            os.unlink(part)
+            self.progress.add(files_refused=1)
+            if not have:  # copied whole from the store and still wrong: the object itself is damaged
+                break
+            LOG.warning("%s: the resumed copy does not match the manifest; copying it again", remote)
+        raise DamagedIndexError(f"{self.uri}/segments/{segment_id}/{name}: size or sha256 differs from the manifest "
+                                f"of the version; refusing it")
+
+
 class IndexMirror:
     """One object-store index mirrored into a local cache; shared by the
     loads of one process (`mirror`), and by processes through `.lock`."""
@@ -146,6 +211,7 @@ class IndexMirror:
         self.in_use_s = in_use_s
         self.progress = CacheProgress()
         self._lock = threading.Lock()  # one fetch or eviction of this process at a time
+        self._copier = VerifiedCopier(self.fs, self.root, self.uri, self.layout, self.progress)
         try:
             os.makedirs(self.local_root, exist_ok=True)
         except OSError as exc:  # the cache directory is a file, unwritable, ...
@@ -205,68 +271,12 @@ class IndexMirror:
                 self.progress.files_done = self.progress.bytes_done = 0
             start = time.monotonic()
             with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="ritrag-cache") as pool:
-                copied = sum(pool.map(lambda item: self._ensure(*item), files))
+                copied = sum(pool.map(lambda item: self._copier.ensure(*item), files))
             if not cached:
                 write_atomic(self.layout.manifest_path(version), manifest.to_json())
             LOG.info("cached %s from %s: %d files, %d bytes copied in %.1f s", version, self.uri, len(files), copied,
                      time.monotonic() - start)
             return version
-
-    def _ensure(self, segment_id: str, name: str, entry: dict[str, Any]) -> int:
-        """Make one file present and verified; returns the bytes copied."""
-        segment = {"id": segment_id, "files": {name: entry}}
-        local = os.path.join(self.layout.segment_dir(segment_id), name)
-        copied = 0
-        if not self.layout.is_stamped(segment, name):
-            if os.path.exists(local):  # there but not stamped: a crash between rename and stamp
-                if os.path.getsize(local) == entry["bytes"] and sha256_file(local) == entry["sha256"]:
-                    self.layout.stamp(segment_id, name, entry["sha256"])
-                else:
-                    os.unlink(local)
-            if not os.path.exists(local):
-                copied = self._copy(segment_id, name, entry)
-                self.layout.stamp(segment_id, name, entry["sha256"])
-        self.progress.add(files_done=1, bytes_done=entry["bytes"])
-        return copied
-
-    def _copy(self, segment_id: str, name: str, entry: dict[str, Any]) -> int:
-        """Stream the file into `.<name>.part` (resuming one a crash left),
-        check it, rename it into place; returns the bytes copied."""
-        directory = self.layout.segment_dir(segment_id)
-        os.makedirs(directory, exist_ok=True)
-        part, local = os.path.join(directory, f".{name}.part"), os.path.join(directory, name)
-        remote = self._remote("segments", segment_id, name)
-        copied = 0
-        for attempt in range(2):
-            digest, have = hashlib.sha256(), 0
-            if attempt == 0 and os.path.exists(part) and os.path.getsize(part) <= entry["bytes"]:
-                with open(part, "rb") as fh:  # the bytes a crash left: hashed, then continued
-                    while chunk := fh.read(BLOCK):
-                        digest.update(chunk)
-                have = os.path.getsize(part)
-            with self.fs.open(remote, "rb") as src, open(part, "ab" if have else "wb") as dst:
-                if have:
-                    src.seek(have)
-                # One byte past the size the manifest states shows an object too large; no more is read.
-                left = entry["bytes"] - have + 1
-                while left > 0 and (chunk := src.read(min(BLOCK, left))):
-                    left -= len(chunk)
-                    digest.update(chunk)
-                    dst.write(chunk)
-                    copied += len(chunk)
-                    self.progress.add(bytes_copied=len(chunk))
-                dst.flush()
-                os.fsync(dst.fileno())
-            if os.path.getsize(part) == entry["bytes"] and digest.hexdigest() == entry["sha256"]:
-                os.replace(part, local)
-                return copied
-            os.unlink(part)
-            self.progress.add(files_refused=1)
-            if not have:  # copied whole from the store and still wrong: the object itself is damaged
-                break
-            LOG.warning("%s: the resumed copy does not match the manifest; copying it again", remote)
-        raise DamagedIndexError(f"{self.uri}/segments/{segment_id}/{name}: size or sha256 differs from the manifest "
-                                f"of the version; refusing it")
 
     def mark_serving(self, version: str) -> None:
         """Record that this process serves `version` (touched again at each
@@ -286,54 +296,18 @@ class IndexMirror:
         with self._exclusive():
             versions = self.cached_versions()
             manifests = {v: self.layout.load_manifest(v) for v in versions}
-            protected = {serving} | self._in_use()
-            kept, evicted = list(versions), []
-
-            def size(of: list[str]) -> int:
-                files = {(seg["id"], name): entry["bytes"] for v in of for seg in manifests[v].segments
-                         for name, entry in seg["files"].items()}
-                return sum(files.values())
-
-            for version in versions:
-                over = len(kept) > self.keep_versions or (self.max_bytes is not None and size(kept) > self.max_bytes)
-                if not over:
-                    break
-                if version not in protected:
-                    kept.remove(version)
-                    evicted.append(version)
+            protected = {serving} | versions_in_use(self.local_root, self.in_use_s)
+            evicted = versions_to_evict(manifests, protected, self.keep_versions, self.max_bytes)
+            kept = [v for v in versions if v not in evicted]
             for version in evicted:
                 os.unlink(self.layout.manifest_path(version))
                 shutil.rmtree(os.path.join(self.local_root, "serving", version), ignore_errors=True)
             if evicted:
-                self._drop_unreferenced({(seg["id"], name) for v in kept for seg in manifests[v].segments
-                                         for name in seg["files"]})
+                drop_unreferenced(self.local_root, {(seg["id"], name) for v in kept for seg in manifests[v].segments
+                                                    for name in seg["files"]})
                 self.progress.add(evicted_versions=len(evicted))
                 LOG.info("evicted cached versions %s of %s", ", ".join(evicted), self.uri)
             return evicted
-
-    def _drop_unreferenced(self, referenced: set[tuple[str, str]]) -> None:
-        for top in ("segments", "verified"):
-            base = os.path.join(self.local_root, top)
-            for segment_id in os.listdir(base) if os.path.isdir(base) else []:
-                directory = os.path.join(base, segment_id)
-                for name in os.listdir(directory):
-                    file_name = name[:-5] if top == "verified" else name
-                    if (segment_id, file_name) not in referenced:
-                        os.unlink(os.path.join(directory, name))
-                if not os.listdir(directory):
-                    os.rmdir(directory)
-
-    def _in_use(self) -> set[str]:
-        """Versions a process sharing this cache marked as served within `in_use_s`."""
-        base, now, found = os.path.join(self.local_root, "serving"), time.time(), set()
-        for version in os.listdir(base) if os.path.isdir(base) else []:
-            for marker in os.listdir(os.path.join(base, version)):
-                try:
-                    if now - os.path.getmtime(os.path.join(base, version, marker)) <= self.in_use_s:
-                        found.add(version)
-                except FileNotFoundError:
-                    pass
-        return found
 
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
@@ -345,6 +319,55 @@ class IndexMirror:
                 yield
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def versions_to_evict(manifests: dict[str, Manifest], protected: set[str], keep_versions: int,
+                      max_bytes: int | None) -> list[str]:
+    """Of the cached versions (`manifests`, oldest first), those to evict,
+    oldest first, until at most `keep_versions` remain and their files (each
+    counted once) fit in `max_bytes`; a `protected` one is never evicted."""
+    kept, evicted = list(manifests), []
+
+    def size(of: list[str]) -> int:
+        files = {(seg["id"], name): entry["bytes"] for v in of for seg in manifests[v].segments
+                 for name, entry in seg["files"].items()}
+        return sum(files.values())
+
+    for version in list(manifests):
+        if not (len(kept) > keep_versions or (max_bytes is not None and size(kept) > max_bytes)):
+            break
+        if version not in protected:
+            kept.remove(version)
+            evicted.append(version)
+    return evicted
+
+
+def drop_unreferenced(local_root: str, referenced: set[tuple[str, str]]) -> None:
+    """Delete every cached file and stamp of the mirror at `local_root` that
+    no (segment, file) in `referenced` names."""
+    for top in ("segments", "verified"):
+        base = os.path.join(local_root, top)
+        for segment_id in os.listdir(base) if os.path.isdir(base) else []:
+            directory = os.path.join(base, segment_id)
+            for name in os.listdir(directory):
+                file_name = name[:-5] if top == "verified" else name
+                if (segment_id, file_name) not in referenced:
+                    os.unlink(os.path.join(directory, name))
+            if not os.listdir(directory):
+                os.rmdir(directory)
+
+
+def versions_in_use(local_root: str, in_use_s: float) -> set[str]:
+    """Versions a process sharing the mirror at `local_root` marked as served within `in_use_s`."""
+    base, now, found = os.path.join(local_root, "serving"), time.time(), set()
+    for version in os.listdir(base) if os.path.isdir(base) else []:
+        for marker in os.listdir(os.path.join(base, version)):
+            try:
+                if now - os.path.getmtime(os.path.join(base, version, marker)) <= in_use_s:
+                    found.add(version)
+            except FileNotFoundError:
+                pass
+    return found
 
 
 def _own_markers(root: str, name: str) -> list[str]:

@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ritrag.representation import DEFAULT_RETRIEVAL, Representation, retrieval_defaults
-from ritrag.serving.index import Skeleton
+from ritrag.serving.skeleton import Skeleton
 
 RRF_K = 60
 NODE_SCORES = ("max", "max+doc")

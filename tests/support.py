@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ritrag.layout import IndexLayout, LiveFiles, live_rows
+from ritrag.reader import ID_COLUMNS, IndexReader
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample" / "pages"
@@ -90,16 +90,14 @@ def _entries(trees: list[dict]) -> list[dict]:
             for e in ({k: v for k, v in entry.items() if k != "children"}, *_entries(entry.get("children", [])))]
 
 def live_table(index_dir: Path, kind: str) -> dict:
-    live = LiveFiles.open(IndexLayout(str(index_dir)))
-    key = {"nodes": "node_id", "chunks": "chunk_id", "pages": "url"}[kind]
+    key = ID_COLUMNS[kind]
     rows = {}
-    for f in live.files.get(kind, []):
-        for row in live_rows(f, kind):
-            row.pop("_file")
-            if kind == "pages":
-                row.pop("source")
-            assert row[key] not in rows, f"{kind} {row[key]} live twice"
-            rows[row[key]] = row
+    for row in IndexReader(str(index_dir)).rows(kind):
+        row.pop("_file")
+        if kind == "pages":
+            row.pop("source")
+        assert row[key] not in rows, f"{kind} {row[key]} live twice"
+        rows[row[key]] = row
     return rows
 
 

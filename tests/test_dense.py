@@ -15,10 +15,11 @@ from zarr.storage import ZipStore
 
 from ritrag import vectors as vectors_module
 from ritrag.layout import shard_file_name
+from ritrag.reader import trained_empty_index_of
 from ritrag.vectors import MissingVectorsError, VectorShard, VectorStore, rerank_exact, write_vectors
 from ritrag.serving.retrieval import dense_top_k
 from ritrag.transforms.dense import (DENSE_INFO_FILE, DENSE_TRAINED_FILE, EXACT_MAX_VECTORS, BuildDenseIndex,
-                              DenseParams, choose_params, pq_codes, rebuild_index, trained_empty_index_of)
+                              DenseParams, choose_params, pq_codes, rebuild_index)
 from ritrag.transforms.tables import remove_spill_files
 
 DIM = 32

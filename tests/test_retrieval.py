@@ -2,7 +2,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ritrag.serving.index import NodeRows, Skeleton
+from ritrag.serving.skeleton import NodeRows, Skeleton
 from ritrag.serving.retrieval import (RetrievalParams, build_subforest, fuse, minmax_fusion, node_scores,
                                      reciprocal_rank_fusion, top_nodes, with_node_docs)
 

@@ -14,7 +14,8 @@ import pytest
 from ritrag.analyzer import analyze
 from ritrag.bm25 import Bm25, Postings, top_k
 from ritrag.layout import IndexLayout
-from ritrag.serving.index import LoadedVersion, read_dense_shard, segment_dense_indexes
+from ritrag.serving.dense_shards import read_dense_shard, segment_dense_indexes
+from ritrag.serving.index import LoadedVersion
 from ritrag.serving.retrieval import dense_top_k
 from support import benchmark_module
 

@@ -71,7 +71,7 @@ def test_a_restart_over_a_warm_cache_copies_and_hashes_nothing(store, tmp_path, 
 def test_a_file_changed_on_disk_after_its_stamp_is_copied_again(store, tmp_path):
     first = RitragIndex(store, cache_dir=str(tmp_path))
     segment_id, name, entry = largest_file(first.index.manifest)
-    path = Path(first.index.layout.segment_dir(segment_id)) / name
+    path = Path(first.index.reader.layout.segment_dir(segment_id)) / name
     path.write_bytes(b"x" * entry["bytes"])  # same size, new mtime: the stamp no longer matches
     ritrag.serving.remote._MIRRORS.clear()
     again = RitragIndex(store, cache_dir=str(tmp_path))

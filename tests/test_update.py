@@ -11,7 +11,8 @@ import pytest
 from ritrag.pipelines import update
 from ritrag.transforms import delta
 from ritrag.transforms.delta import plan_page_update, replaced_rows
-from ritrag.layout import IndexLayout, LiveFile, LiveFiles, live_rows
+from ritrag.layout import IndexLayout
+from ritrag.reader import IndexReader
 from ritrag.representation import Representation
 from ritrag.schema import NodePlacement
 from support import TINY_SITE, assert_same_toc, live_table, build_index, tiny_page, write_tiny_site
@@ -89,18 +90,7 @@ def test_update_embeds_exactly_the_chunks_with_new_text(snapshots):
 
 
 def live_table_version(index_dir: Path, manifest) -> dict:
-    layout = IndexLayout(str(index_dir))
-    rows = {}
-    for seg in manifest.segments:
-        for name in layout.segment_files(seg, "chunks"):
-            for row in live_rows(LiveFile(layout.verified_path(seg, name), _no_dead()), "chunks"):
-                rows[row["chunk_id"]] = row
-    return rows
-
-
-def _no_dead():
-    from ritrag.layout import DeadIds
-    return DeadIds(frozenset(), frozenset(), frozenset())
+    return {row["chunk_id"]: row for row in IndexReader(str(index_dir), manifest.version).rows("chunks")}
 
 
 @pytest.mark.slow
@@ -374,8 +364,7 @@ def hashed_snapshots(tmp_path_factory):
 def live_vectors(index_dir: Path, chunk_ids) -> dict:
     from ritrag.vectors import VectorStore
 
-    live = LiveFiles.open(IndexLayout(str(index_dir)))
-    store = VectorStore.open([f.path for f in live.files["vectors"]])
+    store = VectorStore.open([f.path for f in IndexReader(str(index_dir)).files("vectors")])
     return dict(zip(chunk_ids, store.vectors(list(chunk_ids)).tolist()))
 
 

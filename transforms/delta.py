@@ -27,7 +27,8 @@ from apache_beam.io.filesystems import FileSystems
 
 from ritrag.embedder import EmbedderSpec
 from ritrag.ids import node_id_for, raw_hash
-from ritrag.layout import LiveFiles, TOMBSTONES_FILE, read_rows_by_id
+from ritrag.layout import TOMBSTONES_FILE
+from ritrag.reader import IndexReader, read_rows_by_id
 from ritrag.storage import open_parquet
 from ritrag.representation import Representation
 from ritrag.schema import (NODES_SCHEMA, TOMBSTONES_SCHEMA, DeadLetter, NodePlacement, PageSkeleton, PageSource,
@@ -373,7 +374,7 @@ class DiffInput(beam.PTransform):
     """pbegin -> unchanged pages' stored skeletons (main), paths to parse
     (ClassifyFn.PARSE) and URLs to tombstone (ClassifyFn.DEAD_URL)."""
 
-    def __init__(self, pattern: str, parser: PageParser, live: LiveFiles):
+    def __init__(self, pattern: str, parser: PageParser, live: IndexReader):
         super().__init__()
         self._pattern, self._parser, self._live = pattern, parser, live
 
@@ -476,9 +477,9 @@ class ReuseOrEmbedVectors(beam.PTransform):
     """{"new": new chunk rows, "live": live chunk refs} -> (chunk id, vector) of every new
     chunk: the stored vector of a live chunk with the same text, else the model's."""
 
-    def __init__(self, live: LiveFiles, embed: EmbedChunks):
+    def __init__(self, live: IndexReader, embed: EmbedChunks):
         super().__init__()
-        self._vector_files = [f.path for f in live.files.get("vectors", [])]
+        self._vector_files = [f.path for f in live.files("vectors")]
         self._embed = embed
 
     def expand(self, chunks):

@@ -28,8 +28,7 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
-from ritrag.layout import DENSE_INFO_FILE, DENSE_TRAINED_FILE, LiveFiles, parse_shard_file_name, shard_file_name
-from ritrag.storage import open_read
+from ritrag.layout import DENSE_INFO_FILE, DENSE_TRAINED_FILE, parse_shard_file_name, shard_file_name
 from ritrag.vectors import CHUNK_ROWS, VECTORS_EXTENSION, VECTORS_KIND, VectorShard, write_vectors
 from ritrag.transforms.tables import WriteShards, sorted_in_one_piece, write_bytes
 
@@ -110,25 +109,6 @@ def rebuild_index(trained: bytes, vectors_path: str) -> bytes:
     return shard_index(trained, VectorShard(vectors_path).batches())
 
 
-def live_trained_index(live: LiveFiles) -> bytes:
-    """The trained empty index the live version's shards were added to (its base
-    segment's DENSE_TRAINED_FILE), so that new shards share their lists and
-    codebooks; for an index written before that file existed, its first dense
-    shard, emptied."""
-    if live.dense_trained:
-        with open_read(live.dense_trained) as fh:
-            return fh.read()
-    return trained_empty_index_of(live.files["dense"][0].path)
-
-
-def trained_empty_index_of(dense_path: str) -> bytes:
-    """The trained index of an existing dense shard, emptied."""
-    with open_read(dense_path) as fh:
-        index = faiss.deserialize_index(np.frombuffer(fh.read(), dtype=np.uint8))
-    index.reset()
-    return faiss.serialize_index(index).tobytes()
-
-
 def vectors_path_for(dense_path: str) -> str:
     """The vectors file that goes with a dense shard file."""
     directory, name = os.path.split(dense_path)
@@ -185,7 +165,7 @@ class BuildDenseIndex(beam.PTransform):
     trained empty index.
 
     `factory`, `nprobe` and `rerank` override the table's choice (`choose_params`).
-    Given `trained` (a serialized trained index, e.g. `live_trained_index`), nothing is trained and neither dense.json nor the trained index is
+    Given `trained` (a serialized trained index, e.g. `IndexReader.trained_dense_index`), nothing is trained and neither dense.json nor the trained index is
     written: the shards join the index that was trained before.
     """
 

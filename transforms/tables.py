@@ -35,7 +35,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
 from ritrag.ids import shard_of
-from ritrag.layout import LiveFiles, live_rows, shard_file_name
+from ritrag.layout import shard_file_name
+from ritrag.reader import IndexReader
 from ritrag.storage import is_remote
 
 LOG = logging.getLogger("ritrag.tables")
@@ -262,14 +263,14 @@ class WriteParquetTable(beam.PTransform):
 
 
 class ReadLiveRows(beam.PTransform):
-    """The live rows of one kind of table (`ritrag.layout.live_rows`), each with its `_file`."""
+    """The live rows of one kind of table (`ritrag.reader.LiveFile.rows`), each with its `_file`."""
 
-    def __init__(self, live: LiveFiles, kind: str, columns: list[str] | None = None):
+    def __init__(self, live: IndexReader, kind: str, columns: list[str] | None = None):
         super().__init__()
-        self._files, self._kind, self._columns = live.files.get(kind, []), kind, columns
+        self._files, self._columns = live.files(kind), columns
 
     def expand(self, pbegin):
-        kind, columns = self._kind, self._columns
+        columns = self._columns
         return (pbegin
                 | "Files" >> beam.Create(self._files)
-                | "Rows" >> beam.FlatMap(lambda f: live_rows(f, kind, columns)))
+                | "Rows" >> beam.FlatMap(lambda f: f.rows(columns)))

@@ -1,0 +1,253 @@
+"""Reading one published version of an index: its files, verified, and its live rows.
+
+A version is the segments its manifest lists, oldest first. A row of a
+segment's table is live unless a later segment's tombstones name its id: an
+update tombstones the nodes, chunks and pages it replaced or deleted, so the
+rows of a version are the live rows of all its segments, each id once.
+`IndexReader` is the one reader of that rule: the jobs (update, compact),
+`ritrag inspect`, evaluation and the server's loaded version
+(ritrag.serving.index) all read through it.
+
+Every file is checked against its manifest entry (size and sha256,
+`IndexLayout.verified_path`) the first time a reader opens it, and only then:
+a missing file raises MissingIndexError and a damaged one DamagedIndexError,
+the IndexLoadError kinds the server reports. Files are reached through
+ritrag/storage.py, so a job reads an index in an object store as it reads one
+on disk (the server reads its local mirror of one, ritrag.serving.remote).
+
+A row is found two ways: by its id (`IndexReader.rows_by_id`; an id is looked
+for only in the shard that owns it, ritrag.ids.shard_of), and by its position
+among all rows of its kind's files in manifest order, dead rows included
+(`RowPositions`): the server numbers node rows so and reads bodies by them.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import faiss
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ritrag.ids import shard_of
+from ritrag.layout import DENSE_TRAINED_FILE, TOMBSTONES_FILE, IndexLayout, Manifest, parse_shard_file_name
+from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA
+from ritrag.storage import is_remote, open_parquet, open_read
+
+# The id column that keys each kind of shard file, and that tombstones name
+# (the tombstones table has one column per id: node_id, chunk_id, url).
+ID_COLUMNS = {"pages": "url", "nodes": "node_id", "chunks": "chunk_id", "postings": "chunk_id",
+              "vectors": "chunk_id", "dense": "chunk_id"}
+TABLE_SCHEMAS = {"pages": PAGES_SCHEMA, "nodes": NODES_SCHEMA, "chunks": CHUNKS_SCHEMA}
+# Columns a table gained after its format began, with the value that rows of
+# older files read as: an index built before them can still be updated,
+# compacted and inspected, its old rows saying "unknown".
+ADDED_COLUMNS = {"nodes": {"source_kind": ""}, "pages": {"source_kind": ""}}
+
+
+def live_mask(ids: pa.Array | pa.ChunkedArray, dead: frozenset) -> np.ndarray:
+    """numpy bool mask: True for the `ids` that `dead` does not name."""
+    if not dead:
+        return np.ones(len(ids), bool)
+    return ~pc.is_in(ids, value_set=pa.array(sorted(dead), ids.type)).to_numpy(zero_copy_only=False)
+
+
+def read_tombstones(path: str) -> dict[str, frozenset]:
+    """The ids a tombstones file names, by id column."""
+    table = open_parquet(path).read()
+    return {name: frozenset(v for v in table[name].to_pylist() if v is not None) for name in table.column_names}
+
+
+def read_rows_by_id(path: str, id_column: str, ids: list, columns: list[str]) -> dict[Any, dict[str, Any]]:
+    """Point reads: the rows of `ids` in one Parquet file sorted by
+    `id_column` (row-group statistics prune what is not needed), by id."""
+    source = open_read(path) if is_remote(path) else path
+    table = pq.read_table(source, columns=[id_column, *columns], filters=pc.field(id_column).isin(pa.array(ids)))
+    return {row[id_column]: row for row in table.to_pylist()}
+
+
+@dataclass(frozen=True)
+class LiveFile:
+    """One shard file of a version, verified, with the ids of its kind that
+    later segments tombstoned (`dead`)."""
+
+    kind: str
+    path: str
+    segment: str
+    shard: int
+    num_shards: int
+    dead: frozenset
+
+    @property
+    def id_column(self) -> str:
+        return ID_COLUMNS[self.kind]
+
+    def owns(self, row_id: int | str) -> bool:
+        """Whether a row of this id is written to this file's shard (none other holds it)."""
+        return shard_of(row_id, self.num_shards) == self.shard
+
+    def live_mask(self, ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        return live_mask(ids, self.dead)
+
+    def read(self, columns: list[str] | None = None) -> pa.Table:
+        """Every row of a table file, dead ones too; a column added since the
+        file was written (ADDED_COLUMNS) is filled with its default."""
+        parquet = open_parquet(self.path)  # one open for the schema and the rows
+        present = set(parquet.schema_arrow.names)
+        added = {name: value for name, value in ADDED_COLUMNS.get(self.kind, {}).items()
+                 if name not in present and (columns is None or name in columns)}
+        table = parquet.read(columns=[c for c in columns if c not in added] if columns is not None else None)
+        for name, value in added.items():
+            table = table.append_column(name, pa.array([value] * len(table), pa.string()))
+        return table.select(columns) if columns is not None else table
+
+    def table(self, columns: list[str] | None = None) -> pa.Table:
+        """The live rows of a table file (its id column always among `columns`)."""
+        if columns is not None and self.id_column not in columns:
+            columns = [self.id_column, *columns]
+        table = self.read(columns)
+        return table.filter(self.live_mask(table[self.id_column]))
+
+    def rows(self, columns: list[str] | None = None) -> Iterator[dict[str, Any]]:
+        """The live rows as dicts; each carries `_file`, this file, for later point reads."""
+        for row in self.table(columns).to_pylist():
+            row["_file"] = self.path
+            yield row
+
+
+class RowPositions:
+    """Every row of one kind's files, dead ones too, numbered in manifest
+    order (a file's rows follow the previous file's). The footers are read
+    once, so a position names its file and row group, and a point read
+    decodes that row group only."""
+
+    def __init__(self, files: Sequence[LiveFile]):
+        self.files = list(files)
+        self._metadata = [open_parquet(f.path).metadata for f in self.files]
+        self.file_start = np.concatenate([[0], np.cumsum([md.num_rows for md in self._metadata])]).astype(np.int64)
+        self._group_start = [np.cumsum([0] + [md.row_group(g).num_rows for g in range(md.num_row_groups)])
+                             for md in self._metadata]
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.file_start[-1])
+
+    def read(self, positions: Sequence[int], columns: list[str]) -> dict[int, dict[str, Any]]:
+        """`columns` of the rows at `positions`, by position; each row group is read once."""
+        wanted: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for position in positions:
+            f = int(np.searchsorted(self.file_start, position, side="right")) - 1
+            in_file = position - int(self.file_start[f])
+            g = int(np.searchsorted(self._group_start[f], in_file, side="right")) - 1
+            wanted.setdefault((f, g), []).append((position, in_file - int(self._group_start[f][g])))
+        out: dict[int, dict[str, Any]] = {}
+        for (f, g), members in wanted.items():
+            # A fresh reader per lookup (over the footer read once) is safe
+            # to use from many request threads at once.
+            path = self.files[f].path
+            parquet = pq.ParquetFile(open_read(path) if is_remote(path) else path, metadata=self._metadata[f])
+            group = parquet.read_row_group(g, columns=columns)
+            for position, offset in members:
+                out[position] = {name: group[name][offset].as_py() for name in columns}
+        return out
+
+
+class IndexReader:
+    """One published version of an index (default: the one CURRENT names),
+    read through `layout`: its segment files by kind, verified once each, the
+    ids later segments tombstoned, live rows by kind, and point reads."""
+
+    def __init__(self, layout: IndexLayout | str, version: str | None = None):
+        self.layout = IndexLayout(layout) if isinstance(layout, str) else layout
+        self.manifest: Manifest = self.layout.load_manifest(version)
+        self.version = self.manifest.version
+        self._verified: dict[tuple[str, str], str] = {}
+        self._files: dict[str, list[LiveFile]] = {}
+        self._positions: dict[str, RowPositions] = {}
+        self.dead = self._dead_per_segment()
+
+    def verified_path(self, segment: dict[str, Any], name: str) -> str:
+        """The path of a segment's file, checked against the manifest the first time it is asked for."""
+        key = (segment["id"], name)
+        if key not in self._verified:
+            self._verified[key] = self.layout.verified_path(segment, name)
+        return self._verified[key]
+
+    def _dead_per_segment(self) -> dict[str, dict[str, frozenset]]:
+        """Per segment, the ids (by id column) that any later segment tombstoned."""
+        out: dict[str, dict[str, frozenset]] = {}
+        later: dict[str, frozenset] = {}
+        for segment in reversed(self.manifest.segments):
+            out[segment["id"]] = later
+            if TOMBSTONES_FILE in segment["files"]:
+                own = read_tombstones(self.verified_path(segment, TOMBSTONES_FILE))
+                later = {name: later.get(name, frozenset()) | own.get(name, frozenset())
+                         for name in {*later, *own}}
+        return out
+
+    def segment_files(self, name: str) -> list[str]:
+        """The one file `name` (bm25.json, dead_letters.parquet, ...) of every segment that has it."""
+        return [self.verified_path(seg, name) for seg in self.manifest.segments if name in seg["files"]]
+
+    def files(self, kind: str) -> list[LiveFile]:
+        """The shard files of `kind` (nodes, chunks, postings, dense, ...) of every segment, in manifest order."""
+        if kind not in self._files:
+            found = []
+            for seg in self.manifest.segments:
+                dead = self.dead[seg["id"]].get(ID_COLUMNS.get(kind, ""), frozenset())
+                for name in self.layout.segment_files(seg, kind):
+                    _, shard, num_shards = parse_shard_file_name(name)
+                    found.append(LiveFile(kind, self.verified_path(seg, name), seg["id"], shard, num_shards, dead))
+            self._files[kind] = found
+        return self._files[kind]
+
+    def table(self, kind: str, columns: list[str] | None = None) -> pa.Table:
+        """The live rows of a table (pages, nodes, chunks) as one Arrow table."""
+        tables = [f.table(columns) for f in self.files(kind)]
+        if not tables:
+            schema = TABLE_SCHEMAS[kind]
+            return schema.empty_table().select(columns) if columns is not None else schema.empty_table()
+        return pa.concat_tables(tables)
+
+    def rows(self, kind: str, columns: list[str] | None = None) -> Iterator[dict[str, Any]]:
+        """The live rows of a table, file by file, each with its `_file`."""
+        for live_file in self.files(kind):
+            yield from live_file.rows(columns)
+
+    def rows_by_id(self, kind: str, ids: Sequence[Any], columns: list[str]) -> dict[Any, dict[str, Any]]:
+        """Point reads: the live rows of `ids` (those no live row has are left
+        out), by id; each file is read only for the ids its shard owns."""
+        out: dict[Any, dict[str, Any]] = {}
+        for live_file in self.files(kind):
+            wanted = [i for i in ids if live_file.owns(i) and i not in live_file.dead]
+            if wanted:
+                out.update(read_rows_by_id(live_file.path, live_file.id_column, wanted, columns))
+        return out
+
+    def positions(self, kind: str) -> RowPositions:
+        """Every row of a table, dead ones too, addressed by position (`RowPositions`)."""
+        if kind not in self._positions:
+            self._positions[kind] = RowPositions(self.files(kind))
+        return self._positions[kind]
+
+    def trained_dense_index(self) -> bytes:
+        """The trained empty index the version's dense shards were added to (its
+        base segment's DENSE_TRAINED_FILE), so that new shards share their
+        lists and codebooks; for an index written before that file existed,
+        its first dense shard, emptied."""
+        base = self.manifest.segments[0]
+        if DENSE_TRAINED_FILE in base["files"]:
+            with open_read(self.verified_path(base, DENSE_TRAINED_FILE)) as fh:
+                return fh.read()
+        return trained_empty_index_of(self.files("dense")[0].path)
+
+
+def trained_empty_index_of(dense_path: str) -> bytes:
+    """The trained index of an existing dense shard, emptied."""
+    with open_read(dense_path) as fh:
+        index = faiss.deserialize_index(np.frombuffer(fh.read(), dtype=np.uint8))
+    index.reset()
+    return faiss.serialize_index(index).tobytes()

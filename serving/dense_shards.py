@@ -1,0 +1,74 @@
+"""The dense shards a server searches: each segment's FAISS shard files,
+memory-mapped (`read_dense_shard`), joined behind their one coarse quantizer
+when they are IVF (`segment_dense_indexes`), each with the chunk ids that
+later segments tombstoned (ritrag.serving.retrieval.dense_top_k leaves them
+out of its answers).
+"""
+from __future__ import annotations
+
+import faiss
+import numpy as np
+
+from ritrag.reader import IndexReader
+
+
+def load_dense_shards(reader: IndexReader) -> tuple[list, list[np.ndarray]]:
+    """The indexes to search, and for index i the sorted chunk ids that later
+    segments tombstoned (`dead[i]`)."""
+    nprobe = int(reader.manifest.config.get("dense", {}).get("nprobe", 64))
+    per_segment: dict[str, list] = {}
+    dead: dict[str, np.ndarray] = {}
+    for f in reader.files("dense"):
+        per_segment.setdefault(f.segment, []).append(read_dense_shard(f.path, nprobe))
+        dead[f.segment] = np.array(sorted(f.dead), np.int64)
+    indexes, dead_per_index = [], []
+    for segment, shards in per_segment.items():
+        searched = segment_dense_indexes(shards)
+        indexes += searched
+        dead_per_index += [dead[segment]] * len(searched)
+    return indexes, dead_per_index
+
+
+def read_dense_shard(path: str, nprobe: int):
+    """A dense shard file as a FAISS index searching `nprobe` lists.
+
+    IO_FLAG_MMAP maps the inverted lists of IVF indexes stored as arrays (IVF-Flat,
+    -SQ, -PQ) from the file instead of copying them, so processes serving one index
+    share its pages; faiss 1.15 still reads the blocked lists of fast-scan indexes
+    (`...x4fs`) and exact indexes into private memory (48 B of codes per vector at
+    PQ96x4fs; benchmarks/RESULTS.md, "Dense search at scale").
+    """
+    try:
+        index = faiss.read_index(path, faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+    except RuntimeError as exc:
+        raise RuntimeError(f"{path}: not a readable FAISS index ({exc})") from exc
+    try:
+        faiss.extract_index_ivf(index).nprobe = nprobe
+    except RuntimeError:
+        pass  # not an IVF index: exact search has no nprobe
+    return index
+
+
+def segment_dense_indexes(shards: list) -> list:
+    """The shards of one segment as the indexes to search. IVF shards trained
+    together (one coarse quantizer) become one `IndexShardsIVF`: a query is
+    assigned to its lists once, not once per shard, and every shard scans those
+    lists (the same candidates, up to the order of equal scores). Shards with
+    different quantizers, or not IVF, stay as they are."""
+    try:
+        ivfs = [faiss.extract_index_ivf(shard) for shard in shards]
+    except RuntimeError:
+        return shards
+    quantizers = [faiss.downcast_index(ivf.quantizer) for ivf in ivfs]
+    first = ivfs[0]
+    if len(shards) < 2 or not all(isinstance(q, faiss.IndexFlat) for q in quantizers) or any(
+            ivf.nlist != first.nlist or ivf.nprobe != first.nprobe
+            or not np.array_equal(faiss.vector_to_array(q.codes), faiss.vector_to_array(quantizers[0].codes))
+            for ivf, q in zip(ivfs[1:], quantizers[1:])):
+        return shards
+    # The quantizer is the first shard's; faiss's add_shard keeps each shard (so
+    # also that quantizer) alive as long as the joined index.
+    joined = faiss.IndexShardsIVF(first.quantizer, first.nlist, False, False)
+    for shard in shards:
+        joined.add_shard(shard)
+    return [joined]

@@ -1,0 +1,145 @@
+"""The arrays a server derives from one version's files: the node skeleton
+table with its id map and resolved parents and ancestors, the live chunks
+(ids, node rows, node documents, each node's body chunks) and the BM25
+postings as one CSR with their norms (ritrag/bm25.py).
+
+Rows are read through the version's `IndexReader`; the rule of which rows
+are live is the reader's. Node rows keep the position of every row of the
+node files (`RowPositions`), dead ones included, so that a body is read by
+position; no id maps to a dead row. The arrays are what
+ritrag.serving.array_cache saves and maps.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ritrag.bm25 import Field, Postings, field_df, row_norms, two_fields
+from ritrag.reader import IndexReader, LiveFile
+from ritrag.representation import NODE_DOC_ORDINAL, Representation
+from ritrag.serving.skeleton import SKELETON_COLUMNS, NodeRows, Skeleton, fixed_width, skeleton_columns
+
+ShardKey = tuple[str, int, int]  # (segment, shard, number of shards) of a shard file
+
+
+def shard_key(live_file: LiveFile) -> ShardKey:
+    return live_file.segment, live_file.shard, live_file.num_shards
+
+
+def load_vocabulary(reader: IndexReader) -> tuple[list[str], np.ndarray]:
+    """Every term (in term-row order) and its document frequency summed over segments."""
+    vocabulary: list[str] = []
+    df: dict[str, int] = {}
+    for f in reader.files("vocabulary"):
+        vocab = f.read()
+        for term, n in zip(vocab["term"].to_pylist(), vocab["df"].to_pylist()):
+            if term not in df:
+                vocabulary.append(term)
+            df[term] = df.get(term, 0) + n
+    return vocabulary, np.array([df[t] for t in vocabulary], np.int64)
+
+
+def derive_arrays(reader: IndexReader, representation: Representation, vocabulary: list[str], one_field: Field,
+                  k1: float, b: float) -> tuple[pa.Table, dict[str, np.ndarray]]:
+    """The skeleton table and every derived array, from the version's files."""
+    node_files = reader.positions("nodes").files
+    tables = [f.read(SKELETON_COLUMNS) for f in node_files]
+    table = pa.concat_tables(tables).combine_chunks()
+    live = (np.concatenate([f.live_mask(t["node_id"]) for f, t in zip(node_files, tables)]) if tables
+            else np.zeros(0, bool))
+    live_rows = np.flatnonzero(live)
+    columns = skeleton_columns(table)
+    node_row = NodeRows.of(fixed_width(columns["node_id"])[live_rows], live_rows)
+    arrays = {**dict(zip(("node_sorted_ids", "node_sorted_rows"), node_row.arrays())),
+              **Skeleton.derive(columns, node_row)}
+    chunk_arrays, chunk_shards = derive_chunks(reader, node_row, table.num_rows)
+    arrays.update(chunk_arrays)
+    arrays.update(assemble_postings(reader, pa.array(vocabulary, pa.string()), chunk_shards, arrays["chunk_ids"]))
+    postings = Postings({}, arrays["indptr"], arrays["chunk_index"], arrays["tf"], arrays["chunk_length"])
+    if representation.node_docs:
+        arrays["body_df"], arrays["doc_df"] = field_df(postings, arrays["chunk_is_doc"])
+        fields = two_fields(postings, arrays["chunk_is_doc"], arrays["body_df"], arrays["doc_df"])
+    else:
+        fields = (one_field,)
+    arrays["norm"] = row_norms(postings.chunk_length, fields, k1, b)
+    return table, arrays
+
+
+def derive_chunks(reader: IndexReader, node_row: NodeRows, n_node_rows: int
+                  ) -> tuple[dict[str, np.ndarray], dict[ShardKey, tuple[np.ndarray, np.ndarray]]]:
+    """The live chunks as arrays in chunk-id order (ids, node rows, node
+    documents, each node's body chunks), and per chunk shard its ids
+    sorted with their rows, to place the postings."""
+    shards = reader.files("chunks")
+    tables = [f.table(["chunk_id", "node_id", "ordinal"]) for f in shards]
+    ids = np.concatenate([t["chunk_id"].to_numpy() for t in tables]) if tables else np.zeros(0, np.int64)
+    order = np.argsort(ids, kind="stable")
+    node_ids = pa.chunked_array([t["node_id"] for t in tables], pa.string()).combine_chunks()
+    node_rows = node_row.rows(fixed_width(node_ids)[order])
+    if (node_rows < 0).any():
+        raise RuntimeError(f"{reader.layout.root}: chunks point at nodes the node table lacks")
+    chunk_node = node_rows.astype(np.int32)
+    ordinals = np.concatenate([t["ordinal"].to_numpy() for t in tables]) if tables else np.zeros(0, np.int32)
+    is_doc = ordinals[order] == NODE_DOC_ORDINAL
+    bodies = np.flatnonzero(~is_doc)
+    bodies = bodies[np.argsort(chunk_node[bodies], kind="stable")]
+    node_chunk_indptr = np.zeros(n_node_rows + 1, np.int64)
+    np.cumsum(np.bincount(chunk_node[bodies], minlength=n_node_rows), out=node_chunk_indptr[1:])
+    # Per chunk shard, its ids sorted and their rows: a postings shard holds
+    # the chunks of the chunk shard of the same number, and a search in a
+    # shard's ids stays in the CPU cache where one in all ids would not.
+    row_of = np.empty(len(ids), np.int64)
+    row_of[order] = np.arange(len(ids))
+    start = 0
+    chunk_shards = {}
+    for f, table in zip(shards, tables):
+        shard = slice(start, start + table.num_rows)
+        start += table.num_rows
+        by_id = np.argsort(ids[shard], kind="stable")
+        chunk_shards[shard_key(f)] = (ids[shard][by_id], row_of[shard][by_id])
+    return ({"chunk_ids": ids[order], "chunk_node": chunk_node, "chunk_is_doc": is_doc,
+             "node_chunk_indptr": node_chunk_indptr, "node_chunk_rows": bodies.astype(np.int32)}, chunk_shards)
+
+
+def assemble_postings(reader: IndexReader, terms: pa.Array,
+                      chunk_shards: dict[ShardKey, tuple[np.ndarray, np.ndarray]], chunk_ids: np.ndarray
+                      ) -> dict[str, np.ndarray]:
+    """The CSR arrays of all postings shards. Each shard is sorted by term,
+    so its term column is a few runs, one per distinct term: runs map to
+    vocabulary rows without touching the per-posting strings, and their
+    lengths place the shard's postings in the CSR without sorting."""
+    def shard_runs(f: LiveFile) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        table = f.table()
+        runs = pc.run_end_encode(table["term"].combine_chunks())
+        run_terms = pc.index_in(runs.values, value_set=terms)
+        if run_terms.null_count:
+            raise RuntimeError(f"{f.path}: postings of terms that the vocabulary lacks")
+        ids = table["chunk_id"].to_numpy()
+        shard_ids, shard_rows = chunk_shards.get(shard_key(f), (chunk_ids, np.arange(len(chunk_ids))))
+        pos = np.clip(np.searchsorted(shard_ids, ids), 0, max(len(shard_ids) - 1, 0))
+        if len(ids) and not np.array_equal(shard_ids[pos], ids):
+            raise RuntimeError(f"{f.path}: postings of chunks that its chunk shard lacks")
+        tf = np.minimum(table["tf"].to_numpy(), np.iinfo(np.uint16).max).astype(np.uint16)
+        return (run_terms.to_numpy().astype(np.int64), np.diff(runs.run_ends.to_numpy(), prepend=0),
+                shard_rows[pos].astype(np.int32), tf)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # numpy and Arrow release the GIL here
+        shards = list(pool.map(shard_runs, reader.files("postings")))
+    counts = np.zeros(len(terms), np.int64)
+    for run_terms, lengths, _, _ in shards:
+        np.add.at(counts, run_terms, lengths)
+    indptr = np.zeros(len(terms) + 1, np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    chunk_index = np.empty(indptr[-1], np.int32)
+    tf = np.empty(indptr[-1], np.uint16)
+    cursor = indptr[:-1].copy()
+    for run_terms, lengths, rows, shard_tf in shards:
+        run_start = np.cumsum(lengths) - lengths
+        dest = np.repeat(cursor[run_terms] - run_start, lengths) + np.arange(len(rows))
+        chunk_index[dest], tf[dest] = rows, shard_tf
+        cursor[run_terms] += lengths
+    chunk_length = np.bincount(chunk_index, weights=tf, minlength=len(chunk_ids)).astype(np.float32)
+    return {"indptr": indptr, "chunk_index": chunk_index, "tf": tf, "chunk_length": chunk_length}

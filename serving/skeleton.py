@@ -1,0 +1,134 @@
+"""The node skeleton as serving holds it: what every GetToC touches, in
+arrays. `Skeleton` is the skeleton columns of every node row (ids, parents,
+positions, titles, optional summary and keywords, ancestors; Arrow) with each
+row's parent and ancestors resolved to live rows once (numpy); `NodeRows`
+maps node ids to rows. Rows are node positions in the version's files
+(ritrag.reader.RowPositions): rows that later segments replaced stay, but no
+id maps to them.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+SKELETON_COLUMNS = ["node_id", "parent_id", "position", "title", "summary", "keywords", "ancestor_ids"]
+
+
+class Column(Sequence):
+    """Row access to an Arrow array, as Python values."""
+
+    def __init__(self, array: pa.Array):
+        self._array = array
+
+    def __getitem__(self, row: int) -> Any:
+        return self._array[row].as_py()
+
+    def __len__(self) -> int:
+        return len(self._array)
+
+
+class NodeRows(Mapping):
+    """Node id -> row, by binary search over the ids sorted once: a
+    fixed-width bytes array takes a fraction of a dict's memory and start time
+    for millions of ids, and can be memory-mapped."""
+
+    def __init__(self, sorted_ids: np.ndarray, order: np.ndarray):
+        """`sorted_ids` (fixed-width bytes, ascending) and the row of each."""
+        self._sorted, self._order = sorted_ids, order
+        self._width = sorted_ids.dtype.itemsize
+
+    @classmethod
+    def of(cls, ids: np.ndarray, rows: np.ndarray | None = None) -> "NodeRows":
+        """The map of `ids` (bytes) held by the node rows `rows` (default: row i holds ids[i])."""
+        by_id = np.argsort(ids, kind="stable")
+        return cls(ids[by_id], by_id if rows is None else rows[by_id])
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(sorted ids, their rows): what `NodeRows(...)` is made of, to cache."""
+        return self._sorted, self._order
+
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        """Rows of an array of ids (bytes); -1 where unknown."""
+        if not len(self._sorted):
+            return np.full(len(ids), -1, np.int64)
+        pos = np.clip(np.searchsorted(self._sorted, ids), 0, len(self._sorted) - 1)
+        return np.where(self._sorted[pos] == ids, self._order[pos], -1)
+
+    def __getitem__(self, node_id: str) -> int:
+        try:
+            key = node_id.encode("ascii")
+        except (AttributeError, UnicodeEncodeError):
+            raise KeyError(node_id) from None
+        # numpy compares fixed-width bytes with trailing NULs stripped and
+        # would truncate a longer key, so neither may reach the search.
+        if not key or len(key) > self._width or b"\0" in key:
+            raise KeyError(node_id)
+        row = int(self.rows(np.array([key]))[0])
+        if row < 0:
+            raise KeyError(node_id)
+        return row
+
+    def __iter__(self) -> Iterator[str]:
+        return (k.decode("ascii") for k in self._sorted)
+
+    def __len__(self) -> int:
+        return len(self._sorted)
+
+
+def fixed_width(array: pa.Array) -> np.ndarray:
+    """Node ids (Arrow strings) as fixed-width bytes, the keys `NodeRows` searches."""
+    return np.asarray(array.to_numpy(zero_copy_only=False), dtype=object).astype(bytes)
+
+
+def skeleton_columns(table: pa.Table) -> dict[str, pa.Array]:
+    """The skeleton columns as single arrays; a column of one chunk (a mapped
+    cache's) is used as it is, not copied by a concatenation."""
+    return {name: table[name].chunk(0) if table[name].num_chunks == 1 else table[name].combine_chunks()
+            for name in SKELETON_COLUMNS}
+
+
+@dataclass(frozen=True)
+class Skeleton:
+    """Every node row as the sub-forest reads it: the skeleton columns (Arrow)
+    and, resolved to live rows once, each row's parent and ancestors."""
+
+    columns: Mapping[str, pa.Array]  # SKELETON_COLUMNS
+    position: np.ndarray  # int32 place among its siblings
+    parent_row: np.ndarray  # int32 live row of its parent; -1 for a root or a parent no live row holds
+    ancestor_indptr: np.ndarray  # int64 (rows + 1): row r's ancestors are ancestor_rows[indptr[r]:indptr[r + 1]]
+    ancestor_rows: np.ndarray  # int32 live rows of the ancestors, root first (ids no live row holds left out)
+
+    @staticmethod
+    def derive(columns: Mapping[str, pa.Array], node_row: NodeRows) -> dict[str, np.ndarray]:
+        """The arrays above, from the columns and the live rows' id map."""
+        parents = node_row.rows(fixed_width(pc.fill_null(columns["parent_id"], "")))
+        ancestors = columns["ancestor_ids"]
+        rows = node_row.rows(fixed_width(ancestors.flatten()))
+        kept = np.concatenate([[0], np.cumsum(rows >= 0)])
+        offsets = ancestors.offsets.to_numpy()
+        offsets = offsets - offsets[0]  # flatten() starts at the array's first list
+        return {"parent_row": parents.astype(np.int32), "ancestor_indptr": kept[offsets].astype(np.int64),
+                "ancestor_rows": rows[rows >= 0].astype(np.int32)}
+
+    @classmethod
+    def of(cls, columns: Mapping[str, pa.Array], node_row: NodeRows, arrays: Mapping[str, np.ndarray] | None = None
+           ) -> "Skeleton":
+        arrays = cls.derive(columns, node_row) if arrays is None else arrays
+        return cls(columns, columns["position"].to_numpy(), arrays["parent_row"], arrays["ancestor_indptr"],
+                   arrays["ancestor_rows"])
+
+    def ancestors(self, rows: np.ndarray) -> np.ndarray:
+        """The ancestor rows of all `rows`, concatenated."""
+        return self.ancestor_rows[csr_positions(self.ancestor_indptr, rows)]
+
+
+def csr_positions(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Positions of the entries of `rows` in a CSR with `indptr`, concatenated in order."""
+    counts = indptr[rows + 1] - indptr[rows]
+    return np.repeat(indptr[rows] - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+

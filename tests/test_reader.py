@@ -1,0 +1,109 @@
+"""IndexReader: the live rows of a version (a row is live unless a later
+segment tombstoned its id), point reads by id and by position, and the
+errors a missing or damaged file raises."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ritrag.layout import DamagedIndexError, IndexLayout, IndexLoadError, MissingIndexError
+from ritrag.pipelines import update
+from ritrag.reader import ID_COLUMNS, IndexReader
+from support import TINY_SITE, build_index, tiny_page, write_tiny_site
+
+TABLES = ("nodes", "chunks", "pages")
+
+
+def edited_site(directory: Path) -> Path:
+    """The tiny site with one page edited, one deleted and one added."""
+    write_tiny_site(directory)
+    title, trail, _ = TINY_SITE["shop/v3/logging.html"]
+    (directory / "shop/v3/logging.html").write_text(tiny_page(
+        title, trail, [("Rotation", "Logs rotate hourly; keep thirty files.")]))
+    (directory / "shop/v2/config.html").unlink()
+    (directory / "shop/v3/metrics.html").write_text(tiny_page(
+        "Metrics", [("Shop Server", "shop/"), ("Version 3", "shop/v3/")],
+        [("Endpoint", "Prometheus scrapes /metrics on the admin port.")]))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def updated_and_fresh(tiny_hash_index, tmp_path_factory) -> tuple[IndexReader, IndexReader]:
+    """The tiny index updated to the edited site, and a fresh build of that site."""
+    root = tmp_path_factory.mktemp("reader")
+    site = edited_site(root / "site")
+    updated = root / "updated"
+    shutil.copytree(tiny_hash_index, updated)
+    update.run(["--input", str(site), "--index", str(updated)])
+    fresh = root / "fresh"
+    build_index(site, fresh, "--embedding_model", "hashing:384")
+    return IndexReader(str(updated)), IndexReader(str(fresh))
+
+
+def rows_by_key(reader: IndexReader, kind: str) -> dict:
+    """The live rows of a table by id (pages without `source`: the input folders differ)."""
+    table = reader.table(kind)
+    if kind == "pages":
+        table = table.drop_columns(["source"])
+    rows = table.to_pylist()
+    by_key = {row[ID_COLUMNS[kind]]: row for row in rows}
+    assert len(by_key) == len(rows), f"an id of {kind} is live twice"
+    return by_key
+
+
+def test_the_live_rows_after_an_update_are_those_of_a_fresh_build(updated_and_fresh):
+    updated, fresh = updated_and_fresh
+    assert len(updated.manifest.segments) == 2 and updated.manifest.tombstones["node_id"] > 0
+    for kind in TABLES:
+        assert rows_by_key(updated, kind) == rows_by_key(fresh, kind), kind
+    # Row by row, file by file: the same rows, each carrying the file it came from.
+    rows = list(updated.rows("chunks", ["text"]))
+    assert sorted(r["chunk_id"] for r in rows) == sorted(rows_by_key(fresh, "chunks"))
+    assert {r["_file"] for r in rows} <= {f.path for f in updated.files("chunks")}
+
+
+def test_point_reads_return_the_live_rows_and_skip_dead_ones(updated_and_fresh):
+    updated, _ = updated_and_fresh
+    live = rows_by_key(updated, "chunks")
+    dead = set(updated.dead[updated.manifest.segments[0]["id"]]["chunk_id"])
+    assert dead and not dead & set(live)
+    asked = [*sorted(live)[::3], *sorted(dead), 12345]
+    found = updated.rows_by_id("chunks", asked, ["text", "node_id"])
+    assert set(found) == set(sorted(live)[::3])
+    assert all(found[i]["text"] == live[i]["text"] and found[i]["node_id"] == live[i]["node_id"] for i in found)
+    nodes = rows_by_key(updated, "nodes")
+    some = sorted(nodes)[:4]
+    assert {i: r["body"] for i, r in updated.rows_by_id("nodes", some, ["body"]).items()} == {
+        i: nodes[i]["body"] for i in some}
+
+
+def test_positions_number_every_row_of_the_files_dead_ones_too(updated_and_fresh):
+    updated, _ = updated_and_fresh
+    positions = updated.positions("nodes")
+    every = [row for f in positions.files for row in f.read(["node_id", "title"]).to_pylist()]
+    assert positions.num_rows == len(every) > len(rows_by_key(updated, "nodes"))
+    wanted = [0, len(every) - 1, len(every) // 2]
+    assert positions.read(wanted, ["node_id", "title"]) == {i: every[i] for i in wanted}
+
+
+@pytest.mark.parametrize("damage", ["missing", "damaged"])
+def test_a_missing_or_damaged_file_raises_the_load_error_the_server_reports(tiny_hash_index, tmp_path, damage):
+    index = tmp_path / "index"
+    shutil.copytree(tiny_hash_index, index)
+    layout = IndexLayout(str(index))
+    segment = layout.load_manifest().segments[0]
+    victim = Path(layout.segment_dir(segment["id"])) / layout.segment_files(segment, "chunks")[0]
+    if damage == "missing":
+        victim.unlink()
+    else:
+        victim.write_bytes(victim.read_bytes()[:-1] + b"\0")
+    reader = IndexReader(str(index))  # the manifest and tombstones are whole: nothing else is read yet
+    expected = MissingIndexError if damage == "missing" else DamagedIndexError
+    with pytest.raises(expected, match=victim.name) as raised:
+        reader.table("chunks")
+    assert isinstance(raised.value, IndexLoadError)
+    assert rows_by_key(reader, "nodes")  # the other files still read
+    with pytest.raises(MissingIndexError, match="no published version"):
+        IndexReader(str(tmp_path / "nothing"))
