@@ -11,13 +11,16 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from ritrag.pipelines import build, crawl, refresh
-from ritrag import cli
-from ritrag.serving.api import RitragIndex
-from support import SAMPLE
 from crawl_site import CrawlSite
-from support import live_table
+from ritrag import cli
 from ritrag.crawl_dir import CRAWLDB_FILE
+from ritrag.layout import IndexLayout
+from ritrag.lease import LEASE_FILE, IndexLease, IndexLockedError
+from ritrag.pipelines import build, crawl, refresh
+from ritrag.serving.api import RitragIndex
+from ritrag.transforms.crawl.downloader import FetchResult
+from ritrag.transforms.crawl.warc_writer import WarcFileWriter
+from support import SAMPLE, live_table
 
 SITE = "sphinx"
 BUILD = ["--embedding_model", "hashing:384", "--site_depth", "1"]
@@ -92,9 +95,6 @@ def test_refresh_cycle(site, tmp_path, capsys):
 
 
 def test_a_crawl_takes_the_crawl_directorys_lease(tmp_path):
-    from ritrag.layout import IndexLayout
-    from ritrag.lease import IndexLease, IndexLockedError, LEASE_FILE
-
     with IndexLease(IndexLayout(str(tmp_path)), "another crawl"):
         with pytest.raises(IndexLockedError, match="another crawl"):
             crawl.run(["--seed", "http://127.0.0.1:9/", "--out", str(tmp_path)])
@@ -102,9 +102,6 @@ def test_a_crawl_takes_the_crawl_directorys_lease(tmp_path):
 
 
 def test_damaged_warc_input_is_dead_lettered(tmp_path):
-    from ritrag.transforms.crawl.downloader import FetchResult
-    from ritrag.transforms.crawl.warc_writer import WarcFileWriter
-
     body = (SAMPLE / SITE / "faq.html").read_bytes()
     writer = WarcFileWriter(str(tmp_path / "w"), "x", 10 ** 9)
     (tmp_path / "w").mkdir()

@@ -7,11 +7,12 @@ import gzip
 import httpx
 import pytest
 
+from ritrag.transforms.crawl.crawldb import CrawlTarget, Generate, cut_point, schedule_order, target_record
 from ritrag.transforms.crawl.downloader import (DECODE_CHUNK, FetchPolicy, FetchResult, fetch, gunzip_chunks,
                                                 retry_after_s, retry_delay)
 from ritrag.transforms.crawl.links import page_links
 from ritrag.transforms.crawl.robots import ALLOW_ALL, DISALLOW_ALL, RULES, robots_rules
-from ritrag.transforms.crawl.round import HostGate
+from ritrag.transforms.crawl.round import HostGate, Link, RecentLinks
 from ritrag.transforms.crawl.scope import BadUrl, Scope, clean_url, crawl_key, seed_prefix
 from ritrag.transforms.crawl.sitemaps import InvalidSitemap, parse_sitemap
 from ritrag.transforms.crawl.warc_writer import WarcFileWriter
@@ -176,8 +177,6 @@ def test_damaged_warc_is_dead_lettered_with_file_and_offset(tmp_path):
 
 
 def test_cut_point():
-    from ritrag.transforms.crawl.crawldb import cut_point
-
     hist = [((1, 5), 3), ((0, 9), 2), ((1, 2), 4)]
     assert cut_point(hist, 9) is None and cut_point(hist, 100) is None
     assert cut_point(hist, 2) == ((1, 2), 0)
@@ -188,8 +187,6 @@ def test_cut_point():
 def test_generate_dedupes_prefers_spelling_and_caps_exactly():
     import apache_beam as beam
     from apache_beam.testing.util import assert_that, equal_to
-
-    from ritrag.transforms.crawl.crawldb import CrawlTarget, Generate, schedule_order, target_record
 
     links = [target_record(CrawlTarget(f"http://h/p{i}.html", depth=1 + i % 3), "link") for i in range(60)]
     links += [target_record(CrawlTarget("http://h/p1.html?utm_source=x", depth=1), "sitemap"),  # same key as p1
@@ -209,9 +206,6 @@ def test_generate_dedupes_prefers_spelling_and_caps_exactly():
 
 
 def test_recent_links_drop_repeats_but_pass_better_spellings():
-    from ritrag.transforms.crawl.round import Link, RecentLinks
-    from ritrag.transforms.crawl.crawldb import CrawlTarget
-
     recent = RecentLinks(size=2)
     assert recent.admit(Link(CrawlTarget("http://h/a", depth=2), "link"))
     assert not recent.admit(Link(CrawlTarget("http://h/a", depth=2), "link"))

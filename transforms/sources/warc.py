@@ -2,16 +2,16 @@
 pages a crawl directory's CrawlDB holds as current (ritrag.crawl_dir; the crawl
 writes them, ritrag.transforms.crawl.warc_writer).
 
-Every `response` record with HTTP status 200 is a `WarcPage`, its URL
-the WARC-Target-URI and its payload the HTTP body (de-chunked and decoded, so
-Common Crawl files work too). A WARC input is recognised by its content, not its
+Every `response` record with HTTP status 200 is a `WarcPage`, its URL the
+WARC-Target-URI and its payload the HTTP body (de-chunked and decoded, so Common
+Crawl files work too). A WARC input is recognised by its content, not its
 name (transforms/sources/dispatch.py `is_warc`). A file that is not a WARC, or
 ends in the middle of a record (found by the record digests, or by a block
 shorter than its declared Content-Length), yields a `DeadLetter` naming the file
 and the offset of the record that failed; the records before it are kept. A
 payload is decoded (gzip, chunked) with a cap on its output: one longer than the
 job's --max_page_bytes is a `too_large` dead letter, never inflated whole. A
-page's `source` is "<file>#<offset>" (`record_source`), which `read_record`
+page's `source` is "<file>#<offset>" (record_source.py), which `read_record`
 opens again.
 """
 from __future__ import annotations
