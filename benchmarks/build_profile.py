@@ -78,7 +78,7 @@ STAGES = (
           "tables: spill, sort, write (WriteShards)"),
     Stage("dense shards, vector files", (P + "dense:write_dense_shard",), "tables: spill, sort, write (WriteShards)"),
     Stage("embed: hashing stand-in (Embed)", (P + "embed:SentenceTransformerModelHandler.run_inference",)),
-    Stage("dense: train (Dense)", (P + "dense:_train",)),
+    Stage("dense: train (Dense)", (P + "dense:train_dense_index",)),
 )
 
 

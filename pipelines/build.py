@@ -8,8 +8,9 @@
 
 Stages: read -> parse (dead letters aside) -> forest (per site, skeletons only)
 -> nodes (placements joined with page text) -> chunks -> sparse postings and
-embeddings -> dense shards; then, in the launching process, publish: the
-manifest, with a checksum of every file, is written last and CURRENT flipped.
+embeddings -> the trained dense index; sinks write each into the segment's
+files. Then, in the launching process, publish: the manifest, with a checksum
+of every file, is written last and CURRENT flipped.
 Without --runner, the job runs on Beam's in-process FnApiRunner.
 """
 from __future__ import annotations
@@ -34,16 +35,16 @@ from ritrag.storage import open_read
 from ritrag.representation import Representation, retrieval_defaults
 from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA
 from ritrag.transforms.chunk import ChunkNodesFn
-from ritrag.transforms.dense import BuildDenseIndex
+from ritrag.transforms.dense import TRAINED, VECTORS, TrainDenseIndex, WriteDenseIndex
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
-from ritrag.transforms.nodes import PAGES_OUTPUT, BuildForestNodes, pages_spill_dir
-from ritrag.transforms.pages import (DEAD, DEFAULT_BASE_URL, InputOptions, PageParser, ParsePages,
-                              WriteDeadLetters, count_input_files, input_root_and_pattern)
+from ritrag.transforms.nodes import PAGES_OUTPUT, BuildForestNodes
+from ritrag.transforms.pages import (DEAD, DEFAULT_BASE_URL, InputOptions, PageParser, ParsePages, ReadInput,
+                                     WriteDeadLetters, count_input_files, input_root_and_pattern)
 from ritrag.transforms.progress import LogProgress
 from ritrag.transforms.site_base import InferSiteBases
 from ritrag.transforms.sources.dispatch import HTML_SUFFIXES
-from ritrag.transforms.sparse import BuildSparseIndex
-from ritrag.transforms.tables import WriteParquetTable, write_bytes
+from ritrag.transforms.sparse import BuildSparseIndex, WriteSparseIndex
+from ritrag.transforms.tables import WriteParquetTable, spill_location, write_bytes
 from ritrag.transforms.sources.warc import crawl_dir_of
 
 LOG = logging.getLogger("ritrag.build")
@@ -58,47 +59,52 @@ FLAGS: JobFlags = {InputOptions: None, BuildOptions: None, EmbedOptions: None, P
 
 def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str, spec: EmbedderSpec,
                    representation: Representation, total_files: int | None = None) -> None:
-    """The build's data flow (docs/ARCHITECTURE.md), every table into `segment_dir`."""
+    """The build's data flow (docs/ARCHITECTURE.md): stages compute PCollections,
+    then sinks write them, every table into `segment_dir`."""
     opts = options.view_as(BuildJobOptions)
     root, pattern = input_root_and_pattern(opts.input)
-    parser = PageParser(root, opts.base_url or DEFAULT_BASE_URL, opts.site_depth, opts.max_page_bytes,
+    reader = PageParser(root, opts.base_url or DEFAULT_BASE_URL, opts.site_depth, opts.max_page_bytes,
                         opts.follow_links_outside_input)
-    # Sites' public bases, from what their pages say of themselves: a side input of
-    # parsing. The user's --base_url wins; WARC records carry their own URLs.
-    site_bases = None
+    readables = p | "ReadInput" >> ReadInput(pattern, reader)
+    # Sites' public bases, from what their pages say of themselves: the parser that
+    # keys pages under them is decided once and reaches parsing and node rows as a
+    # side input. The user's --base_url wins; WARC records carry their own URLs.
+    site_bases, parser = None, reader
     if opts.base_url is None and crawl_dir_of(pattern) is None:
-        decided = p | "InferSiteBases" >> InferSiteBases(pattern, parser, HTML_SUFFIXES)
-        decided | "WriteSiteBases" >> beam.Map(lambda d: write_bytes(
-            os.path.join(segment_dir, SITE_BASES_FILE), json.dumps(d, sort_keys=True, indent=1).encode()))
-        site_bases = beam.pvalue.AsSingleton(decided)
+        site_bases = p | "InferSiteBases" >> InferSiteBases(pattern, reader, HTML_SUFFIXES)
+        parser = beam.pvalue.AsSingleton(site_bases | "ParserWithSiteBases" >> beam.Map(reader.with_site_bases))
 
     # Pages: every input file parsed, or a dead letter with its reason.
-    parsed = p | "ParsePages" >> ParsePages(pattern, parser, site_bases)
+    parsed = readables | "ParsePages" >> ParsePages(parser)
     pages = parsed["pages"] | "ParseProgress" >> LogProgress("parse (pages)", total_files)
     # Forest: skeletons placed per site, joined with the page text -> node rows.
     # Each page's first parse is spilled and read back for its node rows (not parsed twice).
-    forest = pages | "Forest" >> BuildForestNodes(parser, opts.granularity, site_bases,
-                                                 spill_dir=pages_spill_dir(segment_dir))
+    forest = pages | "Forest" >> BuildForestNodes(parser, opts.granularity,
+                                                 spill_dir=spill_location(segment_dir, "pages"))
     nodes = forest["nodes"] | "NodeProgress" >> LogProgress("forest (nodes)")
-    (parsed[DEAD], forest[DEAD]) | "DeadLetters" >> WriteDeadLetters(segment_dir)
-    forest[PAGES_OUTPUT] | "WritePages" >> WriteParquetTable(segment_dir, "pages", PAGES_SCHEMA, "url",
-                                                             opts.num_shards)
-    nodes | "WriteNodes" >> WriteParquetTable(segment_dir, "nodes", NODES_SCHEMA, "node_id", opts.num_shards)
-
     # Chunks, cut inside each node, in the index's representation.
     chunks = (nodes
               | "Chunk" >> beam.ParDo(ChunkNodesFn(spec, representation))
               | "ChunkProgress" >> LogProgress("chunk (chunks)"))
-    chunks | "WriteChunks" >> WriteParquetTable(segment_dir, "chunks", CHUNKS_SCHEMA, "chunk_id", opts.num_shards)
     # Sparse: BM25 postings and global statistics.
-    chunks | "Sparse" >> BuildSparseIndex(segment_dir, opts.num_shards, representation)
-    # Dense: the model's vectors -> trained, sharded FAISS indexes and vector files.
-    (chunks
-     | "ChunkTexts" >> beam.Map(lambda c: (c["chunk_id"], c["embedded_text"]))
-     | "Embed" >> EmbedChunks.from_options(spec, options, device=opts.embed_device)
-     | "EmbedProgress" >> LogProgress("embed (chunks)")
-     | "Dense" >> BuildDenseIndex(segment_dir, opts.num_shards, opts.dense_factory,
-                                  opts.dense_nprobe, opts.dense_rerank))
+    sparse = chunks | "Sparse" >> BuildSparseIndex(representation)
+    # Dense: the model's vectors -> the trained index.
+    vectors = (chunks
+               | "ChunkTexts" >> beam.Map(lambda c: (c["chunk_id"], c["embedded_text"]))
+               | "Embed" >> EmbedChunks.from_options(spec, options)
+               | "EmbedProgress" >> LogProgress("embed (chunks)"))
+    trained = vectors | "TrainDense" >> TrainDenseIndex(opts.dense_factory, opts.dense_nprobe, opts.dense_rerank)
+
+    # Sinks: the segment's files.
+    if site_bases is not None:
+        site_bases | "WriteSiteBases" >> beam.Map(write_site_bases, segment_dir)
+    (parsed[DEAD], forest[DEAD]) | "DeadLetters" >> WriteDeadLetters(segment_dir)
+    forest[PAGES_OUTPUT] | "WritePages" >> WriteParquetTable(segment_dir, "pages", PAGES_SCHEMA, "url",
+                                                             opts.num_shards)
+    nodes | "WriteNodes" >> WriteParquetTable(segment_dir, "nodes", NODES_SCHEMA, "node_id", opts.num_shards)
+    chunks | "WriteChunks" >> WriteParquetTable(segment_dir, "chunks", CHUNKS_SCHEMA, "chunk_id", opts.num_shards)
+    sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, opts.num_shards)
+    {VECTORS: vectors, TRAINED: trained} | "WriteDense" >> WriteDenseIndex(segment_dir, opts.num_shards)
 
 
 def publish_build(layout: IndexLayout, segment_id: str, options: PipelineOptions, spec: EmbedderSpec,
@@ -131,6 +137,10 @@ def publish_build(layout: IndexLayout, segment_id: str, options: PipelineOptions
         },
     )
     return publish_and_prune(layout, manifest, options)
+
+
+def write_site_bases(decided: dict[str, dict], segment_dir: str) -> None:
+    write_bytes(os.path.join(segment_dir, SITE_BASES_FILE), json.dumps(decided, sort_keys=True, indent=1).encode())
 
 
 def read_site_bases(segment_dir: str) -> dict[str, dict]:

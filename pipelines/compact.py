@@ -28,8 +28,8 @@ from ritrag.storage import open_read
 from ritrag.representation import Representation
 from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA
 from ritrag.vectors import VectorShard
-from ritrag.transforms.dense import BuildDenseIndex
-from ritrag.transforms.sparse import BuildSparseIndex
+from ritrag.transforms.dense import TRAINED, VECTORS, TrainedIndex, WriteDenseIndex
+from ritrag.transforms.sparse import BuildSparseIndex, WriteSparseIndex
 from ritrag.transforms.tables import ReadLiveRows, WriteParquetTable
 
 LOG = logging.getLogger("ritrag.compact")
@@ -51,18 +51,21 @@ def live_vectors(live_file: LiveFile) -> Iterable[tuple[int, np.ndarray]]:
 
 
 def compact_pipeline(p: beam.Pipeline, live: IndexReader, segment_dir: str) -> None:
+    """Stages compute the live rows, postings and statistics; sinks write them, one segment into `segment_dir`."""
     num_shards = live.manifest.config["num_shards"]
-    rows = {}
+    rows = {kind: (p | f"Live{kind.title()}" >> ReadLiveRows(live, kind)
+                   | f"Strip{kind.title()}" >> beam.Map(without_file))
+            for kind, _, _ in TABLES}
+    sparse = rows["chunks"] | "Sparse" >> BuildSparseIndex(Representation.from_config(live.manifest.config))
+    vectors = (p
+               | "VectorFiles" >> beam.Create(live.files("vectors"))
+               | "LiveVectors" >> beam.FlatMap(live_vectors))
+    trained = p | "LiveTrainedIndex" >> beam.Create([TrainedIndex(live.trained_dense_index())])
+
     for kind, schema, id_column in TABLES:
-        rows[kind] = (p | f"Live{kind.title()}" >> ReadLiveRows(live, kind)
-                      | f"Strip{kind.title()}" >> beam.Map(without_file))
         rows[kind] | f"Write{kind.title()}" >> WriteParquetTable(segment_dir, kind, schema, id_column, num_shards)
-    rows["chunks"] | "Sparse" >> BuildSparseIndex(segment_dir, num_shards,
-                                                  Representation.from_config(live.manifest.config))
-    (p
-     | "VectorFiles" >> beam.Create(live.files("vectors"))
-     | "LiveVectors" >> beam.FlatMap(live_vectors)
-     | "Dense" >> BuildDenseIndex(segment_dir, num_shards, trained=live.trained_dense_index()))
+    sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, num_shards)
+    {VECTORS: vectors, TRAINED: trained} | "WriteDense" >> WriteDenseIndex(segment_dir, num_shards)
 
 
 def run(argv: list[str] | None = None) -> str:

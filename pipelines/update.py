@@ -49,13 +49,13 @@ from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA, PageSkeleto
 from ritrag.transforms.delta import (CHUNK_REF_COLUMNS, NODE_SKELETON_COLUMNS, ClassifyFn, DiffInput, ParseChangedPages,
                               PlanPageUpdates, RemovedChunkTerms, ReplaceRows, ReuseOrEmbedVectors, UpdatePagesFn,
                               WriteTombstones, tombstone_counts)
-from ritrag.transforms.dense import BuildDenseIndex
+from ritrag.transforms.dense import TRAINED, VECTORS, TrainedIndex, WriteDenseIndex
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
 from ritrag.transforms.nodes import PlaceSkeletons
 from ritrag.transforms.pages import (DEAD, PAGE_COUNTERS, InputOptions, PageParser, WriteDeadLetters, count_input_files,
                               input_root_and_pattern)
 from ritrag.transforms.progress import LogProgress
-from ritrag.transforms.sparse import BuildSparseIndex
+from ritrag.transforms.sparse import BuildSparseIndex, WriteSparseIndex
 from ritrag.transforms.tables import ReadLiveRows, WriteParquetTable
 
 LOG = logging.getLogger("ritrag.update")
@@ -96,7 +96,8 @@ def refuse_reshaping(config: dict, given: dict[str, object]) -> None:
 
 def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReader, segment_dir: str,
                     total_files: int) -> None:
-    """The update's data flow (docs/ARCHITECTURE.md), the delta segment into `segment_dir`."""
+    """The update's data flow (docs/ARCHITECTURE.md): stages compute PCollections,
+    then sinks write them, the delta segment into `segment_dir`."""
     opts = options.view_as(UpdateOptions)
     config = live.manifest.config
     spec = EmbedderSpec.from_dict(config["embedder"])
@@ -122,24 +123,27 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     delta = ({"placements": placements, "pages": pages, "live_nodes": live_nodes, "live_chunks": live_chunks}
              | "PlanPages" >> PlanPageUpdates(spec, representation, granularity, parser))
     replaced = delta[UpdatePagesFn.NEED_BODY] | "ReplaceRows" >> ReplaceRows(spec, representation)
-    (parsed[DEAD], delta[DEAD]) | "DeadLetters" >> WriteDeadLetters(segment_dir)
-    ((delta["nodes"], replaced["nodes"]) | "AllNodes" >> beam.Flatten()
-     | "WriteNodes" >> WriteParquetTable(segment_dir, "nodes", NODES_SCHEMA, "node_id", num_shards))
-    delta[UpdatePagesFn.PAGES] | "WritePages" >> WriteParquetTable(segment_dir, "pages", PAGES_SCHEMA, "url",
-                                                                   num_shards)
+    nodes = (delta["nodes"], replaced["nodes"]) | "AllNodes" >> beam.Flatten()
     dead = ((delta[UpdatePagesFn.TOMBSTONE], replaced[UpdatePagesFn.TOMBSTONE],
              diff[ClassifyFn.DEAD_URL] | "DeadUrls" >> beam.Map(lambda u: ("url", u)))
             | "AllDead" >> beam.Flatten())
-    dead | "Tombstones" >> WriteTombstones(segment_dir)
-
-    # Chunks, sparse (signed deltas of the global statistics) and dense.
+    # Chunks, sparse (signed deltas of the global statistics) and dense (into the live trained index).
     chunks = (delta[UpdatePagesFn.CHUNKS], replaced[UpdatePagesFn.CHUNKS]) | "AllChunks" >> beam.Flatten()
-    chunks | "WriteChunks" >> WriteParquetTable(segment_dir, "chunks", CHUNKS_SCHEMA, "chunk_id", num_shards)
     removed = dead | "Removed" >> RemovedChunkTerms(representation)
-    chunks | "Sparse" >> BuildSparseIndex(segment_dir, num_shards, representation, removed=removed)
-    ({"new": chunks, "live": live_chunks}
-     | "Vectors" >> ReuseOrEmbedVectors(live, EmbedChunks.from_options(spec, options, device=opts.embed_device))
-     | "Dense" >> BuildDenseIndex(segment_dir, num_shards, trained=live.trained_dense_index()))
+    sparse = chunks | "Sparse" >> BuildSparseIndex(representation, removed=removed)
+    vectors = ({"new": chunks, "live": live_chunks}
+               | "Vectors" >> ReuseOrEmbedVectors(live, EmbedChunks.from_options(spec, options)))
+    trained = p | "LiveTrainedIndex" >> beam.Create([TrainedIndex(live.trained_dense_index())])
+
+    # Sinks: the delta segment's files.
+    (parsed[DEAD], delta[DEAD]) | "DeadLetters" >> WriteDeadLetters(segment_dir)
+    nodes | "WriteNodes" >> WriteParquetTable(segment_dir, "nodes", NODES_SCHEMA, "node_id", num_shards)
+    delta[UpdatePagesFn.PAGES] | "WritePages" >> WriteParquetTable(segment_dir, "pages", PAGES_SCHEMA, "url",
+                                                                   num_shards)
+    dead | "Tombstones" >> WriteTombstones(segment_dir)
+    chunks | "WriteChunks" >> WriteParquetTable(segment_dir, "chunks", CHUNKS_SCHEMA, "chunk_id", num_shards)
+    sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, num_shards)
+    {VECTORS: vectors, TRAINED: trained} | "WriteDense" >> WriteDenseIndex(segment_dir, num_shards)
 
 
 def publish_update(layout: IndexLayout, live: IndexReader, segment_id: str, counts: dict[str, int],

@@ -220,11 +220,11 @@ def test_a_page_changed_between_the_two_reads_is_dead_lettered_not_lost(tiny_sit
     parser = PageParser(str(tmp_path) + "/", BASE, 0, 1 << 20)
     [page] = parser.parse(path, read_file(path))
     placement = NodePlacement("n1", None, page.site, "page", 0, 0, page.title, page.url, (), (), "url")
-    fn = NodeRowsFn(parser, "page")
+    fn = NodeRowsFn("page")
 
     def outputs():
         tagged = {}
-        for out in fn.process((page.url, {"placement": [placement], "page": [PageSource.of(page)]})):
+        for out in fn.process((page.url, {"placement": [placement], "page": [PageSource.of(page)]}), parser):
             tag = out.tag if isinstance(out, beam.pvalue.TaggedOutput) else "nodes"
             tagged.setdefault(tag, []).append(out.value if tag != "nodes" else out)
         return tagged

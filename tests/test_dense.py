@@ -18,8 +18,9 @@ from ritrag.layout import shard_file_name
 from ritrag.reader import trained_empty_index_of
 from ritrag.vectors import MissingVectorsError, VectorShard, VectorStore, rerank_exact, write_vectors
 from ritrag.serving.retrieval import dense_top_k
-from ritrag.transforms.dense import (DENSE_INFO_FILE, DENSE_TRAINED_FILE, EXACT_MAX_VECTORS, BuildDenseIndex,
-                              DenseParams, choose_params, pq_codes, rebuild_index)
+from ritrag.transforms.dense import (DENSE_INFO_FILE, DENSE_TRAINED_FILE, EXACT_MAX_VECTORS, TRAINED, VECTORS,
+                                    DenseParams, TrainDenseIndex, TrainedIndex, WriteDenseIndex, choose_params,
+                                    pq_codes, rebuild_index)
 from ritrag.transforms.tables import remove_spill_files
 
 DIM = 32
@@ -135,10 +136,17 @@ def test_rerank_restores_exact_order(tmp_path):
     np.testing.assert_allclose(scores, store.vectors(reranked) @ query, rtol=1e-5, atol=1e-6)
 
 
-def run_dense_build(out_dir: str, ids: np.ndarray, vectors: np.ndarray, num_shards: int, **params) -> None:
+def run_dense_build(out_dir: str, ids: np.ndarray, vectors: np.ndarray, num_shards: int,
+                    trained: bytes | None = None, **params) -> None:
+    """The dense stage and sink; given `trained`, the shards join that index (as an update's do)."""
     pairs = [(int(i), v) for i, v in zip(ids, vectors)]
     with TestPipeline(runner="FnApiRunner") as p:
-        written = (p | beam.Create(pairs) | BuildDenseIndex(out_dir, num_shards, **params)
+        vectors_pc = p | "Vectors" >> beam.Create(pairs)
+        if trained is None:
+            trained_pc = vectors_pc | TrainDenseIndex(**params)
+        else:
+            trained_pc = p | "Trained" >> beam.Create([TrainedIndex(trained)])
+        written = ({VECTORS: vectors_pc, TRAINED: trained_pc} | WriteDenseIndex(out_dir, num_shards)
                    | beam.CombinePerKey(sum))
         assert_that(written, equal_to([("dense", len(pairs))]))
     remove_spill_files(out_dir)

@@ -272,9 +272,9 @@ def test_the_server_refuses_an_index_from_another_backend_at_load(tiny_hash_inde
 
 def test_resource_hints_land_on_the_inference_step_only():
     options = PipelineOptions(["--embed_accelerator=type:nvidia-l4;count:1;install-nvidia-driver",
-                               "--embed_min_ram=16GB"])
+                               "--embed_min_ram=16GB", "--embed_device=cpu"])
     p = test_pipeline.TestPipeline(runner="FnApiRunner")
-    _ = p | Create([(1, "a")]) | EmbedChunks.from_options(SPEC, options, device="cpu")
+    _ = p | Create([(1, "a")]) | EmbedChunks.from_options(SPEC, options)
     hinted = {}
 
     class Hints(PipelineVisitor):

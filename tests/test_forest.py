@@ -136,8 +136,9 @@ def test_node_rows_from_the_spill_are_those_of_the_second_parse(tmp_path):
     import apache_beam as beam
 
     from support import SAMPLE
-    from ritrag.transforms.nodes import PAGES_OUTPUT, BuildForestNodes, pages_spill_dir
-    from ritrag.transforms.pages import PageParser, ParsePages, input_root_and_pattern
+    from ritrag.transforms.nodes import PAGES_OUTPUT, BuildForestNodes
+    from ritrag.transforms.pages import PageParser, ParsePages, ReadInput, input_root_and_pattern
+    from ritrag.transforms.tables import spill_location
 
     root, pattern = input_root_and_pattern(str(SAMPLE))
     parser = PageParser(root, "https://docs.example.com/", 1, 1 << 20)
@@ -145,14 +146,14 @@ def test_node_rows_from_the_spill_are_those_of_the_second_parse(tmp_path):
     def node_and_page_rows(spill_dir):
         out = tmp_path / f"rows-{spill_dir is not None}.json"
         with beam.Pipeline() as p:
-            forest = (p | ParsePages(pattern, parser))["pages"] | BuildForestNodes(parser, "section",
-                                                                                  spill_dir=spill_dir)
+            forest = ((p | ReadInput(pattern, parser) | ParsePages(parser))["pages"]
+                      | BuildForestNodes(parser, "section", spill_dir=spill_dir))
             ((forest["nodes"], forest[PAGES_OUTPUT])
              | beam.Flatten() | beam.Map(lambda row: json.dumps(row, sort_keys=True))
              | beam.combiners.ToList() | beam.Map(lambda rows: out.write_text("\n".join(sorted(rows)))))
         return out.read_text().splitlines()
 
-    spilled = node_and_page_rows(pages_spill_dir(str(tmp_path / "segment")))
+    spilled = node_and_page_rows(spill_location(str(tmp_path / "segment"), "pages"))
     assert list((tmp_path / "segment" / ".spill" / "pages").iterdir())  # the pages went through the spill
     assert len(spilled) > 300
     assert spilled == node_and_page_rows(None)

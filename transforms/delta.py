@@ -36,7 +36,7 @@ from ritrag.schema import (NODES_SCHEMA, TOMBSTONES_SCHEMA, DeadLetter, NodePlac
 from ritrag.transforms.chunk import node_chunker
 from ritrag.transforms.embed import EmbedChunks
 from ritrag.transforms.nodes import page_node_rows, placement_row
-from ritrag.transforms.pages import COUNTERS, DEAD, PageParser, ParsePagesFn, ReadInput, chosen_source, reread_page
+from ritrag.transforms.pages import COUNTERS, DEAD, PageParser, ParsePages, ReadInput, chosen_source, reread_page
 from ritrag.transforms.sources import split_record_source
 from ritrag.transforms.sparse import chunk_terms
 from ritrag.transforms.tables import ReadLiveRows, parquet_bytes, write_bytes
@@ -399,8 +399,7 @@ class ParseChangedPages(beam.PTransform):
     def expand(self, paths):
         return (paths
                 | "Open" >> beam.ParDo(OpenForParse(self._parser.max_page_bytes))
-                | "Parse" >> beam.ParDo(ParsePagesFn(self._parser, count_read=False)).with_outputs(
-                    DEAD, main="pages"))
+                | "Parse" >> ParsePages(self._parser, count_read=False))
 
 
 class PlanPageUpdates(beam.PTransform):

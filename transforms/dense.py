@@ -131,12 +131,62 @@ def vectors_table(items: list[tuple[int, np.ndarray]]) -> pa.Table:
     return pa.table([pa.array(ids), column], schema=VECTORS_SCHEMA)
 
 
-def write_dense_shard(path: str, table: pa.Table, trained: bytes | None) -> int:
+@dataclasses.dataclass(frozen=True)
+class TrainedIndex:
+    """A trained, empty FAISS index (serialized, FAISS's own format), and what
+    dense.json records of it when this job trained it."""
+
+    index: bytes
+    # dense_info of the training; None for an index an earlier job trained, which
+    # this job's shards join (dense.json and the trained index are not written again)
+    info: dict | None = None
+
+
+def train_dense_index(sample: list[tuple[int, np.ndarray]], n_vectors: int, overrides: dict
+                      ) -> TrainedIndex | None:
+    """The index trained on `sample` ((chunk_id, vector) pairs, in any order) of a
+    corpus of `n_vectors`, with the table's parameters but for `overrides`."""
+    if not sample:  # nothing to index: the job refuses to publish, with its accounting (launcher.refuse_empty)
+        return None
+    matrix = np.stack([v for _, v in sorted(sample, key=lambda kv: kv[0])]).astype(np.float32)
+    params = dataclasses.replace(choose_params(n_vectors, matrix.shape[1]), **overrides)
+    return TrainedIndex(train_empty_index(params.factory, matrix),
+                        dense_info(params, matrix.shape[1], n_vectors, len(sample)))
+
+
+class TrainDenseIndex(beam.PTransform):
+    """(chunk_id, vector) pairs -> one TrainedIndex (None when there is no vector).
+
+    `factory`, `nprobe` and `rerank` override the table's choice (`choose_params`).
+    """
+
+    def __init__(self, factory: str | None = None, nprobe: int | None = None, rerank: int | None = None):
+        super().__init__()
+        self._overrides = {k: v for k, v in {"factory": factory, "nprobe": nprobe, "rerank": rerank}.items()
+                           if v is not None}
+
+    def expand(self, vectors: beam.PCollection) -> beam.PCollection:
+        n_vectors = vectors | "CountVectors" >> beam.combiners.Count.Globally()
+        return (vectors
+                | "TrainingSample" >> beam.combiners.Top.Smallest(TRAIN_SAMPLE_SIZE, key=lambda kv: kv[0])
+                | "Train" >> beam.Map(train_dense_index, n_vectors=beam.pvalue.AsSingleton(n_vectors),
+                                      overrides=self._overrides))
+
+
+def write_trained_index(trained: TrainedIndex | None, out_dir: str) -> None:
+    """dense.json and the trained empty index, of an index this job trained."""
+    if trained is None or trained.info is None:
+        return
+    write_bytes(os.path.join(out_dir, DENSE_INFO_FILE), json.dumps(trained.info, sort_keys=True).encode())
+    write_bytes(os.path.join(out_dir, DENSE_TRAINED_FILE), trained.index)
+
+
+def write_dense_shard(path: str, table: pa.Table, trained: TrainedIndex | None) -> int:
     """Write one shard's vectors file and, from the same float16 vectors, its index.
     Nothing when no vector was trained on: the job refuses to publish."""
     if trained is None:
         return 0
-    dim = faiss.deserialize_index(np.frombuffer(trained, dtype=np.uint8)).d
+    dim = faiss.deserialize_index(np.frombuffer(trained.index, dtype=np.uint8)).d
     table, order = sorted_in_one_piece(table, ["chunk_id"])
     table = table.take(order)
     ids = table.column("chunk_id").to_numpy()
@@ -144,52 +194,28 @@ def write_dense_shard(path: str, table: pa.Table, trained: bytes | None) -> int:
     with FileSystems.create(vectors_path_for(path)) as fh:
         write_vectors(fh, ids, vectors)
     batches = ((ids[s: s + CHUNK_ROWS], vectors[s: s + CHUNK_ROWS]) for s in range(0, len(ids), CHUNK_ROWS))
-    write_bytes(path, shard_index(trained, batches))
+    write_bytes(path, shard_index(trained.index, batches))
     return len(ids)
 
 
-def _train(sample: list[tuple[int, np.ndarray]], n_vectors: int, overrides: dict, out_dir: str) -> bytes | None:
-    if not sample:  # nothing to index: the job refuses to publish, with its accounting (launcher.refuse_empty)
-        return None
-    matrix = np.stack([v for _, v in sorted(sample, key=lambda kv: kv[0])]).astype(np.float32)
-    params = dataclasses.replace(choose_params(n_vectors, matrix.shape[1]), **overrides)
-    info = dense_info(params, matrix.shape[1], n_vectors, len(sample))
-    write_bytes(os.path.join(out_dir, DENSE_INFO_FILE), json.dumps(info, sort_keys=True).encode())
-    trained = train_empty_index(params.factory, matrix)
-    write_bytes(os.path.join(out_dir, DENSE_TRAINED_FILE), trained)
-    return trained
+# The inputs of WriteDenseIndex.
+VECTORS = "vectors"  # (chunk_id, vector) pairs
+TRAINED = "trained"  # one TrainedIndex (TrainDenseIndex's, or the live index's) or None
 
 
-class BuildDenseIndex(beam.PTransform):
-    """(chunk_id, vector) pairs -> dense and vectors shard files, dense.json and the
-    trained empty index.
+class WriteDenseIndex(beam.PTransform):
+    """{VECTORS, TRAINED} -> dense and vectors shard files in `out_dir`, each shard
+    added to the trained index; and, when this job trained it, dense.json and the
+    trained empty index. Outputs one (kind, number of vectors) pair per shard."""
 
-    `factory`, `nprobe` and `rerank` override the table's choice (`choose_params`).
-    Given `trained` (a serialized trained index, e.g. `IndexReader.trained_dense_index`), nothing is trained and neither dense.json nor the trained index is
-    written: the shards join the index that was trained before.
-    """
-
-    def __init__(self, out_dir: str, num_shards: int, factory: str | None = None,
-                 nprobe: int | None = None, rerank: int | None = None, trained: bytes | None = None):
+    def __init__(self, out_dir: str, num_shards: int):
         super().__init__()
         self._out_dir = out_dir
         self._num_shards = num_shards
-        self._trained = trained
-        self._overrides = {k: v for k, v in {"factory": factory, "nprobe": nprobe, "rerank": rerank}.items()
-                           if v is not None}
 
-    def expand(self, vectors):
-        if self._trained is not None:
-            trained = vectors.pipeline | "Trained" >> beam.Create([self._trained])
-        else:
-            n_vectors = vectors | "CountVectors" >> beam.combiners.Count.Globally()
-            trained = (
-                vectors
-                | "TrainingSample" >> beam.combiners.Top.Smallest(TRAIN_SAMPLE_SIZE, key=lambda kv: kv[0])
-                | "Train" >> beam.Map(_train, n_vectors=beam.pvalue.AsSingleton(n_vectors),
-                                      overrides=self._overrides, out_dir=self._out_dir)
-            )
-        return vectors | "WriteDense" >> WriteShards(
+    def expand(self, dense: dict[str, beam.PCollection]) -> beam.PCollection:
+        dense[TRAINED] | "WriteTrainedIndex" >> beam.Map(write_trained_index, self._out_dir)
+        return dense[VECTORS] | "WriteShards" >> WriteShards(
             self._out_dir, "dense", self._num_shards, shard_key=lambda kv: kv[0], to_table=vectors_table,
             write=write_dense_shard, extension="faiss",
-            side_inputs={"trained": beam.pvalue.AsSingleton(trained)})
+            side_inputs={"trained": beam.pvalue.AsSingleton(dense[TRAINED])})

@@ -50,11 +50,11 @@ DEFAULT_BATCH_SIZE = 1024
 
 
 class EmbedOptions(PipelineOptions):
-    """Options of the embed step. The device itself comes from the pipeline's
-    own `--embed_device`, passed to `EmbedChunks.from_options`."""
+    """Options of the embed step."""
 
     @classmethod
     def _add_argparse_args(cls, parser):
+        parser.add_argument("--embed_device", default=None, help="cuda, mps or cpu (default: auto)")
         parser.add_argument(
             "--embed_accelerator", default=None,
             help='Beam accelerator resource hint for the embed step only, e.g. '
@@ -174,12 +174,11 @@ class EmbedChunks(beam.PTransform):
         self._handler = KeyedModelHandler(SentenceTransformerModelHandler(spec, device, **handler_options))
 
     @classmethod
-    def from_options(cls, spec: EmbedderSpec, options: PipelineOptions,
-                     device: str | None = None) -> "EmbedChunks":
+    def from_options(cls, spec: EmbedderSpec, options: PipelineOptions) -> "EmbedChunks":
         """The embed step configured by `EmbedOptions` flags."""
         opts = options.view_as(EmbedOptions)
         hints = {"accelerator": opts.embed_accelerator, "min_ram": opts.embed_min_ram}
-        return cls(spec, device, dtype=opts.embed_dtype, max_batch_tokens=opts.embed_max_batch_tokens,
+        return cls(spec, opts.embed_device, dtype=opts.embed_dtype, max_batch_tokens=opts.embed_max_batch_tokens,
                    batch_size=opts.embed_batch_size, model_copies=opts.embed_model_copies,
                    cpu_threads=opts.embed_cpu_threads, resource_hints={k: v for k, v in hints.items() if v})
 

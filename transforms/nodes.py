@@ -16,8 +16,7 @@ import apache_beam as beam
 
 from ritrag.schema import DeadLetter, NodePlacement, PageSkeleton, PageSource, ParsedPage, page_row
 from ritrag.transforms.forest import build_site_forest, expand_sections
-from ritrag.transforms.pages import COUNTERS, DEAD, PageParser, SpillPagesFn, chosen_source, placed_page
-from ritrag.transforms.tables import SPILL_DIR
+from ritrag.transforms.pages import COUNTERS, DEAD, PageParser, ParserArg, SpillPagesFn, chosen_source, placed_page
 
 PAGES_OUTPUT = "pages"  # the tagged output of pages-table rows
 # Nodes placed at ritrag.schema.MAX_TREE_DEPTH above where their chain would put
@@ -72,18 +71,17 @@ def placement_row(placement: NodePlacement, body: str = "", page: ParsedPage | N
 class NodeRowsFn(beam.DoFn):
     """The rows of one URL: its placement joined with the sources of the pages
     parsed at that URL. The page indexed is read back from its spill file, or
-    read and parsed again (`placed_page`), so no shuffle carries page text: its
-    node rows go to the main output, its pages-table row to PAGES_OUTPUT. A page
-    that cannot be read again becomes a dead letter (DEAD)."""
+    read and parsed again by `parser` (`placed_page`), so no shuffle carries page
+    text: its node rows go to the main output, its pages-table row to
+    PAGES_OUTPUT. A page that cannot be read again becomes a dead letter (DEAD)."""
 
-    def __init__(self, parser: PageParser, granularity: str):
-        self._parser = parser
+    def __init__(self, granularity: str):
         self._granularity = granularity
         self._merged = beam.metrics.Metrics.counter(COUNTERS, "pages_merged_duplicates")
         self._indexed = beam.metrics.Metrics.counter(COUNTERS, "pages_indexed")
         self._dead = beam.metrics.Metrics.counter(COUNTERS, "pages_dead_lettered")
 
-    def process(self, joined: tuple[str, dict], site_bases: dict | None = None):
+    def process(self, joined: tuple[str, dict], parser: PageParser):
         _, group = joined
         placements = list(group["placement"])
         sources = list(group["page"])
@@ -96,7 +94,7 @@ class NodeRowsFn(beam.DoFn):
             yield placement_row(placement)
             return
         self._merged.inc(merged)
-        page = placed_page(self._parser.with_site_bases(site_bases), chosen)
+        page = placed_page(parser, chosen)
         if isinstance(page, DeadLetter):
             self._dead.inc()
             yield beam.pvalue.TaggedOutput(DEAD, page)
@@ -117,25 +115,20 @@ def page_node_rows(placement: NodePlacement, page: ParsedPage, granularity: str)
     return [placement_row(node, text, page, placement.node_id) for node, text in nodes]
 
 
-def pages_spill_dir(segment_dir: str) -> str:
-    """Where a job writing `segment_dir` keeps its parsed pages for the node rows
-    (deleted with the segment's other spill files before publishing)."""
-    return f"{segment_dir.rstrip('/')}/{SPILL_DIR}/pages"
-
-
 class BuildForestNodes(beam.PTransform):
     """Parsed pages -> node rows ("nodes"), placed per site from skeletons and
     joined with their text by URL; the pages-table rows of the pages indexed
     (PAGES_OUTPUT); dead letters of pages that could not be read again (DEAD).
     Only skeletons and page sources are shuffled, never page text: with
-    `spill_dir` (`pages_spill_dir`), each page is written there as parsed and
-    read back once placed; without, it is read and parsed again."""
+    `spill_dir`, a scratch location of the job's, each page is written there as
+    parsed and read back once placed (a stage that writes files, because a
+    shuffle of page text would hold the corpus in memory); without, it is read
+    and parsed again."""
 
-    def __init__(self, parser: PageParser, granularity: str, site_bases=None, spill_dir: str | None = None):
+    def __init__(self, parser: ParserArg, granularity: str, spill_dir: str | None = None):
         super().__init__()
         self._parser = parser
         self._granularity = granularity
-        self._side = {} if site_bases is None else {"site_bases": site_bases}
         self._spill_dir = spill_dir
 
     def expand(self, pages):
@@ -152,6 +145,6 @@ class BuildForestNodes(beam.PTransform):
         return (
             {"placement": placements, "page": sources}
             | "JoinPlacementAndSource" >> beam.CoGroupByKey()
-            | "NodeRows" >> beam.ParDo(NodeRowsFn(self._parser, self._granularity), **self._side
+            | "NodeRows" >> beam.ParDo(NodeRowsFn(self._granularity), self._parser
                                        ).with_outputs(PAGES_OUTPUT, DEAD, main="nodes")
         )

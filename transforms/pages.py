@@ -72,7 +72,6 @@ class InputOptions(PipelineOptions):
         parser.add_argument("--input", help="directory or glob of input files: HTML, Markdown, reStructuredText, PDF, Discourse "
                                             "topic or paper JSON, Stack Exchange Posts.xml, by content "
                                             "(any Beam filesystem)")
-        parser.add_argument("--embed_device", default=None, help="cuda, mps or cpu (default: auto)")
         parser.add_argument("--max_page_bytes", type=int, default=20 * 1024 * 1024,
                             help="a larger input file (or WARC record) is a dead letter (too_large)")
         parser.add_argument("--follow_links_outside_input", action="store_true",
@@ -193,6 +192,13 @@ class PageParser:
         return own if isinstance(pages, DeadLetter) else [(page.url, page.source) for page in pages]
 
 
+# The parser a stage is given: one known when the pipeline is built, or one the
+# pipeline decides (the build's, once InferSiteBases has given each site its
+# public base) as a singleton side input. Stages pass it to their DoFns as an
+# argument of `process`, where it is a PageParser either way.
+ParserArg = PageParser | beam.pvalue.AsSingleton
+
+
 def warc_kind(record: WarcPage) -> str | None:
     """The parser kind of a WARC record's payload (the one sniffer, its declared
     content type a hint), None if it is no web page kind."""
@@ -214,10 +220,9 @@ def parse_or_dead_letter(parser: PageParser, path: str, read: Callable[[], bytes
 
 
 class ParsePagesFn(beam.DoFn):
-    """(path, bytes) -> ParsedPage, or a DeadLetter on the DEAD output."""
+    """What ReadInput reads -> ParsedPage, or a DeadLetter on the DEAD output."""
 
-    def __init__(self, parser: PageParser, count_read: bool = True):
-        self._parser = parser
+    def __init__(self, count_read: bool = True):
         self._count_read = count_read  # an update counts its reads when it diffs the input
         self._read = beam.metrics.Metrics.counter(COUNTERS, "pages_read")
         self._parsed = beam.metrics.Metrics.counter(COUNTERS, "pages_parsed")
@@ -231,22 +236,20 @@ class ParsePagesFn(beam.DoFn):
                 self._trail_counters[name] = beam.metrics.Metrics.counter(COUNTERS, name)
             self._trail_counters[name].inc()
 
-    def process(self, readable: fileio.ReadableFile | WarcPage | DeadLetter, site_bases: dict | None = None):
+    def process(self, readable: fileio.ReadableFile | WarcPage | DeadLetter, parser: PageParser):
         if not isinstance(readable, fileio.ReadableFile):  # a WARC input's record (transforms/sources/warc.py)
-            yield from self._process_record(readable, site_bases)
+            yield from self._process_record(readable, parser)
             return
         path = readable.metadata.path
-        yield from self._emit(self._parser.refusal(path) or parse_or_dead_letter(
-            self._parser.with_site_bases(site_bases), path, readable.read, "parse"))
+        yield from self._emit(parser.refusal(path) or parse_or_dead_letter(parser, path, readable.read, "parse"))
 
-    def _process_record(self, record: WarcPage | DeadLetter, site_bases: dict | None):
+    def _process_record(self, record: WarcPage | DeadLetter, parser: PageParser):
         if isinstance(record, WarcPage) and warc_kind(record) is None:
             record = DeadLetter(record.source, "read", "unknown_kind",
                                 f"content type {record.content_type or '(none)'!r}, "
                                 f"content starts {record.payload[:24].decode('utf-8', 'replace')!r}")
         yield from self._emit(record if isinstance(record, DeadLetter) else parse_or_dead_letter(
-            self._parser.with_site_bases(site_bases), record.source, lambda: record.payload, "parse", record.url,
-            warc_kind(record)))
+            parser, record.source, lambda: record.payload, "parse", record.url, warc_kind(record)))
 
     def _emit(self, outcome: list[ParsedPage] | DeadLetter):
         """Counts one input's outcome and routes it: its pages (each a page read:
@@ -447,17 +450,17 @@ class ReadInput(beam.PTransform):
 
 
 class ParsePages(beam.PTransform):
-    """File pattern -> parsed pages (main output) and dead letters (DEAD).
-    `site_bases`: InferSiteBases' decisions as a side input, or None."""
+    """What ReadInput reads -> parsed pages (main output) and dead letters (DEAD).
+    `count_read`: whether each input counts as a page read (an update counts its
+    reads when it diffs the input)."""
 
-    def __init__(self, pattern: str, parser: PageParser, site_bases=None):
+    def __init__(self, parser: ParserArg, count_read: bool = True):
         super().__init__()
-        self._pattern = pattern
         self._parser = parser
-        self._side = {} if site_bases is None else {"site_bases": site_bases}
+        self._count_read = count_read
 
-    def expand(self, pbegin):
-        return pbegin | "Read" >> ReadInput(self._pattern, self._parser) | "Parse" >> beam.ParDo(ParsePagesFn(self._parser), **self._side).with_outputs(
+    def expand(self, readables):
+        return readables | "Parse" >> beam.ParDo(ParsePagesFn(self._count_read), self._parser).with_outputs(
             DEAD, main="pages")
 
 

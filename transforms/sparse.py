@@ -54,8 +54,8 @@ def write_vocabulary_file(path: str, vocabulary: pa.Table) -> int:
     return write_sorted_table(path, vocabulary, VOCABULARY_SCHEMA, ["term"])
 
 
-def write_bm25_stats(out_dir: str, stats: tuple[int, int]) -> None:
-    write_bytes(os.path.join(out_dir, BM25_STATS_FILE), json.dumps(corpus_stats(*stats), sort_keys=True).encode())
+def write_bm25_stats(stats: dict, out_dir: str) -> None:
+    write_bytes(os.path.join(out_dir, BM25_STATS_FILE), json.dumps(stats, sort_keys=True).encode())
 
 
 class _CountTermsFn(beam.DoFn):
@@ -92,41 +92,61 @@ class _SumPairs(beam.CombineFn):
         return acc
 
 
+# The outputs of BuildSparseIndex, what WriteSparseIndex writes.
+POSTINGS = "postings"  # (chunk_id, term -> tf) per chunk row
+VOCABULARY = "vocabulary"  # (term, df) per term, df signed in a delta, never 0
+CORPUS_STATS = "corpus_stats"  # one `ritrag.bm25.corpus_stats` dict (signed in a delta)
+
+
 class BuildSparseIndex(beam.PTransform):
-    """Chunk rows -> postings and vocabulary shards and bm25.json in `out_dir`,
-    the terms of each row as `representation` indexes them. Node documents
-    (ordinal -1) share the files with chunks; the server tells the two fields
-    apart by ordinal and keeps separate statistics for each.
+    """Chunk rows -> {POSTINGS, VOCABULARY, CORPUS_STATS}, the terms of each row
+    as `representation` indexes them. Node documents (ordinal -1) share the
+    postings with chunks; the server tells the two fields apart by ordinal and
+    keeps separate statistics for each.
 
     `removed`, for a delta segment, holds the (chunk_id, term -> tf) of the chunks
-    it tombstones: its vocabulary and bm25.json then hold signed differences, so
+    it tombstones: the vocabulary and statistics are then signed differences, so
     that the sums over a version's segments stay the exact global statistics.
     """
 
-    def __init__(self, out_dir: str, num_shards: int, representation: Representation, removed=None):
+    def __init__(self, representation: Representation, removed: beam.PCollection | None = None):
         super().__init__()
         self._representation = representation
-        self._out_dir = out_dir
-        self._num_shards = num_shards
         self._removed = removed
 
-    def expand(self, chunks):
-        out_dir = self._out_dir
+    def expand(self, chunks: beam.PCollection) -> dict[str, beam.PCollection]:
         terms = chunks | "AnalyzeChunks" >> beam.Map(chunk_terms, self._representation)
         signed = terms | "Added" >> beam.Map(lambda ct: (ct[1], 1))
         if self._removed is not None:
             signed = ((signed, self._removed | "Removed" >> beam.Map(lambda ct: (ct[1], -1)))
                       | "AddedAndRemoved" >> beam.Flatten())
-        (signed
-         | "TermsOncePerChunk" >> beam.ParDo(_CountTermsFn())
-         | "DocumentFrequency" >> beam.CombinePerKey(sum)
-         | "NonZero" >> beam.Filter(lambda term_df: term_df[1] != 0)
-         | "WriteVocabulary" >> WriteShards(out_dir, "vocabulary", self._num_shards, shard_key=lambda td: td[0],
-                                            to_table=vocabulary_table, write=write_vocabulary_file))
-        (signed
-         | "ChunkLengths" >> beam.Map(lambda tf_sign: (tf_sign[1], tf_sign[1] * sum(tf_sign[0].values())))
-         | "CorpusTotals" >> beam.CombineGlobally(_SumPairs())
-         | "WriteBm25Stats" >> beam.Map(lambda stats: write_bm25_stats(out_dir, stats)))
-        return terms | "WritePostings" >> WriteShards(
-            out_dir, "postings", self._num_shards, shard_key=lambda ct: ct[0], to_table=postings_table,
+        vocabulary = (signed
+                      | "TermsOncePerChunk" >> beam.ParDo(_CountTermsFn())
+                      | "DocumentFrequency" >> beam.CombinePerKey(sum)
+                      | "NonZero" >> beam.Filter(lambda term_df: term_df[1] != 0))
+        stats = (signed
+                 | "ChunkLengths" >> beam.Map(lambda tf_sign: (tf_sign[1], tf_sign[1] * sum(tf_sign[0].values())))
+                 | "CorpusTotals" >> beam.CombineGlobally(_SumPairs())
+                 | "CorpusStats" >> beam.MapTuple(corpus_stats))
+        return {POSTINGS: terms, VOCABULARY: vocabulary, CORPUS_STATS: stats}
+
+
+class WriteSparseIndex(beam.PTransform):
+    """BuildSparseIndex's outputs -> postings and vocabulary shards and bm25.json
+    in `out_dir`. Outputs one (kind, number of rows) pair per shard file."""
+
+    def __init__(self, out_dir: str, num_shards: int):
+        super().__init__()
+        self._out_dir = out_dir
+        self._num_shards = num_shards
+
+    def expand(self, sparse: dict[str, beam.PCollection]) -> beam.PCollection:
+        out_dir, num_shards = self._out_dir, self._num_shards
+        sparse[CORPUS_STATS] | "WriteBm25Stats" >> beam.Map(write_bm25_stats, out_dir)
+        vocabulary = sparse[VOCABULARY] | "WriteVocabulary" >> WriteShards(
+            out_dir, "vocabulary", num_shards, shard_key=lambda td: td[0], to_table=vocabulary_table,
+            write=write_vocabulary_file)
+        postings = sparse[POSTINGS] | "WritePostings" >> WriteShards(
+            out_dir, "postings", num_shards, shard_key=lambda ct: ct[0], to_table=postings_table,
             write=write_postings_file)
+        return (vocabulary, postings) | "Written" >> beam.Flatten()

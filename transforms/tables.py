@@ -214,7 +214,7 @@ class WriteShards(beam.PTransform):
 
     def expand(self, records):
         n = self._num_shards
-        spill_dir = f"{self._out_dir.rstrip('/')}/{SPILL_DIR}/{self._kind}"
+        spill_dir = spill_location(self._out_dir, self._kind)
         spans = records | "Spill" >> beam.ParDo(
             _SpillByShardFn(spill_dir, n, self._shard_key, self._to_table, self._spill_bytes))
         every_shard = records.pipeline | "AllShards" >> beam.Create([(s, None) for s in range(n)])
@@ -226,6 +226,12 @@ class WriteShards(beam.PTransform):
                 _WriteShardFn(self._out_dir, self._kind, n, self._extension, self._to_table, self._write),
                 **self._side_inputs)
         )
+
+
+def spill_location(segment_dir: str, kind: str) -> str:
+    """Where a job writing `segment_dir` keeps the scratch files of `kind`
+    (deleted by `remove_spill_files` before it publishes)."""
+    return f"{segment_dir.rstrip('/')}/{SPILL_DIR}/{kind}"
 
 
 def remove_spill_files(segment_dir: str) -> None:
