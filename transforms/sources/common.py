@@ -10,7 +10,7 @@ import dataclasses
 import posixpath
 import re
 from typing import Callable, Iterable
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 import lxml.html
 import yaml
@@ -18,7 +18,7 @@ from lxml import etree
 
 from ritrag.schema import MAX_ANCHOR_CHARS, MAX_PAGE_LINKS, MAX_TREE_DEPTH, Crumb, Link, ParsedPage, Section
 from ritrag.transforms.parse.page import page_content_hash
-from ritrag.urls import WEB_SCHEMES, normalize_url
+from ritrag.urls import is_web_url, normalize_url
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,17 +132,14 @@ def link_target(file: SourceFile, href: str) -> tuple[str, str] | None:
     inside the document, to a path outside the input or from the root, or to
     anything but the web."""
     path, _, fragment = href.strip().partition("#")
-    try:
-        parts = urlsplit(path)
-        if parts.scheme or parts.netloc:
-            url = normalize_url(path) if parts.scheme in WEB_SCHEMES and parts.netloc else None
-        elif not parts.path or parts.path.startswith("/") or file.url_of is None:
-            url = None
-        else:
-            target = posixpath.normpath(posixpath.join(posixpath.dirname(file.path), unquote(parts.path)))
-            url = file.url_of(target) if target.startswith(file.root) else None
-    except ValueError:  # "http://[broken", a port that is not a number
-        return None
+    local = path.partition("?")[0]
+    if is_web_url(path):
+        url = normalize_url(path)
+    elif not local or local.startswith("/") or ":" in local.split("/", 1)[0] or file.url_of is None:
+        url = None  # from the root, protocol-relative, another scheme, or a document not served
+    else:
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(file.path), unquote(local)))
+        url = file.url_of(target) if target.startswith(file.root) else None
     return None if url is None or url == file.url else (url, unquote(fragment))
 
 
