@@ -124,8 +124,8 @@ class RowPositions:
     once, so a position names its file and row group, and a point read
     decodes that row group only."""
 
-    def __init__(self, files: Sequence[LiveFile]):
-        self.files = list(files)
+    def __init__(self, kind: str, files: Sequence[LiveFile]):
+        self.kind, self.files = kind, list(files)
         self._metadata = [open_parquet(f.path).metadata for f in self.files]
         self.file_start = np.concatenate([[0], np.cumsum([md.num_rows for md in self._metadata])]).astype(np.int64)
         self._group_start = [np.cumsum([0] + [md.row_group(g).num_rows for g in range(md.num_row_groups)])
@@ -134,6 +134,12 @@ class RowPositions:
     @property
     def num_rows(self) -> int:
         return int(self.file_start[-1])
+
+    def column(self, name: str) -> pa.ChunkedArray:
+        """One column of every row, in position order."""
+        if not self.files:
+            return pa.chunked_array([], TABLE_SCHEMAS[self.kind].field(name).type)
+        return pa.concat_tables([f.read([name]) for f in self.files])[name]
 
     def read(self, positions: Sequence[int], columns: list[str]) -> dict[int, dict[str, Any]]:
         """`columns` of the rows at `positions`, by position; each row group is read once."""
@@ -230,7 +236,7 @@ class IndexReader:
     def positions(self, kind: str) -> RowPositions:
         """Every row of a table, dead ones too, addressed by position (`RowPositions`)."""
         if kind not in self._positions:
-            self._positions[kind] = RowPositions(self.files(kind))
+            self._positions[kind] = RowPositions(kind, self.files(kind))
         return self._positions[kind]
 
     def trained_dense_index(self) -> bytes:

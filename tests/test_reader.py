@@ -86,6 +86,7 @@ def test_positions_number_every_row_of_the_files_dead_ones_too(updated_and_fresh
     assert positions.num_rows == len(every) > len(rows_by_key(updated, "nodes"))
     wanted = [0, len(every) - 1, len(every) // 2]
     assert positions.read(wanted, ["node_id", "title"]) == {i: every[i] for i in wanted}
+    assert positions.column("title").to_pylist() == [row["title"] for row in every]
 
 
 @pytest.mark.parametrize("damage", ["missing", "damaged"])
