@@ -5,7 +5,7 @@ fields), the tool service it loads, the apps, and running them under uvicorn.
 `ritrag serve --workers N` runs N processes behind one port (uvicorn's
 supervisor, each process loading the index itself): every worker maps the
 same arrays from the cache directory, so the page cache holds one copy
-(serving/index.py), and episode budgets must live in Redis, since a process's
+(serving/array_cache.py), and episode budgets must live in Redis, since a process's
 own store would give each worker a budget of its own; the in-process store is
 refused with more than one worker.
 """
