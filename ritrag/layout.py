@@ -7,6 +7,7 @@ INDEX/
   versions/v000003.json        manifest: segments, tombstones, stats, config, checksums
   segments/<segment-id>/       written once, never modified
      nodes-SSSSS-of-NNNNN.parquet     chunks-SSSSS-of-NNNNN.parquet     pages-SSSSS-of-NNNNN.parquet
+     edges-SSSSS-of-NNNNN.parquet
      postings-SSSSS-of-NNNNN.parquet  vocabulary-SSSSS-of-NNNNN.parquet
      dense-SSSSS-of-NNNNN.faiss       vectors-SSSSS-of-NNNNN.zarr.zip
      bm25.json  dense.json  dense_trained.faiss  dead_letters.parquet
@@ -44,6 +45,7 @@ from typing import Any, Iterable
 
 from ritrag.embedder import MAX_EMBEDDING_DIMENSION, EmbedderSpec
 from ritrag.representation import DEFAULT_RETRIEVAL, Representation
+from ritrag.schema import TOMBSTONES_SCHEMA
 from ritrag.storage import file_size, list_dirs, list_files, open_read, remove_file, remove_tree, sha256_file, write_atomic
 
 # 2: vocabulary sharded by term (vocabulary-SSSSS-of-NNNNN.parquet, was vocabulary.parquet)
@@ -54,7 +56,7 @@ DENSE_INFO_FILE = "dense.json"  # factory string, nprobe, rerank, dimension of t
 DENSE_TRAINED_FILE = "dense_trained.faiss"  # the trained empty index: later segments add to a copy of it
 DEAD_LETTERS_FILE = "dead_letters.parquet"
 SITE_BASES_FILE = "site_bases.json"  # each site's inferred public base, when --base_url was not given
-EDGES_KIND = "edges"  # edges-SSSSS-of-NNNNN.parquet: EDGES_SCHEMA, the links of the segment's pages
+EDGES_KIND = "edges"  # edges-SSSSS-of-NNNNN.parquet: EDGES_SCHEMA, the resolved links of the segment's pages
 LOG = logging.getLogger("ritrag.layout")
 _VERSION_RE = re.compile(r"^v(\d{6})$")
 _SEGMENT_RE = re.compile(r"^seg-v\d{6}$")
@@ -360,7 +362,7 @@ def new_manifest(
         parent=layout.current_version(),
         created=time.time(),
         segments=list(segments),
-        tombstones=tombstones or {"node_id": 0, "chunk_id": 0, "url": 0},
+        tombstones=tombstones or {name: 0 for name in TOMBSTONES_SCHEMA.names},
         stats=stats,
         config=config,
     )

@@ -33,19 +33,20 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ritrag.ids import shard_of
-from ritrag.layout import DENSE_TRAINED_FILE, TOMBSTONES_FILE, IndexLayout, Manifest, parse_shard_file_name
-from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA
+from ritrag.layout import DENSE_TRAINED_FILE, EDGES_KIND, TOMBSTONES_FILE, IndexLayout, Manifest, parse_shard_file_name
+from ritrag.schema import CHUNKS_SCHEMA, EDGES_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA
 from ritrag.storage import is_remote, open_parquet, open_read
 
 # The id column that keys each kind of shard file, and that tombstones name
-# (the tombstones table has one column per id: node_id, chunk_id, url).
+# (the tombstones table has one column per id: node_id, chunk_id, url,
+# source_node_id). An edges row is live unless its source was tombstoned.
 ID_COLUMNS = {"pages": "url", "nodes": "node_id", "chunks": "chunk_id", "postings": "chunk_id",
-              "vectors": "chunk_id", "dense": "chunk_id"}
-TABLE_SCHEMAS = {"pages": PAGES_SCHEMA, "nodes": NODES_SCHEMA, "chunks": CHUNKS_SCHEMA}
+              "vectors": "chunk_id", "dense": "chunk_id", EDGES_KIND: "source_node_id"}
+TABLE_SCHEMAS = {"pages": PAGES_SCHEMA, "nodes": NODES_SCHEMA, "chunks": CHUNKS_SCHEMA, EDGES_KIND: EDGES_SCHEMA}
 # Columns a table gained after its format began, with the value that rows of
 # older files read as: an index built before them can still be updated,
-# compacted and inspected, its old rows saying "unknown".
-ADDED_COLUMNS = {"nodes": {"source_kind": ""}, "pages": {"source_kind": ""}}
+# compacted and inspected, its old rows saying "unknown" (or "none": links).
+ADDED_COLUMNS = {"nodes": {"source_kind": ""}, "pages": {"source_kind": "", "links": []}}
 
 
 def live_mask(ids: pa.Array | pa.ChunkedArray, dead: frozenset) -> np.ndarray:
@@ -101,7 +102,8 @@ class LiveFile:
                  if name not in present and (columns is None or name in columns)}
         table = parquet.read(columns=[c for c in columns if c not in added] if columns is not None else None)
         for name, value in added.items():
-            table = table.append_column(name, pa.array([value] * len(table), pa.string()))
+            field = TABLE_SCHEMAS[self.kind].field(name)
+            table = table.append_column(field, pa.array([value] * len(table), field.type))
         return table.select(columns) if columns is not None else table
 
     def table(self, columns: list[str] | None = None) -> pa.Table:
@@ -211,7 +213,7 @@ class IndexReader:
         return self._files[kind]
 
     def table(self, kind: str, columns: list[str] | None = None) -> pa.Table:
-        """The live rows of a table (pages, nodes, chunks) as one Arrow table."""
+        """The live rows of a table (pages, nodes, chunks, edges) as one Arrow table."""
         tables = [f.table(columns) for f in self.files(kind)]
         if not tables:
             schema = TABLE_SCHEMAS[kind]

@@ -24,6 +24,11 @@ name disambiguate most.
   a chunk, so it flows through builds, updates, vector reuse and compaction as
   chunks do; the server ranks node documents apart from chunks and combines a
   node's own match with its best chunk (`node_score`).
+- Anchor documents (`anchor_docs`): one row per node that other pages link to,
+  in the chunks table with ordinal -2 (ANCHOR_DOC_ORDINAL): the anchor texts of
+  its in-links, one a line (transforms/edges.py chooses and bounds them). BM25
+  indexes it whole, as a third field; it is never embedded (no vector): the
+  words others use for a page are a match signal, not a passage of it.
 
 Chunk ids and text hashes are taken of the embedded text: a chunk whose path
 changed is a new chunk (re-embedded, old one tombstoned), and the embedding
@@ -42,6 +47,7 @@ import string
 from typing import Any, Callable, Mapping, Sequence
 
 NODE_DOC_ORDINAL = -1  # the chunks-table ordinal of a node's own document
+ANCHOR_DOC_ORDINAL = -2  # the chunks-table ordinal of a node's in-link anchor texts (never embedded)
 PATH_SEPARATOR = " > "
 TEMPLATE_FIELDS = frozenset({"path", "title", "body"})
 DEFAULT_TEMPLATE = "{path}\n{body}"
@@ -55,7 +61,8 @@ DEFAULT_PATH_LEVELS = 4
 # (`RetrievalParams`); a parameter an index's manifest does not record (built
 # before it existed) takes its default here.
 DEFAULT_RETRIEVAL: dict[str, Any] = {"fusion": "minmax", "rrf_k": 60, "sparse_weight": 1.0, "dense_weight": 1.0,
-                                     "path_weight": 0.5, "node_score": "max", "node_doc_weight": 1.0}
+                                     "path_weight": 0.5, "anchor_weight": 0.0, "node_score": "max",
+                                     "node_doc_weight": 1.0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +72,7 @@ class Representation:
     template: str = DEFAULT_TEMPLATE
     path_levels: int = DEFAULT_PATH_LEVELS
     node_docs: bool = True
+    anchor_docs: bool = True
 
     def __post_init__(self):
         fields = {name for _, name, _, _ in string.Formatter().parse(self.template) if name is not None}
@@ -80,9 +88,10 @@ class Representation:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> "Representation":
-        """The representation a manifest's config records (LEGACY when it records none)."""
+        """The representation a manifest's config records (LEGACY when it records
+        none; without anchor documents when it predates them)."""
         recorded = config.get("representation")
-        return cls(**recorded) if recorded is not None else LEGACY
+        return cls(**{"anchor_docs": False, **recorded}) if recorded is not None else LEGACY
 
     def path(self, title: str, ancestor_titles: Sequence[str]) -> str:
         """Root > ... > node title, at most `path_levels` levels (root and the last ones)."""
@@ -113,11 +122,11 @@ class Representation:
         return self.render(node, ""), self.node_doc(node) if self.node_docs else ""
 
     def bm25_text(self, chunk: Mapping[str, Any]) -> str:
-        """What BM25 indexes of a chunks-table row: a node document whole; a
-        chunk's body (its stored text less the title line) when node documents
-        carry the path, else its whole stored text."""
+        """What BM25 indexes of a chunks-table row: a node or anchor document
+        whole; a chunk's body (its stored text less the title line) when node
+        documents carry the path, else its whole stored text."""
         text = chunk["text"]
-        if not self.node_docs or chunk["ordinal"] == NODE_DOC_ORDINAL:
+        if not self.node_docs or chunk["ordinal"] < 0:
             return text
         _, _, body = text.partition("\n")
         return body
@@ -128,11 +137,13 @@ def retrieval_defaults(representation: Representation) -> dict[str, Any]:
     node documents, only the paper's rule (node score = best chunk) applies."""
     if representation.node_docs:
         return dict(DEFAULT_RETRIEVAL)
-    return {**DEFAULT_RETRIEVAL, "path_weight": 0.0, "node_score": "max", "node_doc_weight": 0.0}
+    return {**DEFAULT_RETRIEVAL, "path_weight": 0.0, "anchor_weight": 0.0, "node_score": "max",
+            "node_doc_weight": 0.0}
 
 
 # What every index built before representations were recorded did.
-LEGACY = Representation(template="{title}\n{body}", path_levels=DEFAULT_PATH_LEVELS, node_docs=False)
+LEGACY = Representation(template="{title}\n{body}", path_levels=DEFAULT_PATH_LEVELS, node_docs=False,
+                        anchor_docs=False)
 
 
 def refuse_mixing(live: Representation, asked: Representation) -> None:

@@ -92,17 +92,10 @@ class ParsedPage:
         return "\n\n".join(s.text for s in self.sections if s.text)
 
 
-# Not spilled until the edges stage reads its links from the spill (issue #30): a
-# build's spill stays byte-for-byte what it was.
-_UNSPILLED_FIELDS = ("links", "links_past_cap")
-
-
 def page_json(page: ParsedPage) -> bytes:
     """A parsed page as JSON (ASCII: lone surrogates survive), for a job's own
-    spill files; `page_from_json` gives back an equal ParsedPage, but for its
-    links (_UNSPILLED_FIELDS)."""
-    fields = {name: value for name, value in vars(page).items() if name not in _UNSPILLED_FIELDS}
-    return json.dumps(fields, default=vars).encode("ascii")
+    spill files; `page_from_json` gives back an equal ParsedPage."""
+    return json.dumps(vars(page), default=vars).encode("ascii")
 
 
 def page_from_json(data: bytes) -> ParsedPage:
@@ -111,6 +104,7 @@ def page_from_json(data: bytes) -> ParsedPage:
         **fields,
         "trail": tuple(Crumb(**c) for c in fields["trail"]),
         "sections": tuple(Section(**{**s, "path": tuple(s["path"])}) for s in fields["sections"]),
+        "links": tuple(Link(**link) for link in fields["links"]),
         **{name: tuple(fields[name]) for name in ("keywords", "nav_order", "trail_passed_over")},
     })
 
@@ -149,7 +143,15 @@ def page_row(page: ParsedPage) -> dict:
         "content_hash": page.content_hash, "canonical_url": page.canonical_url, "site": page.site,
         "title": page.title, "trail": [{"title": c.title, "url": c.url} for c in page.trail],
         "trail_method": page.trail_method, "nav_order": list(page.nav_order), "source_kind": page.source_kind,
+        "links": [{"url": link.url, "fragment": link.fragment, "anchor_text": link.anchor_text}
+                  for link in page.links],
     }
+
+
+def row_links(row: dict) -> tuple[Link, ...]:
+    """The links of a PAGES_SCHEMA row (its list position is each link's)."""
+    return tuple(Link(link["url"], link["fragment"], link["anchor_text"], position)
+                 for position, link in enumerate(row["links"]))
 
 
 @dataclass(frozen=True)
@@ -246,9 +248,13 @@ CHUNKS_SCHEMA = pa.schema(
 )
 
 CRUMB_TYPE = pa.struct([pa.field("title", pa.string()), pa.field("url", pa.string())])
+# A page's Link, its position being its place in the list.
+LINK_TYPE = pa.struct([pa.field("url", pa.string(), nullable=False), pa.field("fragment", pa.string(), nullable=False),
+                       pa.field("anchor_text", pa.string(), nullable=False)])
 
 # One row per parsed input page: what an incremental update needs to diff the next
-# input by URL and raw hash, and to re-place unchanged pages without parsing them.
+# input by URL and raw hash, to re-place unchanged pages without parsing them, and
+# to resolve their links again when the pages they name appear, change or go.
 PAGES_SCHEMA = pa.schema(
     [
         pa.field("url", pa.string(), nullable=False),
@@ -262,26 +268,25 @@ PAGES_SCHEMA = pa.schema(
         pa.field("trail_method", pa.string(), nullable=False),
         pa.field("nav_order", pa.list_(pa.string()), nullable=False),
         pa.field("source_kind", pa.string(), nullable=False),
+        pa.field("links", pa.list_(LINK_TYPE), nullable=False),  # ParsedPage.links, in position order
     ]
 )
 
-# One row per kept link of an indexed page (ParsedPage.links), resolved or not:
-# (source_node_id, position) is the row's identity. A row is a function of its
-# source page alone but for target_node_id, the node its target was when the
-# segment was written (null: nothing in the index), so that an update re-resolves
-# the rows whose target URL it added, removed or re-indexed, and keeps every other
-# row (update == fresh build). Rows of one (source, target node) pair are one edge
-# to a reader, at the first position (transforms/edges.py).
+# One row per link of an indexed page that names a node of the index (ParsedPage.links
+# resolved: the section node its fragment names where the index has one, else the
+# page node); links to nothing in the index are counted, not kept. A source page's
+# rows are one unit: an update that changes any of them tombstones the source
+# (TOMBSTONES_SCHEMA.source_node_id) and writes all of them again. Several rows of
+# one (source, target) pair are one edge to a reader, at the first position.
 EDGES_SCHEMA = pa.schema(
     [
         pa.field("source_node_id", pa.string(), nullable=False),  # the linking page's node
-        pa.field("position", pa.int32(), nullable=False),  # Link.position
-        pa.field("target_url", pa.string(), nullable=False),  # Link.url: normalized, no fragment
-        pa.field("target_fragment", pa.string(), nullable=False),  # Link.fragment, "" for none
-        pa.field("target_node_id", pa.string()),  # a page or section node; null if none
-        pa.field("anchor_text", pa.string(), nullable=False),
+        pa.field("position", pa.int32(), nullable=False),  # Link.position: (source, position) is the row's key
+        pa.field("target_node_id", pa.string(), nullable=False),  # a page or section node
+        pa.field("anchor_text", pa.string(), nullable=False),  # "" for a link without text
     ]
 )
+EDGES_SORT_KEYS = ("source_node_id", "position")  # the order of an edges shard
 
 DEAD_LETTERS_SCHEMA = pa.schema(
     [
@@ -317,6 +322,7 @@ TOMBSTONES_SCHEMA = pa.schema(
         pa.field("node_id", pa.string()),
         pa.field("chunk_id", pa.int64()),
         pa.field("url", pa.string()),  # a pages-table row
+        pa.field("source_node_id", pa.string()),  # every edges-table row of this source
     ]
 )
 

@@ -6,9 +6,9 @@ table), and the anchor texts other pages link each node with.
 
 Both are pure (the job writes what they produce). A link names a page URL and
 maybe a fragment: it resolves to the section node with that anchor where the
-index has one (`--granularity section`), else to the page node, else to nothing.
-An unresolved link is kept as a row without a target (counted), so that an
-update that adds its target resolves it as a fresh build would (EDGES_SCHEMA).
+index has one (`--granularity section`), else to the page node, else to nothing:
+then it is counted, not kept (the page keeps its links in the pages table, so
+an update that adds its target resolves it as a fresh build would).
 
 Only page URLs are shuffled: links travel grouped by the page they name, joined
 with that page's node and section nodes; no group holds more than one target
@@ -25,8 +25,8 @@ from ritrag.ids import node_id_for
 from ritrag.schema import Link
 from ritrag.transforms.pages import COUNTERS
 
-# Rows with a target node (of them, to a section node), and rows without one.
-EDGES_RESOLVED_COUNTER = "edges_resolved"
+# Links kept as edges (of them, to a section node), and links to nothing in the index.
+EDGES_COUNTER = "edges"
 EDGES_TO_SECTIONS_COUNTER = "edges_to_sections"
 LINKS_UNRESOLVED_COUNTER = "links_unresolved"
 # The in-link anchor texts kept per node: the most linking pages first, at most
@@ -61,17 +61,17 @@ def links_by_target(page_links: tuple[str, tuple[Link, ...]]
         yield target_url, (source_url, tuple(to_target))
 
 
-def edge_row(source_node_id: str, link: Link, target_node_id: str | None) -> dict:
+def edge_row(source_node_id: str, link: Link, target_node_id: str) -> dict:
     """The EDGES_SCHEMA row of one link."""
-    return {"source_node_id": source_node_id, "position": link.position, "target_url": link.url,
-            "target_fragment": link.fragment, "target_node_id": target_node_id, "anchor_text": link.anchor_text}
+    return {"source_node_id": source_node_id, "position": link.position, "target_node_id": target_node_id,
+            "anchor_text": link.anchor_text}
 
 
 class ResolveEdgesFn(beam.DoFn):
     """One target page URL's links, joined with its nodes -> their edge rows."""
 
     def __init__(self):
-        self._resolved = beam.metrics.Metrics.counter(COUNTERS, EDGES_RESOLVED_COUNTER)
+        self._edges = beam.metrics.Metrics.counter(COUNTERS, EDGES_COUNTER)
         self._to_sections = beam.metrics.Metrics.counter(COUNTERS, EDGES_TO_SECTIONS_COUNTER)
         self._unresolved = beam.metrics.Metrics.counter(COUNTERS, LINKS_UNRESOLVED_COUNTER)
 
@@ -86,17 +86,18 @@ class ResolveEdgesFn(beam.DoFn):
                 target = section_node or page_node
                 if target is None:
                     self._unresolved.inc()
-                else:
-                    self._resolved.inc()
-                    if section_node:
-                        self._to_sections.inc()
+                    continue
+                self._edges.inc()
+                if section_node:
+                    self._to_sections.inc()
                 yield edge_row(source_node_id, link, target)
 
 
 class ResolveEdges(beam.PTransform):
     """(page URL, ParsedPage.links) of every indexed page -> EDGES_SCHEMA rows,
-    one per link, each resolved against `node_rows` (NODES_SCHEMA rows of the
-    index: the granularity is theirs), or left without a target."""
+    one per link resolved against `node_rows` (NODES_SCHEMA rows of the index,
+    or any dicts with their node_id, page_id, kind and url: the granularity is
+    theirs); links to nothing are counted."""
 
     def __init__(self, node_rows: beam.PCollection):
         super().__init__()
@@ -137,7 +138,7 @@ class AnchorTexts(beam.PTransform):
 
     def expand(self, edges):
         return (edges
-                | "WithTargetAndText" >> beam.Filter(lambda e: e["target_node_id"] and e["anchor_text"])
+                | "WithText" >> beam.Filter(lambda e: e["anchor_text"])
                 | "KeyByTargetAndSource" >> beam.Map(
                     lambda e: ((e["target_node_id"], e["source_node_id"]), (e["position"], e["anchor_text"])))
                 | "FirstLinkOfEachPage" >> beam.CombinePerKey(min)

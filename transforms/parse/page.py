@@ -31,12 +31,14 @@ from ritrag.transforms.parse.trail import find_trail
 
 
 def page_content_hash(page: ParsedPage) -> str:
-    # Everything the index stores of the page (the URL is its key), so that a page
-    # whose hash is unchanged needs no re-indexing. Section texts are appended
-    # raw: JSON-escaping the bulk of the page would cost more than hashing it.
+    # Everything the index stores of the page (the URL is its key), its links
+    # included, so that a page whose hash is unchanged needs no re-indexing.
+    # Section texts are appended raw: JSON-escaping the bulk of the page would
+    # cost more than hashing it.
     record = json.dumps([page.title, page.canonical_url, page.trail_method, page.description,
                          page.keywords, page.language, page.nav_order,
                          [(c.title, c.url) for c in page.trail],
+                         [(link.url, link.fragment, link.anchor_text) for link in page.links],
                          [(s.title, s.level, s.anchor, s.path, len(s.text)) for s in page.sections]],
                         ensure_ascii=False)
     return content_hash("\x1f".join([record, *(s.text for s in page.sections)]))
