@@ -4,12 +4,13 @@
         [--site_depth N] [--granularity page|section] [--num_shards N]
         [--embedding_model NAME_OR_PATH] [--dense_factory STRING] [--dense_nprobe N]
         [--dense_rerank N] [--chunk_template T] [--path_levels N] [--node_docs on|off]
-        [runner options]
+        [--anchor_docs on|off] [runner options]
 
 Stages: read -> parse (dead letters aside) -> forest (per site, skeletons only)
--> nodes (placements joined with page text) -> chunks -> sparse postings and
-embeddings -> the trained dense index; sinks write each into the segment's
-files. Then, in the launching process, publish: the manifest, with a checksum
+-> nodes (placements joined with page text) -> chunks; the indexed pages' links
+resolved to nodes (edges) -> anchor documents; sparse postings of chunks and
+anchor documents, embeddings of chunks -> the trained dense index; sinks write
+each into the segment's files. Then, in the launching process, publish: the manifest, with a checksum
 of every file, is written last and CURRENT flipped.
 Without --runner, the job runs on Beam's in-process FnApiRunner.
 """
@@ -30,16 +31,18 @@ from ritrag.pipelines.launcher import (BuildOptions, PublishOptions, check_page_
 from ritrag.pipelines.options import JobFlags
 from ritrag.embedder import EmbedderSpec
 from ritrag.bm25 import BM25_PARAMETERS
-from ritrag.layout import BM25_STATS_FILE, DENSE_INFO_FILE, IndexLayout, SITE_BASES_FILE, new_manifest
+from ritrag.layout import BM25_STATS_FILE, DENSE_INFO_FILE, EDGES_KIND, IndexLayout, SITE_BASES_FILE, new_manifest
 from ritrag.storage import open_read
 from ritrag.representation import Representation, retrieval_defaults
-from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA
+from ritrag.schema import CHUNKS_SCHEMA, EDGES_SCHEMA, EDGES_SORT_KEYS, NODES_SCHEMA, PAGES_SCHEMA
 from ritrag.transforms.chunk import ChunkNodesFn
+from ritrag.transforms.edges import EDGE_COUNTERS, AnchorDocuments, ResolveEdges
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainDenseIndex, WriteDenseIndex
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
-from ritrag.transforms.nodes import PAGES_OUTPUT, BuildForestNodes
-from ritrag.transforms.pages import (DEAD, DEFAULT_BASE_URL, InputOptions, PageParser, ParsePages, ReadInput,
-                                     WriteDeadLetters, count_input_files, input_root_and_pattern)
+from ritrag.transforms.nodes import LINKS_OUTPUT, PAGES_OUTPUT, BuildForestNodes
+from ritrag.transforms.pages import (DEAD, DEFAULT_BASE_URL, LINKS_CAPPED_COUNTER, PAGE_COUNTERS, InputOptions,
+                                     PageParser, ParsePages, ReadInput, WriteDeadLetters, count_input_files,
+                                     input_root_and_pattern)
 from ritrag.transforms.progress import LogProgress
 from ritrag.transforms.site_base import InferSiteBases
 from ritrag.transforms.sources.dispatch import HTML_SUFFIXES
@@ -83,13 +86,20 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
                                                  spill_dir=spill_location(segment_dir, "pages"))
     nodes = forest["nodes"] | "NodeProgress" >> LogProgress("forest (nodes)")
     # Chunks, cut inside each node, in the index's representation.
-    chunks = (nodes
-              | "Chunk" >> beam.ParDo(ChunkNodesFn(spec, representation))
-              | "ChunkProgress" >> LogProgress("chunk (chunks)"))
+    node_chunks = (nodes
+                   | "Chunk" >> beam.ParDo(ChunkNodesFn(spec, representation))
+                   | "ChunkProgress" >> LogProgress("chunk (chunks)"))
+    # Edges: the indexed pages' links resolved to nodes; the anchor texts of each
+    # node's in-links become its anchor document, a chunks-table row BM25 indexes.
+    edges = forest[LINKS_OUTPUT] | "Edges" >> ResolveEdges(nodes)
+    chunks = node_chunks
+    if representation.anchor_docs:
+        anchor_docs = edges | "AnchorDocuments" >> AnchorDocuments(nodes, spec)
+        chunks = (node_chunks, anchor_docs) | "ChunksAndAnchorDocs" >> beam.Flatten()
     # Sparse: BM25 postings and global statistics.
     sparse = chunks | "Sparse" >> BuildSparseIndex(representation)
-    # Dense: the model's vectors -> the trained index.
-    vectors = (chunks
+    # Dense: the model's vectors of the chunks (anchor documents are not embedded) -> the trained index.
+    vectors = (node_chunks
                | "ChunkTexts" >> beam.Map(lambda c: (c["chunk_id"], c["embedded_text"]))
                | "Embed" >> EmbedChunks.from_options(spec, options)
                | "EmbedProgress" >> LogProgress("embed (chunks)"))
@@ -103,6 +113,8 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
                                                              opts.num_shards)
     nodes | "WriteNodes" >> WriteParquetTable(segment_dir, "nodes", NODES_SCHEMA, "node_id", opts.num_shards)
     chunks | "WriteChunks" >> WriteParquetTable(segment_dir, "chunks", CHUNKS_SCHEMA, "chunk_id", opts.num_shards)
+    edges | "WriteEdges" >> WriteParquetTable(segment_dir, EDGES_KIND, EDGES_SCHEMA, "source_node_id",
+                                              opts.num_shards, EDGES_SORT_KEYS)
     sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, opts.num_shards)
     {VECTORS: vectors, TRAINED: trained} | "WriteDense" >> WriteDenseIndex(segment_dir, opts.num_shards)
 
@@ -165,7 +177,7 @@ def run(argv: list[str] | None = None) -> str:
         LOG.info("building from %s (%d files) into %s", opts.input, total_files, segment_dir)
         result = run_pipeline(options, segment_dir,
                               lambda p: build_pipeline(p, options, segment_dir, spec, representation, total_files))
-        counts = counter_values(result)
+        counts = counter_values(result, (*PAGE_COUNTERS, LINKS_CAPPED_COUNTER, *EDGE_COUNTERS))
         elapsed = time.time() - started
         check_page_accounting(counts, ("pages_indexed", "pages_dead_lettered", "pages_merged_duplicates"))
         refuse_empty(counts, segment_dir)

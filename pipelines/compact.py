@@ -2,8 +2,8 @@
 
     python -m ritrag.pipelines.compact --index INDEX [runner options]
 
-Every live row of the nodes, pages and chunks tables is rewritten into one new
-segment; postings and BM25 statistics are recomputed from the live chunks; the
+Every live row of the nodes, pages, chunks and edges tables is rewritten into one
+new segment; postings and BM25 statistics are recomputed from the live chunks; the
 dense shards are rebuilt from the stored vectors into the live trained index, so
 nothing is re-parsed or re-embedded. The result is published as a new version
 that answers exactly like the one it compacts.
@@ -22,11 +22,11 @@ import numpy as np
 from ritrag.pipelines.launcher import (IndexOptions, PublishOptions, job_options, prepare_job, publish_and_prune,
                                        required, run_pipeline)
 from ritrag.pipelines.options import JobFlags
-from ritrag.layout import BM25_STATS_FILE, new_manifest
+from ritrag.layout import BM25_STATS_FILE, EDGES_KIND, new_manifest
 from ritrag.reader import IndexReader, LiveFile
 from ritrag.storage import open_read
 from ritrag.representation import Representation
-from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA
+from ritrag.schema import CHUNKS_SCHEMA, EDGES_SCHEMA, EDGES_SORT_KEYS, NODES_SCHEMA, PAGES_SCHEMA
 from ritrag.vectors import VectorShard
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainedIndex, WriteDenseIndex
 from ritrag.transforms.sparse import BuildSparseIndex, WriteSparseIndex
@@ -34,7 +34,9 @@ from ritrag.transforms.tables import ReadLiveRows, WriteParquetTable
 
 LOG = logging.getLogger("ritrag.compact")
 FLAGS: JobFlags = {IndexOptions: None, PublishOptions: None}
-TABLES = (("nodes", NODES_SCHEMA, "node_id"), ("pages", PAGES_SCHEMA, "url"), ("chunks", CHUNKS_SCHEMA, "chunk_id"))
+# (kind, schema, shard key, sort keys) of every table a compaction rewrites.
+TABLES = (("nodes", NODES_SCHEMA, "node_id", None), ("pages", PAGES_SCHEMA, "url", None),
+          ("chunks", CHUNKS_SCHEMA, "chunk_id", None), (EDGES_KIND, EDGES_SCHEMA, "source_node_id", EDGES_SORT_KEYS))
 
 
 def without_file(row: dict) -> dict:
@@ -55,15 +57,16 @@ def compact_pipeline(p: beam.Pipeline, live: IndexReader, segment_dir: str) -> N
     num_shards = live.manifest.config["num_shards"]
     rows = {kind: (p | f"Live{kind.title()}" >> ReadLiveRows(live, kind)
                    | f"Strip{kind.title()}" >> beam.Map(without_file))
-            for kind, _, _ in TABLES}
+            for kind, _, _, _ in TABLES}
     sparse = rows["chunks"] | "Sparse" >> BuildSparseIndex(Representation.from_config(live.manifest.config))
     vectors = (p
                | "VectorFiles" >> beam.Create(live.files("vectors"))
                | "LiveVectors" >> beam.FlatMap(live_vectors))
     trained = p | "LiveTrainedIndex" >> beam.Create([TrainedIndex(live.trained_dense_index())])
 
-    for kind, schema, id_column in TABLES:
-        rows[kind] | f"Write{kind.title()}" >> WriteParquetTable(segment_dir, kind, schema, id_column, num_shards)
+    for kind, schema, id_column, sort_keys in TABLES:
+        rows[kind] | f"Write{kind.title()}" >> WriteParquetTable(segment_dir, kind, schema, id_column, num_shards,
+                                                                 sort_keys)
     sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, num_shards)
     {VECTORS: vectors, TRAINED: trained} | "WriteDense" >> WriteDenseIndex(segment_dir, num_shards)
 

@@ -126,6 +126,9 @@ class BuildOptions(PipelineOptions):
         parser.add_argument("--node_docs", choices=("on", "off"), default=None,
                             help="index a per-node document (path, summary, keywords) in BM25 and "
                                  "dense, and keep the path out of chunk postings (default on)")
+        parser.add_argument("--anchor_docs", choices=("on", "off"), default=None,
+                            help="index the anchor texts other pages link a node with as its anchor "
+                                 "document, a third BM25 field, never embedded (default on)")
 
 
 def representation_of(options: PipelineOptions, base: Representation = Representation()) -> Representation:
@@ -133,7 +136,8 @@ def representation_of(options: PipelineOptions, base: Representation = Represent
     opts = options.view_as(BuildOptions)
     given = {"template": (opts.chunk_template.replace("\\n", "\n") if opts.chunk_template is not None else None),
              "path_levels": opts.path_levels,
-             "node_docs": None if opts.node_docs is None else opts.node_docs == "on"}
+             "node_docs": None if opts.node_docs is None else opts.node_docs == "on",
+             "anchor_docs": None if opts.anchor_docs is None else opts.anchor_docs == "on"}
     return dataclasses.replace(base, **{k: v for k, v in given.items() if v is not None})
 
 

@@ -15,15 +15,21 @@
 4. New chunks reuse the stored vector of any live chunk with the same text (the
    model never runs on text it has embedded); the rest are embedded and added to
    a copy of the live trained dense index.
-5. BM25: postings of the new chunks plus signed deltas of document frequencies,
-   N and total length, so global statistics stay exact.
-6. Publish: the delta segment, then a manifest listing the live segments plus the
+5. Links (transforms/link_delta.py): the links of the pages indexed, and the
+   stored links of unchanged pages that name a page whose nodes changed, are
+   resolved against the nodes after the update; a source whose edges differ
+   from its live ones is tombstoned and written again, a page gone takes its
+   edges along; the nodes whose in-links changed get their anchor documents
+   again. The live edges and anchor documents are then a fresh build's.
+6. BM25: postings of the new chunks and anchor documents plus signed deltas of
+   document frequencies, N and total length, so global statistics stay exact.
+7. Publish: the delta segment, then a manifest listing the live segments plus the
    delta, then CURRENT.
 
 Options that shape the index (base URL, site depth, granularity, model, shards,
 representation) come from the live manifest: an update cannot change them, and
 one that asks for another representation (--chunk_template, --path_levels,
---node_docs) is refused before anything runs: rebuild instead.
+--node_docs, --anchor_docs) is refused before anything runs: rebuild instead.
 """
 from __future__ import annotations
 
@@ -41,16 +47,18 @@ from ritrag.pipelines.launcher import (BuildOptions, IndexOptions, PublishOption
                                        job_options, prepare_job, publish_and_prune, representation_of, required, run_pipeline)
 from ritrag.pipelines.options import JobFlags, JobOptionsError, given_flags, merge_flags
 from ritrag.embedder import EmbedderSpec, check_backend_available
-from ritrag.layout import BM25_STATS_FILE, IndexLayout, TOMBSTONES_FILE, new_manifest
+from ritrag.layout import BM25_STATS_FILE, EDGES_KIND, IndexLayout, TOMBSTONES_FILE, new_manifest
 from ritrag.reader import IndexReader
 from ritrag.storage import open_read
 from ritrag.representation import Representation, refuse_mixing
-from ritrag.schema import CHUNKS_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA, PageSkeleton
+from ritrag.schema import CHUNKS_SCHEMA, EDGES_SCHEMA, EDGES_SORT_KEYS, NODES_SCHEMA, PAGES_SCHEMA, PageSkeleton
 from ritrag.transforms.delta import (CHUNK_REF_COLUMNS, NODE_SKELETON_COLUMNS, ClassifyFn, DiffInput, ParseChangedPages,
                               PlanPageUpdates, RemovedChunkTerms, ReplaceRows, ReuseOrEmbedVectors, UpdatePagesFn,
                               WriteTombstones, tombstone_counts)
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainedIndex, WriteDenseIndex
+from ritrag.transforms.edges import EDGE_COUNTERS
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
+from ritrag.transforms.link_delta import CHANGED_NODES, TOMBSTONE, UpdateAnchorDocs, UpdateEdges
 from ritrag.transforms.nodes import PlaceSkeletons
 from ritrag.transforms.pages import (DEAD, PAGE_COUNTERS, InputOptions, PageParser, WriteDeadLetters, count_input_files,
                               input_root_and_pattern)
@@ -60,7 +68,7 @@ from ritrag.transforms.tables import ReadLiveRows, WriteParquetTable
 
 LOG = logging.getLogger("ritrag.update")
 UPDATE_COUNTERS = PAGE_COUNTERS + ("pages_unchanged", "pages_deleted", "pages_replaced",
-                                   "chunks_added", "chunks_reused_vectors")
+                                   "chunks_added", "chunks_reused_vectors") + EDGE_COUNTERS
 
 
 class UpdateOptions(InputOptions, IndexOptions):
@@ -110,6 +118,7 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
                         opts.follow_links_outside_input).with_site_bases(config.get("site_bases"))
     live_nodes = p | "LiveNodes" >> ReadLiveRows(live, "nodes", NODE_SKELETON_COLUMNS)
     live_chunks = p | "LiveChunks" >> ReadLiveRows(live, "chunks", CHUNK_REF_COLUMNS)
+    live_edges = p | "LiveEdges" >> ReadLiveRows(live, EDGES_KIND)
 
     # Diff: unchanged pages keep their stored skeleton; new and changed ones are parsed.
     diff = p | "Diff" >> DiffInput(pattern, parser, live)
@@ -124,13 +133,28 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
              | "PlanPages" >> PlanPageUpdates(spec, representation, granularity, parser))
     replaced = delta[UpdatePagesFn.NEED_BODY] | "ReplaceRows" >> ReplaceRows(spec, representation)
     nodes = (delta["nodes"], replaced["nodes"]) | "AllNodes" >> beam.Flatten()
-    dead = ((delta[UpdatePagesFn.TOMBSTONE], replaced[UpdatePagesFn.TOMBSTONE],
-             diff[ClassifyFn.DEAD_URL] | "DeadUrls" >> beam.Map(lambda u: ("url", u)))
-            | "AllDead" >> beam.Flatten())
+    # Links: the edges of the sources whose edges changed; the anchor documents of
+    # the nodes whose in-links changed.
+    targets = delta[UpdatePagesFn.TARGETS]
+    edges = ({"indexed": delta[UpdatePagesFn.LINKS], "unchanged": diff[ClassifyFn.LINKS],
+              "changed_urls": delta[UpdatePagesFn.CHANGED_TARGETS], "gone": delta[UpdatePagesFn.GONE],
+              "targets": targets, "live_edges": live_edges}
+             | "Edges" >> UpdateEdges())
+    dead_parts = [delta[UpdatePagesFn.TOMBSTONE], replaced[UpdatePagesFn.TOMBSTONE], edges[TOMBSTONE],
+                  diff[ClassifyFn.DEAD_URL] | "DeadUrls" >> beam.Map(lambda u: ("url", u))]
     # Chunks, sparse (signed deltas of the global statistics) and dense (into the live trained index).
     chunks = (delta[UpdatePagesFn.CHUNKS], replaced[UpdatePagesFn.CHUNKS]) | "AllChunks" >> beam.Flatten()
+    indexed = chunks
+    if representation.anchor_docs:
+        anchor_docs = ({"changed_nodes": edges[CHANGED_NODES], "tombstoned": edges[TOMBSTONE],
+                        "edges": edges["edges"], "live_edges": live_edges, "targets": targets,
+                        "live_chunks": live_chunks}
+                       | "AnchorDocs" >> UpdateAnchorDocs(spec))
+        dead_parts.append(anchor_docs[TOMBSTONE])
+        indexed = (chunks, anchor_docs["anchor_docs"]) | "ChunksAndAnchorDocs" >> beam.Flatten()
+    dead = dead_parts | "AllDead" >> beam.Flatten()
     removed = dead | "Removed" >> RemovedChunkTerms(representation)
-    sparse = chunks | "Sparse" >> BuildSparseIndex(representation, removed=removed)
+    sparse = indexed | "Sparse" >> BuildSparseIndex(representation, removed=removed)
     vectors = ({"new": chunks, "live": live_chunks}
                | "Vectors" >> ReuseOrEmbedVectors(live, EmbedChunks.from_options(spec, options)))
     trained = p | "LiveTrainedIndex" >> beam.Create([TrainedIndex(live.trained_dense_index())])
@@ -141,7 +165,9 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     delta[UpdatePagesFn.PAGES] | "WritePages" >> WriteParquetTable(segment_dir, "pages", PAGES_SCHEMA, "url",
                                                                    num_shards)
     dead | "Tombstones" >> WriteTombstones(segment_dir)
-    chunks | "WriteChunks" >> WriteParquetTable(segment_dir, "chunks", CHUNKS_SCHEMA, "chunk_id", num_shards)
+    indexed | "WriteChunks" >> WriteParquetTable(segment_dir, "chunks", CHUNKS_SCHEMA, "chunk_id", num_shards)
+    edges["edges"] | "WriteEdges" >> WriteParquetTable(segment_dir, EDGES_KIND, EDGES_SCHEMA, "source_node_id",
+                                                       num_shards, EDGES_SORT_KEYS)
     sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, num_shards)
     {VECTORS: vectors, TRAINED: trained} | "WriteDense" >> WriteDenseIndex(segment_dir, num_shards)
 

@@ -18,7 +18,7 @@ import apache_beam as beam
 
 from ritrag.embedder import EmbedderSpec, load_tokenizer, model_token_limit
 from ritrag.ids import chunk_id_for, content_hash
-from ritrag.representation import LEGACY, NODE_DOC_ORDINAL, Representation
+from ritrag.representation import ANCHOR_DOC_ORDINAL, LEGACY, NODE_DOC_ORDINAL, Representation
 
 TokenCounter = Callable[[Sequence[str]], list[int]]
 
@@ -162,6 +162,15 @@ def node_chunk_rows(node: dict, representation: Representation, count: TokenCoun
     } for ordinal, text, embedded, n_tokens in pieces]
 
 
+def anchor_doc_row(node_id: str, page_id: str, anchors: Sequence[str], count: TokenCounter) -> dict:
+    """The chunks-table row of a node's anchor document (ordinal -2): the anchor
+    texts of its in-links, one a line. Not embedded: no `embedded_text`."""
+    text = "\n".join(anchors)
+    return {"chunk_id": chunk_id_for(node_id, ANCHOR_DOC_ORDINAL, text), "node_id": node_id, "page_id": page_id,
+            "ordinal": ANCHOR_DOC_ORDINAL, "text": text, "text_hash": content_hash(text),
+            "n_tokens": count([text])[0]}
+
+
 def chunk_rows(node_id: str, page_id: str, title: str, body: str, count: TokenCounter, limit: int,
                additive: bool = False) -> list[dict]:
     """Chunk rows of a node known by its title and body alone (LEGACY representation)."""
@@ -235,16 +244,21 @@ def word_counter(count: TokenCounter) -> TokenCounter:
     return count_words
 
 
+def model_counter(spec: EmbedderSpec) -> tuple[TokenCounter, int, bool]:
+    """(token counter, token limit, whether counts add up) of `spec`'s model,
+    its tokenizer loaded here, once."""
+    tokenizer = load_tokenizer(spec)
+    count, limit = tokenizer_counter(tokenizer), model_token_limit(spec, tokenizer)
+    additive = counts_add_up(tokenizer)
+    return (word_counter(count) if additive else count), limit, additive
+
+
 def node_chunker(spec: EmbedderSpec, representation: Representation) -> Callable[[dict], list[dict]]:
     """Node row -> its chunk rows in `representation`, tokens counted by the
     tokenizer of `spec`'s model (loaded here, once): the one function the build,
     the update and the tests chunk with. Virtual and site nodes hold no text:
     no chunks and no node document."""
-    tokenizer = load_tokenizer(spec)
-    count, limit = tokenizer_counter(tokenizer), model_token_limit(spec, tokenizer)
-    additive = counts_add_up(tokenizer)
-    if additive:
-        count = word_counter(count)
+    count, limit, additive = model_counter(spec)
 
     def chunk(node: dict) -> list[dict]:
         if node["kind"] in ("site", "virtual"):
@@ -269,3 +283,20 @@ class ChunkNodesFn(beam.DoFn):
         rows = self._chunk(node)
         self._chunks.inc(len(rows))
         yield from rows
+
+
+class AnchorDocFn(beam.DoFn):
+    """(node id, page id, anchor texts) -> the node's anchor-document chunk row,
+    its tokens counted with the embedding model's tokenizer like every chunk's."""
+
+    def __init__(self, spec: EmbedderSpec):
+        self._spec = spec
+        self._docs = beam.metrics.Metrics.counter("ritrag.chunk", "anchor_docs")
+
+    def setup(self):
+        self._count, _, _ = model_counter(self._spec)
+
+    def process(self, node_page_anchors: tuple[str, str, tuple[str, ...]]):
+        node_id, page_id, anchors = node_page_anchors
+        self._docs.inc()
+        yield anchor_doc_row(node_id, page_id, anchors, self._count)

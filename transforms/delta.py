@@ -30,10 +30,11 @@ from ritrag.ids import node_id_for, raw_hash
 from ritrag.layout import TOMBSTONES_FILE
 from ritrag.reader import IndexReader, read_rows_by_id
 from ritrag.storage import open_parquet
-from ritrag.representation import Representation
-from ritrag.schema import (NODES_SCHEMA, TOMBSTONES_SCHEMA, DeadLetter, NodePlacement, PageSkeleton, PageSource,
-                           ParsedPage, WarcPage, page_row)
+from ritrag.representation import ANCHOR_DOC_ORDINAL, Representation
+from ritrag.schema import (NODES_SCHEMA, TOMBSTONES_SCHEMA, DeadLetter, Link, NodePlacement, PageSkeleton, PageSource,
+                           ParsedPage, WarcPage, page_row, row_links)
 from ritrag.transforms.chunk import node_chunker
+from ritrag.transforms.edges import node_targets
 from ritrag.transforms.embed import EmbedChunks
 from ritrag.transforms.nodes import page_node_rows, placement_row
 from ritrag.transforms.pages import COUNTERS, DEAD, PageParser, ParsePages, ReadInput, chosen_source, reread_page
@@ -47,7 +48,9 @@ from ritrag.vectors import VectorStore
 PLACEMENT_FIELDS = ("parent_id", "site", "kind", "position", "depth", "title", "url",
                     "ancestor_ids", "ancestor_titles", "trail_method", "source_kind")
 NODE_SKELETON_COLUMNS = [f.name for f in NODES_SCHEMA if f.name != "body"]
-CHUNK_REF_COLUMNS = ["chunk_id", "node_id", "page_id", "text_hash"]
+CHUNK_REF_COLUMNS = ["chunk_id", "node_id", "page_id", "ordinal", "text_hash"]
+# What the link stages (transforms/link_delta.py) need of a node a link may name.
+TARGET_COLUMNS = ("node_id", "page_id", "kind", "url")
 
 
 # --- diff ---------------------------------------------------------------------------
@@ -59,9 +62,10 @@ class InputFile:
 
 
 class ClassifyFn(beam.DoFn):
-    """Per URL: unchanged -> stored skeleton; new/changed -> to parse; gone -> tombstone."""
+    """Per URL: unchanged -> stored skeleton (and its stored links, on LINKS);
+    new/changed -> to parse; gone -> tombstone."""
 
-    PARSE, DEAD_URL = "parse", "dead_url"
+    PARSE, DEAD_URL, LINKS = "parse", "dead_url", "links"
 
     def __init__(self):
         self._read = beam.metrics.Metrics.counter(COUNTERS, "pages_read")
@@ -80,6 +84,8 @@ class ClassifyFn(beam.DoFn):
         if len(inputs) == 1 and len(old) == 1 and inputs[0].raw_hash == old[0]["raw_hash"]:
             self._unchanged.inc()
             yield PageSkeleton.from_row(old[0])
+            if old[0]["links"]:
+                yield beam.pvalue.TaggedOutput(self.LINKS, (url, row_links(old[0])))
             return
         if old:
             self._replaced.inc()
@@ -143,6 +149,13 @@ class PagePlan:
     dead_chunks: list[tuple[str, int]] = field(default_factory=list)  # (file, chunk id)
     dead_urls: list[str] = field(default_factory=list)  # pages-table rows
     page_rows: list[dict] = field(default_factory=list)  # pages-table rows to write
+    # Its nodes a link may name after the update (TARGET_COLUMNS), the page URLs
+    # whose set of such nodes the update changes, the links of the page indexed,
+    # and the page node gone with its out-links.
+    targets: list[dict] = field(default_factory=list)
+    changed_target_urls: list[str] = field(default_factory=list)
+    links: tuple[Link, ...] | None = None
+    dead_source: str | None = None
     indexed: int = 0
     merged: int = 0
 
@@ -182,6 +195,20 @@ def replaced_rows(placement: NodePlacement, old_rows: list[dict]) -> list[dict]:
 def plan_page_update(placement: NodePlacement | None, page: ParsedPage | None, n_parsed: int,
                      old_rows: list[dict], old_chunks: list[dict], granularity: str,
                      chunker: Callable[[dict], list[dict]], representation: Representation) -> PagePlan:
+    """`page_plan`, with the nodes of the group a link may name after it, and the
+    page URLs whose such nodes it changes (the links to them are resolved again)."""
+    plan = page_plan(placement, page, n_parsed, old_rows, old_chunks, granularity, chunker, representation)
+    final = plan.rows if page is not None and plan.indexed else ([] if placement is None else old_rows)
+    plan.targets = [{name: row[name] for name in TARGET_COLUMNS} for row in final if row["page_id"]]
+    before = {t for row in old_rows for t in node_targets(row)}
+    after = {t for row in plan.targets for t in node_targets(row)}
+    plan.changed_target_urls = sorted({url for url, _ in before ^ after})
+    return plan
+
+
+def page_plan(placement: NodePlacement | None, page: ParsedPage | None, n_parsed: int,
+              old_rows: list[dict], old_chunks: list[dict], granularity: str,
+              chunker: Callable[[dict], list[dict]], representation: Representation) -> PagePlan:
     """The delta of one group: a page (its placement, the page indexed of the
     `n_parsed` freshly parsed at its URL, its live node rows and chunk refs) or a
     virtual/site node. `page` is None when nothing was parsed at the URL, or when
@@ -189,7 +216,9 @@ def plan_page_update(placement: NodePlacement | None, page: ParsedPage | None, n
 
     A re-placed row whose representation changed (its path, in a path-aware
     representation) carries `_old_chunks`, the (file, chunk id) of its live
-    chunks: it is chunked again once its body is read back (`rechunk_replaced`)."""
+    chunks: it is chunked again once its body is read back (`rechunk_replaced`).
+    Anchor documents are the link stages' (transforms/link_delta.py): they die
+    here only with their node's page."""
     plan = PagePlan()
     old_ids = [r["node_id"] for r in old_rows]
     if placement is None:  # deleted, or merged into another page by its canonical link
@@ -198,7 +227,9 @@ def plan_page_update(placement: NodePlacement | None, page: ParsedPage | None, n
         plan.dead_chunks = [(c["_file"], c["chunk_id"]) for c in old_chunks]
         # Its pages row goes too, so that the page is parsed afresh if it comes back.
         plan.dead_urls = [r["url"] for r in old_rows if r["kind"] == "page" and r["node_id"] == r["page_id"]]
+        plan.dead_source = next((r["node_id"] for r in old_rows if r["node_id"] == r["page_id"]), None)
         return plan
+    old_chunks = [c for c in old_chunks if c["ordinal"] != ANCHOR_DOC_ORDINAL]
     plan.merged = max(n_parsed - 1, 0)
     if placement.kind != "page" or (page is None and not old_rows):  # no text: no chunks
         old = old_rows[0] if old_rows else None
@@ -211,6 +242,7 @@ def plan_page_update(placement: NodePlacement | None, page: ParsedPage | None, n
         plan.indexed = 1
         plan.rows = page_node_rows(placement, page, granularity)
         plan.page_rows = [page_row(page)]
+        plan.links = page.links
         plan.dead_nodes = old_ids
         new_chunks = [c for row in plan.rows for c in chunker(row)]
         new_ids = {c["chunk_id"] for c in new_chunks}
@@ -232,6 +264,9 @@ class UpdatePagesFn(beam.DoFn):
     page indexed is read and parsed again (shuffles carry its source, not its text)."""
 
     NEED_BODY, CHUNKS, PAGES, TOMBSTONE = "need_body", "chunks", "pages", "tombstone"
+    # For the link stages: TARGETS, PagePlan.targets; CHANGED_TARGETS, its
+    # changed_target_urls; LINKS, (URL, links) of a page indexed; GONE, dead_source.
+    TARGETS, CHANGED_TARGETS, LINKS, GONE = "targets", "changed_targets", "links", "gone"
 
     def __init__(self, spec: EmbedderSpec, representation: Representation, granularity: str, parser: PageParser):
         self._spec, self._granularity, self._parser = spec, granularity, parser
@@ -273,6 +308,14 @@ class UpdatePagesFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(self.TOMBSTONE, ("url", url))
         for file, chunk_id in plan.dead_chunks:
             yield beam.pvalue.TaggedOutput(self.TOMBSTONE, ("chunk_id", (file, chunk_id)))
+        for target in plan.targets:
+            yield beam.pvalue.TaggedOutput(self.TARGETS, target)
+        for url in plan.changed_target_urls:
+            yield beam.pvalue.TaggedOutput(self.CHANGED_TARGETS, url)
+        if plan.links:
+            yield beam.pvalue.TaggedOutput(self.LINKS, (page.url, plan.links))
+        if plan.dead_source:
+            yield beam.pvalue.TaggedOutput(self.GONE, plan.dead_source)
 
 
 def attach_bodies(file_and_rows: tuple[str, Iterable[dict]]) -> Iterable[dict]:
@@ -328,7 +371,7 @@ def removed_chunk_terms(file_and_ids: tuple[str, Iterable[int]], representation:
 
 def write_tombstones(out_dir: str, dead: list[tuple[str, object]]) -> None:
     """`dead`: (column of TOMBSTONES_SCHEMA, id) pairs."""
-    rows = [{"node_id": None, "chunk_id": None, "url": None, column: value}
+    rows = [{**dict.fromkeys(TOMBSTONES_SCHEMA.names), column: value}
             for column, value in sorted(set(dead), key=lambda kv: (kv[0], str(kv[1])))]
     write_bytes(os.path.join(out_dir, TOMBSTONES_FILE), parquet_bytes(rows, TOMBSTONES_SCHEMA))
 
@@ -371,8 +414,8 @@ class ReadStoredVectorsFn(beam.DoFn):
 # --- the stages, as composite transforms ------------------------------------------
 
 class DiffInput(beam.PTransform):
-    """pbegin -> unchanged pages' stored skeletons (main), paths to parse
-    (ClassifyFn.PARSE) and URLs to tombstone (ClassifyFn.DEAD_URL)."""
+    """pbegin -> unchanged pages' stored skeletons (main) and links (ClassifyFn.LINKS),
+    paths to parse (ClassifyFn.PARSE) and URLs to tombstone (ClassifyFn.DEAD_URL)."""
 
     def __init__(self, pattern: str, parser: PageParser, live: IndexReader):
         super().__init__()
@@ -386,7 +429,7 @@ class DiffInput(beam.PTransform):
         return ({"input": inputs, "old": old_pages}
                 | "JoinByUrl" >> beam.CoGroupByKey()
                 | "Classify" >> beam.ParDo(ClassifyFn()).with_outputs(ClassifyFn.PARSE, ClassifyFn.DEAD_URL,
-                                                                       main="unchanged"))
+                                                                       ClassifyFn.LINKS, main="unchanged"))
 
 
 class ParseChangedPages(beam.PTransform):
@@ -422,6 +465,7 @@ class PlanPageUpdates(beam.PTransform):
             | "JoinByPage" >> beam.CoGroupByKey()
             | "PlanPages" >> beam.ParDo(self._fn).with_outputs(
                 UpdatePagesFn.NEED_BODY, UpdatePagesFn.CHUNKS, UpdatePagesFn.PAGES, UpdatePagesFn.TOMBSTONE,
+                UpdatePagesFn.TARGETS, UpdatePagesFn.CHANGED_TARGETS, UpdatePagesFn.LINKS, UpdatePagesFn.GONE,
                 DEAD, main="nodes"))
 
 
@@ -484,7 +528,9 @@ class ReuseOrEmbedVectors(beam.PTransform):
     def expand(self, chunks):
         split = (
             {"new": chunks["new"] | "KeyNewByText" >> beam.Map(lambda c: (c["text_hash"], c)),
-             "live": chunks["live"] | "KeyLiveByText" >> beam.Map(lambda c: (c["text_hash"], c))}
+             # Anchor documents have no vector to lend.
+             "live": chunks["live"] | "KeyLiveByText" >> beam.FlatMap(
+                 lambda c: [(c["text_hash"], c)] if c["ordinal"] != ANCHOR_DOC_ORDINAL else [])}
             | "JoinByText" >> beam.CoGroupByKey()
             | "SplitReuse" >> beam.FlatMap(split_reuse).with_outputs("embed", main="reuse"))
         reused = split["reuse"] | "StoredVectors" >> beam.ParDo(ReadStoredVectorsFn(self._vector_files))

@@ -1,8 +1,9 @@
 """The link graph: indexed pages' links resolved to nodes of the index (the edges
 table), and the anchor texts other pages link each node with.
 
-  ResolveEdges  (page URL, its ParsedPage.links) x node rows -> EDGES_SCHEMA rows
-  AnchorTexts   EDGES_SCHEMA rows -> (node id, the anchor texts of its in-links)
+  ResolveEdges     (page URL, its ParsedPage.links) x node rows -> EDGES_SCHEMA rows
+  AnchorTexts      EDGES_SCHEMA rows -> (node id, the anchor texts of its in-links)
+  AnchorDocuments  EDGES_SCHEMA rows x node rows -> anchor-document chunk rows (ordinal -2)
 
 Both are pure (the job writes what they produce). A link names a page URL and
 maybe a fragment: it resolves to the section node with that anchor where the
@@ -21,14 +22,17 @@ from typing import Iterable
 
 import apache_beam as beam
 
+from ritrag.embedder import EmbedderSpec
 from ritrag.ids import node_id_for
 from ritrag.schema import Link
+from ritrag.transforms.chunk import AnchorDocFn
 from ritrag.transforms.pages import COUNTERS
 
 # Links kept as edges (of them, to a section node), and links to nothing in the index.
 EDGES_COUNTER = "edges"
 EDGES_TO_SECTIONS_COUNTER = "edges_to_sections"
 LINKS_UNRESOLVED_COUNTER = "links_unresolved"
+EDGE_COUNTERS = (EDGES_COUNTER, EDGES_TO_SECTIONS_COUNTER, LINKS_UNRESOLVED_COUNTER)
 # The in-link anchor texts kept per node: the most linking pages first, at most
 # MAX_NODE_ANCHORS of them, MAX_NODE_ANCHOR_CHARS in all (an index field, not a list
 # of every page that links to a popular one).
@@ -150,3 +154,31 @@ class AnchorTexts(beam.PTransform):
                 | "MostUsed" >> beam.combiners.Top.PerKey(MAX_NODE_ANCHORS, key=lambda v: (-v[0], v[1]),
                                                           reverse=True)
                 | "Bounded" >> beam.Map(bounded_anchors))
+
+
+def anchored_nodes(joined: tuple[str, dict]) -> Iterable[tuple[str, str, tuple[str, ...]]]:
+    """(node id, its page id, its anchor texts) of a node that has both."""
+    node_id, group = joined
+    for anchors in group["anchors"]:
+        for page_id in group["page"]:
+            yield node_id, page_id, anchors
+
+
+class AnchorDocuments(beam.PTransform):
+    """EDGES_SCHEMA rows -> the anchor-document chunk rows (ordinal -2) of the
+    nodes they link to (their AnchorTexts), each with its node's page from
+    `node_rows` (dicts with node_id and page_id, of the nodes that may be
+    linked to), tokens counted by `spec`'s tokenizer."""
+
+    def __init__(self, node_rows: beam.PCollection, spec: EmbedderSpec):
+        super().__init__()
+        self._node_rows, self._spec = node_rows, spec
+
+    def expand(self, edges):
+        anchors = edges | "AnchorTexts" >> AnchorTexts()
+        pages = self._node_rows | "PageOfNode" >> beam.FlatMap(
+            lambda r: [(r["node_id"], r["page_id"])] if r["page_id"] else [])
+        return ({"anchors": anchors, "page": pages}
+                | "JoinAnchorsAndPages" >> beam.CoGroupByKey()
+                | "AnchoredNodes" >> beam.FlatMap(anchored_nodes)
+                | "AnchorDocs" >> beam.ParDo(AnchorDocFn(self._spec)))

@@ -19,6 +19,7 @@ from ritrag.transforms.forest import build_site_forest, expand_sections
 from ritrag.transforms.pages import COUNTERS, DEAD, PageParser, ParserArg, SpillPagesFn, chosen_source, placed_page
 
 PAGES_OUTPUT = "pages"  # the tagged output of pages-table rows
+LINKS_OUTPUT = "links"  # the tagged output of (page URL, ParsedPage.links) of the pages indexed
 # Nodes placed at ritrag.schema.MAX_TREE_DEPTH above where their chain would put
 # them (pages by the forest, sections by their page), and sections kept in the
 # text of a page placed at the cap.
@@ -73,7 +74,9 @@ class NodeRowsFn(beam.DoFn):
     parsed at that URL. The page indexed is read back from its spill file, or
     read and parsed again by `parser` (`placed_page`), so no shuffle carries page
     text: its node rows go to the main output, its pages-table row to
-    PAGES_OUTPUT. A page that cannot be read again becomes a dead letter (DEAD)."""
+    PAGES_OUTPUT, its links to LINKS_OUTPUT (those of the page indexed, never of
+    a duplicate merged into it). A page that cannot be read again becomes a dead
+    letter (DEAD)."""
 
     def __init__(self, granularity: str):
         self._granularity = granularity
@@ -102,6 +105,8 @@ class NodeRowsFn(beam.DoFn):
             return
         self._indexed.inc()
         yield beam.pvalue.TaggedOutput(PAGES_OUTPUT, page_row(page))
+        if page.links:
+            yield beam.pvalue.TaggedOutput(LINKS_OUTPUT, (page.url, page.links))
         yield from page_node_rows(placement, page, self._granularity)
 
 
@@ -117,8 +122,8 @@ def page_node_rows(placement: NodePlacement, page: ParsedPage, granularity: str)
 
 class BuildForestNodes(beam.PTransform):
     """Parsed pages -> node rows ("nodes"), placed per site from skeletons and
-    joined with their text by URL; the pages-table rows of the pages indexed
-    (PAGES_OUTPUT); dead letters of pages that could not be read again (DEAD).
+    joined with their text by URL; the pages-table rows and the links of the
+    pages indexed (PAGES_OUTPUT, LINKS_OUTPUT); dead letters of pages that could not be read again (DEAD).
     Only skeletons and page sources are shuffled, never page text: with
     `spill_dir`, a scratch location of the job's, each page is written there as
     parsed and read back once placed (a stage that writes files, because a
@@ -146,5 +151,5 @@ class BuildForestNodes(beam.PTransform):
             {"placement": placements, "page": sources}
             | "JoinPlacementAndSource" >> beam.CoGroupByKey()
             | "NodeRows" >> beam.ParDo(NodeRowsFn(self._granularity), self._parser
-                                       ).with_outputs(PAGES_OUTPUT, DEAD, main="nodes")
+                                       ).with_outputs(PAGES_OUTPUT, LINKS_OUTPUT, DEAD, main="nodes")
         )

@@ -59,6 +59,7 @@ DEFAULT_BASE_URL = "http://localhost/"
 # pages_read = pages_indexed + pages_dead_lettered + pages_merged_duplicates
 PAGE_COUNTERS = ("pages_read", "pages_parsed", "pages_indexed", "pages_dead_lettered",
                  "pages_merged_duplicates")
+LINKS_CAPPED_COUNTER = "pages_links_capped"  # pages parsed with more links than ParsedPage.links keeps
 
 
 class InputOptions(PipelineOptions):
@@ -227,6 +228,7 @@ class ParsePagesFn(beam.DoFn):
         self._read = beam.metrics.Metrics.counter(COUNTERS, "pages_read")
         self._parsed = beam.metrics.Metrics.counter(COUNTERS, "pages_parsed")
         self._dead = beam.metrics.Metrics.counter(COUNTERS, "pages_dead_lettered")
+        self._links_capped = beam.metrics.Metrics.counter(COUNTERS, LINKS_CAPPED_COUNTER)
         self._trail_counters: dict[str, beam.metrics.metricbase.Counter] = {}
 
     def _count_trail(self, page: ParsedPage) -> None:
@@ -265,6 +267,8 @@ class ParsePagesFn(beam.DoFn):
                 self._read.inc()
             self._parsed.inc()
             self._count_trail(page)
+            if page.links_past_cap:
+                self._links_capped.inc()
             yield page
 
 

@@ -247,24 +247,26 @@ def remove_spill_files(segment_dir: str) -> None:
 
 
 class WriteParquetTable(beam.PTransform):
-    """Rows (dicts of `schema`) -> Parquet files sharded by and sorted on the
-    unique `id_column`."""
+    """Rows (dicts of `schema`) -> Parquet files sharded by `id_column` and
+    sorted on `sort_keys` (default: the id column, then unique)."""
 
-    def __init__(self, out_dir: str, kind: str, schema: pa.Schema, id_column: str, num_shards: int):
+    def __init__(self, out_dir: str, kind: str, schema: pa.Schema, id_column: str, num_shards: int,
+                 sort_keys: Sequence[str] | None = None):
         super().__init__()
         self._out_dir = out_dir
         self._kind = kind
         self._schema = schema
         self._id_column = id_column
         self._num_shards = num_shards
+        self._sort_keys = list(sort_keys or [id_column])
 
     def expand(self, rows):
-        schema, id_column = self._schema, self._id_column
+        schema, id_column, sort_keys = self._schema, self._id_column, self._sort_keys
         return rows | WriteShards(
             self._out_dir, self._kind, self._num_shards,
             shard_key=lambda r: r[id_column],
             to_table=lambda shard_rows: pa.Table.from_pylist(shard_rows, schema=schema),
-            write=lambda path, table: write_sorted_table(path, table, schema, [id_column]),
+            write=lambda path, table: write_sorted_table(path, table, schema, sort_keys),
         )
 
 
