@@ -1,7 +1,7 @@
 """`ritrag` command line: one sub-command per Python API entry point.
 
     ritrag build INPUT --out INDEX [build options] [Beam runner options]
-    ritrag toc INDEX "query" [--k 200] [--n 50]         -> JSON on stdout
+    ritrag toc INDEX "query" [--k 200] [--n 50] [--cross_links on|off]   -> JSON on stdout
     ritrag read INDEX NODE_ID... [--max_chars N] [--offset N]
     ritrag update INPUT --index INDEX [Beam runner options]
     ritrag crawl SEED_URL... --out CRAWL_DIR [--seeds FILE] [crawl options]   then build/update CRAWL_DIR
@@ -37,6 +37,7 @@ from ritrag.serving.errors import ToolError
 RETRIEVAL_FLAGS: dict[str, tuple[Callable[[str], object], str]] = {
     "node_score": (str, "node score: max (the paper's rule: best chunk) or max+doc (+ the node's own match)"),
     "path_weight": (float, "BM25 weight of the node path field in a chunk's score"),
+    "anchor_weight": (float, "BM25 weight of the node's in-link anchor texts field in a chunk's score"),
     "fusion": (str, "how BM25 and dense are fused: minmax (normalized scores, the default) or rrf (ranks)"),
     "sparse_weight": (float, "weight of the BM25 ranking in the fusion"),
     "dense_weight": (float, "weight of the dense ranking in the fusion"),
@@ -133,7 +134,8 @@ def _toc(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.serving.api import RitragIndex
     from ritrag.serving.tools import ToolService
 
-    result = ToolService(RitragIndex(args.index)).get_toc(args.query, k=args.k, n=args.n, format=args.format)
+    result = ToolService(RitragIndex(args.index)).get_toc(args.query, k=args.k, n=args.n, format=args.format,
+                                                          cross_links=args.cross_links == "on")
     if args.format == "outline":  # the text itself, labelled by node ids (for `ritrag read`)
         print(result["outline"])
         return 0
@@ -362,6 +364,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     the serving commands never load Beam."""
     from ritrag.serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N
     from ritrag.serving.budget import Budget
+    from ritrag.serving.links import DEFAULT_CROSS_LINKS
     from ritrag.serving.server import API_KEY_ENV, add_server_arguments
 
     top = _Parser(prog="ritrag", description=__doc__.split("\n\n")[0])
@@ -374,7 +377,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         else:
             sub.add_parser(name, help=summary, add_help=False)
         if name == "build":  # the commands in the order of the README
-            _add_query_parsers(sub, DEFAULT_K, DEFAULT_N, DEFAULT_MAX_CHARS)
+            _add_query_parsers(sub, DEFAULT_K, DEFAULT_N, DEFAULT_MAX_CHARS, DEFAULT_CROSS_LINKS)
 
     p = sub.add_parser("versions", help="list published versions (* = live)")
     p.add_argument("index", help="index directory or object-store prefix")
@@ -482,7 +485,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return top
 
 
-def _add_query_parsers(sub, default_k: int, default_n: int, default_max_chars: int) -> None:
+def _add_query_parsers(sub, default_k: int, default_n: int, default_max_chars: int, cross_links: bool) -> None:
     p = sub.add_parser("toc", help="GetToC: the query-induced sub-forest (JSON, or an outline)")
     p.add_argument("index", help="index directory or object-store URL")
     p.add_argument("query", help="what to look for")
@@ -491,6 +494,8 @@ def _add_query_parsers(sub, default_k: int, default_n: int, default_max_chars: i
     p.add_argument("--format", choices=("json", "outline", "both"), default="json",
                    help="json: the trees; outline: one line per node, labelled by node id (for ritrag read); "
                         "both: JSON with the outline and the token counts of each")
+    p.add_argument("--cross_links", choices=("on", "off"), default="on" if cross_links else "off",
+                   help="hits list related nodes elsewhere that their pages link to or are linked from (see_also)")
     p.set_defaults(func=_toc)
 
     p = sub.add_parser("read", help="Read: node bodies as JSON (exit 3 when an id is unknown)")

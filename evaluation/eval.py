@@ -18,6 +18,10 @@ method's baselines over the same index and the same retriever.
   chunks are what the model would read;
 - `tree`: PageIndex-style, the whole tree (site) holding the top hit: its
   full table of contents, and whether the gold is in it at all;
+- cross-links (measured on the sub-forest): the ToC's tokens without and with
+  each hit's `see_also` (ritrag.serving.links), and whether gold the ToC
+  missed is one hop away: among the cross-links shown, or among any node its
+  hits link to or are linked from;
 - `agent` (optional): `ritrag.evaluation.agent.run_agent` with a real model.
 
 Gold: each entry of a question's `gold` is a target, resolved to the live
@@ -29,13 +33,9 @@ matches every section node of that page). An entry that names no node is
 reported as unresolvable, never scored as a miss; a question none of whose
 entries resolve is left out of every scored metric and listed.
 
-Metrics over a ranking (nodes, or chunks as the nodes they belong to): rank
-= position of the first item of any target (1 = best; hit@k, MRR); nDCG@10
-with binary gains, each target credited once, at its first item, against
-an ideal ranking of min(targets, 10) items. Evidence recall = the share of
-the question's evidence strings found verbatim (whitespace normalized) in
-the text read. Evidence precision/recall/F1 of nodes read (agent): a read
-node is correct when it belongs to a target; recall is over targets.
+Metrics over a ranking (nodes, or chunks as the nodes they belong to) are
+ritrag.evaluation.metrics': rank of the first gold item, hit@k, MRR,
+nDCG@10, evidence recall and the agent's evidence precision/recall/F1.
 """
 from __future__ import annotations
 
@@ -52,9 +52,10 @@ from urllib.parse import urlsplit
 import numpy as np
 import pyarrow.compute as pc
 
+from ritrag.evaluation.metrics import evidence_found, first_rank, gains, ndcg, node_prf, percentile
 from ritrag.layout import IndexLayout, IndexLoadError
 from ritrag.serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N, RitragIndex
-from ritrag.serving.outline import TOKENIZER, count_tokens, render_outline, toc_json_text
+from ritrag.serving.outline import TOKENIZER, count_tokens, preorder, render_outline, toc_json_text
 from ritrag.serving.retrieval import RetrievalParams, node_scores, reciprocal_rank_fusion, top_nodes
 from ritrag.serving.skeleton import fixed_width
 from ritrag.urls import normalize_url
@@ -73,7 +74,9 @@ SYSTEMS = {
 FOCUS_BUDGETS = {"focused1x": 1.0, "focused2x": 2.0}
 CHARS_PER_TOKEN = 4  # a Read asks for characters; its text is then counted in tokens
 NODE_RANKINGS = ("subforest", "bm25", "dense")
-NDCG_K = 10
+# The sub-forest's cross-link measurements (`_cross_links`), averaged over questions.
+CROSS_LINK_METRICS = ("see_also_nodes", "toc_tokens_json_see_also", "toc_tokens_outline_see_also", "found_see_also",
+                      "one_hop", "one_hop_linked")
 HIT_KS = (1, 5, 10)
 FIELDS = {"id": str, "question": str, "gold": list, "evidence": list, "tags": list, "answer": str}
 
@@ -219,60 +222,6 @@ class GoldResolver:
         return frozenset(self._by_suffix.get(key, ())) if key else frozenset()
 
 
-# ---- metrics: pure functions over rankings of node rows --------------------------------------------------------
-
-def gains(ranked: Sequence[int], targets: Sequence[frozenset[int]]) -> list[int]:
-    """Binary gain of each ranked item: 1 when it belongs to a target not
-    credited yet (each target is credited once, at its first item)."""
-    open_targets = list(range(len(targets)))
-    out = []
-    for item in ranked:
-        hit = next((t for t in open_targets if item in targets[t]), None)
-        if hit is not None:
-            open_targets.remove(hit)
-        out.append(int(hit is not None))
-    return out
-
-
-def first_rank(item_gains: Sequence[int]) -> int | None:
-    """1-based position of the first relevant item, None if there is none."""
-    return next((i for i, g in enumerate(item_gains, start=1) if g), None)
-
-
-def ndcg(item_gains: Sequence[int], n_targets: int, k: int = NDCG_K) -> float:
-    """nDCG@k of binary gains against an ideal ranking of min(n_targets, k) relevant items."""
-    dcg = sum(g / math.log2(i + 1) for i, g in enumerate(item_gains[:k], start=1))
-    ideal = sum(1.0 / math.log2(i + 1) for i in range(1, min(n_targets, k) + 1))
-    return dcg / ideal if ideal else 0.0
-
-
-def normalize_space(text: str) -> str:
-    return " ".join(text.split())
-
-
-def evidence_found(evidence: Sequence[str], text: str) -> list[bool]:
-    """Which evidence strings occur in `text`, whitespace normalized on both sides."""
-    haystack = normalize_space(text)
-    return [normalize_space(e) in haystack for e in evidence]
-
-
-def node_prf(read: Sequence[int], targets: Sequence[frozenset[int]]) -> tuple[float, float, float]:
-    """Evidence precision (read nodes inside a target), recall (targets with a
-    node read) and F1 of the nodes read; nothing read scores 0, 0, 0."""
-    read_set = set(read)
-    if not read_set or not targets:
-        return 0.0, 0.0, 0.0
-    every = frozenset().union(*targets)
-    precision = len(read_set & every) / len(read_set)
-    recall = sum(bool(read_set & t) for t in targets) / len(targets)
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return precision, recall, f1
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    return float(np.percentile(values, q)) if len(values) else None
-
-
 # ---- running ----------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -316,6 +265,7 @@ class _Run:
     latency_ms: float
     toc_rows: set[int]
     toc_tokens: dict[str, int]
+    cross_links: dict[str, Any]  # `_cross_links`: the ToC with its see_also, and what they reach
     rankings: dict[str, list[int]]  # system -> ranked node rows (chunks: the node of each chunk)
     chunk_rows: list[int]
     top_root: int | None
@@ -390,16 +340,12 @@ def _retrieve(index: RitragIndex, resolver: GoldResolver, roots: np.ndarray, q: 
     t0 = time.perf_counter()  # what one GetToC does: embed, retrieve, build the sub-forest
     vector = index.embed_query(q.question)
     retrieval = index.retrieve(q.question, config.k, config.n, vector, config.retrieval_params(index))
-    toc = index.toc_of(q.question, retrieval.hits)
+    linked = index.toc_of(q.question, retrieval.hits, retrieval.scores)
     latency_ms = (time.perf_counter() - t0) * 1000
+    toc = {**linked, "trees": _without_see_also(linked["trees"])}
     sparse, dense = retrieval.rankings.chunks
     fused, hits = retrieval.fused, retrieval.hits
-    toc_rows: set[int] = set()
-    stack = list(toc["trees"])
-    while stack:
-        entry = stack.pop()
-        toc_rows.add(idx.node_row[entry["id"]])
-        stack.extend(entry.get("children", ()))
+    toc_rows = {idx.node_row[entry["id"]] for entry, _ in preorder(toc["trees"])}
     rankings = {"subforest": [row for row, _ in hits]}
     for name, (ranked_rows, _) in (("bm25", sparse), ("dense", dense)):
         rankings[name] = [row for row, _ in top_nodes(node_scores(reciprocal_rank_fusion([ranked_rows]),
@@ -410,8 +356,26 @@ def _retrieve(index: RitragIndex, resolver: GoldResolver, roots: np.ndarray, q: 
                 resolved={g: sorted(idx.nodes["node_id"][r] for r in rows) for g, rows in resolved.items() if rows},
                 latency_ms=latency_ms, toc_rows=toc_rows,
                 toc_tokens={"json": count_tokens(toc_json_text(toc)), "outline": count_tokens(render_outline(toc["trees"]))},
+                cross_links=_cross_links(index, linked, toc_rows, [row for row, _ in hits]),
                 rankings=rankings, chunk_rows=chunk_rows,
                 top_root=int(roots[hits[0][0]]) if hits else None)
+
+
+def _without_see_also(trees: list[dict]) -> list[dict]:
+    """The trees as GetToC answers them with cross-links off."""
+    return [{**{key: value for key, value in node.items() if key not in ("see_also", "children")},
+             **({"children": _without_see_also(node["children"])} if "children" in node else {})} for node in trees]
+
+
+def _cross_links(index: RitragIndex, linked: dict, toc_rows: set[int], hits: Sequence[int]) -> dict[str, Any]:
+    """The ToC `linked` (with its hits' see_also): its tokens, its cross-link
+    rows, and every row one hop from a hit (out- or in-link) outside the ToC."""
+    idx = index.index
+    see_also = {idx.node_row[link["id"]] for node, _ in preorder(linked["trees"]) for link in node.get("see_also", ())}
+    neighbours = {int(r) for hit in hits for r in idx.links.neighbours(hit)} - toc_rows
+    return {"rows": see_also, "linked_rows": neighbours,
+            "tokens": {"json": count_tokens(toc_json_text(linked)),
+                       "outline": count_tokens(render_outline(linked["trees"]))}}
 
 
 def _reads(config: EvalConfig) -> int:
@@ -440,7 +404,7 @@ def _tree_tocs(index: RitragIndex, roots: np.ndarray, rows: np.ndarray, wanted: 
     for root in sorted(wanted):
         members = [int(r) for r in rows[roots == root]]
         toc = index.toc_of("", [(row, 0.0) for row in members])
-        for entry in _entries(toc["trees"]):
+        for entry, _ in preorder(toc["trees"]):
             entry.pop("hit", None)
             entry.pop("score", None)
         trees = toc["trees"]
@@ -448,14 +412,6 @@ def _tree_tocs(index: RitragIndex, roots: np.ndarray, rows: np.ndarray, wanted: 
                      "tokens": {"json": count_tokens(toc_json_text({"trees": trees})),
                                 "outline": count_tokens(render_outline(trees))}}
     return out
-
-
-def _entries(trees: list[dict]) -> Iterable[dict]:
-    stack = list(trees)
-    while stack:
-        entry = stack.pop()
-        yield entry
-        stack.extend(entry.get("children", ()))
 
 
 def _score(index: RitragIndex, run: _Run, texts: dict[str, dict[int, str]], trees: dict[int, dict],
@@ -474,6 +430,14 @@ def _score(index: RitragIndex, run: _Run, texts: dict[str, dict[int, str]], tree
     systems["subforest"]["toc_tokens_json"] = run.toc_tokens["json"]
     systems["subforest"]["toc_tokens_outline"] = run.toc_tokens["outline"]
     systems["subforest"]["toc_nodes"] = len(run.toc_rows)
+    in_toc = bool(run.toc_rows & every)
+    systems["subforest"].update({
+        "see_also_nodes": len(run.cross_links["rows"]),
+        "toc_tokens_json_see_also": run.cross_links["tokens"]["json"],
+        "toc_tokens_outline_see_also": run.cross_links["tokens"]["outline"],
+        "found_see_also": in_toc or bool(run.cross_links["rows"] & every),
+        "one_hop": not in_toc and bool(run.cross_links["rows"] & every),
+        "one_hop_linked": not in_toc and bool(run.cross_links["linked_rows"] & every)})
     top = run.chunk_rows[:config.chunks]
     systems["chunks"] = {**_rank_metrics(run.rankings["chunks"], targets),
                          "found": bool(set(run.rankings["chunks"][:config.chunks]) & every),
@@ -620,9 +584,9 @@ def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
             recall, tokens = metrics["evidence_recall"], metrics["read_tokens"]
             metrics["evidence_per_1k_tokens"] = 1000 * recall / tokens if recall is not None and tokens else None
             metrics["rank_histogram"] = rank_histogram(ranks)
-        for key in ("toc_tokens_json", "toc_tokens_outline", "toc_nodes"):
+        for key in ("toc_tokens_json", "toc_tokens_outline", "toc_nodes", *CROSS_LINK_METRICS):
             if key in rows[0]:
-                metrics[key] = _mean(s[key] for s in rows)
+                metrics[key] = _mean(float(s[key]) for s in rows)
         out[name] = metrics
     return out
 

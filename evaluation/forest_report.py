@@ -7,9 +7,14 @@ was), pages by the parser that read them (source kind) and by the trail
 method that placed them, the depth
 histogram, orphans (pages hung under the site root with no page markup to say
 where they belong), virtual nodes, the largest fan-outs, and dead letters by
-reason; and for the whole build, how often each trail rule was tried, taken
-and passed over (a rule whose markup named nothing in the site). Rendered as plain text and as one self-contained HTML file (inline SVG
-charts, no scripts, no external assets).
+reason, and its link graph (the edges table, issue #30): edges kept from its
+pages, the in-degree of its pages (distinct other pages linking to the page
+or its sections: min, median, 90th percentile, max) and its pages that no
+other page links to; and for the whole build, how often each trail rule was
+tried, taken and passed over (a rule whose markup named nothing in the site)
+and the links the build counted but did not keep (to nothing in the index,
+navigation chrome). Rendered as plain text and as one self-contained HTML
+file (inline SVG charts, no scripts, no external assets).
 """
 from __future__ import annotations
 
@@ -17,7 +22,9 @@ import html
 import os
 from collections import Counter, defaultdict
 
-from ritrag.layout import DEAD_LETTERS_FILE
+import numpy as np
+
+from ritrag.layout import DEAD_LETTERS_FILE, EDGES_KIND
 from ritrag.reader import IndexReader
 from ritrag.storage import open_parquet
 
@@ -25,6 +32,9 @@ SITE_ROOT_METHOD = "site_root"  # the method transforms.forest records for a sit
 REPORT_COLUMNS = ["node_id", "parent_id", "site", "kind", "depth", "title", "url", "trail_method", "source_kind"]
 NO_MARKUP_METHODS = ("url", "none")
 TOP_FANOUTS = 10
+# The build's link counters (manifest stats) that say what became of the links
+# not kept as edges; the edges kept are counted from the table itself.
+LINK_COUNTER_PREFIXES = ("links_", "edges")
 
 
 def forest_report(index_dir: str, version: str | None = None) -> dict:
@@ -70,6 +80,8 @@ def forest_report(index_dir: str, version: str | None = None) -> dict:
         for row in open_parquet(f).read().to_pylist():
             dead[row["reason"]] += 1
             dead_by_site[_site_dir(row["source"])][row["reason"]] += 1
+    for name, stats in link_statistics(reader, nodes).items():
+        sites[name]["links"] = stats
     for input_site, decided in (manifest.config.get("site_bases") or {}).items():
         site = sites.get(decided["base"] or input_site)
         if site is not None:
@@ -78,7 +90,51 @@ def forest_report(index_dir: str, version: str | None = None) -> dict:
             "base_url": manifest.config.get("base_url"), "bases_recorded": "site_bases" in manifest.config,
             "base_url_given": manifest.config.get("base_url_given"),
             "trail_cascade": trail_cascade(manifest.stats),
+            "link_counters": {name: value for name, value in sorted((manifest.stats.get("pages") or {}).items())
+                              if name.startswith(LINK_COUNTER_PREFIXES)},
             "dead_letters": dict(dead), "dead_letters_by_source_dir": {k: dict(v) for k, v in dead_by_site.items()}}
+
+
+def link_statistics(reader: IndexReader, nodes: list[dict]) -> dict[str, dict]:
+    """Per site: edges kept from its pages (one per linking page and target
+    node), the in-degree distribution of its pages (distinct other pages
+    linking to the page or to one of its sections) and how many pages no
+    other page links to. Nothing for an index written before it had an edges table."""
+    if not reader.files(EDGES_KIND):
+        return {}
+    site_of = {n["node_id"]: n["site"] for n in nodes}
+    page_of = {n["node_id"]: n["node_id"] if n["kind"] == "page" else n["parent_id"] for n in nodes
+               if n["kind"] in ("page", "section")}  # a section's parent is its page (or an enclosing section)
+    for node_id, parent in list(page_of.items()):
+        while parent in page_of and page_of[parent] != parent:
+            parent = page_of[parent]
+        page_of[node_id] = parent
+    edges = reader.table(EDGES_KIND, ["source_node_id", "target_node_id"])
+    pairs = {(s, t) for s, t in zip(edges["source_node_id"].to_pylist(), edges["target_node_id"].to_pylist())
+             if s != t and t in site_of}
+    kept: Counter = Counter(site_of.get(source) for source, _ in pairs)
+    linking: dict[str, set] = defaultdict(set)
+    for source, target in pairs:
+        if page_of.get(target) not in (None, source):
+            linking[page_of[target]].add(source)
+    degrees: dict[str, list[int]] = defaultdict(list)
+    for n in nodes:
+        if n["kind"] == "page":
+            degrees[n["site"]].append(len(linking.get(n["node_id"], ())))
+    out = {}
+    for site, values in degrees.items():
+        values = np.array(values)
+        out[site] = {"edges": kept.get(site, 0), "no_in_links": int((values == 0).sum()),
+                     "in_degree": {"min": int(values.min()), "median": float(np.median(values)),
+                                   "p90": float(np.percentile(values, 90)), "max": int(values.max())}}
+    return out
+
+
+def _links_line(links: dict) -> str:
+    degree = links["in_degree"]
+    return (f"links: {links['edges']} edges kept from its pages; in-degree min {degree['min']}, median "
+            f"{degree['median']:g}, p90 {degree['p90']:g}, max {degree['max']}; {links['no_in_links']} pages "
+            f"with no in-links")
 
 
 def trail_cascade(stats: dict) -> dict[str, dict[str, int]]:
@@ -126,12 +182,16 @@ def render_text(report: dict) -> str:
         lines.append("  trail methods: " + ", ".join(f"{k} {v}" for k, v in s["methods"].most_common()))
         lines.append("  depth: " + ", ".join(f"{d}:{c}" for d, c in sorted(s["depths"].items())))
         lines.append("  largest fan-outs: " + "; ".join(f"{t!r} {c}" for c, t, _ in s["fanouts"][:5]))
+        if "links" in s:
+            lines.append("  " + _links_line(s["links"]))
         for url in s["orphan_examples"]:
             lines.append(f"  orphan: {url}")
     if report.get("trail_cascade"):
         lines.append("\ntrail cascade (pages): " + "; ".join(
             f"{m} tried {c['tried']}, taken {c['taken']}, passed over {c['passed_over']}"
             for m, c in report["trail_cascade"].items()))
+    if report.get("link_counters"):
+        lines.append("\nlinks (build counters): " + ", ".join(f"{k} {v}" for k, v in report["link_counters"].items()))
     lines.append("\ndead letters: " + (", ".join(f"{k} {v}" for k, v in sorted(report["dead_letters"].items()))
                                        or "none"))
     return "\n".join(lines)
@@ -166,7 +226,8 @@ def render_html(report: dict) -> str:
         parts.append(f"<section><h2>{html.escape(name)}</h2><p>{s['pages']} pages, {s['sections']} sections, "
                      f"{s['virtual']} virtual nodes, <b>{s['placed_by_markup']:.1%}</b> placed by page markup, "
                      f"{s['orphans']} orphans</p><p>{html.escape(_base_line(s, report))}</p>"
-                     f"<div class='charts'>"
+                     + (f"<p>{html.escape(_links_line(s['links']))}</p>" if "links" in s else "")
+                     + "<div class='charts'>"
                      + _bar_chart(dict(s["source_kinds"]), "pages by source kind")
                      + _bar_chart(dict(s["methods"]), "pages by trail method")
                      + _bar_chart(dict(s["depths"]), "pages by depth") + "</div>")
@@ -176,6 +237,9 @@ def render_html(report: dict) -> str:
         if s["orphan_examples"]:
             parts.append("<p>orphans, e.g.: " + ", ".join(html.escape(u or "") for u in s["orphan_examples"]) + "</p>")
         parts.append("</section>")
+    if report.get("link_counters"):
+        parts.append("<section><h2>Links</h2>" + _bar_chart(report["link_counters"], "links by what became of them",
+                                                            width=480) + "</section>")
     parts.append("<section><h2>Dead letters</h2>" + (_bar_chart(report["dead_letters"], "dead letters by reason")
                                                      or "<p>none</p>") + "</section></body></html>")
     return "".join(parts)

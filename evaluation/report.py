@@ -67,6 +67,17 @@ def verdict_sentences(report: dict[str, Any], ties: bool = True) -> list[str]:
             for (scope, n), outcomes in grouped.items()]
 
 
+def cross_links_sentence(subforest: dict[str, Any], scored: int) -> str:
+    """The sub-forest's cross-link measurements (ritrag.evaluation.eval, CROSS_LINK_METRICS) in one sentence."""
+    s = subforest
+    return (f"cross-links (see_also): {_fmt(s['see_also_nodes'])} per ToC; ToC tokens json "
+            f"{_fmt(s['toc_tokens_json'])} -> {_fmt(s['toc_tokens_json_see_also'])}, outline "
+            f"{_fmt(s['toc_tokens_outline'])} -> {_fmt(s['toc_tokens_outline_see_also'])}; gold found in the ToC "
+            f"{_fmt(s['found'])}, in the ToC or its cross-links {_fmt(s['found_see_also'])}; of {scored} questions, "
+            f"gold the ToC missed is among its cross-links for {round(s['one_hop'] * scored)}, one link from a hit "
+            f"for {round(s['one_hop_linked'] * scored)}")
+
+
 def render_text(report: dict[str, Any]) -> str:
     counts = report["counts"]
     lines = [f"ritrag eval: {report['index']} version {report['version']}: {counts['questions']} questions, "
@@ -83,6 +94,8 @@ def render_text(report: dict[str, Any]) -> str:
     lat = report["latency_ms"]
     lines += ["", f"GetToC latency (query embedding + retrieval + sub-forest): p50 {_fmt(lat['p50'])} ms, "
                   f"p99 {_fmt(lat['p99'])} ms"]
+    if "see_also_nodes" in overall.get("subforest", {}):
+        lines += ["", cross_links_sentence(overall["subforest"], overall["scored"])]
     if report["by_tag"]:
         lines += ["", "by tag: MRR / evidence recall (tree: gold in tree)"]
         rows = []
@@ -206,6 +219,8 @@ def render_html(report: dict[str, Any]) -> str:
     lat = report["latency_ms"]
     parts.append(f"<p>GetToC latency (query embedding + retrieval + sub-forest): p50 {_fmt(lat['p50'])} ms, "
                  f"p99 {_fmt(lat['p99'])} ms.</p>")
+    if "see_also_nodes" in overall.get("subforest", {}):
+        parts.append(f"<p>{html.escape(cross_links_sentence(overall['subforest'], overall['scored']))}.</p>")
     parts.append("<section><h2>Where the sub-forest wins and loses</h2><ul>"
                  + "".join(f"<li>{html.escape(s)}</li>" for s in verdict_sentences(report)) + "</ul></section>")
 

@@ -17,11 +17,15 @@ length norm k1 * (1 - b + b * |d| / avgdl). What each side does:
 
 Fields. An index without node documents has one field, every chunk, scored
 with the recorded statistics (vocabulary df, bm25.json N and mean length). An
-index with node documents (ritrag/representation.py) has two, each with its own
-df, N and mean length counted from the live postings: chunk bodies ("body")
-and node documents ("doc", the path). A chunk scores its body's BM25 +
-`path_weight` x its node document's BM25 (`Bm25.chunk_and_doc_scores`); the
-path is added to the chunks of the matched nodes only.
+index with node documents (ritrag/representation.py) has one field per kind of
+row, each with its own df, N and mean length counted from the live postings:
+chunk bodies ("body"), node documents ("doc", the path) and, where the index
+has them, anchor documents ("anchors": the anchor texts of a node's in-links).
+A chunk scores its body's BM25 + `path_weight` x its node document's BM25 +
+`anchor_weight` x its node's anchor document's BM25 (`Bm25.chunk_scores`);
+the node fields are added to the chunks of the matched nodes only. An index
+without anchor documents has no "anchors" field and scores exactly as the two
+fields did before it existed.
 
 Rankings are bit-identical to scoring every row densely (the form this module
 replaced; tests/test_bm25.py keeps it as the oracle): each term's contribution
@@ -83,31 +87,38 @@ class Field:
     avg_length: float
 
 
-def two_fields(postings: Postings, is_doc: np.ndarray, body_df: np.ndarray | None = None,
-               doc_df: np.ndarray | None = None) -> tuple[Field, Field]:
-    """(body, doc) fields of an index with node documents (`is_doc` per row),
-    statistics counted from the live postings themselves (one posting per term
-    and row), so they stay exact after updates. `body_df`/`doc_df`: the same
-    counts cached by an earlier load (`field_df`)."""
-    if body_df is None or doc_df is None:
-        body_df, doc_df = field_df(postings, is_doc)
-    out = []
-    for member, df in ((~is_doc, body_df), (is_doc, doc_df)):
+# The kind of each row of the chunk arrays, numbered by its place in
+# KIND_FIELDS: the field it is scored in.
+KIND_FIELDS = ("body", "doc", "anchors")
+BODY, DOC, ANCHORS = range(len(KIND_FIELDS))
+
+
+def kind_df(postings: Postings, row_kind: np.ndarray) -> np.ndarray:
+    """Per kind (KIND_FIELDS) and term row, the number of rows of that kind
+    holding the term: (kinds, terms) int64, from one pass per node kind over
+    the postings (a term holds a row once)."""
+    posting_kind = row_kind[postings.chunk_index]
+    out = np.zeros((len(KIND_FIELDS), len(postings.indptr) - 1), np.int64)
+    for kind in (DOC, ANCHORS):
+        cumulative = np.concatenate([[0], np.cumsum(posting_kind == kind)])
+        out[kind] = cumulative[postings.indptr[1:]] - cumulative[postings.indptr[:-1]]
+    out[BODY] = np.diff(postings.indptr) - out[DOC] - out[ANCHORS]
+    return out
+
+
+def kind_fields(postings: Postings, row_kind: np.ndarray, df: np.ndarray | None = None) -> dict[str, Field]:
+    """The fields of an index with node documents, by name: body and doc
+    always, anchors where some row is an anchor document; statistics counted
+    from the live postings themselves, so they stay exact after updates.
+    `df`: the counts of `kind_df`, cached by an earlier load."""
+    df = kind_df(postings, row_kind) if df is None else df
+    fields = {}
+    for kind, name in enumerate(KIND_FIELDS):
+        member = row_kind == kind
         n = int(member.sum())
-        out.append(Field(member, df, n, float(postings.chunk_length[member].sum() / n) if n else 0.0))
-    return out[0], out[1]
-
-
-def field_df(postings: Postings, is_doc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(body df, doc df) per term row, from one pass over the postings."""
-    in_doc = is_doc[postings.chunk_index].astype(np.int64)
-
-    def per_term(counts: np.ndarray) -> np.ndarray:
-        cumulative = np.concatenate([[0], np.cumsum(counts)])
-        return cumulative[postings.indptr[1:]] - cumulative[postings.indptr[:-1]]
-
-    doc_df = per_term(in_doc)
-    return np.diff(postings.indptr) - doc_df, doc_df
+        if n or kind != ANCHORS:
+            fields[name] = Field(member, df[kind], n, float(postings.chunk_length[member].sum() / n) if n else 0.0)
+    return fields
 
 
 def row_norms(chunk_length: np.ndarray, fields: Sequence[Field], k1: float, b: float) -> np.ndarray:
@@ -153,8 +164,9 @@ def text_scores(bm25: "Bm25", query_terms: Sequence[str], texts_terms: Sequence[
 
 
 class Bm25:
-    """A loaded index's BM25: the postings, its one or two fields, and every
-    row's length norm (each with its own field's mean length), computed once."""
+    """A loaded index's BM25: the postings, its fields (one, or one per row
+    kind), and every row's length norm (each with its own field's mean
+    length), computed once."""
 
     def __init__(self, postings: Postings, fields: Mapping[str, Field], k1: float, b: float,
                  norm: np.ndarray | None = None):
@@ -188,24 +200,34 @@ class Bm25:
             scores[at] += weight * tf * (self.k1 + 1.0) / (tf + self.norm[term_rows])
         return rows, scores
 
-    def chunk_and_doc_scores(self, terms: Sequence[str], path_weight: float, chunk_node: np.ndarray,
-                             node_chunks: tuple[np.ndarray, np.ndarray]) -> tuple[Scores, Scores]:
-        """(chunk scores, node document scores) of a two-field index: a chunk
-        scores its body's BM25 + `path_weight` x its node document's BM25; a
-        node document its own BM25. `node_chunks`: (indptr over node rows, body
-        chunk rows) of each node; a node has at most one document."""
+    def chunk_scores(self, terms: Sequence[str], weights: Mapping[str, float], chunk_node: np.ndarray,
+                     node_chunks: tuple[np.ndarray, np.ndarray]) -> tuple[Scores, dict[str, Scores]]:
+        """(chunk scores, each node field's own scores) of an index with node
+        fields: a chunk scores its body's BM25 + `weights[f]` x the BM25 of its
+        node's row of field f, for each node field f ("doc", "anchors") in
+        `weights` that the index has, in that order. `node_chunks`: (indptr
+        over node rows, body chunk rows) of each node; a node has at most one
+        row of each node field."""
         body_rows, body = self.scores(terms, "body")
-        doc_rows, doc = self.scores(terms, "doc")
-        if path_weight <= 0:
-            return (body_rows, body), (doc_rows, doc)
-        matched = doc > 0
-        nodes, path = chunk_node[doc_rows[matched]], doc[matched]
-        indptr, node_rows = node_chunks
-        counts = indptr[nodes + 1] - indptr[nodes]
-        starts = np.repeat(indptr[nodes] - np.cumsum(counts) + counts, counts)
-        path_rows = node_rows[starts + np.arange(counts.sum())]
-        rows = np.union1d(body_rows, path_rows)
+        own = {name: self.scores(terms, name) for name in weights if name in self.fields}
+        added = []
+        for name, (field_rows, values) in own.items():
+            if weights[name] <= 0:
+                continue
+            matched = values > 0
+            nodes = chunk_node[field_rows[matched]]
+            indptr, node_rows = node_chunks
+            counts = indptr[nodes + 1] - indptr[nodes]
+            starts = np.repeat(indptr[nodes] - np.cumsum(counts) + counts, counts)
+            added.append((node_rows[starts + np.arange(counts.sum())],
+                          weights[name] * np.repeat(values[matched], counts)))
+        if not added:
+            return (body_rows, body), own
+        rows = body_rows
+        for chunk_rows, _ in added:
+            rows = np.union1d(rows, chunk_rows)
         scores = np.zeros(len(rows), np.float32)
         scores[np.searchsorted(rows, body_rows)] = body
-        scores[np.searchsorted(rows, path_rows)] += path_weight * np.repeat(path, counts)
-        return (rows, scores), (doc_rows, doc)
+        for chunk_rows, values in added:
+            scores[np.searchsorted(rows, chunk_rows)] += values
+        return (rows, scores), own

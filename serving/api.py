@@ -15,13 +15,15 @@ from typing import Sequence
 import numpy as np
 
 from ritrag.analyzer import analyze
-from ritrag.bm25 import top_k
+from ritrag.bm25 import DOC, top_k
 from ritrag.vectors import rerank_exact
 from ritrag.embedder import EmbedderSpec, check_backend_available
 from ritrag.encoders import QueryEmbedder
 from ritrag.layout import DamagedIndexError
 from ritrag.serving.errors import ToolError, checked_int, checked_text
 from ritrag.serving.index import LoadedVersion
+from ritrag.serving.links import DEFAULT_CROSS_LINKS, see_also
+from ritrag.serving.outline import preorder
 from ritrag.serving.passages import focus
 from ritrag.serving.retrieval import (Ranking, RetrievalParams, build_subforest, dense_top_k, fuse, node_scores,
                                      top_nodes, with_node_docs)
@@ -77,6 +79,7 @@ class Retrieval:
     rankings: Rankings
     fused: dict[int, float]  # chunk row -> fused score
     hits: list[tuple[int, float]]  # (node row, node score), best first
+    scores: dict[int, float]  # node row -> node score, of every node scored (the hits are its top n)
 
 
 class RitragIndex:
@@ -122,9 +125,9 @@ class RitragIndex:
         (evaluation also scores each alone, as a baseline)."""
         idx, params = self.index, params or self.params
         vector = self.embed_query(query) if query_vector is None else query_vector
-        two_fields = "doc" in idx.bm25.fields
+        node_fields = "doc" in idx.bm25.fields
         # With node documents in the dense index, twice k' neighbours are split into chunks and documents.
-        depth = k * (2 if two_fields else 1)
+        depth = k * (2 if node_fields else 1)
         if idx.vector_store is None:
             dense_ids, similarities = dense_top_k(vector, idx.dense_shards, depth, idx.dense_dead)
         else:
@@ -133,11 +136,13 @@ class RitragIndex:
         dense_rows = idx.chunk_rows(dense_ids)
         live = dense_rows >= 0
         dense_rows, similarities = dense_rows[live], similarities[live]
-        if not two_fields:
+        if not node_fields:
             return Rankings((top_k(idx.bm25.scores(analyze(query)), k), (dense_rows, similarities)), None)
-        chunk_scores, doc_scores = idx.bm25.chunk_and_doc_scores(analyze(query), params.path_weight, idx.chunk_node,
-                                                                 idx.node_chunks)
-        is_doc = idx.chunk_is_doc[dense_rows]
+        chunk_scores, own = idx.bm25.chunk_scores(analyze(query), {"doc": params.path_weight,
+                                                                   "anchors": params.anchor_weight},
+                                                  idx.chunk_node, idx.node_chunks)
+        doc_scores = own["doc"]
+        is_doc = idx.chunk_kind[dense_rows] == DOC  # anchor documents have no vectors
         return Rankings((top_k(chunk_scores, k), (dense_rows[~is_doc][:k], similarities[~is_doc][:k])),
                         (top_k(doc_scores, k), (dense_rows[is_doc][:k], similarities[is_doc][:k])))
 
@@ -152,20 +157,38 @@ class RitragIndex:
         if params.node_score == "max+doc" and rankings.docs is not None:
             docs = fuse(rankings.docs, params)
             scores = with_node_docs(scores, node_scores(docs, self.index.chunk_node), params.node_doc_weight)
-        return Retrieval(rankings, fused, top_nodes(scores, n))
+        return Retrieval(rankings, fused, top_nodes(scores, n), scores)
 
     def get_toc(self, query: str, k: int = DEFAULT_K, n: int = DEFAULT_N,
-                query_vector: np.ndarray | None = None, params: RetrievalParams | None = None) -> dict:
+                query_vector: np.ndarray | None = None, params: RetrievalParams | None = None,
+                cross_links: bool = DEFAULT_CROSS_LINKS) -> dict:
         """GetToC: the query-induced sub-forest, as JSON-ready dicts, no body
         text. `query_vector`: the query already embedded (by `embed_query`),
         for callers that batch or cache embeddings; `params`: other than the
-        index's recorded retrieval parameters."""
+        index's recorded retrieval parameters; `cross_links`: each hit lists
+        its related nodes elsewhere in the forest (`see_also`)."""
         check_toc_arguments(query, k, n)
-        return self.toc_of(query, self.retrieve(query, k, n, query_vector, params).hits)
+        retrieval = self.retrieve(query, k, n, query_vector, params)
+        return self.toc_of(query, retrieval.hits, retrieval.scores if cross_links else None)
 
-    def toc_of(self, query: str, hits: list[tuple[int, float]]) -> dict:
-        """The GetToC result for ranked hits, (node row, score) best first."""
-        trees = build_subforest(hits, self.index.skeleton, TOC_FIELDS)
+    def toc_of(self, query: str, hits: list[tuple[int, float]], scores: dict[int, float] | None = None) -> dict:
+        """The GetToC result for ranked hits, (node row, score) best first.
+        With `scores` (`Retrieval.scores`), each hit that links to or from
+        nodes the ToC does not show carries `see_also`, up to
+        ritrag.serving.links.MAX_SEE_ALSO of them as {id, title}, ranked by
+        `scores` (ritrag.serving.links.see_also)."""
+        idx = self.index
+        trees = build_subforest(hits, idx.skeleton, TOC_FIELDS)
+        if scores is not None and hits:
+            hit_rows = np.array([row for row, _ in hits], np.int64)
+            shown = np.union1d(hit_rows, idx.skeleton.ancestors(hit_rows))
+            related = see_also(hit_rows.tolist(), shown, idx.links, idx.skeleton, scores)
+            if related:
+                entries = {entry["id"]: entry for entry, _ in preorder(trees)}
+                titles = idx.skeleton.columns["title"]
+                for row, rows in related.items():
+                    entries[idx.nodes["node_id"][row]]["see_also"] = [
+                        {"id": idx.nodes["node_id"][r], "title": titles[r].as_py()} for r in rows]
         return {"query": query, "version": self.version, "hits": len(hits), "trees": trees}
 
     def read(self, node_ids: Sequence[str], max_chars: int = DEFAULT_MAX_CHARS, offset: int = 0,

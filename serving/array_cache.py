@@ -18,7 +18,10 @@ import pyarrow as pa
 from ritrag.layout import Manifest
 
 LOG = logging.getLogger("ritrag.serving")
-CACHE_NAME = "arrays"  # the cache's folder per version (it held only postings, as "postings", before)
+# The cache's folder per version, renamed when the arrays change so that a
+# cache of other arrays is never mapped ("postings", then "arrays", before
+# the row kinds and the link graph).
+CACHE_NAME = "arrays-2"
 SKELETON_FILE = "skeleton.arrow"
 SHAPES_FILE = "shapes.json"
 

@@ -138,8 +138,9 @@ class EpisodeMemory:
         self._max_read = max_read
 
     def issue_handles(self, episode_id: str, node_ids: Sequence[str]) -> str:
-        """Record an outline answer listing `node_ids` (line 1 first) and return
-        its handle letters: line i's handle is letters + str(i)."""
+        """Record an outline answer numbering `node_ids` (node 1 first: its
+        lines, then its cross-links, ritrag.serving.outline.outline_ids) and
+        return its handle letters: node i's handle is letters + str(i)."""
         with self._seen.lock:
             seen = self._seen.touch(episode_id)
             letters = answer_letters(seen.answers)

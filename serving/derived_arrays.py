@@ -1,7 +1,8 @@
 """The arrays a server derives from one version's files: the node skeleton
 table with its id map and resolved parents and ancestors, the live chunks
-(ids, node rows, node documents, each node's body chunks) and the BM25
-postings as one CSR with their norms (ritrag/bm25.py).
+(ids, node rows, row kinds, each node's body chunks), the BM25 postings as
+one CSR with their norms (ritrag/bm25.py) and the link graph between node
+rows (ritrag.serving.links).
 
 Rows are read through the version's `IndexReader`; the rule of which rows
 are live is the reader's. Node rows keep the position of every row of the
@@ -17,9 +18,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ritrag.bm25 import Field, Postings, field_df, row_norms, two_fields
+from ritrag.bm25 import ANCHORS, BODY, DOC, Field, Postings, kind_df, kind_fields, row_norms
+from ritrag.layout import EDGES_KIND
 from ritrag.reader import IndexReader, LiveFile
-from ritrag.representation import NODE_DOC_ORDINAL, Representation
+from ritrag.representation import ANCHOR_DOC_ORDINAL, NODE_DOC_ORDINAL, Representation
 from ritrag.serving.skeleton import SKELETON_COLUMNS, NodeRows, Skeleton, fixed_width, skeleton_columns
 
 ShardKey = tuple[str, int, int]  # (segment, shard, number of shards) of a shard file
@@ -60,19 +62,20 @@ def derive_arrays(reader: IndexReader, representation: Representation, vocabular
     arrays.update(assemble_postings(reader, pa.array(vocabulary, pa.string()), chunk_shards, arrays["chunk_ids"]))
     postings = Postings({}, arrays["indptr"], arrays["chunk_index"], arrays["tf"], arrays["chunk_length"])
     if representation.node_docs:
-        arrays["body_df"], arrays["doc_df"] = field_df(postings, arrays["chunk_is_doc"])
-        fields = two_fields(postings, arrays["chunk_is_doc"], arrays["body_df"], arrays["doc_df"])
+        arrays["field_df"] = kind_df(postings, arrays["chunk_kind"])
+        fields = list(kind_fields(postings, arrays["chunk_kind"], arrays["field_df"]).values())
     else:
-        fields = (one_field,)
+        fields = [one_field]
     arrays["norm"] = row_norms(postings.chunk_length, fields, k1, b)
+    arrays.update(derive_links(reader, node_row, table.num_rows))
     return table, arrays
 
 
 def derive_chunks(reader: IndexReader, node_row: NodeRows, n_node_rows: int
                   ) -> tuple[dict[str, np.ndarray], dict[ShardKey, tuple[np.ndarray, np.ndarray]]]:
-    """The live chunks as arrays in chunk-id order (ids, node rows, node
-    documents, each node's body chunks), and per chunk shard its ids
-    sorted with their rows, to place the postings."""
+    """The live chunks as arrays in chunk-id order (ids, node rows, row kinds
+    as ritrag.bm25 numbers them, each node's body chunks), and per chunk
+    shard its ids sorted with their rows, to place the postings."""
     shards = reader.files("chunks")
     tables = [f.table(["chunk_id", "node_id", "ordinal"]) for f in shards]
     ids = np.concatenate([t["chunk_id"].to_numpy() for t in tables]) if tables else np.zeros(0, np.int64)
@@ -83,8 +86,11 @@ def derive_chunks(reader: IndexReader, node_row: NodeRows, n_node_rows: int
         raise RuntimeError(f"{reader.layout.root}: chunks point at nodes the node table lacks")
     chunk_node = node_rows.astype(np.int32)
     ordinals = np.concatenate([t["ordinal"].to_numpy() for t in tables]) if tables else np.zeros(0, np.int32)
-    is_doc = ordinals[order] == NODE_DOC_ORDINAL
-    bodies = np.flatnonzero(~is_doc)
+    ordinals = ordinals[order]
+    kind = np.full(len(ordinals), BODY, np.int8)
+    kind[ordinals == NODE_DOC_ORDINAL] = DOC
+    kind[ordinals == ANCHOR_DOC_ORDINAL] = ANCHORS
+    bodies = np.flatnonzero(kind == BODY)
     bodies = bodies[np.argsort(chunk_node[bodies], kind="stable")]
     node_chunk_indptr = np.zeros(n_node_rows + 1, np.int64)
     np.cumsum(np.bincount(chunk_node[bodies], minlength=n_node_rows), out=node_chunk_indptr[1:])
@@ -100,7 +106,7 @@ def derive_chunks(reader: IndexReader, node_row: NodeRows, n_node_rows: int
         start += table.num_rows
         by_id = np.argsort(ids[shard], kind="stable")
         chunk_shards[shard_key(f)] = (ids[shard][by_id], row_of[shard][by_id])
-    return ({"chunk_ids": ids[order], "chunk_node": chunk_node, "chunk_is_doc": is_doc,
+    return ({"chunk_ids": ids[order], "chunk_node": chunk_node, "chunk_kind": kind,
              "node_chunk_indptr": node_chunk_indptr, "node_chunk_rows": bodies.astype(np.int32)}, chunk_shards)
 
 
@@ -143,3 +149,29 @@ def assemble_postings(reader: IndexReader, terms: pa.Array,
         cursor[run_terms] += lengths
     chunk_length = np.bincount(chunk_index, weights=tf, minlength=len(chunk_ids)).astype(np.float32)
     return {"indptr": indptr, "chunk_index": chunk_index, "tf": tf, "chunk_length": chunk_length}
+
+
+def derive_links(reader: IndexReader, node_row: NodeRows, n_node_rows: int) -> dict[str, np.ndarray]:
+    """The live edges between live node rows as two CSRs over node rows:
+    each row's out-links (`link_out_indptr`, `link_out_rows`) and in-links
+    (`link_in_indptr`, `link_in_rows`), each edge once however many links of
+    its source name its target, a node's links to itself left out, targets
+    ascending. An edge whose target no live row holds (its page removed by a
+    later segment) is left out too."""
+    tables = [f.table(["source_node_id", "target_node_id"]) for f in reader.files(EDGES_KIND)]
+    if tables:
+        edges = pa.concat_tables(tables)
+        source = node_row.rows(fixed_width(edges["source_node_id"].combine_chunks()))
+        target = node_row.rows(fixed_width(edges["target_node_id"].combine_chunks()))
+        keep = (source >= 0) & (target >= 0) & (source != target)
+        pairs = np.unique(source[keep] * n_node_rows + target[keep])
+    else:
+        pairs = np.zeros(0, np.int64)
+    source, target = np.divmod(pairs, max(n_node_rows, 1))
+    out = {}
+    for name, rows, other in (("out", source, target), ("in", target, source)):
+        order = np.lexsort((other, rows))
+        indptr = np.zeros(n_node_rows + 1, np.int64)
+        np.cumsum(np.bincount(rows, minlength=n_node_rows), out=indptr[1:])
+        out[f"link_{name}_indptr"], out[f"link_{name}_rows"] = indptr, other[order].astype(np.int32)
+    return out

@@ -375,7 +375,8 @@ def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSet
               summary="GetToC: the query-induced sub-forest, no body text")
     def get_toc(request: TocRequest) -> dict[str, Any]:
         result = service().get_toc(request.query, k=request.k, n=request.n, format=request.format,
-                                   episode_id=request.episode_id, collapse_read=request.collapse_read)
+                                   episode_id=request.episode_id, collapse_read=request.collapse_read,
+                                   cross_links=request.cross_links)
         _count_episodes(metrics, service().budgets)
         return result
 

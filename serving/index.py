@@ -8,9 +8,10 @@ cache directory (ritrag.serving.remote) and the mirror is read like a local
 index.
 
 What every GetToC touches is held as arrays: the node skeleton
-(ritrag.serving.skeleton), the chunk -> node map, each node's chunks and the
-BM25 postings with their norms (ritrag.serving.derived_arrays), and the dense
-shards (ritrag.serving.dense_shards). Bodies and URLs, the bulk of the node
+(ritrag.serving.skeleton), the chunk -> node map, each node's chunks, the
+BM25 postings with their norms and the link graph
+(ritrag.serving.derived_arrays), and the dense shards
+(ritrag.serving.dense_shards). Bodies and URLs, the bulk of the node
 table, stay on disk and are read by position (`node_records`): only the row
 group that holds a node is read.
 
@@ -27,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ritrag.bm25 import Bm25, Field, Postings, parameters, two_fields
+from ritrag.bm25 import Bm25, Field, Postings, kind_fields, parameters
 from ritrag.layout import BM25_STATS_FILE
 from ritrag.reader import IndexReader
 from ritrag.representation import Representation
@@ -36,6 +37,7 @@ from ritrag.vectors import VectorStore
 from ritrag.serving.array_cache import cache_directory, open_cache, save_cache
 from ritrag.serving.dense_shards import load_dense_shards
 from ritrag.serving.derived_arrays import derive_arrays, load_vocabulary
+from ritrag.serving.links import LinkGraph
 from ritrag.serving.remote import IndexMirror, default_cache_dir, mirror
 from ritrag.serving.skeleton import Column, NodeRows, Skeleton, skeleton_columns
 
@@ -89,14 +91,14 @@ class LoadedVersion:
         self.nodes: dict[str, Sequence] = {name: Column(array) for name, array in columns.items()}
         self.nodes["position"] = self.skeleton.position
         self.chunk_ids, self.chunk_node = arrays["chunk_ids"], arrays["chunk_node"]
-        self.chunk_is_doc = arrays["chunk_is_doc"]  # node documents, not chunks
+        self.chunk_kind = arrays["chunk_kind"]  # body chunk, node document or anchor document (ritrag.bm25)
         self.node_chunks = (arrays["node_chunk_indptr"], arrays["node_chunk_rows"])  # each node's body chunks
         self.postings = Postings({t: i for i, t in enumerate(vocabulary)}, arrays["indptr"], arrays["chunk_index"],
                                  arrays["tf"], arrays["chunk_length"])
         fields = ({"all": one_field} if not self.representation.node_docs else
-                  dict(zip(("body", "doc"), two_fields(self.postings, self.chunk_is_doc, arrays["body_df"],
-                                                       arrays["doc_df"]))))
+                  kind_fields(self.postings, self.chunk_kind, arrays["field_df"]))
         self.bm25 = Bm25(self.postings, fields, k1, b, arrays["norm"])
+        self.links = LinkGraph.of(arrays)
 
         self.dense_shards, self.dense_dead = load_dense_shards(self.reader)
         # IVF-PQ candidates are re-ranked exactly against the stored float16
@@ -104,9 +106,10 @@ class LoadedVersion:
         self.dense_rerank = int(self.manifest.config.get("dense", {}).get("rerank", 1))
         self.vector_store = (VectorStore.open([f.path for f in self.reader.files("vectors")], populate=True)
                              if self.dense_rerank > 1 else None)
-        LOG.info("loaded %s: %d nodes, %d chunks, %d terms, %d postings, %d dense shards%s",
+        LOG.info("loaded %s: %d nodes, %d chunks, %d terms, %d postings, %d links, %d dense shards%s",
                  self.version, len(self.node_row), len(self.chunk_ids), len(self.postings.term_row),
-                 len(self.postings.chunk_index), len(self.dense_shards), ", mapped from " + cache if cache else "")
+                 len(self.postings.chunk_index), len(self.links), len(self.dense_shards),
+                 ", mapped from " + cache if cache else "")
 
     def chunk_rows(self, chunk_ids: np.ndarray) -> np.ndarray:
         """Rows in the chunk arrays of known chunk ids; -1 for unknown ones."""

@@ -8,9 +8,13 @@ float scores; the outline says the same with one short line per node:
     a1 Shop Server
      a2*2 Version 3
       a3*1✓ Configuring the server	summary: Ports and TLS	keywords: port, tls
+       → see: a5 Logging	a6 Upgrading from version 2
       a4*3 … (advanced)
 
-One line per node, trees and children in their order (pre-order). A line is
+One line per node, trees and children in their order (pre-order), and under a
+hit with cross-links (`see_also`: nodes elsewhere in the forest that its page
+links to or is linked from, ritrag.serving.links) one `→ see:` line. A node
+line is
 
     INDENT LABEL [*RANK] [✓] " " TITLE [TAB "summary: " SUMMARY] [TAB "keywords: " K1, K2, ...]
 
@@ -18,8 +22,9 @@ One line per node, trees and children in their order (pre-order). A line is
   nearest line above it with one space less.
 * LABEL: what Read accepts for the node. Within an episode a handle: the
   answer's letters (a = the episode's first outline answer, b = the second,
-  ..., z, aa, ab, ...) and the line's number (1 = first line), e.g. `b7`; a
-  handle is at most 8 characters, so it is never a node id (always
+  ..., z, aa, ab, ...) and the node's number (1 = first line; the node lines
+  first, then the cross-links in the order they appear, `outline_ids`), e.g.
+  `b7`; a handle is at most 8 characters, so it is never a node id (always
   `ritrag.ids.NODE_ID_CHARS` = 12). Without an episode, the node id itself.
 * `*RANK`: the node is a hit; RANK orders the hits by score (1 = best). Lines
   without it are ancestors of hits, there for the hierarchy.
@@ -33,8 +38,16 @@ One line per node, trees and children in their order (pre-order). A line is
 * `depth: D` (after a tab, last) marks a node shown higher than it sits: a
   tree is shown at most `ritrag.schema.MAX_TREE_DEPTH` levels deep (`cap_depth`).
 
+A cross-link line follows its hit's line, one level deeper (before the hit's
+children), and is
+
+    INDENT "→ see: " LABEL " " TITLE [TAB LABEL " " TITLE] ...
+
+with the related nodes' labels (as above) and whole titles, whitespace
+collapsed. No node line starts with `→`: labels are ids or handles.
+
 `parse_outline` reads this back into trees; the tests check that it recovers
-the JSON's nodes, titles, hits, hit order and tree shape. Token counts use
+the JSON's nodes, titles, hits, hit order, cross-links and tree shape. Token counts use
 OpenAI's o200k_base encoding (bpe-openai ships it, so nothing is downloaded);
 benchmarks/toc_tokens.py compares the forms over many queries.
 """
@@ -54,7 +67,9 @@ PARENT_MARK = "…"
 ESCAPE = "\\"
 MIN_TRIMMED_CHARS = 6  # shorter parent titles are not worth a mark
 HANDLE = re.compile(r"([a-z]{1,3})([1-9][0-9]{0,4})")  # letters (answer) + line number: at most 8 chars
+SEE_MARK = "→ see:"
 _LINE = re.compile(rf"({INDENT}*)([^\s*{READ_MARK}]+)(?:\*([1-9][0-9]*))?({READ_MARK})? (.*)")
+_SEE_LINE = re.compile(rf"({INDENT}*){SEE_MARK} (.+)")
 
 
 def toc_json_text(toc: dict[str, Any]) -> str:
@@ -123,13 +138,22 @@ def is_handle(label: str) -> bool:
     return HANDLE.fullmatch(label) is not None
 
 
+def outline_ids(trees: Sequence[dict[str, Any]]) -> list[str]:
+    """The node ids an outline of `trees` numbers, in order: every node line
+    (pre-order), then each cross-link (`see_also`) in the order the lines
+    show them. Node i's handle is the answer's letters and i."""
+    lines = [node["id"] for node, _ in preorder(trees)]
+    return lines + [link["id"] for node, _ in preorder(trees) for link in node.get("see_also", ())]
+
+
 def render_outline(trees: Sequence[dict[str, Any]], *, handle_letters: str | None = None,
                    read: Collection[str] = ()) -> str:
     """The sub-forest `trees` (as `RitragIndex.get_toc` returns them) as an
-    outline. `handle_letters`: label line i with that prefix and i (the
-    caller keeps `[ids of preorder(trees)]` to resolve them); none: label
-    lines with node ids. `read`: ids to mark as read."""
+    outline. `handle_letters`: label node i of `outline_ids(trees)` with that
+    prefix and i (the caller keeps those ids to resolve them); none: label
+    nodes with their ids. `read`: ids to mark as read."""
     ranks = hit_ranks(trees)
+    see_number = sum(1 for _ in preorder(trees))  # cross-links are numbered after the last node line
     lines: list[str] = []
     parent_titles: list[str] = []  # by depth, along the current path
     for number, (node, depth) in enumerate(preorder(trees), start=1):
@@ -148,6 +172,13 @@ def render_outline(trees: Sequence[dict[str, Any]], *, handle_letters: str | Non
         if node.get("depth"):
             line += f"\tdepth: {node['depth']}"
         lines.append(line)
+        if node.get("see_also"):
+            entries = []
+            for link in node["see_also"]:
+                see_number += 1
+                entries.append(f"{handle_letters}{see_number} " if handle_letters is not None else f"{link['id']} ")
+                entries[-1] += " ".join(link["title"].split())
+            lines.append(f"{INDENT * (depth + 1)}{SEE_MARK} " + "\t".join(entries))
     return "\n".join(lines)
 
 
@@ -162,10 +193,18 @@ def _shown_title(title: str, parent: str) -> str:
 def parse_outline(text: str) -> list[dict[str, Any]]:
     """Trees from an outline: per node `label`, `title` (in full), `rank`
     (None unless a hit), `read`, `summary`, `keywords` and `depth` when shown,
-    and `children`. Raises ValueError on a line that is not outline."""
+    `see_also` ({label, title} of each cross-link) when it has any, and
+    `children`. Raises ValueError on a line that is not outline."""
     roots: list[dict[str, Any]] = []
     path: list[dict[str, Any]] = []
     for number, line in enumerate(text.split("\n") if text else (), start=1):
+        see = _SEE_LINE.fullmatch(line)
+        if see is not None:
+            if not path or len(see.group(1)) != len(path) or "see_also" in path[-1] or path[-1]["children"]:
+                raise ValueError(f"line {number}: a {SEE_MARK} line must follow its node's line, one level deeper")
+            links = [entry.partition(" ") for entry in see.group(2).split("\t")]
+            path[-1]["see_also"] = [{"label": label, "title": title} for label, _, title in links]
+            continue
         match = _LINE.fullmatch(line)
         if match is None or len(match.group(1)) > len(path):
             raise ValueError(f"line {number} is not an outline line: {line[:80]!r}")

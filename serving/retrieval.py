@@ -13,8 +13,9 @@ how far apart the scores are, so a chunk far ahead in one ranking is not pulled
 level with a chunk that is merely second in both (benchmarks/RESULTS.md,
 "Before and after on the full dev corpus").
 
-BM25 (one field, or chunk bodies + `path_weight` x their node's document in
-indexes with node documents) is ritrag/bm25.py's. Node documents are also
+BM25 (one field, or chunk bodies + `path_weight` x their node's document +
+`anchor_weight` x their node's in-link anchors in indexes with node
+documents) is ritrag/bm25.py's. Node documents are also
 ranked on their own (BM25 and dense), and with `node_score` "max+doc" a node
 scores its best chunk's fused score + `node_doc_weight` x its document's fused
 score; "max" is the paper's rule.
@@ -45,6 +46,7 @@ class RetrievalParams:
     sparse_weight: float = DEFAULT_RETRIEVAL["sparse_weight"]  # weight of the BM25 ranking in the fusion
     dense_weight: float = DEFAULT_RETRIEVAL["dense_weight"]  # weight of the dense ranking in the fusion
     path_weight: float = DEFAULT_RETRIEVAL["path_weight"]  # BM25 weight of the path field in a chunk's score
+    anchor_weight: float = DEFAULT_RETRIEVAL["anchor_weight"]  # BM25 weight of the in-link anchors field
     node_score: str = DEFAULT_RETRIEVAL["node_score"]  # "max": best chunk (the paper); "max+doc": + own match
     node_doc_weight: float = DEFAULT_RETRIEVAL["node_doc_weight"]  # the node's own fused score under "max+doc"
 
@@ -53,7 +55,7 @@ class RetrievalParams:
             raise ValueError(f"node_score must be one of {NODE_SCORES}, not {self.node_score!r}")
         if self.fusion not in FUSIONS:
             raise ValueError(f"fusion must be one of {FUSIONS}, not {self.fusion!r}")
-        if self.rrf_k <= 0 or min(self.sparse_weight, self.dense_weight, self.path_weight,
+        if self.rrf_k <= 0 or min(self.sparse_weight, self.dense_weight, self.path_weight, self.anchor_weight,
                                   self.node_doc_weight) < 0:
             raise ValueError("rrf_k must be positive and weights non-negative")
         if self.sparse_weight + self.dense_weight == 0:

@@ -23,6 +23,7 @@ from ritrag.storage import is_remote
 from ritrag.serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N, RitragIndex, one_thread_per_query
 from ritrag.serving.budget import Budget, EpisodeBudgets, EpisodeMemory
 from ritrag.serving.errors import ToolError
+from ritrag.serving.links import DEFAULT_CROSS_LINKS
 from ritrag.serving.tools import Limits, ToolService
 
 API_KEY_ENV = "RITRAG_API_KEY"  # when set, the server requires that key
@@ -69,6 +70,9 @@ class ServerConfig:
     toc_format: Literal["json", "outline"] = _option(
         "json", "what GetToC results show a model by default: the JSON trees or the compact outline",
         choices=("json", "outline"))
+    cross_links: Literal["on", "off"] = _option(
+        "on" if DEFAULT_CROSS_LINKS else "off", "GetToC hits list related nodes elsewhere that their pages link "
+        "to or are linked from (see_also; an HTTP request may turn them off)", choices=("on", "off"))
     cors_origin: tuple[str, ...] = _option((), "an origin allowed to call from a browser (repeatable)")
     allowed_host: tuple[str, ...] = _option((), "MCP: a Host header to accept when --host is not loopback "
                                                 "(DNS rebinding protection; repeatable)")
@@ -153,7 +157,8 @@ def tool_service(config: ServerConfig, state: tuple | None = None) -> ToolServic
     prepare_object_store_cache(config)
     one_thread_per_query()
     return ToolService(RitragIndex(config.index, cache_dir=config.cache_dir), config.limits, budgets, k=config.k,
-                       n=config.n, toc_format=config.toc_format, episodes=episodes)
+                       n=config.n, toc_format=config.toc_format, episodes=episodes,
+                       cross_links=config.cross_links == "on")
 
 
 def watcher(config: ServerConfig, service: ToolService):

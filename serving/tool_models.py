@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ritrag.schema import MAX_TREE_DEPTH
 from ritrag.serving.budget import GET_TOC, READ
-from ritrag.serving.outline import PARENT_MARK, READ_MARK
+from ritrag.serving.outline import PARENT_MARK, READ_MARK, SEE_MARK
 
 EPISODE_META_KEY = "ritrag/episode_id"  # MCP: the request's _meta key naming the episode
 
@@ -54,7 +54,9 @@ TOOLS: dict[str, tuple[type[BaseModel], str]] = {
         "above with one space less); the node's id or a handle such as b7 (Read takes either; handles hold "
         f"within this episode); *R on hits, R = rank (1 = best); {READ_MARK} if already read; a space; the title. "
         f"A title starting with {PARENT_MARK} continues its parent's title ({PARENT_MARK} tutorials under "
-        "Getting started means Getting started tutorials).")),
+        f"Getting started means Getting started tutorials). A hit may list related nodes elsewhere that its page "
+        f"links to or is linked from (JSON see_also; in the outline a {SEE_MARK} line under the hit, handle and "
+        "title of each, tab-separated); Read takes them like any node.")),
     READ: (ReadArgs, (
         "Read the text of nodes chosen from GetToC, by node id or by outline handle (this episode's only): for "
         "each its id, title, ancestor path, URL and text. A text cut at the size limit carries next_offset: "
@@ -75,6 +77,8 @@ class TocRequest(GetTocArgs, EpisodeField):
     format: Literal["json", "outline", "both"] = Field(
         default="json", description="json: the sub-forest as trees; outline: an indented text outline; both: "
                                     "both, with their token counts.")
+    cross_links: bool | None = Field(default=None, description="false: no related nodes (see_also) under the "
+                                                               "hits; null: the server's --cross_links.")
 
 
 class ReadRequest(ReadArgs, EpisodeField):
@@ -88,6 +92,11 @@ class BudgetLeft(BaseModel):
     get_toc_left: int
 
 
+class SeeAlso(BaseModel):
+    id: str
+    title: str
+
+
 class TocNode(BaseModel):
     id: str
     title: str
@@ -99,6 +108,8 @@ class TocNode(BaseModel):
     depth: int | None = Field(default=None, description=(
         f"Set on a node shown higher than it sits: trees are shown at most {MAX_TREE_DEPTH} levels deep, the "
         "nodes below listed in order under their ancestor at the last level shown, each with its true depth."))
+    see_also: list[SeeAlso] | None = Field(default=None, description=(
+        "On a hit: nodes outside the ToC that its page links to or is linked from, best first."))
     children: list[TocNode] | None = None
 
 

@@ -7,8 +7,9 @@ anything it refuses raises a `ToolError` with a reason. The faces only move
 arguments in and results or errors out.
 
 Within an episode it also remembers what the episode saw (`EpisodeMemory`):
-an outline answer names its nodes by short handles (`ritrag.serving.outline`) that
-Read resolves for that episode only, and GetToC marks the nodes Read returned
+an outline answer names its nodes, cross-links included, by short handles
+(`ritrag.serving.outline`) that Read resolves for that episode only, and
+GetToC marks the nodes Read returned
 (`read: true`, `✓` in the outline) or, with `collapse_read`, leaves out every
 node whose subtree holds no hit the episode has not read.
 """
@@ -23,8 +24,9 @@ from ritrag.serving.api import (DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N, RitragI
                          check_toc_arguments)
 from ritrag.serving.budget import GET_TOC, READ, EpisodeBudgets, EpisodeMemory
 from ritrag.serving.errors import ToolError
-from ritrag.serving.outline import (TOKENIZER, cap_depth, count_tokens, is_handle, preorder, render_outline,
-                                    toc_json_text)
+from ritrag.serving.links import DEFAULT_CROSS_LINKS
+from ritrag.serving.outline import (TOKENIZER, cap_depth, count_tokens, is_handle, outline_ids, preorder,
+                                    render_outline, toc_json_text)
 from ritrag.serving.tool_models import TOOLS
 
 TocFormat = Literal["json", "outline", "both"]
@@ -58,7 +60,7 @@ class ToolService:
 
     def __init__(self, index: RitragIndex, limits: Limits = Limits(), budgets: EpisodeBudgets | None = None,
                  k: int = DEFAULT_K, n: int = DEFAULT_N, toc_format: TocFormat = "json",
-                 episodes: EpisodeMemory | None = None):
+                 episodes: EpisodeMemory | None = None, cross_links: bool = DEFAULT_CROSS_LINKS):
         self.index = index
         self.limits = limits
         self.budgets = budgets if budgets is not None else EpisodeBudgets()
@@ -66,14 +68,17 @@ class ToolService:
         self.k = k
         self.n = n
         self.toc_format = toc_format
+        self.cross_links = cross_links
 
     def get_toc(self, query: str, *, k: int | None = None, n: int | None = None,
                 format: TocFormat | None = None, episode_id: str | None = None,
-                collapse_read: bool | None = None) -> dict[str, Any]:
+                collapse_read: bool | None = None, cross_links: bool | None = None) -> dict[str, Any]:
         """GetToC with the server's defaults for what is not given; `format`
-        json (trees), outline (text) or both (with token counts of each).
+        json (trees), outline (text) or both (with token counts of each);
+        `cross_links`: hits list related nodes elsewhere (`see_also`).
         In an episode, nodes it has read are marked, or left out with
-        `collapse_read` (see `mark_read`); its outline labels nodes by handles."""
+        `collapse_read` (see `mark_read`); its outline labels nodes, the
+        cross-links too, by handles."""
         lim = self.limits
         if not query.strip():
             raise ToolError("invalid_arguments", "query is empty", errors=[{"field": "query", "message": "empty"}])
@@ -88,7 +93,8 @@ class ToolService:
         _check_limit("k", k, lim.max_k)
         _check_limit("n", n, lim.max_n)
         budget = self._charge(episode_id, GET_TOC)
-        toc = self.index.get_toc(query, k=k, n=n)
+        toc = self.index.get_toc(query, k=k, n=n,
+                                 cross_links=self.cross_links if cross_links is None else cross_links)
         cap_depth(toc["trees"])  # every face answers every tree, whatever depth the index holds
         read = self.episodes.read_ids(episode_id)
         if read or collapse_read:
@@ -98,8 +104,7 @@ class ToolService:
                 toc["collapsed"] = left_out
         fmt = format or self.toc_format
         if fmt != "json":
-            letters = (self.episodes.issue_handles(episode_id, [node["id"] for node, _ in preorder(toc["trees"])])
-                       if episode_id else None)
+            letters = self.episodes.issue_handles(episode_id, outline_ids(toc["trees"])) if episode_id else None
             toc["outline"] = render_outline(toc["trees"], handle_letters=letters, read=read)
         if fmt == "both":
             toc["tokens"] = {"tokenizer": TOKENIZER, "outline": count_tokens(toc["outline"]),

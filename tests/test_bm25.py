@@ -1,5 +1,6 @@
-"""ritrag.bm25: hand-computed scores, the two fields, odd queries, and rankings
-identical to the dense scorer it replaced (kept here as the oracle)."""
+"""ritrag.bm25: hand-computed scores, the fields by row kind (body, doc,
+anchors), odd queries, and rankings identical to the dense scorer it replaced
+(kept here as the oracle)."""
 from __future__ import annotations
 
 from collections import Counter
@@ -8,7 +9,8 @@ import numpy as np
 import pytest
 
 from ritrag.analyzer import analyze
-from ritrag.bm25 import BM25_PARAMETERS, Bm25, Field, Postings, corpus_stats, parameters, top_k, two_fields
+from ritrag.bm25 import (ANCHORS, BM25_PARAMETERS, BODY, DOC, Bm25, Field, Postings, corpus_stats, kind_fields,
+                         parameters, top_k)
 from support import benchmark_module
 
 K1, B = BM25_PARAMETERS["k1"], BM25_PARAMETERS["b"]
@@ -58,15 +60,21 @@ def old_scores(terms, postings: Postings, k1: float, b: float, field: Field) -> 
     return scores
 
 
-def old_two_fields(terms, bm25: Bm25, chunk_node: np.ndarray, n_nodes: int, path_weight: float):
+def old_fields(terms, bm25: Bm25, chunk_node: np.ndarray, n_nodes: int, weights: dict[str, float]):
+    """Every row's chunk score (body + weight x each node field's row of its
+    node, in the order of `weights`) and each node field's own scores."""
     body = old_scores(terms, bm25.postings, bm25.k1, bm25.b, bm25.fields["body"])
-    doc = old_scores(terms, bm25.postings, bm25.k1, bm25.b, bm25.fields["doc"])
-    if path_weight > 0:
-        matched = np.flatnonzero(doc > 0)
-        path_of_node = np.zeros(n_nodes, np.float32)
-        path_of_node[chunk_node[matched]] = doc[matched]
-        body += path_weight * path_of_node[chunk_node] * bm25.fields["body"].member
-    return body, doc
+    own = {}
+    for name, weight in weights.items():
+        if name not in bm25.fields:
+            continue
+        own[name] = old_scores(terms, bm25.postings, bm25.k1, bm25.b, bm25.fields[name])
+        if weight > 0:
+            matched = np.flatnonzero(own[name] > 0)
+            of_node = np.zeros(n_nodes, np.float32)
+            of_node[chunk_node[matched]] = own[name][matched]
+            body += weight * of_node[chunk_node] * bm25.fields["body"].member
+    return body, own
 
 
 def old_top_k(scores: np.ndarray, k: int):
@@ -102,21 +110,26 @@ def test_one_field_scores_are_the_hand_computed_bm25():
     np.testing.assert_allclose(scores, [by_row[r] for r in rows], rtol=1e-6)
 
 
+def hand(tf, length, avg, n, df):
+    """One term's BM25 in a field of `n` rows of mean length `avg`, `df` of them holding it."""
+    return np.log(1 + (n - df + 0.5) / (df + 0.5)) * tf * 2.2 / (tf + 1.2 * (1 - 0.75 + 0.75 * length / avg))
+
+
 def test_two_fields_each_with_its_own_statistics_and_the_path_on_its_nodes_chunks():
     # rows 0-2: chunk bodies of nodes 0, 0, 1; rows 3-4: the documents (paths) of nodes 0 and 1
     docs = [["ssl", "key"], ["log"], ["ssl", "key", "cert", "file"], ["alpha", "ssl"], ["beta"]]
     postings = make_postings(docs)
-    is_doc = np.array([False, False, False, True, True])
-    body, doc = two_fields(postings, is_doc)
+    fields = kind_fields(postings, np.array([BODY, BODY, BODY, DOC, DOC]))
+    assert set(fields) == {"body", "doc"}  # no anchor documents: no anchors field
+    body, doc = fields["body"], fields["doc"]
     assert (body.n, doc.n) == (3, 2) and (body.avg_length, doc.avg_length) == pytest.approx((7 / 3, 1.5))
     assert (body.df[postings.term_row["ssl"]], doc.df[postings.term_row["ssl"]]) == (2, 1)
-    bm25 = Bm25(postings, {"body": body, "doc": doc}, K1, B)
+    bm25 = Bm25(postings, fields, K1, B)
     chunk_node = np.array([0, 0, 1, 0, 1])
     node_chunks = (np.array([0, 2, 3]), np.array([0, 1, 2], np.int32))
-    (rows, scores), (doc_rows, doc_scores) = bm25.chunk_and_doc_scores(["alpha", "ssl"], 0.5, chunk_node, node_chunks)
-
-    def hand(tf, length, avg, n, df):
-        return np.log(1 + (n - df + 0.5) / (df + 0.5)) * tf * 2.2 / (tf + 1.2 * (1 - 0.75 + 0.75 * length / avg))
+    weights = {"doc": 0.5, "anchors": 1.0}  # an index without anchors ignores their weight
+    (rows, scores), own = bm25.chunk_scores(["alpha", "ssl"], weights, chunk_node, node_chunks)
+    doc_rows, doc_scores = own["doc"]
 
     path = hand(1, 2, 1.5, 2, 1) + hand(1, 2, 1.5, 2, 1)  # alpha and ssl, each in 1 of 2 documents
     assert list(doc_rows) == [3] and doc_scores[0] == pytest.approx(path, rel=1e-6)
@@ -124,8 +137,33 @@ def test_two_fields_each_with_its_own_statistics_and_the_path_on_its_nodes_chunk
     assert list(rows) == [0, 1, 2]
     np.testing.assert_allclose(scores, [hand(1, 2, 7 / 3, 3, 2) + 0.5 * path, 0.5 * path, hand(1, 4, 7 / 3, 3, 2)],
                                rtol=1e-6)
-    (rows, scores), _ = bm25.chunk_and_doc_scores(["alpha", "ssl"], 0.0, chunk_node, node_chunks)
+    (rows, scores), _ = bm25.chunk_scores(["alpha", "ssl"], {"doc": 0.0}, chunk_node, node_chunks)
     assert list(rows) == [0, 2]  # no path weight: bodies alone
+
+
+def test_three_fields_add_the_anchors_of_a_nodes_in_links_to_its_chunks():
+    # rows 0-2: bodies of nodes 0, 0, 1; rows 3-4: documents of nodes 0, 1; rows 5-6: anchors of nodes 1, 2
+    docs = [["ssl", "key"], ["log"], ["key", "cert", "file"], ["alpha"], ["beta"], ["tls", "setup"],
+            ["tls", "tls", "ssl"]]
+    postings = make_postings(docs)
+    kinds = np.array([BODY, BODY, BODY, DOC, DOC, ANCHORS, ANCHORS])
+    fields = kind_fields(postings, kinds)
+    anchors = fields["anchors"]
+    assert (anchors.n, anchors.avg_length) == (2, 2.5) and fields["body"].n == 3
+    assert (fields["body"].df[postings.term_row["ssl"]], anchors.df[postings.term_row["ssl"]]) == (1, 1)
+    bm25 = Bm25(postings, fields, K1, B)
+    chunk_node = np.array([0, 0, 1, 0, 1, 1, 2])
+    node_chunks = (np.array([0, 2, 3, 3]), np.array([0, 1, 2], np.int32))  # node 2 has no body chunk
+    (rows, scores), own = bm25.chunk_scores(["tls", "ssl"], {"doc": 0.5, "anchors": 0.25}, chunk_node, node_chunks)
+    # node 1's anchors ("tls setup") reach its one body chunk, row 2, which holds neither term itself;
+    # node 2's anchors match but it has no chunk to carry them
+    tls_1 = hand(1, 2, 2.5, 2, 2)
+    assert list(own["anchors"][0]) == [5, 6]
+    assert own["anchors"][1][0] == pytest.approx(tls_1, rel=1e-6)
+    assert list(rows) == [0, 2]
+    np.testing.assert_allclose(scores, [hand(1, 2, 2.0, 3, 1), 0.25 * tls_1], rtol=1e-6)
+    (rows, _), _ = bm25.chunk_scores(["tls", "ssl"], {"doc": 0.5, "anchors": 0.0}, chunk_node, node_chunks)
+    assert list(rows) == [0]  # no anchor weight: the anchors reach no chunk
 
 
 @pytest.mark.parametrize("query", [[], ["absent"], ["absent", "nowhere"]])
@@ -180,21 +218,24 @@ def test_one_field_rankings_equal_the_dense_scorer_on_a_synthetic_index(syntheti
                              old_top_k(old_scores(terms, bm25.postings, bm25.k1, bm25.b, bm25.fields["all"]), k))
 
 
-def test_two_field_rankings_equal_the_dense_scorer_on_the_sample_index(sample_index):
+def test_field_rankings_equal_the_dense_scorer_on_the_sample_index(sample_index):
     from ritrag.serving.index import LoadedVersion
 
     idx = LoadedVersion(str(sample_index))
     bm25 = idx.bm25
-    assert set(bm25.fields) == {"body", "doc"}
+    assert {"body", "doc"} <= set(bm25.fields)
     titles = [idx.nodes["title"][row] for row in range(0, len(idx.nodes["title"]), 7)]
     for query in titles + ["configure the server port", "nothing matches zzzqqq"]:
         terms = analyze(query)
-        for path_weight in (0.0, 0.5, 2.0):
-            chunks, docs = bm25.chunk_and_doc_scores(terms, path_weight, idx.chunk_node, idx.node_chunks)
-            old_chunks, old_docs = old_two_fields(terms, bm25, idx.chunk_node, len(idx.nodes["node_id"]), path_weight)
+        for weights in ({"doc": 0.0, "anchors": 0.0}, {"doc": 0.5, "anchors": 0.0}, {"doc": 2.0, "anchors": 0.5},
+                        {"doc": 0.0, "anchors": 1.0}):
+            chunks, own = bm25.chunk_scores(terms, weights, idx.chunk_node, idx.node_chunks)
+            old_chunks, old_own = old_fields(terms, bm25, idx.chunk_node, len(idx.nodes["node_id"]), weights)
+            assert set(own) == set(old_own)
             for k in (5, 200):
                 assert_identical(top_k(chunks, k), old_top_k(old_chunks, k))
-                assert_identical(top_k(docs, k), old_top_k(old_docs, k))
+                for name in own:
+                    assert_identical(top_k(own[name], k), old_top_k(old_own[name], k))
 
 
 def test_tombstoned_rows_are_never_returned(tiny_site, tmp_path):

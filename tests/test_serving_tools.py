@@ -104,12 +104,13 @@ def test_budgets_forget_idle_and_least_recent_episodes():
 class StubIndex:
     version = "v000001"
 
-    def get_toc(self, query: str, k: int, n: int) -> dict:
+    def get_toc(self, query: str, k: int, n: int, cross_links: bool) -> dict:
         trees = [{"id": "root", "title": "Shop Server", "hit": False, "children": [
             {"id": "ver3", "title": "Version 3", "hit": True, "score": 0.02,
              "children": [{"id": "cfg", "title": "Configuring  the server", "hit": True, "score": 0.03,
                            "summary": "Ports and TLS", "keywords": ["port", "tls"]}]}]}]
-        return {"query": query, "version": self.version, "hits": 2, "trees": trees, "k": k, "n": n}
+        return {"query": query, "version": self.version, "hits": 2, "trees": trees, "k": k, "n": n,
+                "cross_links": cross_links}
 
     def read(self, node_ids, max_chars: int, offset: int, query: str | None = None) -> dict:
         known = [i for i in node_ids if i == "cfg"]
@@ -139,6 +140,8 @@ def test_outline_is_an_indented_list_with_ids_and_hit_ranks(service):
 
 def test_service_fills_defaults_and_checks_limits(service):
     assert (service.get_toc("tls")["k"], service.get_toc("tls")["n"]) == (7, 5)
+    assert service.get_toc("tls")["cross_links"] and not service.get_toc("tls", cross_links=False)["cross_links"]
+    assert not ToolService(StubIndex(), cross_links=False).get_toc("tls")["cross_links"]
     assert service.read(["cfg"])["nodes"][0]["max_chars"] == 100
     refusals = [
         (lambda: service.get_toc("   "), "invalid_arguments"),

@@ -1,0 +1,99 @@
+"""Cross-links in GetToC (issue #30): each hit's related nodes from the link
+graph, outside its chain and the ToC, in the JSON and the outline, off on
+request, readable by handle within the episode; and the link statistics
+of `ritrag inspect`."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ritrag.evaluation.forest_report import forest_report, render_html, render_text
+from ritrag.reader import IndexReader
+from ritrag.serving.links import MAX_SEE_ALSO, LinkGraph, see_also
+from ritrag.serving.outline import SEE_MARK, outline_ids, parse_outline, preorder
+from ritrag.serving.skeleton import Skeleton
+from ritrag.serving.tool_models import TocResult
+from ritrag.serving.tools import ToolService
+from serving_fixtures import loaded_index
+
+QUERIES = ("configure the server port", "authentication and access control", "log files rotation")
+
+
+@pytest.fixture(scope="module")
+def service(sample_index) -> ToolService:
+    return ToolService(loaded_index(str(sample_index)), n=10)
+
+
+def test_hits_list_related_nodes_outside_their_chain_and_the_toc(service):
+    idx = service.index.index
+    assert len(idx.links) > 0
+    listed = 0
+    for query in QUERIES:
+        toc = service.get_toc(query)
+        shown = {node["id"] for node, _ in preorder(toc["trees"])}
+        related = [link["id"] for node, _ in preorder(toc["trees"]) for link in node.get("see_also", ())]
+        listed += len(related)
+        assert len(related) == len(set(related)) and not set(related) & shown  # once each, none in the ToC
+        for node, _ in preorder(toc["trees"]):
+            if "see_also" not in node:
+                continue
+            assert node["hit"] and 0 < len(node["see_also"]) <= MAX_SEE_ALSO
+            row = idx.node_row[node["id"]]
+            for link in node["see_also"]:
+                other = idx.node_row[link["id"]]
+                assert other in idx.links.neighbours(row) and link["title"] == idx.nodes["title"][other]
+                assert row not in idx.skeleton.ancestors(np.array([other]))  # not below the hit either
+        TocResult.model_validate(toc)  # the result schema the faces publish
+        assert "see_also" not in str(service.get_toc(query, cross_links=False))
+        assert service.get_toc(query, cross_links=False)["trees"] == ToolService(
+            service.index, n=10, cross_links=False).get_toc(query)["trees"]
+    assert listed > 0
+
+
+def test_related_nodes_rank_by_the_query_then_by_in_links():
+    # rows: 0 root; 1, 2, 3, 4 its children; hit 1 links to 2, 3 and 4, and 3 links to 4
+    skeleton = Skeleton(columns={}, position=np.zeros(5, np.int32), parent_row=np.array([-1, 0, 0, 0, 0], np.int32),
+                        ancestor_indptr=np.array([0, 0, 1, 2, 3, 4]), ancestor_rows=np.zeros(4, np.int32))
+    graph = LinkGraph(out_indptr=np.array([0, 0, 3, 3, 4, 4]), out_rows=np.array([2, 3, 4, 4], np.int32),
+                      in_indptr=np.array([0, 0, 0, 1, 2, 4]), in_rows=np.array([1, 1, 1, 3], np.int32))
+    shown = np.array([0, 1])
+    assert see_also([1], shown, graph, skeleton, {}) == {1: [4, 2, 3]}  # in-links: 4 has two, then by row
+    assert see_also([1], shown, graph, skeleton, {3: 0.2}, per_hit=2) == {1: [3, 4]}  # a scored node first
+    assert see_also([1], np.array([0, 1, 4]), graph, skeleton, {}) == {1: [2, 3]}  # 4 is in the ToC
+
+
+def test_the_outline_shows_cross_links_and_read_resolves_their_handles(service):
+    toc = service.get_toc(QUERIES[0], format="both", episode_id="links")
+    assert SEE_MARK in toc["outline"]
+    parsed = {node["label"]: node for node, _ in preorder(parse_outline(toc["outline"]))}
+    ids = outline_ids(toc["trees"])
+    lines = sum(1 for _ in preorder(toc["trees"]))
+    handles = [link["label"] for node in parsed.values() for link in node.get("see_also", ())]
+    assert handles == [f"a{i}" for i in range(lines + 1, len(ids) + 1)]  # numbered after the node lines
+    by_id = {node["id"]: node for node, _ in preorder(toc["trees"])}
+    for label, node in parsed.items():
+        want = by_id[ids[int(label[1:]) - 1]].get("see_also", [])
+        assert [link["title"] for link in node.get("see_also", ())] == [" ".join(w["title"].split()) for w in want]
+    read = service.read(handles[:2], episode_id="links")
+    assert [node["id"] for node in read["nodes"]] == ids[lines:lines + 2]
+    assert [node["handle"] for node in read["nodes"]] == handles[:2]
+    assert toc["tokens"]["outline"] > service.get_toc(QUERIES[0], format="both", cross_links=False)["tokens"]["outline"]
+    off = service.get_toc(QUERIES[0], format="outline", episode_id="links", cross_links=False)["outline"]
+    assert SEE_MARK not in off
+
+
+def test_inspect_reports_the_link_graph_per_site(sample_index, tmp_path):
+    report = forest_report(str(sample_index))
+    reader = IndexReader(str(sample_index))
+    edges = reader.table("edges", ["source_node_id", "target_node_id"])
+    pairs = {(s, t) for s, t in zip(edges["source_node_id"].to_pylist(), edges["target_node_id"].to_pylist())}
+    links = {name: site["links"] for name, site in report["sites"].items() if "links" in site}
+    assert sum(site["edges"] for site in links.values()) <= len(pairs) and sum(s["edges"] for s in links.values())
+    for name, site in links.items():
+        degree = site["in_degree"]
+        assert degree["min"] <= degree["median"] <= degree["p90"] <= degree["max"]
+        assert 0 <= site["no_in_links"] <= report["sites"][name]["pages"]
+    assert "links_unresolved" in report["link_counters"]
+    text, page = render_text(report), render_html(report)
+    assert "pages with no in-links" in text and "links (build counters)" in text
+    assert "pages with no in-links" in page and "links by what became of them" in page
