@@ -389,7 +389,8 @@ def test_an_update_gives_the_rows_and_vectors_of_a_fresh_build_in_the_path_repre
 def test_an_update_refuses_another_representation(hashed_snapshots, tmp_path):
     updated, _ = hashed_snapshots
     before = IndexLayout(str(updated)).current_version()
-    for flags in (["--chunk_template", "{title}\\n{body}"], ["--node_docs", "off"], ["--path_levels", "2"]):
+    for flags in (["--chunk_template", "{title}\\n{body}"], ["--node_docs", "off"], ["--path_levels", "2"],
+                  ["--anchor_docs", "off"]):
         with pytest.raises(ValueError, match="rebuild"):
             update.run(["--input", str(tmp_path), "--index", str(updated), *flags])
     assert IndexLayout(str(updated)).current_version() == before
