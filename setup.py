@@ -65,8 +65,9 @@ setup(
         "s3": ["fsspec>=2023.1", "s3fs>=2023.1"],
         "gcs": ["fsspec>=2023.1", "gcsfs>=2023.1"],
         "redis": ["redis>=5"],
-        # benchmarks/extract.py's reference extractor (never the build); flat_baseline.py's BM25
-        "bench": ["trafilatura>=2", "bm25s>=0.2"],
+        # benchmarks/extract.py's reference extractor (never the build); flat_baseline.py's BM25;
+        # learned_rank.py's LambdaMART (the learned ranking lost to fusion, so serving does without it)
+        "bench": ["trafilatura>=2", "bm25s>=0.2", "lightgbm>=4.7"],
         "dev": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9", *SOURCES, "pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100",
                 *SERVING, *CRAWL,
                 # the fleet tests: an S3-compatible server (moto), Redis, the Kubernetes schemas
