@@ -5,13 +5,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import apache_beam as beam
 import pytest
+from apache_beam.testing import test_pipeline
+from apache_beam.testing.util import assert_that, equal_to
 
 from ritrag.ids import node_id_for
 from ritrag.layout import EDGES_KIND, IndexLayout
 from ritrag.pipelines import compact, update
 from ritrag.reader import IndexReader
-from ritrag.representation import ANCHOR_DOC_ORDINAL
+from ritrag.representation import ANCHOR_DOC_ORDINAL, Representation
+from ritrag.schema import NodePlacement
+from ritrag.transforms.delta import plan_page_update
+from ritrag.transforms.link_delta import TOMBSTONE, anchor_doc_delta, source_delta
 from ritrag.vectors import VectorStore
 from support import BASE, build_index, live_table, tiny_page
 
@@ -133,3 +139,54 @@ def test_compaction_keeps_the_live_edges_and_anchor_documents(indexes, tmp_path)
     assert len(manifest.segments) == 1
     assert live_edges(updated) == before_edges == live_edges(fresh)
     assert live_table(updated, "chunks") == before_chunks
+
+
+def edge_row(source: str, position: int, target: str, text: str) -> dict:
+    return {"source_node_id": source, "position": position, "target_node_id": target, "anchor_text": text}
+
+
+def test_a_source_is_rewritten_only_when_its_edges_change():
+    p = test_pipeline.TestPipeline(runner="FnApiRunner")
+    groups = p | beam.Create([
+        ("same", {"old": [edge_row("same", 0, "t", "a")], "new": [edge_row("same", 0, "t", "a")], "gone": []}),
+        ("moved", {"old": [edge_row("moved", 0, "t", "a"), edge_row("moved", 1, "u", "b")],
+                   "new": [edge_row("moved", 0, "t", "a"), edge_row("moved", 1, "v", "b")], "gone": []}),
+        ("gone", {"old": [edge_row("gone", 0, "t", "a")], "new": [edge_row("gone", 0, "t", "a")], "gone": [True]}),
+        ("new", {"old": [], "new": [edge_row("new", 0, "w", "c")], "gone": []}),
+    ])
+    out = groups | "Delta" >> beam.FlatMap(source_delta).with_outputs(
+        TOMBSTONE, "changed_nodes", main="edges")
+    assert_that(out["edges"], equal_to([edge_row("moved", 0, "t", "a"), edge_row("moved", 1, "v", "b"),
+                                        edge_row("new", 0, "w", "c")]), label="Edges")
+    assert_that(out[TOMBSTONE], equal_to([("source_node_id", "moved"), ("source_node_id", "gone")]),
+                label="Tombstones")
+    assert_that(out["changed_nodes"], equal_to(["u", "v", "t", "w"]), label="Changed")
+    p.run().wait_until_finish()
+
+
+def test_an_anchor_document_is_replaced_only_when_its_text_changes():
+    doc = {"chunk_id": 1, "node_id": "t", "_file": "f"}
+    assert list(anchor_doc_delta(("t", {"new": [{"chunk_id": 1, "node_id": "t"}], "old": [doc]}))) == []
+    replaced = list(anchor_doc_delta(("t", {"new": [{"chunk_id": 2, "node_id": "t"}], "old": [doc]})))
+    assert replaced[0] == {"chunk_id": 2, "node_id": "t"}
+    assert (replaced[1].tag, replaced[1].value) == (TOMBSTONE, ("chunk_id", ("f", 1)))
+    gone = list(anchor_doc_delta(("t", {"new": [], "old": [doc]})))
+    assert [(g.tag, g.value) for g in gone] == [(TOMBSTONE, ("chunk_id", ("f", 1)))]
+
+
+def test_a_plan_names_the_urls_whose_nodes_a_link_may_name_changed():
+    page = {"node_id": "p", "parent_id": "r", "page_id": "p", "site": "s", "kind": "page", "position": 0, "depth": 1,
+            "title": "P", "url": "u", "ancestor_ids": ["r"], "ancestor_titles": ["R"], "trail_method": "url",
+            "source_kind": "html"}
+    section = {**page, "node_id": "s1", "kind": "section", "url": "u#a", "depth": 2}
+    anchor_doc = {"chunk_id": 9, "node_id": "p", "page_id": "p", "ordinal": ANCHOR_DOC_ORDINAL, "_file": "f"}
+    gone = plan_page_update(None, None, 0, [page, section], [anchor_doc], "section", chunker=lambda row: [],
+                            representation=Representation())
+    assert (gone.changed_target_urls, gone.targets, gone.dead_source) == (["u"], [], "p")
+    assert gone.dead_chunks == [("f", 9)]  # an anchor document dies with its page
+    # Moved under another parent, unchanged: the same nodes, no URL to resolve again, its anchor document kept.
+    moved = NodePlacement("p", "x", "s", "page", 3, 1, "P", "u", ("x",), ("X",), "url", "html")
+    kept = plan_page_update(moved, None, 0, [page, section], [anchor_doc], "section", chunker=lambda row: [],
+                            representation=Representation(template="{body}"))
+    assert kept.changed_target_urls == [] and {t["node_id"] for t in kept.targets} == {"p", "s1"}
+    assert kept.dead_chunks == [] and kept.dead_source is None
