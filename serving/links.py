@@ -7,10 +7,16 @@ chapter or version. `LinkGraph` holds every live edge between node rows as
 two CSRs (derived once at load, ritrag.serving.derived_arrays); `see_also`
 picks, per hit, up to `MAX_SEE_ALSO` of its out- and in-link neighbours that
 are neither in its own chain (ancestors, descendants) nor anywhere in the
-ToC, ranked by the query (their node score when retrieval scored them) and
-then by how many pages link to them. Each related node is listed once per
-ToC, under the best hit that links it, so a popular page costs its tokens
-once.
+ToC and that the query scored (retrieval's candidates below the top n),
+best node score first, then by how many pages link to them. Each related
+node is listed once per ToC, under the best hit that links it, so a popular
+page costs its tokens once.
+
+Only scored neighbours: on the dev questions, the neighbours the query did
+not score (ranked by in-links alone: glossaries, indexes, sitemaps) cost
+more than half the cross-links' tokens and reached no gold page the scored
+ones missed (benchmarks/RESULTS.md, "The link graph";
+benchmarks/cross_links.py measures both).
 """
 from __future__ import annotations
 
@@ -54,14 +60,16 @@ class LinkGraph:
 
 
 def see_also(hits: Sequence[int], shown: np.ndarray, graph: LinkGraph, skeleton: Skeleton,
-             scores: Mapping[int, float], per_hit: int = MAX_SEE_ALSO) -> dict[int, list[int]]:
+             scores: Mapping[int, float], per_hit: int = MAX_SEE_ALSO, unscored: bool = False
+             ) -> dict[int, list[int]]:
     """Hit row -> its related rows, best first, for `hits` in rank order.
     `shown`: every row the ToC holds (hits and ancestors), sorted; `scores`:
-    node row -> the query's score of each node retrieval scored (0 for the
-    others). A related row is a neighbour of the hit outside the hit's chain
-    and outside `shown`, listed under the first hit that has it; ties by
-    in-link count, then row. Array operations per hit, so a hub page's
-    thousands of neighbours cost no Python loop."""
+    node row -> the query's score of each node retrieval scored. A related
+    row is a neighbour of the hit outside the hit's chain and outside
+    `shown` with a positive score (with `unscored`, any such neighbour,
+    those without a score after the others), listed under the first hit that
+    has it; ties by in-link count, then row. Array operations per hit, so a
+    hub page's thousands of neighbours cost no Python loop."""
     if not len(graph) or per_hit <= 0 or not len(hits):
         return {}
     scored = np.fromiter(scores, np.int64, len(scores))
@@ -72,14 +80,17 @@ def see_also(hits: Sequence[int], shown: np.ndarray, graph: LinkGraph, skeleton:
     for hit in hits:
         rows = graph.neighbours(hit)
         rows = rows[~np.isin(rows, listed)]
-        # A descendant of the hit has it among its ancestors; its ancestors are in `shown`.
-        chain = skeleton.ancestor_rows[csr_positions(skeleton.ancestor_indptr, rows)]
-        owner = np.repeat(np.arange(len(rows)), np.diff(skeleton.ancestor_indptr)[rows])
-        rows = np.delete(rows, owner[chain == hit])
-        if not len(rows):
-            continue
         at = np.clip(np.searchsorted(scored, rows), 0, max(len(scored) - 1, 0))
         score = np.where(scored[at] == rows, score_of[at], 0.0) if len(scored) else np.zeros(len(rows))
+        if not unscored:
+            rows, score = rows[score > 0], score[score > 0]
+        # A descendant of the hit has it among its ancestors; its ancestors are in `shown`.
+        indptr = skeleton.ancestor_indptr
+        chain = skeleton.ancestor_rows[csr_positions(indptr, rows)]
+        below = np.repeat(np.arange(len(rows)), indptr[rows + 1] - indptr[rows])[chain == hit]
+        rows, score = np.delete(rows, below), np.delete(score, below)
+        if not len(rows):
+            continue
         chosen = rows[np.lexsort((rows, -graph.in_degree(rows), -score))[:per_hit]]
         listed = np.concatenate([listed, chosen])
         out[hit] = chosen.tolist()

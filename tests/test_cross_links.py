@@ -50,16 +50,19 @@ def test_hits_list_related_nodes_outside_their_chain_and_the_toc(service):
     assert listed > 0
 
 
-def test_related_nodes_rank_by_the_query_then_by_in_links():
+def test_related_nodes_are_those_the_query_scored_best_first_then_by_in_links():
     # rows: 0 root; 1, 2, 3, 4 its children; hit 1 links to 2, 3 and 4, and 3 links to 4
     skeleton = Skeleton(columns={}, position=np.zeros(5, np.int32), parent_row=np.array([-1, 0, 0, 0, 0], np.int32),
                         ancestor_indptr=np.array([0, 0, 1, 2, 3, 4]), ancestor_rows=np.zeros(4, np.int32))
     graph = LinkGraph(out_indptr=np.array([0, 0, 3, 3, 4, 4]), out_rows=np.array([2, 3, 4, 4], np.int32),
                       in_indptr=np.array([0, 0, 0, 1, 2, 4]), in_rows=np.array([1, 1, 1, 3], np.int32))
     shown = np.array([0, 1])
-    assert see_also([1], shown, graph, skeleton, {}) == {1: [4, 2, 3]}  # in-links: 4 has two, then by row
-    assert see_also([1], shown, graph, skeleton, {3: 0.2}, per_hit=2) == {1: [3, 4]}  # a scored node first
-    assert see_also([1], np.array([0, 1, 4]), graph, skeleton, {}) == {1: [2, 3]}  # 4 is in the ToC
+    assert see_also([1], shown, graph, skeleton, {}) == {}  # the query scored none of them
+    assert see_also([1], shown, graph, skeleton, {2: 0.1, 3: 0.1, 0: 0.9}) == {1: [2, 3]}  # not the root, in the ToC
+    assert see_also([1], shown, graph, skeleton, {3: 0.2, 4: 0.1}, per_hit=1) == {1: [3]}  # the best score first
+    assert see_also([1], shown, graph, skeleton, {}, unscored=True) == {1: [4, 2, 3]}  # in-links: 4 has two
+    assert see_also([1], shown, graph, skeleton, {3: 0.2}, per_hit=2, unscored=True) == {1: [3, 4]}
+    assert see_also([1], np.array([0, 1, 4]), graph, skeleton, {}, unscored=True) == {1: [2, 3]}  # 4 is in the ToC
 
 
 def test_the_outline_shows_cross_links_and_read_resolves_their_handles(service):
