@@ -57,7 +57,9 @@ DEFAULT_PATH_LEVELS = 4
 # "Retrieval with the forest" and the min-max sweep): the path field at half a body's
 # weight; the paper's node score ("max+doc", a node's own match added, lost on
 # both halves); BM25 and dense fused by their min-max normalized scores at equal
-# weights (RRF lost on both halves). Every one can be overridden per query
+# weights (RRF lost on both halves); the in-link anchors field at weight 0
+# (0.5 won on half:a and lost on half:b, "The link graph, query side"). Every
+# one can be overridden per query
 # (`RetrievalParams`); a parameter an index's manifest does not record (built
 # before it existed) takes its default here.
 DEFAULT_RETRIEVAL: dict[str, Any] = {"fusion": "minmax", "rrf_k": 60, "sparse_weight": 1.0, "dense_weight": 1.0,
