@@ -28,8 +28,9 @@ import sysconfig
 import time
 
 from benchmarks.results import cpu_description, write_section
+from ritrag.index_config import DEFAULT_BASE_URL
 from ritrag.schema import DeadLetter
-from ritrag.transforms.pages import DEFAULT_BASE_URL, PageParser, parse_or_dead_letter
+from ritrag.transforms.pages import PageParser, parse_or_dead_letter
 from ritrag.transforms.parse import UnparseablePage
 from ritrag.transforms.sources import sniff_kind
 

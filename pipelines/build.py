@@ -26,22 +26,20 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from ritrag.pipelines.launcher import (BuildOptions, PublishOptions, check_page_accounting, counter_values,
-                                       job_options, prepare_job, publish_and_prune, refuse_empty, representation_of,
+                                       index_config_of, job_options, prepare_job, publish_and_prune, refuse_empty,
                                        required, run_pipeline)
 from ritrag.pipelines.options import JobFlags
-from ritrag.embedder import EmbedderSpec
-from ritrag.bm25 import BM25_PARAMETERS
+from ritrag.index_config import IndexConfig
 from ritrag.layout import BM25_STATS_FILE, DENSE_INFO_FILE, EDGES_KIND, IndexLayout, SITE_BASES_FILE, new_manifest
 from ritrag.storage import open_read
-from ritrag.representation import Representation, retrieval_defaults
 from ritrag.schema import CHUNKS_SCHEMA, EDGES_SCHEMA, EDGES_SORT_KEYS, NODES_SCHEMA, PAGES_SCHEMA
 from ritrag.transforms.chunk import ChunkNodesFn
 from ritrag.transforms.edges import EDGE_COUNTERS, AnchorDocuments, ResolveEdges
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainDenseIndex, WriteDenseIndex
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
 from ritrag.transforms.nodes import LINKS_OUTPUT, PAGES_OUTPUT, BuildForestNodes
-from ritrag.transforms.pages import (DEAD, DEFAULT_BASE_URL, LINKS_CAPPED_COUNTER, PAGE_COUNTERS, InputOptions,
-                                     PageParser, ParsePages, ReadInput, WriteDeadLetters, count_input_files,
+from ritrag.transforms.pages import (DEAD, LINKS_CAPPED_COUNTER, PAGE_COUNTERS, InputOptions, PageParser,
+                                     ParsePages, ReadInput, WriteDeadLetters, count_input_files,
                                      input_root_and_pattern)
 from ritrag.transforms.progress import LogProgress
 from ritrag.transforms.site_base import InferSiteBases
@@ -60,20 +58,21 @@ class BuildJobOptions(BuildOptions, InputOptions):
 FLAGS: JobFlags = {InputOptions: None, BuildOptions: None, EmbedOptions: None, PublishOptions: None}
 
 
-def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str, spec: EmbedderSpec,
-                   representation: Representation, total_files: int | None = None) -> None:
+def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str, config: IndexConfig,
+                   total_files: int | None = None) -> None:
     """The build's data flow (docs/ARCHITECTURE.md): stages compute PCollections,
-    then sinks write them, every table into `segment_dir`."""
-    opts = options.view_as(BuildJobOptions)
+    then sinks write them, every table into `segment_dir`, the index made as `config` says."""
+    opts = options.view_as(InputOptions)
+    spec, representation, num_shards = config.embedder, config.representation, config.num_shards
     root, pattern = input_root_and_pattern(opts.input)
-    reader = PageParser(root, opts.base_url or DEFAULT_BASE_URL, opts.site_depth, opts.max_page_bytes,
+    reader = PageParser(root, config.page_base_url, config.site_depth, opts.max_page_bytes,
                         opts.follow_links_outside_input)
     readables = p | "ReadInput" >> ReadInput(pattern, reader)
     # Sites' public bases, from what their pages say of themselves: the parser that
     # keys pages under them is decided once and reaches parsing and node rows as a
     # side input. The user's --base_url wins; WARC records carry their own URLs.
     site_bases, parser = None, reader
-    if opts.base_url is None and crawl_dir_of(pattern) is None:
+    if config.base_url is None and crawl_dir_of(pattern) is None:
         site_bases = p | "InferSiteBases" >> InferSiteBases(pattern, reader, HTML_SUFFIXES)
         parser = beam.pvalue.AsSingleton(site_bases | "ParserWithSiteBases" >> beam.Map(reader.with_site_bases))
 
@@ -82,7 +81,7 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
     pages = parsed["pages"] | "ParseProgress" >> LogProgress("parse (pages)", total_files)
     # Forest: skeletons placed per site, joined with the page text -> node rows.
     # Each page's first parse is spilled and read back for its node rows (not parsed twice).
-    forest = pages | "Forest" >> BuildForestNodes(parser, opts.granularity,
+    forest = pages | "Forest" >> BuildForestNodes(parser, config.granularity,
                                                  spill_dir=spill_location(segment_dir, "pages"))
     nodes = forest["nodes"] | "NodeProgress" >> LogProgress("forest (nodes)")
     # Chunks, cut inside each node, in the index's representation.
@@ -103,50 +102,36 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
                | "ChunkTexts" >> beam.Map(lambda c: (c["chunk_id"], c["embedded_text"]))
                | "Embed" >> EmbedChunks.from_options(spec, options)
                | "EmbedProgress" >> LogProgress("embed (chunks)"))
-    trained = vectors | "TrainDense" >> TrainDenseIndex(opts.dense_factory, opts.dense_nprobe, opts.dense_rerank)
+    trained = vectors | "TrainDense" >> TrainDenseIndex(config.dense_factory, config.dense_nprobe,
+                                                        config.dense_rerank)
 
     # Sinks: the segment's files.
     if site_bases is not None:
         site_bases | "WriteSiteBases" >> beam.Map(write_site_bases, segment_dir)
     (parsed[DEAD], forest[DEAD]) | "DeadLetters" >> WriteDeadLetters(segment_dir)
-    forest[PAGES_OUTPUT] | "WritePages" >> WriteParquetTable(segment_dir, "pages", PAGES_SCHEMA, "url",
-                                                             opts.num_shards)
-    nodes | "WriteNodes" >> WriteParquetTable(segment_dir, "nodes", NODES_SCHEMA, "node_id", opts.num_shards)
-    chunks | "WriteChunks" >> WriteParquetTable(segment_dir, "chunks", CHUNKS_SCHEMA, "chunk_id", opts.num_shards)
+    forest[PAGES_OUTPUT] | "WritePages" >> WriteParquetTable(segment_dir, "pages", PAGES_SCHEMA, "url", num_shards)
+    nodes | "WriteNodes" >> WriteParquetTable(segment_dir, "nodes", NODES_SCHEMA, "node_id", num_shards)
+    chunks | "WriteChunks" >> WriteParquetTable(segment_dir, "chunks", CHUNKS_SCHEMA, "chunk_id", num_shards)
     edges | "WriteEdges" >> WriteParquetTable(segment_dir, EDGES_KIND, EDGES_SCHEMA, "source_node_id",
-                                              opts.num_shards, EDGES_SORT_KEYS)
-    sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, opts.num_shards)
-    {VECTORS: vectors, TRAINED: trained} | "WriteDense" >> WriteDenseIndex(segment_dir, opts.num_shards)
+                                              num_shards, EDGES_SORT_KEYS)
+    sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, num_shards)
+    {VECTORS: vectors, TRAINED: trained} | "WriteDense" >> WriteDenseIndex(segment_dir, num_shards)
 
 
-def publish_build(layout: IndexLayout, segment_id: str, options: PipelineOptions, spec: EmbedderSpec,
-                  representation: Representation, counts: dict[str, int], elapsed_s: float) -> str:
-    """Checksum the finished segment, write its manifest, flip CURRENT."""
-    opts = options.view_as(BuildJobOptions)
+def publish_build(layout: IndexLayout, segment_id: str, options: PipelineOptions, config: IndexConfig,
+                  counts: dict[str, int], elapsed_s: float) -> str:
+    """Checksum the finished segment, write its manifest (which records `config`), flip CURRENT."""
     segment_dir = layout.segment_dir(segment_id)
     with open_read(os.path.join(segment_dir, BM25_STATS_FILE)) as fh:
         bm25 = json.load(fh)
     with open_read(os.path.join(segment_dir, DENSE_INFO_FILE)) as fh:
         dense = json.load(fh)
-    segment = layout.describe_segment(segment_id, opts.num_shards, counts)
+    segment = layout.describe_segment(segment_id, config.num_shards, counts)
     manifest = new_manifest(
         layout,
         segments=[segment],
         stats={"bm25": bm25, "pages": counts, "build_seconds": round(elapsed_s, 1)},
-        config={
-            "embedder": {**spec.to_dict(), "dimension": dense["dim"]},
-            "dense": dense,
-            "bm25": dict(BM25_PARAMETERS),
-            "representation": representation.to_dict(),
-            "retrieval": retrieval_defaults(representation),
-            "granularity": opts.granularity,
-            "num_shards": opts.num_shards,
-            "base_url": opts.base_url or DEFAULT_BASE_URL,
-            "base_url_given": opts.base_url is not None,
-            # Per site as the input names it: the public base its pages named, or why none.
-            "site_bases": read_site_bases(segment_dir),
-            "site_depth": opts.site_depth,
-        },
+        config=config.to_manifest(dense, read_site_bases(segment_dir)),
     )
     return publish_and_prune(layout, manifest, options)
 
@@ -168,20 +153,18 @@ def run(argv: list[str] | None = None) -> str:
     """Run a full build; returns the published version name."""
     options = job_options(argv, FLAGS)
     opts = required(options, BuildJobOptions, "input", "out")
-    spec = EmbedderSpec(model=opts.embedding_model, query_prefix=opts.query_prefix,
-                        document_prefix=opts.document_prefix)
-    representation = representation_of(options)
+    config = index_config_of(options)
     with prepare_job(options, opts.out, "build") as (layout, segment_id, segment_dir):
         started = time.time()
         total_files = count_input_files(input_root_and_pattern(opts.input)[1])
         LOG.info("building from %s (%d files) into %s", opts.input, total_files, segment_dir)
         result = run_pipeline(options, segment_dir,
-                              lambda p: build_pipeline(p, options, segment_dir, spec, representation, total_files))
+                              lambda p: build_pipeline(p, options, segment_dir, config, total_files))
         counts = counter_values(result, (*PAGE_COUNTERS, LINKS_CAPPED_COUNTER, *EDGE_COUNTERS))
         elapsed = time.time() - started
         check_page_accounting(counts, ("pages_indexed", "pages_dead_lettered", "pages_merged_duplicates"))
         refuse_empty(counts, segment_dir)
-        published = publish_build(layout, segment_id, options, spec, representation, counts, elapsed)
+        published = publish_build(layout, segment_id, options, config, counts, elapsed)
         rate = counts["pages_read"] / elapsed if elapsed else 0.0
         LOG.info("published %s in %.1f s (%.1f pages/s): %s", published, elapsed, rate,
                  ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))

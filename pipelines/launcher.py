@@ -13,7 +13,6 @@ A job's `run(argv)` reads as:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 from collections import Counter
@@ -25,12 +24,11 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from ritrag.embedder import DEFAULT_MODEL
 from ritrag.pipelines.options import JobFlags, parse_job_options
+from ritrag.index_config import INDEX_FLAGS, IndexConfig
 from ritrag.layout import DEAD_LETTERS_FILE, DENSE_INFO_FILE, IndexLayout, prune_versions, segment_id_for
 from ritrag.storage import dir_exists, open_read, remove_tree, use_pipeline_options
 from ritrag.lease import IndexLease
-from ritrag.representation import DEFAULT_PATH_LEVELS, DEFAULT_TEMPLATE, Representation
 from ritrag.transforms.pages import PAGE_COUNTERS
 from ritrag.transforms.tables import remove_spill_files
 
@@ -91,54 +89,14 @@ class BuildOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
         parser.add_argument("--out", help="index directory (local path or object-store prefix)")
-        parser.add_argument("--base_url", default=None,
-                            help="URL that the input directory stands for (default: each site's public "
-                                 "URL where its pages name it, else http://localhost/; transforms/site_base.py)")
-        parser.add_argument("--site_depth", type=int, default=0,
-                            help="URL path segments that name a site (1: one forest per <host>/<product>/)")
-        parser.add_argument("--granularity", choices=("page", "section"), default="page",
-                            help="a node per page, or also a node per heading section inside pages")
-        parser.add_argument("--num_shards", type=int, default=1,
-                            help="files per table, BM25 postings and dense index (parallel writers and loaders)")
-        parser.add_argument("--embedding_model", default=DEFAULT_MODEL,
-                            help="sentence-transformers model name or local path, or hashing:DIM (a "
-                                 "model-free stand-in for tests)")
-        parser.add_argument("--query_prefix", default="",
-                            help="text the model expects before a query (e.g. 'query: ' for E5 models)")
-        parser.add_argument("--document_prefix", default="",
-                            help="text the model expects before a document (e.g. 'passage: ')")
-        parser.add_argument("--dense_factory", default=None,
-                            help="FAISS index factory string (default: chosen by corpus size)")
-        parser.add_argument("--dense_nprobe", type=int, default=None,
-                            help="IVF lists the server probes per query (default: chosen by corpus size)")
-        parser.add_argument("--dense_rerank", type=int, default=None,
-                            help="the server re-ranks N x k' index candidates exactly; 1: off "
-                                 "(default: chosen by corpus size)")
-        # The representation (ritrag/representation.py). None: the default at a
-        # build, the live index's at an update (which refuses another one).
-        parser.add_argument("--chunk_template", default=None,
-                            help=f"what the model embeds of a chunk: {{path}}, {{title}}, {{body}} "
-                                 f"(default {DEFAULT_TEMPLATE!r}; '{{title}}\\n{{body}}' is the "
-                                 f"representation of indexes built before templates)")
-        parser.add_argument("--path_levels", type=int, default=None,
-                            help=f"most levels of the node path in the representation: the root "
-                                 f"and the last ones (default {DEFAULT_PATH_LEVELS})")
-        parser.add_argument("--node_docs", choices=("on", "off"), default=None,
-                            help="index a per-node document (path, summary, keywords) in BM25 and "
-                                 "dense, and keep the path out of chunk postings (default on)")
-        parser.add_argument("--anchor_docs", choices=("on", "off"), default=None,
-                            help="index the anchor texts other pages link a node with as its anchor "
-                                 "document, a third BM25 field, never embedded (default on)")
+        for flag in INDEX_FLAGS:  # defined with the IndexConfig they set
+            flag.add_to(parser)
 
 
-def representation_of(options: PipelineOptions, base: Representation = Representation()) -> Representation:
-    """`base` with the representation flags that were given."""
+def index_config_of(options: PipelineOptions) -> IndexConfig:
+    """The IndexConfig a build's flags ask for (a flag left out: the config's default)."""
     opts = options.view_as(BuildOptions)
-    given = {"template": (opts.chunk_template.replace("\\n", "\n") if opts.chunk_template is not None else None),
-             "path_levels": opts.path_levels,
-             "node_docs": None if opts.node_docs is None else opts.node_docs == "on",
-             "anchor_docs": None if opts.anchor_docs is None else opts.anchor_docs == "on"}
-    return dataclasses.replace(base, **{k: v for k, v in given.items() if v is not None})
+    return IndexConfig().with_flags({flag.name: getattr(opts, flag.name) for flag in INDEX_FLAGS})
 
 
 def counter_values(result, expected: Iterable[str] = PAGE_COUNTERS) -> dict[str, int]:

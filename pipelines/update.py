@@ -26,10 +26,10 @@
 7. Publish: the delta segment, then a manifest listing the live segments plus the
    delta, then CURRENT.
 
-Options that shape the index (base URL, site depth, granularity, model, shards,
-representation) come from the live manifest: an update cannot change them, and
-one that asks for another representation (--chunk_template, --path_levels,
---node_docs, --anchor_docs) is refused before anything runs: rebuild instead.
+What shaped the index (its IndexConfig: base URL, site depth, granularity,
+model, shards, representation, dense index) is the live manifest's: an update
+cannot change it, and a command line whose flags ask for another config is
+refused before anything runs: rebuild instead.
 """
 from __future__ import annotations
 
@@ -38,19 +38,18 @@ import logging
 import os
 import sys
 import time
-from typing import Callable
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from ritrag.pipelines.launcher import (BuildOptions, IndexOptions, PublishOptions, check_page_accounting, counter_values,
-                                       job_options, prepare_job, publish_and_prune, representation_of, required, run_pipeline)
+                                       job_options, prepare_job, publish_and_prune, required, run_pipeline)
 from ritrag.pipelines.options import JobFlags, JobOptionsError, given_flags, merge_flags
-from ritrag.embedder import EmbedderSpec, check_backend_available
+from ritrag.embedder import check_backend_available
+from ritrag.index_config import IndexConfig
 from ritrag.layout import BM25_STATS_FILE, EDGES_KIND, IndexLayout, TOMBSTONES_FILE, new_manifest
 from ritrag.reader import IndexReader
 from ritrag.storage import open_read
-from ritrag.representation import Representation, refuse_mixing
 from ritrag.schema import CHUNKS_SCHEMA, EDGES_SCHEMA, EDGES_SORT_KEYS, NODES_SCHEMA, PAGES_SCHEMA, PageSkeleton
 from ritrag.transforms.delta import (CHUNK_REF_COLUMNS, NODE_SKELETON_COLUMNS, ClassifyFn, DiffInput, ParseChangedPages,
                               PlanPageUpdates, RemovedChunkTerms, ReplaceRows, ReuseOrEmbedVectors, UpdatePagesFn,
@@ -79,26 +78,18 @@ class UpdateOptions(InputOptions, IndexOptions):
 # build and its later updates; given explicitly, each must match the live index.
 FLAGS: JobFlags = merge_flags({InputOptions: None, IndexOptions: None, BuildOptions: None, EmbedOptions: None,
                                PublishOptions: None}, without=("out",))
-# What the live index records of the BuildOptions an update cannot change (the
-# representation's flags are compared by refuse_mixing).
-RECORDED: dict[str, Callable[[dict], object]] = {
-    "base_url": lambda config: config.get("base_url"),
-    "site_depth": lambda config: config.get("site_depth"),
-    "granularity": lambda config: config.get("granularity"),
-    "num_shards": lambda config: config.get("num_shards"),
-    "embedding_model": lambda config: config["embedder"]["model"],
-    "query_prefix": lambda config: config["embedder"].get("query_prefix", ""),
-    "document_prefix": lambda config: config["embedder"].get("document_prefix", ""),
-}
 
 
-def refuse_reshaping(config: dict, given: dict[str, object]) -> None:
-    """An update keeps what shaped the live index; a flag that asks for another
-    value is refused before anything runs (it would otherwise be ignored)."""
-    differing = [f"--{name} {given[name]!r} (the index has {recorded(config)!r})"
-                 for name, recorded in RECORDED.items() if name in given and given[name] != recorded(config)]
-    if differing:
-        raise JobOptionsError(f"an update cannot change what the index was built with: {'; '.join(differing)}; "
+def refuse_reshaping(live: IndexConfig, given: dict[str, object]) -> None:
+    """An update keeps the config the live index was built with; flags that ask
+    for another are refused before anything runs (they would otherwise be
+    ignored, or mix two kinds of chunks in one index)."""
+    try:
+        changes = live.changes_asked(given)
+    except ValueError as exc:  # a flag value no config takes (a template without {body})
+        raise JobOptionsError(str(exc)) from None
+    if changes:
+        raise JobOptionsError(f"an update cannot change what the index was built with: {'; '.join(changes)}; "
                               f"rebuild the index (ritrag build) to change it")
 
 
@@ -107,15 +98,13 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     """The update's data flow (docs/ARCHITECTURE.md): stages compute PCollections,
     then sinks write them, the delta segment into `segment_dir`."""
     opts = options.view_as(UpdateOptions)
-    config = live.manifest.config
-    spec = EmbedderSpec.from_dict(config["embedder"])
+    config = IndexConfig.from_manifest(live.manifest.config)
+    spec, representation, num_shards = config.embedder, config.representation, config.num_shards
     check_backend_available(spec)  # before any work: new chunks must be embedded like the live ones
-    representation = Representation.from_config(config)
-    num_shards, granularity = config["num_shards"], config["granularity"]
     root, pattern = input_root_and_pattern(opts.input)
     # The sites' public bases the build inferred (config.site_bases) key the pages as they did then.
-    parser = PageParser(root, config["base_url"], config["site_depth"], opts.max_page_bytes,
-                        opts.follow_links_outside_input).with_site_bases(config.get("site_bases"))
+    parser = PageParser(root, config.page_base_url, config.site_depth, opts.max_page_bytes,
+                        opts.follow_links_outside_input).with_site_bases(live.manifest.config.get("site_bases"))
     live_nodes = p | "LiveNodes" >> ReadLiveRows(live, "nodes", NODE_SKELETON_COLUMNS)
     live_chunks = p | "LiveChunks" >> ReadLiveRows(live, "chunks", CHUNK_REF_COLUMNS)
     live_edges = p | "LiveEdges" >> ReadLiveRows(live, EDGES_KIND)
@@ -130,7 +119,7 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
                   | "Place" >> PlaceSkeletons())
     # Page by page: new rows and chunks, re-placed rows, tombstones.
     delta = ({"placements": placements, "pages": pages, "live_nodes": live_nodes, "live_chunks": live_chunks}
-             | "PlanPages" >> PlanPageUpdates(spec, representation, granularity, parser))
+             | "PlanPages" >> PlanPageUpdates(spec, representation, config.granularity, parser))
     replaced = delta[UpdatePagesFn.NEED_BODY] | "ReplaceRows" >> ReplaceRows(spec, representation)
     nodes = (delta["nodes"], replaced["nodes"]) | "AllNodes" >> beam.Flatten()
     # Links: the edges of the sources whose edges changed; the anchor documents of
@@ -194,13 +183,8 @@ def run(argv: list[str] | None = None) -> str:
     """Run an incremental update; returns the published version name."""
     options = job_options(argv, FLAGS)
     opts = required(options, UpdateOptions, "input", "index")
-    live_config = IndexLayout(opts.index).load_manifest().config
+    live_config = IndexConfig.from_manifest(IndexLayout(opts.index).load_manifest().config)
     refuse_reshaping(live_config, given_flags(sys.argv[1:] if argv is None else argv, FLAGS))
-    live_representation = Representation.from_config(live_config)
-    try:
-        refuse_mixing(live_representation, representation_of(options, live_representation))
-    except ValueError as exc:  # a flag that asks for another representation: the command line's fault
-        raise JobOptionsError(str(exc)) from None
     with prepare_job(options, opts.index, "update") as (layout, segment_id, segment_dir):
         live = IndexReader(layout)
         started = time.time()

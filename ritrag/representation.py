@@ -147,11 +147,3 @@ def retrieval_defaults(representation: Representation) -> dict[str, Any]:
 LEGACY = Representation(template="{title}\n{body}", path_levels=DEFAULT_PATH_LEVELS, node_docs=False,
                         anchor_docs=False)
 
-
-def refuse_mixing(live: Representation, asked: Representation) -> None:
-    """An update must keep the live index's representation: chunks embedded two
-    ways in one index would not be comparable."""
-    if live != asked:
-        raise ValueError(f"this index was built with representation {live.to_dict()}; the update asks for "
-                         f"{asked.to_dict()}. One index holds one representation: rebuild the index "
-                         f"(ritrag build) to change it, or leave the representation options out of the update")

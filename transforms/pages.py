@@ -55,7 +55,6 @@ from ritrag.urls import normalize_url, site_of
 LOG = logging.getLogger("ritrag.pages")
 COUNTERS = "ritrag.build"
 DEAD = "dead"  # the tagged output of dead letters
-DEFAULT_BASE_URL = "http://localhost/"
 # pages_read = pages_indexed + pages_dead_lettered + pages_merged_duplicates
 PAGE_COUNTERS = ("pages_read", "pages_parsed", "pages_indexed", "pages_dead_lettered",
                  "pages_merged_duplicates")
