@@ -15,12 +15,12 @@ length norm k1 * (1 - b + b * |d| / avgdl). What each side does:
   (`row_norms`); a query is scored over the postings of its own terms only
   (`Bm25.scores`), so its cost follows the postings it touches, not the corpus.
 
-Fields. An index without node documents has one field, every chunk, scored
-with the recorded statistics (vocabulary df, bm25.json N and mean length). An
-index with node documents (ritrag/representation.py) has one field per kind of
-row, each with its own df, N and mean length counted from the live postings:
-chunk bodies ("body"), node documents ("doc", the path) and, where the index
-has them, anchor documents ("anchors": the anchor texts of a node's in-links).
+Fields. An index of chunk bodies only has one field, every chunk, scored with
+the recorded statistics (vocabulary df, bm25.json N and mean length). An index
+with node or anchor documents (ritrag/representation.py) has one field per kind
+of row it holds, each with its own df, N and mean length counted from the live
+postings: chunk bodies ("body"), node documents ("doc", the path) and anchor
+documents ("anchors": the anchor texts of a node's in-links).
 A chunk scores its body's BM25 + `path_weight` x its node document's BM25 +
 `anchor_weight` x its node's anchor document's BM25 (`Bm25.chunk_scores`);
 the node fields are added to the chunks of the matched nodes only. An index
@@ -107,8 +107,8 @@ def kind_df(postings: Postings, row_kind: np.ndarray) -> np.ndarray:
 
 
 def kind_fields(postings: Postings, row_kind: np.ndarray, df: np.ndarray | None = None) -> dict[str, Field]:
-    """The fields of an index with node documents, by name: body and doc
-    always, anchors where some row is an anchor document; statistics counted
+    """The fields of an index with node or anchor documents, by name: body
+    always, doc and anchors where some row is of that kind; statistics counted
     from the live postings themselves, so they stay exact after updates.
     `df`: the counts of `kind_df`, cached by an earlier load."""
     df = kind_df(postings, row_kind) if df is None else df
@@ -116,7 +116,7 @@ def kind_fields(postings: Postings, row_kind: np.ndarray, df: np.ndarray | None 
     for kind, name in enumerate(KIND_FIELDS):
         member = row_kind == kind
         n = int(member.sum())
-        if n or kind != ANCHORS:
+        if n or kind == BODY:
             fields[name] = Field(member, df[kind], n, float(postings.chunk_length[member].sum() / n) if n else 0.0)
     return fields
 

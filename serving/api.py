@@ -125,9 +125,9 @@ class RitragIndex:
         (evaluation also scores each alone, as a baseline)."""
         idx, params = self.index, params or self.params
         vector = self.embed_query(query) if query_vector is None else query_vector
-        node_fields = "doc" in idx.bm25.fields
+        node_docs = "doc" in idx.bm25.fields
         # With node documents in the dense index, twice k' neighbours are split into chunks and documents.
-        depth = k * (2 if node_fields else 1)
+        depth = k * (2 if node_docs else 1)
         if idx.vector_store is None:
             dense_ids, similarities = dense_top_k(vector, idx.dense_shards, depth, idx.dense_dead)
         else:
@@ -136,15 +136,16 @@ class RitragIndex:
         dense_rows = idx.chunk_rows(dense_ids)
         live = dense_rows >= 0
         dense_rows, similarities = dense_rows[live], similarities[live]
-        if not node_fields:
+        if "all" in idx.bm25.fields:
             return Rankings((top_k(idx.bm25.scores(analyze(query)), k), (dense_rows, similarities)), None)
         chunk_scores, own = idx.bm25.chunk_scores(analyze(query), {"doc": params.path_weight,
                                                                    "anchors": params.anchor_weight},
                                                   idx.chunk_node, idx.node_chunks)
-        doc_scores = own["doc"]
         is_doc = idx.chunk_kind[dense_rows] == DOC  # anchor documents have no vectors
-        return Rankings((top_k(chunk_scores, k), (dense_rows[~is_doc][:k], similarities[~is_doc][:k])),
-                        (top_k(doc_scores, k), (dense_rows[is_doc][:k], similarities[is_doc][:k])))
+        chunks = (top_k(chunk_scores, k), (dense_rows[~is_doc][:k], similarities[~is_doc][:k]))
+        if not node_docs:
+            return Rankings(chunks, None)
+        return Rankings(chunks, (top_k(own["doc"], k), (dense_rows[is_doc][:k], similarities[is_doc][:k])))
 
     def retrieve(self, query: str, k: int = DEFAULT_K, n: int = DEFAULT_N, query_vector: np.ndarray | None = None,
                  params: RetrievalParams | None = None) -> Retrieval:

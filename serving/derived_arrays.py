@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from ritrag.bm25 import ANCHORS, BODY, DOC, Field, Postings, kind_df, kind_fields, row_norms
 from ritrag.layout import EDGES_KIND
 from ritrag.reader import IndexReader, LiveFile
-from ritrag.representation import ANCHOR_DOC_ORDINAL, NODE_DOC_ORDINAL, Representation
+from ritrag.representation import ANCHOR_DOC_ORDINAL, NODE_DOC_ORDINAL
 from ritrag.serving.skeleton import SKELETON_COLUMNS, NodeRows, Skeleton, fixed_width, skeleton_columns
 
 ShardKey = tuple[str, int, int]  # (segment, shard, number of shards) of a shard file
@@ -43,9 +43,11 @@ def load_vocabulary(reader: IndexReader) -> tuple[list[str], np.ndarray]:
     return vocabulary, np.array([df[t] for t in vocabulary], np.int64)
 
 
-def derive_arrays(reader: IndexReader, representation: Representation, vocabulary: list[str], one_field: Field,
-                  k1: float, b: float) -> tuple[pa.Table, dict[str, np.ndarray]]:
-    """The skeleton table and every derived array, from the version's files."""
+def derive_arrays(reader: IndexReader, vocabulary: list[str], one_field: Field, k1: float, b: float
+                  ) -> tuple[pa.Table, dict[str, np.ndarray]]:
+    """The skeleton table and every derived array, from the version's files.
+    An index of chunk bodies only is scored in `one_field`; one with node or
+    anchor documents has a field per row kind (`field_df`, ritrag.bm25)."""
     node_files = reader.positions("nodes").files
     tables = [f.read(SKELETON_COLUMNS) for f in node_files]
     table = pa.concat_tables(tables).combine_chunks()
@@ -60,7 +62,7 @@ def derive_arrays(reader: IndexReader, representation: Representation, vocabular
     arrays.update(chunk_arrays)
     arrays.update(assemble_postings(reader, pa.array(vocabulary, pa.string()), chunk_shards, arrays["chunk_ids"]))
     postings = Postings({}, arrays["indptr"], arrays["chunk_index"], arrays["tf"], arrays["chunk_length"])
-    if representation.node_docs:
+    if (arrays["chunk_kind"] != BODY).any():
         arrays["field_df"] = kind_df(postings, arrays["chunk_kind"])
         fields = list(kind_fields(postings, arrays["chunk_kind"], arrays["field_df"]).values())
     else:

@@ -31,7 +31,6 @@ import numpy as np
 from ritrag.bm25 import Bm25, Field, Postings, kind_fields, parameters
 from ritrag.layout import BM25_STATS_FILE
 from ritrag.reader import IndexReader
-from ritrag.representation import Representation
 from ritrag.storage import is_remote
 from ritrag.vectors import VectorStore
 from ritrag.serving.array_cache import cache_directory, open_cache, save_cache
@@ -67,11 +66,10 @@ class LoadedVersion:
         self.manifest = self.reader.manifest
         self.version = self.reader.version
         self.cache_dir = cache_dir
-        self.representation = Representation.from_config(self.manifest.config)
         vocabulary, vocabulary_df = load_vocabulary(self.reader)
         stats = [json.load(open(f, encoding="utf-8")) for f in self.reader.segment_files(BM25_STATS_FILE)]
         n_chunks, n_terms = sum(s["n_chunks"] for s in stats), sum(s["n_terms"] for s in stats)
-        # Without node documents, one field scored with the recorded statistics.
+        # An index of chunk bodies only: one field, scored with the recorded statistics.
         one_field = Field(None, vocabulary_df, n_chunks, (n_terms / n_chunks) if n_chunks else 0.0)
         k1, b = parameters(self.manifest.config)
 
@@ -79,7 +77,7 @@ class LoadedVersion:
         n_node_rows = self.reader.positions("nodes").num_rows
         cached = open_cache(cache, n_node_rows, len(vocabulary)) if cache else None
         if cached is None:
-            cached = derive_arrays(self.reader, self.representation, vocabulary, one_field, k1, b)
+            cached = derive_arrays(self.reader, vocabulary, one_field, k1, b)
             if cache:
                 save_cache(cache, *cached)
                 cached = open_cache(cache, n_node_rows, len(vocabulary)) or cached
@@ -95,8 +93,8 @@ class LoadedVersion:
         self.node_chunks = (arrays["node_chunk_indptr"], arrays["node_chunk_rows"])  # each node's body chunks
         self.postings = Postings({t: i for i, t in enumerate(vocabulary)}, arrays["indptr"], arrays["chunk_index"],
                                  arrays["tf"], arrays["chunk_length"])
-        fields = ({"all": one_field} if not self.representation.node_docs else
-                  kind_fields(self.postings, self.chunk_kind, arrays["field_df"]))
+        fields = (kind_fields(self.postings, self.chunk_kind, arrays["field_df"]) if "field_df" in arrays
+                  else {"all": one_field})
         self.bm25 = Bm25(self.postings, fields, k1, b, arrays["norm"])
         self.links = LinkGraph.of(arrays)
 

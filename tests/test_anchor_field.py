@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ritrag.analyzer import analyze
-from ritrag.bm25 import ANCHORS, top_k
+from ritrag.bm25 import ANCHORS, BODY, top_k
 from ritrag.serving.api import RitragIndex
 from ritrag.serving.retrieval import RetrievalParams
 from support import build_index, tiny_page
@@ -55,13 +55,14 @@ def write_linked_site(directory: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def linked_indexes(tmp_path_factory) -> dict[str, RitragIndex]:
-    """The linked site built with anchor documents and without them."""
+    """The linked site built with anchor documents, without them, and with
+    them but without node documents."""
     site = write_linked_site(tmp_path_factory.mktemp("linked_site"))
     out = {}
-    for anchor_docs in ("on", "off"):
-        index_dir = tmp_path_factory.mktemp(f"linked_{anchor_docs}")
-        build_index(site, index_dir, "--embedding_model", "hashing:384", "--anchor_docs", anchor_docs)
-        out[anchor_docs] = RitragIndex(str(index_dir))
+    for name, flags in (("on", ()), ("off", ("--anchor_docs", "off")), ("no_node_docs", ("--node_docs", "off"))):
+        index_dir = tmp_path_factory.mktemp(f"linked_{name}")
+        build_index(site, index_dir, "--embedding_model", "hashing:384", *flags)
+        out[name] = RitragIndex(str(index_dir))
     return out
 
 
@@ -104,3 +105,13 @@ def test_an_index_without_anchor_documents_scores_with_two_fields_as_before(link
         # the anchor weight changes nothing where there are no anchors
         assert (index.get_toc(query, params=RetrievalParams(anchor_weight=1.0))
                 == index.get_toc(query, params=RetrievalParams(anchor_weight=0.0)))
+
+
+def test_without_node_documents_the_anchors_are_a_field_of_their_own(linked_indexes):
+    index = linked_indexes["no_node_docs"]
+    idx = index.index
+    assert set(idx.bm25.fields) == {"body", "anchors"}
+    rankings = index.rankings("zephyr relay", params=RetrievalParams(anchor_weight=1.0))
+    (sparse_rows, _), (dense_rows, _) = rankings.chunks
+    assert rankings.docs is None and title_of(index, int(idx.chunk_node[sparse_rows[0]])) == "Message forwarding"
+    assert (idx.chunk_kind[sparse_rows] == BODY).all() and (idx.chunk_kind[dense_rows] == BODY).all()
