@@ -4,17 +4,21 @@ request, readable by handle within the episode; and the link statistics
 of `ritrag inspect`."""
 from __future__ import annotations
 
+import threading
+
+import httpx
 import numpy as np
 import pytest
 
 from ritrag.evaluation.forest_report import forest_report, render_html, render_text
 from ritrag.reader import IndexReader
+from ritrag.serving.http import create_app
 from ritrag.serving.links import MAX_SEE_ALSO, LinkGraph, see_also
 from ritrag.serving.outline import SEE_MARK, outline_ids, parse_outline, preorder
 from ritrag.serving.skeleton import Skeleton
 from ritrag.serving.tool_models import TocResult
 from ritrag.serving.tools import ToolService
-from serving_fixtures import loaded_index
+from serving_fixtures import loaded_index, serving
 
 QUERIES = ("configure the server port", "authentication and access control", "log files rotation")
 
@@ -83,6 +87,18 @@ def test_the_outline_shows_cross_links_and_read_resolves_their_handles(service):
     assert toc["tokens"]["outline"] > service.get_toc(QUERIES[0], format="both", cross_links=False)["tokens"]["outline"]
     off = service.get_toc(QUERIES[0], format="outline", episode_id="links", cross_links=False)["outline"]
     assert SEE_MARK not in off
+
+
+def test_http_requests_turn_cross_links_off(service):
+    with serving(create_app(lambda: service)) as url, httpx.Client(base_url=url, timeout=30) as client:
+        for _ in range(600):
+            if client.get("/readyz").status_code == 200:
+                break
+            threading.Event().wait(0.05)
+        on = client.post("/v1/toc", json={"query": QUERIES[0]}).json()
+        off = client.post("/v1/toc", json={"query": QUERIES[0], "cross_links": False}).json()
+    assert any("see_also" in node for node, _ in preorder(on["trees"]))
+    assert not any("see_also" in node for node, _ in preorder(off["trees"]))
 
 
 def test_inspect_reports_the_link_graph_per_site(sample_index, tmp_path):
