@@ -286,3 +286,19 @@ def test_a_count_axis_is_labelled_with_whole_numbers():
 
     svg = grouped_bars(["rank 1", "rank 2"], {"subforest": [16.0, 3.0]}, "questions by rank")
     assert 'font-size="10">16</text>' in svg and "16.000" not in svg and "3.000" not in svg
+
+
+def test_eval_measures_cross_links_and_gold_one_link_away(tmp_path):
+    from test_anchor_field import write_linked_site
+
+    index_dir = tmp_path / "linked"
+    build_index(write_linked_site(tmp_path / "site"), index_dir, "--embedding_model", "hashing:384")
+    question = {"id": "relay", "question": "delivery failures are logged", "gold": ["shop/relay.html"]}
+    qs = ev.load_questions(_write(tmp_path / "q.jsonl", [question]))
+    # One hit: the logs page (and its ancestor); the relay page it links to is one link away.
+    report = ev.evaluate(ev.open_index(str(index_dir)), qs, ev.EvalConfig(n=1, max_calls=2))
+    sub = report["questions"][0]["systems"]["subforest"]
+    assert not sub["found"] and sub["found_see_also"] and sub["one_hop"] and sub["one_hop_linked"]
+    assert sub["see_also_nodes"] >= 1 and sub["toc_tokens_outline_see_also"] > sub["toc_tokens_outline"]
+    assert report["overall"]["subforest"]["one_hop"] == 1.0
+    assert "gold the ToC missed is among its cross-links for 1" in render_text(report)
