@@ -545,6 +545,11 @@ def main(argv: list[str] | None = None) -> int:
             logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         return args.func(args, extra)
+    except BrokenPipeError:
+        # The reader went away (`ritrag toc ... | head`): what was asked for was
+        # read. Python's own recipe: stdout to devnull, so its flush at exit is quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:
         if args.command in JOB_COMMANDS:
             from ritrag.pipelines.options import JobOptionsError

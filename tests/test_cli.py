@@ -128,6 +128,11 @@ def test_cli_build_toc_read_as_installed(tmp_path):
     first_id = re.match(r"\s*([a-z0-9]+)", outline.stdout).group(1)  # a line: id, *rank if a hit, title
     read = ritrag("read", str(index), first_id, cwd=tmp_path)
     assert read.returncode == 0 and json.loads(read.stdout)["nodes"][0]["id"] == first_id
+    # a reader that stops early (`ritrag toc ... | head`) ends the command quietly
+    piped = subprocess.Popen([sys.executable, "-m", "ritrag.cli", "toc", str(index), "install the controller"],
+                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    piped.stdout.close()
+    assert piped.wait(timeout=600) == 0 and b"Traceback" not in piped.stderr.read()
     unknown = ritrag("read", str(index), "nosuchnode", cwd=tmp_path)
     assert unknown.returncode == 3
     # an update cannot reshape what the index was built with
