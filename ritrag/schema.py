@@ -86,6 +86,9 @@ class ParsedPage:
     # order: at most MAX_PAGE_LINKS; links_past_cap counts the link elements after them.
     links: tuple[Link, ...] = ()
     links_past_cap: int = 0
+    # Link elements left out as navigation: menus, breadcrumbs, footers, pagers,
+    # tables of contents (a build counter: what a site-wide menu would have cost).
+    links_navigation: int = 0
 
     @property
     def body(self) -> str:

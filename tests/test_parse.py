@@ -779,6 +779,9 @@ def test_links_are_those_of_the_text_not_of_its_navigation():
     # Menu, sidebar, breadcrumb trail, table of contents, related bar, pager, footer, rel/accesskey
     # pager links, the page itself (any fragment), its trail's pages, non-web schemes: no link.
     assert page.links_past_cap == 0
+    # Counted as navigation: menu 2, sidebar 1, breadcrumb 2, table of contents 1, related bar 1,
+    # pager bar 1, rel/accesskey pagers 2, footer 1; the text's own links (kept or not) are not.
+    assert page.links_navigation == 11
 
 
 def test_links_inside_a_marked_main_regions_own_menu_are_navigation():
@@ -808,6 +811,7 @@ def test_a_page_of_200k_links_parses_in_bounded_time_and_keeps_the_cap():
     assert len(page.links) == MAX_PAGE_LINKS
     assert page.links[-1] == Link(f"{SITE}/install/p999.html", "", "page 999", 999)
     assert page.links_past_cap == 200_000 - MAX_PAGE_LINKS
+    assert page.links_navigation == 0
 
 
 def test_a_long_anchor_text_is_cut():

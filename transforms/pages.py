@@ -59,6 +59,7 @@ DEAD = "dead"  # the tagged output of dead letters
 PAGE_COUNTERS = ("pages_read", "pages_parsed", "pages_indexed", "pages_dead_lettered",
                  "pages_merged_duplicates")
 LINKS_CAPPED_COUNTER = "pages_links_capped"  # pages parsed with more links than ParsedPage.links keeps
+LINKS_NAVIGATION_COUNTER = "links_navigation"  # link elements of parsed pages left out as navigation
 
 
 class InputOptions(PipelineOptions):
@@ -228,6 +229,7 @@ class ParsePagesFn(beam.DoFn):
         self._parsed = beam.metrics.Metrics.counter(COUNTERS, "pages_parsed")
         self._dead = beam.metrics.Metrics.counter(COUNTERS, "pages_dead_lettered")
         self._links_capped = beam.metrics.Metrics.counter(COUNTERS, LINKS_CAPPED_COUNTER)
+        self._links_navigation = beam.metrics.Metrics.counter(COUNTERS, LINKS_NAVIGATION_COUNTER)
         self._trail_counters: dict[str, beam.metrics.metricbase.Counter] = {}
 
     def _count_trail(self, page: ParsedPage) -> None:
@@ -268,6 +270,8 @@ class ParsePagesFn(beam.DoFn):
             self._count_trail(page)
             if page.links_past_cap:
                 self._links_capped.inc()
+            if page.links_navigation:
+                self._links_navigation.inc(page.links_navigation)
             yield page
 
 

@@ -16,6 +16,7 @@ page of a million links costs one pass over its link elements.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
 from urllib.parse import unquote
 
 from lxml import etree
@@ -58,22 +59,32 @@ def _is_pager(link: etree._Element) -> bool:
                 or (key and key.strip().lower() in _PAGER_ACCESS_KEYS))
 
 
+class PageLinks(NamedTuple):
+    links: tuple[Link, ...]
+    past_cap: int  # link elements left unread past MAX_PAGE_LINKS
+    navigation: int  # link elements of the main region left out as navigation (tocs, frames, pagers)
+
+
 def read_links(main: etree._Element, marked_main: bool, survey: Survey, loc: Location,
-               trail: tuple[Crumb, ...]) -> tuple[tuple[Link, ...], int]:
-    """The page's text links (module doc), and how many link elements were left
-    unread past MAX_PAGE_LINKS. Call after boilerplate is stripped, before the
-    tree is rewritten into text."""
+               trail: tuple[Crumb, ...]) -> PageLinks:
+    """The page's text links (module doc), how many link elements were left
+    unread past MAX_PAGE_LINKS and how many were navigation. Call after
+    boilerplate is stripped, before the tree is rewritten into text."""
     navigation = _navigation_links(main, survey, marked_main)
     placed = {*loc.self_urls, *loc.homes, *(crumb.url for crumb in trail)}
     kept: dict[tuple[str, str], Link] = {}
     # href -> the target it names, None when none is kept: pages repeat their hrefs.
     targets: dict[str, tuple[str, str] | None] = {}
+    skipped_navigation = 0
     elements = main.iter("a")
     for link in elements:
         if len(kept) == MAX_PAGE_LINKS:
-            return tuple(kept.values()), 1 + sum(1 for _ in elements)
+            return PageLinks(tuple(kept.values()), 1 + sum(1 for _ in elements), skipped_navigation)
         href = link.get("href")
         if href is None:
+            continue
+        if link in navigation or _is_pager(link):
+            skipped_navigation += 1
             continue
         if href not in targets:
             page_href, _, fragment = href.strip().partition("#")
@@ -81,7 +92,7 @@ def read_links(main: etree._Element, marked_main: bool, survey: Survey, loc: Loc
             targets[href] = (None if url is None or url in placed or not url.startswith(_WEB_PREFIXES)
                              else (url, unquote(fragment) if "%" in fragment else fragment))
         target = targets[href]
-        if target is None or target in kept or link in navigation or _is_pager(link):
+        if target is None or target in kept:
             continue
         kept[target] = Link(*target, _anchor_text(link), len(kept))
-    return tuple(kept.values()), 0
+    return PageLinks(tuple(kept.values()), 0, skipped_navigation)

@@ -86,8 +86,10 @@ def _parse_utf8(utf8: bytes, url: str, site: str) -> ParsedPage:
 
     main, marked_main = find_main(root, survey)
     nav_order, in_page_tocs = find_nav_order(main, survey, loc)
+    page_hrefs = int(root.xpath("count(//a[@href])"))  # one C-level pass; stripping removes chrome's
     strip_boilerplate(main, marked_main, survey, in_page_tocs, b"hreflang" in utf8)
-    links, links_past_cap = read_links(main, marked_main, survey, loc, trail.crumbs)
+    chrome_hrefs = page_hrefs - int(main.xpath("count(.//a[@href])"))
+    page_links = read_links(main, marked_main, survey, loc, trail.crumbs)
     pre_blocks = mark_pre_blocks(main)
     mark_blocks(main)
     headings = mark_headings(main)
@@ -113,7 +115,8 @@ def _parse_utf8(utf8: bytes, url: str, site: str) -> ParsedPage:
         keywords=head.keywords,
         language=head.language,
         nav_order=nav_order,
-        links=links,
-        links_past_cap=links_past_cap,
+        links=page_links.links,
+        links_past_cap=page_links.past_cap,
+        links_navigation=chrome_hrefs + page_links.navigation,
     )
     return dataclasses.replace(page, content_hash=page_content_hash(page))
