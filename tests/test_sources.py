@@ -300,6 +300,21 @@ def test_discourse_reply_cycle_and_bad_json(tmp_path):
     assert parse(tmp_path / "bad.json", tmp_path).reason == "invalid_json"
 
 
+def test_a_post_links_to_the_posts_it_quotes_and_to_the_web(tmp_path):
+    quote = ('<aside class="quote no-group" data-username="{user}" data-post="{n}" data-topic="{topic}">'
+             '<div class="title"><a href="/t/loop/7/{n}">{user}:</a></div><blockquote><p>...</p></blockquote></aside>')
+    posts = [{"post_number": 1, "cooked": '<p>See <a href="https://example.org/spec">the spec</a>.</p>'},
+             {"post_number": 2, "cooked": quote.format(user="ann", n=1, topic=7) + "<p>Agreed.</p>"},
+             {"post_number": 3, "cooked": quote.format(user="bob", n=2, topic=7)
+              + quote.format(user="cy", n=4, topic=8) + "<p>Both.</p>"}]
+    (tmp_path / "t.json").write_text(json.dumps({"id": 7, "title": "Quotes", "post_stream": {"posts": posts}}))
+    topic, second, third = parse(tmp_path / "t.json", tmp_path)
+    assert [(link.url, link.anchor_text) for link in topic.links] == [("https://example.org/spec", "the spec")]
+    assert [(link.url, link.anchor_text) for link in second.links] == [(topic.url, "ann")]
+    # the forum's own /t/ links name no page of the input; a quote of another topic neither
+    assert [(link.url, link.anchor_text) for link in third.links] == [(second.url, "bob")]
+
+
 # --- papers -----------------------------------------------------------------
 
 def test_paper_sections_keep_numbers_and_nesting(tmp_path):

@@ -128,9 +128,9 @@ def heading_anchor(title: str, taken: set[str]) -> str:
 def link_target(file: SourceFile, href: str) -> tuple[str, str] | None:
     """(normalized URL, fragment) a link of a document names: an http(s) URL as
     written, a relative path as the input file it names is served
-    (`guide/setup.md#usage` -> `.../guide/setup.html`, "usage"). None for a link
-    inside the document, to a path outside the input or from the root, or to
-    anything but the web."""
+    (`guide/setup.md#usage` -> `.../guide/setup.html`, "usage"). None for a
+    fragment alone, a path outside the input or from the root, or anything but
+    the web."""
     path, _, fragment = href.strip().partition("#")
     local = path.partition("?")[0]
     if is_web_url(path):
@@ -140,22 +140,22 @@ def link_target(file: SourceFile, href: str) -> tuple[str, str] | None:
     else:
         target = posixpath.normpath(posixpath.join(posixpath.dirname(file.path), unquote(local)))
         url = file.url_of(target) if target.startswith(file.root) else None
-    return None if url is None or url == file.url else (url, unquote(fragment))
+    return None if url is None else (url, unquote(fragment))
 
 
 def document_links(file: SourceFile, links: Iterable[tuple[str, str]], url: str | None = None
                    ) -> tuple[tuple[Link, ...], int]:
     """A document's (href, text) links as ParsedPage.links and links_past_cap,
     as the HTML parser keeps them (transforms/parse/links.py): each target once,
-    at its first link, text collapsed and cut, at most MAX_PAGE_LINKS; `url` for
-    a record other than the file itself."""
+    at its first link, text collapsed and cut, at most MAX_PAGE_LINKS, none to
+    the page itself; `url` for a record other than the file itself."""
     kept: dict[tuple[str, str], Link] = {}
     links = iter(links)
     for href, text in links:
         if len(kept) == MAX_PAGE_LINKS:
             return tuple(kept.values()), 1 + sum(1 for _ in links)
         target = link_target(file, href)
-        if target is not None and target[0] != url and target not in kept:
+        if target is not None and target[0] != (url or file.url) and target not in kept:
             kept[target] = Link(*target, " ".join(text.split())[:MAX_ANCHOR_CHARS], len(kept))
     return tuple(kept.values()), 0
 

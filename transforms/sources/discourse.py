@@ -18,6 +18,11 @@ one page per post.
   that loops is cut where the walk up from its smallest post closes the loop:
   the post reached last sits under the topic.
 * An accepted answer says so in its description; the topic's tags are its keywords.
+* Links: a post that quotes another post of the topic (Discourse's quote markup,
+  `<aside class="quote" data-post="N">`) links to that post's page, its anchor
+  text the quoted author; the web links of its text are kept as every document's
+  (`common.document_links`). A quote of another topic (its data-topic differs)
+  names a page this file does not hold: none.
 * Text: the post's rendered HTML (`cooked`) reduced to plain text, a block per
   paragraph; `raw` (Markdown source) when a post has no `cooked`.
 """
@@ -25,10 +30,13 @@ from __future__ import annotations
 
 import json
 
-from ritrag.schema import MAX_TREE_DEPTH, Crumb, ParsedPage, Section
+import lxml.html
+from lxml import etree
+
+from ritrag.schema import MAX_TREE_DEPTH, Crumb, Link, ParsedPage, Section
 from ritrag.transforms.parse import UnparseablePage
 from ritrag.transforms.parse.location import url_segment_title
-from ritrag.transforms.sources.common import SourceFile, document_page, html_text, meta_text
+from ritrag.transforms.sources.common import SourceFile, document_links, document_page, html_text, meta_text
 from ritrag.transforms.sources.nav import document_trail
 
 
@@ -102,6 +110,30 @@ def _post_text(post: dict) -> str:
     return html_text(cooked) if isinstance(cooked, str) and cooked else str(post.get("raw") or "").strip()
 
 
+def _post_links(file: SourceFile, post: dict, topic_id: object, opening: int, url: str
+                ) -> tuple[tuple[Link, ...], int]:
+    """The links of one post (module doc), in the order its text has them."""
+    cooked = post.get("cooked")
+    if not isinstance(cooked, str) or not cooked.strip():
+        return (), 0
+    try:
+        fragment = lxml.html.fragment_fromstring(cooked, create_parent="div")
+    except (etree.ParserError, ValueError):
+        return (), 0
+
+    def hrefs():
+        for el in fragment.iter("aside", "a"):
+            if el.tag == "a":
+                yield el.get("href") or "", el.text_content()
+            elif "quote" in (el.get("class") or "").split() and el.get("data-topic") in (None, str(topic_id)):
+                number = el.get("data-post", "")
+                if number.isdigit():
+                    quoted = f"{file.url}/{number}" if int(number) != opening else file.url
+                    yield quoted, el.get("data-username") or ""
+
+    return document_links(file, hrefs(), url)
+
+
 def _post_title(post: dict) -> str:
     author = meta_text(post.get("username") or post.get("name"))
     return f"#{post['post_number']} {author}".strip()
@@ -120,7 +152,8 @@ def parse_discourse(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
     trail, method, _, _ = document_trail(file)
     opening = min(by_number)
     out = [(None, document_page(file, title=title, trail=trail, trail_method=method, keywords=tags,
-                                sections=(Section(title, 0, "", _post_text(by_number[opening])),)))]
+                                sections=(Section(title, 0, "", _post_text(by_number[opening])),),
+                                links=_post_links(file, by_number[opening], topic.get("id"), opening, file.url)))]
     topic_crumbs = (*trail, Crumb(title, file.url))
     crumb_of = {n: Crumb(_post_title(post), f"{file.url}/{n}") for n, post in by_number.items()}
     for number, (chain, missing) in sorted(reply_chains(by_number, opening).items()):
@@ -132,5 +165,6 @@ def parse_discourse(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
             file, url=url, title=post_title, trail=crumbs,
             trail_method="reply_to_missing" if missing else "reply_to",
             description="accepted answer" if post.get("accepted_answer") else "",
-            sections=(Section(post_title, 0, "", _post_text(post)),))))
+            sections=(Section(post_title, 0, "", _post_text(post)),),
+            links=_post_links(file, post, topic.get("id"), opening, url))))
     return out
