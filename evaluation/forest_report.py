@@ -23,6 +23,7 @@ import os
 from collections import Counter, defaultdict
 
 import numpy as np
+import pyarrow.compute as pc
 
 from ritrag.layout import DEAD_LETTERS_FILE, EDGES_KIND
 from ritrag.reader import IndexReader
@@ -97,9 +98,11 @@ def forest_report(index_dir: str, version: str | None = None) -> dict:
 
 def link_statistics(reader: IndexReader, nodes: list[dict]) -> dict[str, dict]:
     """Per site: edges kept from its pages (one per linking page and target
-    node), the in-degree distribution of its pages (distinct other pages
-    linking to the page or to one of its sections) and how many pages no
-    other page links to. Nothing for an index written before it had an edges table."""
+    node), its pages' links to nothing in the index and link elements left out
+    as navigation (menus, breadcrumbs, footers, pagers), the in-degree
+    distribution of its pages (distinct other pages linking to the page or to
+    one of its sections) and how many pages no other page links to. Nothing for
+    an index written before it had an edges table."""
     if not reader.files(EDGES_KIND):
         return {}
     site_of = {n["node_id"]: n["site"] for n in nodes}
@@ -113,6 +116,15 @@ def link_statistics(reader: IndexReader, nodes: list[dict]) -> dict[str, dict]:
     pairs = {(s, t) for s, t in zip(edges["source_node_id"].to_pylist(), edges["target_node_id"].to_pylist())
              if s != t and t in site_of}
     kept: Counter = Counter(site_of.get(source) for source, _ in pairs)
+    resolved: Counter = Counter(site_of.get(source) for source in edges["source_node_id"].to_pylist())
+    page_site = {n["url"]: n["site"] for n in nodes if n["kind"] == "page"}
+    pages = reader.table("pages", ["url", "links", "links_navigation"])
+    links: Counter = Counter()
+    navigation: Counter = Counter()
+    for url, n_links, n_navigation in zip(pages["url"].to_pylist(), pc.list_value_length(pages["links"]).to_pylist(),
+                                          pages["links_navigation"].to_pylist()):
+        links[page_site.get(url)] += n_links
+        navigation[page_site.get(url)] += n_navigation
     linking: dict[str, set] = defaultdict(set)
     for source, target in pairs:
         if page_of.get(target) not in (None, source):
@@ -124,7 +136,8 @@ def link_statistics(reader: IndexReader, nodes: list[dict]) -> dict[str, dict]:
     out = {}
     for site, values in degrees.items():
         values = np.array(values)
-        out[site] = {"edges": kept.get(site, 0), "no_in_links": int((values == 0).sum()),
+        out[site] = {"edges": kept.get(site, 0), "unresolved": links[site] - resolved[site],
+                     "navigation": navigation[site], "no_in_links": int((values == 0).sum()),
                      "in_degree": {"min": int(values.min()), "median": float(np.median(values)),
                                    "p90": float(np.percentile(values, 90)), "max": int(values.max())}}
     return out
@@ -132,7 +145,8 @@ def link_statistics(reader: IndexReader, nodes: list[dict]) -> dict[str, dict]:
 
 def _links_line(links: dict) -> str:
     degree = links["in_degree"]
-    return (f"links: {links['edges']} edges kept from its pages; in-degree min {degree['min']}, median "
+    return (f"links: {links['edges']} edges kept from its pages, {links['unresolved']} links to nothing in the "
+            f"index, {links['navigation']} left out as navigation; in-degree min {degree['min']}, median "
             f"{degree['median']:g}, p90 {degree['p90']:g}, max {degree['max']}; {links['no_in_links']} pages "
             f"with no in-links")
 

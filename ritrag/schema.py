@@ -148,6 +148,7 @@ def page_row(page: ParsedPage) -> dict:
         "trail_method": page.trail_method, "nav_order": list(page.nav_order), "source_kind": page.source_kind,
         "links": [{"url": link.url, "fragment": link.fragment, "anchor_text": link.anchor_text}
                   for link in page.links],
+        "links_navigation": page.links_navigation,
     }
 
 
@@ -272,6 +273,7 @@ PAGES_SCHEMA = pa.schema(
         pa.field("nav_order", pa.list_(pa.string()), nullable=False),
         pa.field("source_kind", pa.string(), nullable=False),
         pa.field("links", pa.list_(LINK_TYPE), nullable=False),  # ParsedPage.links, in position order
+        pa.field("links_navigation", pa.int32(), nullable=False),  # ParsedPage.links_navigation
     ]
 )
 

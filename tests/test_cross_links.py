@@ -113,6 +113,10 @@ def test_inspect_reports_the_link_graph_per_site(sample_index, tmp_path):
         assert degree["min"] <= degree["median"] <= degree["p90"] <= degree["max"]
         assert 0 <= site["no_in_links"] <= report["sites"][name]["pages"]
     assert "links_unresolved" in report["link_counters"]
+    # per site, what the build counted in all: links to nothing, and navigation left out
+    counters = report["link_counters"]
+    assert sum(site["unresolved"] for site in links.values()) == counters["links_unresolved"] > 0
+    assert sum(site["navigation"] for site in links.values()) == counters["links_navigation"] > 0
     text, page = render_text(report), render_html(report)
     assert "pages with no in-links" in text and "links (build counters)" in text
     assert "pages with no in-links" in page and "links by what became of them" in page
