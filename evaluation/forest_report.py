@@ -113,10 +113,10 @@ def link_statistics(reader: IndexReader, nodes: list[dict]) -> dict[str, dict]:
             parent = page_of[parent]
         page_of[node_id] = parent
     edges = reader.table(EDGES_KIND, ["source_node_id", "target_node_id"])
-    pairs = {(s, t) for s, t in zip(edges["source_node_id"].to_pylist(), edges["target_node_id"].to_pylist())
-             if s != t and t in site_of}
+    sources = edges["source_node_id"].to_pylist()
+    pairs = {(s, t) for s, t in zip(sources, edges["target_node_id"].to_pylist()) if s != t and t in site_of}
     kept: Counter = Counter(site_of.get(source) for source, _ in pairs)
-    resolved: Counter = Counter(site_of.get(source) for source in edges["source_node_id"].to_pylist())
+    resolved: Counter = Counter(site_of.get(source) for source in sources)
     page_site = {n["url"]: n["site"] for n in nodes if n["kind"] == "page"}
     pages = reader.table("pages", ["url", "links", "links_navigation"])
     links: Counter = Counter()
