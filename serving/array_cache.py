@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +25,8 @@ LOG = logging.getLogger("ritrag.serving")
 CACHE_NAME = "arrays-2"
 SKELETON_FILE = "skeleton.arrow"
 SHAPES_FILE = "shapes.json"
+# How a derived array of one item per posting is allocated: (name, items, dtype).
+Allocate = Callable[[str, int, type], np.ndarray]
 
 
 def cache_directory(cache_dir: str, manifest: Manifest) -> str:
@@ -64,21 +67,63 @@ def open_cache(directory: str, n_node_rows: int, n_terms: int) -> tuple[pa.Table
     return table, arrays
 
 
-def save_cache(directory: str, table: pa.Table, arrays: dict[str, np.ndarray]) -> None:
-    """Write the cache (`open_cache`) into a fresh directory renamed into
-    place, so a reader never sees a half-written cache; a concurrent writer's
-    copy wins."""
-    tmp = f"{directory}.tmp-{os.getpid()}"
-    os.makedirs(tmp, exist_ok=True)
-    try:
-        with pa.OSFile(os.path.join(tmp, SKELETON_FILE), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table)
-        for name, array in arrays.items():
-            np.save(os.path.join(tmp, f"{name}.npy"), array)
-        with open(os.path.join(tmp, SHAPES_FILE), "w", encoding="utf-8") as fh:
-            json.dump({name: list(array.shape) for name, array in arrays.items()}, fh)
-        os.replace(tmp, directory)
-    except OSError:
-        LOG.warning("could not cache derived arrays in %s", directory, exc_info=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+class CacheBeingWritten:
+    """A cache (`open_cache`) written in a temporary folder beside its place
+    and renamed into place by `commit`, so a reader never sees half a cache;
+    a concurrent writer's copy wins. The arrays too large to hold twice are
+    allocated in it as files (`empty`) and filled in place: at 10M chunks the
+    postings alone are 7 GiB, which then cost page cache the kernel can write
+    back instead of anonymous memory on top of everything else the first load
+    holds. Leaving the `with` block without a commit removes the folder."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self.tmp = f"{directory}.tmp-{os.getpid()}"
+        self.files: dict[str, np.ndarray] = {}
+
+    def __enter__(self) -> "CacheBeingWritten":
+        os.makedirs(self.tmp, exist_ok=True)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def empty(self, name: str, n: int, dtype: type) -> np.ndarray:
+        """An uninitialized array of `n` items, backed by the file it will be
+        cached in. The file's blocks are reserved first: writing into a mapped
+        hole on a full disk kills the process (SIGBUS), a failed reservation
+        only costs memory (the array is then held in memory)."""
+        path = os.path.join(self.tmp, f"{name}.npy")
+        try:
+            array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(n,))
+            with open(path, "r+b") as fh:
+                os.posix_fallocate(fh.fileno(), 0, os.fstat(fh.fileno()).st_size)
+        except OSError:
+            LOG.warning("could not reserve %s for the cached %s; holding it in memory", path, name, exc_info=True)
+            return np.empty(n, dtype)
+        self.files[name] = array
+        return array
+
+    def commit(self, table: pa.Table, arrays: dict[str, np.ndarray]) -> None:
+        """Write the skeleton and the arrays not already in their files, then
+        the shapes, and rename the folder into place. A failure to write is
+        logged, not raised: the server runs on the arrays it holds."""
+        try:
+            with pa.OSFile(os.path.join(self.tmp, SKELETON_FILE), "wb") as sink, \
+                    pa.ipc.new_file(sink, table.schema) as writer:
+                writer.write_table(table)
+            for name, array in arrays.items():
+                if self.files.get(name) is array:
+                    array.flush()
+                else:
+                    np.save(os.path.join(self.tmp, f"{name}.npy"), array)
+            with open(os.path.join(self.tmp, SHAPES_FILE), "w", encoding="utf-8") as fh:
+                json.dump({name: list(array.shape) for name, array in arrays.items()}, fh)
+            os.replace(self.tmp, self.directory)
+        except OSError:
+            LOG.warning("could not cache derived arrays in %s", self.directory, exc_info=True)
+
+
+def in_memory(name: str, n: int, dtype: type) -> np.ndarray:
+    """`CacheBeingWritten.empty` without a cache: an array in memory."""
+    return np.empty(n, dtype)

@@ -21,6 +21,7 @@ from ritrag.bm25 import ANCHORS, BODY, DOC, Field, Postings, kind_df, kind_field
 from ritrag.layout import EDGES_KIND
 from ritrag.reader import IndexReader, LiveFile
 from ritrag.representation import ANCHOR_DOC_ORDINAL, NODE_DOC_ORDINAL
+from ritrag.serving.array_cache import Allocate, in_memory
 from ritrag.serving.skeleton import SKELETON_COLUMNS, NodeRows, Skeleton, fixed_width, skeleton_columns
 
 ShardKey = tuple[str, int, int]  # (segment, shard, number of shards) of a shard file
@@ -43,11 +44,13 @@ def load_vocabulary(reader: IndexReader) -> tuple[list[str], np.ndarray]:
     return vocabulary, np.array([df[t] for t in vocabulary], np.int64)
 
 
-def derive_arrays(reader: IndexReader, vocabulary: list[str], one_field: Field, k1: float, b: float
-                  ) -> tuple[pa.Table, dict[str, np.ndarray]]:
+def derive_arrays(reader: IndexReader, vocabulary: list[str], one_field: Field, k1: float, b: float,
+                  empty: Allocate = in_memory) -> tuple[pa.Table, dict[str, np.ndarray]]:
     """The skeleton table and every derived array, from the version's files.
     An index of chunk bodies only is scored in `one_field`; one with node or
-    anchor documents has a field per row kind (`field_df`, ritrag.bm25)."""
+    anchor documents has a field per row kind (`field_df`, ritrag.bm25).
+    `empty` allocates the arrays of one item per posting (the cache's
+    files when there is a cache: ritrag.serving.array_cache)."""
     node_files = reader.positions("nodes").files
     tables = [f.read(SKELETON_COLUMNS) for f in node_files]
     table = pa.concat_tables(tables).combine_chunks()
@@ -60,7 +63,8 @@ def derive_arrays(reader: IndexReader, vocabulary: list[str], one_field: Field, 
               **Skeleton.derive(columns, node_row)}
     chunk_arrays, chunk_shards = derive_chunks(reader, node_row, table.num_rows)
     arrays.update(chunk_arrays)
-    arrays.update(assemble_postings(reader, pa.array(vocabulary, pa.string()), chunk_shards, arrays["chunk_ids"]))
+    arrays.update(assemble_postings(reader, pa.array(vocabulary, pa.string()), chunk_shards, arrays["chunk_ids"],
+                                    empty))
     postings = Postings({}, arrays["indptr"], arrays["chunk_index"], arrays["tf"], arrays["chunk_length"])
     if (arrays["chunk_kind"] != BODY).any():
         arrays["field_df"] = kind_df(postings, arrays["chunk_kind"])
@@ -112,8 +116,8 @@ def derive_chunks(reader: IndexReader, node_row: NodeRows, n_node_rows: int
 
 
 def assemble_postings(reader: IndexReader, terms: pa.Array,
-                      chunk_shards: dict[ShardKey, tuple[np.ndarray, np.ndarray]], chunk_ids: np.ndarray
-                      ) -> dict[str, np.ndarray]:
+                      chunk_shards: dict[ShardKey, tuple[np.ndarray, np.ndarray]], chunk_ids: np.ndarray,
+                      empty: Allocate = in_memory) -> dict[str, np.ndarray]:
     """The CSR arrays of all postings shards. Each shard is sorted by term,
     so its term column is a few runs, one per distinct term: runs map to
     vocabulary rows without touching the per-posting strings, and their
@@ -121,8 +125,10 @@ def assemble_postings(reader: IndexReader, terms: pa.Array,
     one shard's columns in memory at a time: the first counts each term's
     postings from the shards' runs, the second reads chunk ids and term
     frequencies and places them. Holding every shard's columns at once cost
-    more than 23 GiB at 10M chunks (1.2 billion postings); this holds the CSR
-    and one shard."""
+    more than 23 GiB at 10M chunks (1.2 billion postings); this holds one
+    shard, and the CSR's per-posting arrays where `empty` puts them. Chunk
+    lengths are summed shard by shard too: one bincount over all postings
+    would widen them to 8-byte copies (19 GiB at 10M)."""
     files = reader.files("postings")
     runs_of_shards = []
     for f in files:
@@ -136,8 +142,9 @@ def assemble_postings(reader: IndexReader, terms: pa.Array,
         np.add.at(counts, run_terms, lengths)
     indptr = np.zeros(len(terms) + 1, np.int64)
     np.cumsum(counts, out=indptr[1:])
-    chunk_index = np.empty(indptr[-1], np.int32)
-    tf = np.empty(indptr[-1], np.uint16)
+    chunk_index = empty("chunk_index", int(indptr[-1]), np.int32)
+    tf = empty("tf", int(indptr[-1]), np.uint16)
+    chunk_length = np.zeros(len(chunk_ids), np.float64)
     cursor = indptr[:-1].copy()
     for f, (run_terms, lengths) in zip(files, runs_of_shards):
         table = f.table(["chunk_id", "tf"])
@@ -148,12 +155,13 @@ def assemble_postings(reader: IndexReader, terms: pa.Array,
             raise RuntimeError(f"{f.path}: postings of chunks that its chunk shard lacks")
         run_start = np.cumsum(lengths) - lengths
         dest = np.repeat(cursor[run_terms] - run_start, lengths) + np.arange(len(ids))
-        chunk_index[dest] = shard_rows[pos]
-        tf[dest] = np.minimum(table["tf"].to_numpy(), np.iinfo(np.uint16).max)
+        rows = shard_rows[pos]
+        shard_tf = np.minimum(table["tf"].to_numpy(), np.iinfo(np.uint16).max)
+        chunk_index[dest], tf[dest] = rows, shard_tf
+        chunk_length += np.bincount(rows, weights=shard_tf, minlength=len(chunk_ids))
         cursor[run_terms] += lengths
-        del table, ids, pos, dest  # before the next shard is read, not after
-    chunk_length = np.bincount(chunk_index, weights=tf, minlength=len(chunk_ids)).astype(np.float32)
-    return {"indptr": indptr, "chunk_index": chunk_index, "tf": tf, "chunk_length": chunk_length}
+        del table, ids, pos, dest, rows, shard_tf  # before the next shard is read, not after
+    return {"indptr": indptr, "chunk_index": chunk_index, "tf": tf, "chunk_length": chunk_length.astype(np.float32)}
 
 
 def derive_links(reader: IndexReader, node_row: NodeRows, n_node_rows: int) -> dict[str, np.ndarray]:

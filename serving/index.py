@@ -17,7 +17,8 @@ group that holds a node is read.
 
 With a `cache_dir`, the derived arrays (everything but the dense shards and
 the vocabulary) are saved there once and memory-mapped by every later load
-(ritrag.serving.array_cache).
+(ritrag.serving.array_cache); the first load fills the per-posting arrays
+in their files, so its memory is bounded by one postings shard, not by all.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from ritrag.layout import BM25_STATS_FILE
 from ritrag.reader import IndexReader
 from ritrag.storage import is_remote
 from ritrag.vectors import VectorStore
-from ritrag.serving.array_cache import cache_directory, open_cache, save_cache
+from ritrag.serving.array_cache import CacheBeingWritten, cache_directory, open_cache
 from ritrag.serving.dense_shards import load_dense_shards
 from ritrag.serving.derived_arrays import derive_arrays, load_vocabulary
 from ritrag.serving.links import LinkGraph
@@ -76,11 +77,13 @@ class LoadedVersion:
         cache = cache_directory(cache_dir, self.manifest) if cache_dir else None
         n_node_rows = self.reader.positions("nodes").num_rows
         cached = open_cache(cache, n_node_rows, len(vocabulary)) if cache else None
-        if cached is None:
+        if cached is None and cache:
+            with CacheBeingWritten(cache) as written:
+                cached = derive_arrays(self.reader, vocabulary, one_field, k1, b, written.empty)
+                written.commit(*cached)
+            cached = open_cache(cache, n_node_rows, len(vocabulary)) or cached
+        elif cached is None:
             cached = derive_arrays(self.reader, vocabulary, one_field, k1, b)
-            if cache:
-                save_cache(cache, *cached)
-                cached = open_cache(cache, n_node_rows, len(vocabulary)) or cached
         table, arrays = cached
 
         columns = skeleton_columns(table)

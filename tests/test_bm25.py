@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ritrag.analyzer import analyze
-from ritrag.bm25 import (ANCHORS, BM25_PARAMETERS, BODY, DOC, Bm25, Field, Postings, corpus_stats, kind_fields,
+from ritrag.bm25 import (ANCHORS, BM25_PARAMETERS, BODY, DOC, Bm25, Field, Postings, corpus_stats, kind_df, kind_fields,
                          parameters, top_k)
 from support import benchmark_module
 
@@ -181,6 +181,20 @@ def test_a_term_whose_recorded_df_is_zero_scores_nothing():
     postings = make_postings(docs)
     bm25 = Bm25(postings, {"all": Field(None, np.array([0, 1]), 2, 1.0)}, K1, B)
     assert len(bm25.scores(["log"])[0]) == 0 and list(bm25.scores(["ssl"])[0]) == [0]  # rows: "log", "ssl"
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 1 << 24])
+def test_kind_df_counts_each_terms_rows_of_each_kind_in_blocks_of_any_size(block):
+    rng = np.random.default_rng(3)
+    row_kind = rng.choice([BODY, DOC, ANCHORS], size=50, p=[0.6, 0.3, 0.1]).astype(np.int8)
+    # 40 terms, some with no postings (at the start, in the middle and at the end).
+    rows_of_term = [np.sort(rng.choice(50, rng.integers(0, 12), replace=False)) if t % 9 else np.zeros(0, int)
+                    for t in range(40)] + [np.zeros(0, int)]
+    indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows_of_term])])
+    chunk_index = np.concatenate(rows_of_term).astype(np.int32)
+    postings = Postings({}, indptr, chunk_index, np.ones(len(chunk_index), np.uint16), np.ones(50, np.float32))
+    want = np.array([[int((row_kind[rows] == kind).sum()) for rows in rows_of_term] for kind in (BODY, DOC, ANCHORS)])
+    np.testing.assert_array_equal(kind_df(postings, row_kind, block=block), want)
 
 
 def test_top_k_breaks_ties_by_row():

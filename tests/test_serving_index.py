@@ -116,6 +116,46 @@ def test_a_cache_dir_maps_every_derived_array_and_the_skeleton_at_the_next_start
     assert build_subforest(hits, second.skeleton, ("title",)) == build_subforest(hits, loaded.skeleton, ("title",))
 
 
+def test_a_first_load_fills_the_per_posting_arrays_in_the_cache_files(synthetic, loaded, tmp_path, monkeypatch):
+    from ritrag.serving import array_cache
+    allocated = []
+    real_empty = array_cache.CacheBeingWritten.empty
+
+    def empty(self, name, n, dtype):
+        array = real_empty(self, name, n, dtype)
+        allocated.append((name, isinstance(array, np.memmap) and array.filename.startswith(self.tmp)))
+        return array
+
+    monkeypatch.setattr(array_cache.CacheBeingWritten, "empty", empty)
+    LoadedVersion(synthetic, cache_dir=str(tmp_path))
+    assert allocated == [("chunk_index", True), ("tf", True)]
+    assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]
+
+
+def test_a_cache_whose_files_cannot_be_reserved_loads_in_memory_and_is_still_saved(synthetic, loaded, tmp_path,
+                                                                                   monkeypatch):
+    def disk_full(fd, offset, length):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", disk_full)
+    first = LoadedVersion(synthetic, cache_dir=str(tmp_path))
+    np.testing.assert_array_equal(first.postings.chunk_index, loaded.postings.chunk_index)
+    np.testing.assert_array_equal(first.postings.tf, loaded.postings.tf)
+    assert isinstance(LoadedVersion(synthetic, cache_dir=str(tmp_path)).postings.chunk_index, np.memmap)
+
+
+def test_a_load_that_fails_while_deriving_leaves_no_half_written_cache(synthetic, tmp_path, monkeypatch):
+    from ritrag.serving import derived_arrays
+
+    def broken(*args):
+        raise RuntimeError("edges of another index")
+
+    monkeypatch.setattr(derived_arrays, "derive_links", broken)
+    with pytest.raises(RuntimeError, match="edges of another index"):
+        LoadedVersion(synthetic, cache_dir=str(tmp_path))
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
 def test_skeleton_arrays_resolve_parents_and_ancestors_to_rows(loaded):
     sk = loaded.skeleton
     for row in range(0, len(loaded.nodes["node_id"]), 211):
