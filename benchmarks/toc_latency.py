@@ -159,10 +159,12 @@ def main(argv: list[str] | None = None) -> None:
     for name, _ in paths:
         medians = [p50[(i, name)] for i in args.indexes]
         if len(medians) > 1:
-            lines.append(f"- {name}: p50 ratio largest/smallest index {medians[-1] / medians[0]:.2f}")
+            steps = ", ".join(f"{after / before:.2f}" for before, after in zip(medians, medians[1:]))
+            lines.append(f"- {name}: p50 ratio of each index to the one before it {steps}; "
+                         f"last/first {medians[-1] / medians[0]:.2f}")
     command = "python -m benchmarks.toc_latency " + shlex.join(argv or sys.argv[1:])
     print("\n".join([f"`{command}`", "",
-                     f"Machine: {cpu_description()} (shared with other jobs); load average {load_before:.1f} at "
+                     f"Machine: {cpu_description()}; load average {load_before:.1f} at "
                      f"start, {os.getloadavg()[0]:.1f} at end", "", *lines]))
 
 

@@ -137,9 +137,11 @@ def fuse(rankings: Sequence[Ranking], params: RetrievalParams) -> dict[int, floa
 
 def node_scores(chunk_scores: dict[int, float], chunk_node: np.ndarray) -> dict[int, float]:
     """Node row -> the maximum fused score of its recalled chunks."""
+    rows = np.fromiter(chunk_scores, np.int64, len(chunk_scores))
     best: dict[int, float] = {}
-    for row, score in chunk_scores.items():
-        node = int(chunk_node[row])
+    # The nodes gathered in one fancy index: an element read of a mapped array
+    # costs a Python call each (about 2 us, 400 of them per query).
+    for node, score in zip(chunk_node[rows].tolist(), chunk_scores.values()):
         if score > best.get(node, 0.0):
             best[node] = score
     return best
