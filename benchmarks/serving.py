@@ -138,6 +138,23 @@ def tree_rss(proc: psutil.Process) -> tuple[int, int]:
     return sum(p.memory_info().rss for p in procs if p.is_running()), len(procs)
 
 
+def tree_cpu(proc: psutil.Process) -> float:
+    """CPU seconds (user + system) of a server and its worker processes so far."""
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            times = p.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def own_cpu() -> float:
+    times = psutil.Process().cpu_times()
+    return times.user + times.system
+
+
 def load_test(index_dir: str, queries: list[str], seconds: float, concurrencies: list[int], cache_dir: str | None,
               workers: int) -> tuple[list[str], dict[int, float]]:
     """The lines of one server's load tests and its throughput (requests/s) per concurrency."""
@@ -206,15 +223,23 @@ def _load(url: str, proc: psutil.Process, queries: list[str], seconds: float, co
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(concurrency)]
     threads.append(threading.Thread(target=sample_rss))
+    # CPU time of the server and of this load generator over the test: on a
+    # machine whose cores both share, what the generator takes bounds what
+    # more workers can add.
+    server_cpu, client_cpu = tree_cpu(proc), own_cpu()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    server_cpu, client_cpu = tree_cpu(proc) - server_cpu, own_cpu() - client_cpu
     requests = len(latencies["toc"]) + len(latencies["read"]) + len(errors)
     return (f"  - {concurrency} concurrent clients for {seconds:.0f} s on loopback: {requests} requests "
             f"({requests / seconds:.1f}/s), {len(errors)} errors{': ' + ', '.join(errors[:5]) if errors else ''}; "
             f"HTTP GetToC {percentiles(latencies['toc'])}; HTTP Read of 2 nodes "
-            f"{percentiles(latencies['read'])}; peak RSS {peak[0] / 2**30:.2f} GiB", requests / seconds)
+            f"{percentiles(latencies['read'])}; peak RSS {peak[0] / 2**30:.2f} GiB; CPU per request: server "
+            f"{1e3 * server_cpu / max(requests, 1):.1f} ms, load generator {1e3 * client_cpu / max(requests, 1):.1f} ms "
+            f"(cores busy: server {server_cpu / seconds:.2f}, load generator {client_cpu / seconds:.2f})",
+            requests / seconds)
 
 
 def main(argv: list[str] | None = None) -> None:
