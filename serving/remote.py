@@ -24,6 +24,10 @@ hashed first); when the result does not match, it is copied again from the
 start once, and a second mismatch refuses the version (DamagedIndexError) so
 the previous version keeps serving.
 
+A local index served with a cache directory is not copied, but its files'
+stamps are kept the same way, in CACHE_DIR/verified-<sha256(absolute path)[:12]>/
+(`local_stamps`): hashed at the first load, trusted by size and mtime after.
+
 Versions beyond `keep_versions`, or past `max_bytes` of files, are evicted
 oldest first: never one that a process sharing the cache serves (its marker
 under serving/ is younger than `in_use_s`).
@@ -98,12 +102,19 @@ class CacheProgress:
 
 
 class StampedLayout(IndexLayout):
-    """The mirror as an index directory whose files are trusted by their
-    stamps: `verified_path` hashes a file only when its stamp is missing or
-    no longer matches it."""
+    """An index directory whose files are trusted by their stamps:
+    `verified_path` hashes a file only when its stamp is missing or no longer
+    matches it (sha256 of the manifest, size, mtime), and stamps it once it
+    matched. Stamps live under `stamps`: the mirror's own verified/ folder by
+    default; a local index, which may be read-only, keeps them in the cache
+    directory (`local_stamps`)."""
+
+    def __init__(self, root: str, stamps: str | None = None):
+        super().__init__(root)
+        self.stamps = stamps or os.path.join(root, "verified")
 
     def stamp_path(self, segment_id: str, name: str) -> str:
-        return os.path.join(self.root, "verified", segment_id, f"{name}.json")
+        return os.path.join(self.stamps, segment_id, f"{name}.json")
 
     def is_stamped(self, segment: dict[str, Any], name: str) -> bool:
         path = os.path.join(self.segment_dir(segment["id"]), name)
@@ -118,15 +129,34 @@ class StampedLayout(IndexLayout):
                 and stat.st_size == expected["bytes"] == stamp.get("bytes")
                 and stamp.get("mtime_ns") == stat.st_mtime_ns)
 
-    def stamp(self, segment_id: str, name: str, sha256: str) -> None:
-        stat = os.stat(os.path.join(self.segment_dir(segment_id), name))
+    def stamp(self, segment_id: str, name: str, sha256: str, stat: os.stat_result | None = None) -> None:
+        """Record that the file, as `stat` saw it (default: now), hashed to `sha256`."""
+        stat = stat or os.stat(os.path.join(self.segment_dir(segment_id), name))
         write_atomic(self.stamp_path(segment_id, name),
                      json.dumps({"sha256": sha256, "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}).encode())
 
     def verified_path(self, segment: dict[str, Any], name: str) -> str:
+        path = os.path.join(self.segment_dir(segment["id"]), name)
         if self.is_stamped(segment, name):
-            return os.path.join(self.segment_dir(segment["id"]), name)
-        return super().verified_path(segment, name)
+            return path
+        before = os.stat(path) if os.path.exists(path) else None
+        super().verified_path(segment, name)
+        # Stamped as it was before hashing, and only if hashing did not race a writer.
+        after = os.stat(path)
+        if before is not None and (before.st_size, before.st_mtime_ns, before.st_ino) == (
+                after.st_size, after.st_mtime_ns, after.st_ino):
+            try:
+                self.stamp(segment["id"], name, segment["files"][name]["sha256"], before)
+            except OSError:
+                LOG.warning("could not stamp %s as verified; it is hashed again at the next load", path,
+                            exc_info=True)
+        return path
+
+
+def local_stamps(cache_dir: str, root: str) -> str:
+    """Where the stamps of a local index's files are kept in `cache_dir`: named
+    by the index's absolute path, as a mirror is named by its URI."""
+    return os.path.join(cache_dir, "verified-" + hashlib.sha256(os.path.abspath(root).encode()).hexdigest()[:12])
 
 
 class VerifiedCopier:

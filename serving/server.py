@@ -41,7 +41,8 @@ class ServerConfig:
 
     index: str = field(metadata={"help": "index directory, or an object-store URL (gs://, s3://, any fsspec URL)"})
     cache_dir: str | None = _option(None, "keep the arrays derived at the first start here; later starts and "
-                                          "other workers map them. An object-store index is copied here too "
+                                          "other workers map them, and trust the index files hashed at the "
+                                          "first start. An object-store index is copied here too "
                                           "(default with an object-store index or --workers > 1: ~/.cache/ritrag)")
     cache_keep_versions: int = _option(2, "object-store index: cached versions kept (never evicting the one served)")
     cache_max_gib: float = _option(0.0, "object-store index: evict cached versions past this size, oldest first "

@@ -153,7 +153,37 @@ def test_a_load_that_fails_while_deriving_leaves_no_half_written_cache(synthetic
     monkeypatch.setattr(derived_arrays, "derive_links", broken)
     with pytest.raises(RuntimeError, match="edges of another index"):
         LoadedVersion(synthetic, cache_dir=str(tmp_path))
-    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert not list(tmp_path.rglob("*.npy")) and not list(tmp_path.rglob("arrays-*"))
+
+
+def test_with_a_cache_dir_a_local_index_is_hashed_once_then_trusted_by_its_stamps(synthetic, loaded, tmp_path,
+                                                                                  monkeypatch):
+    from ritrag import layout
+    hashed = []
+    sha256_file = layout.sha256_file
+    monkeypatch.setattr(layout, "sha256_file", lambda path: hashed.append(path) or sha256_file(path))
+    LoadedVersion(synthetic, cache_dir=str(tmp_path))
+    assert any("nodes-" in path for path in hashed)
+    first = len(hashed)
+    again = LoadedVersion(synthetic, cache_dir=str(tmp_path))
+    assert len(hashed) == first
+    np.testing.assert_array_equal(again.postings.chunk_index, loaded.postings.chunk_index)
+    assert again.node_records([0]) == loaded.node_records([0])
+
+
+def test_a_file_changed_after_its_stamp_is_hashed_again_and_refused(synthetic, tmp_path):
+    import shutil
+
+    from ritrag.layout import DamagedIndexError
+    index = str(tmp_path / "index")
+    shutil.copytree(synthetic, index)
+    LoadedVersion(index, cache_dir=str(tmp_path / "cache"))
+    node_file = files(index, "nodes")[0]
+    data = bytearray(open(node_file, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(node_file, "wb").write(bytes(data))
+    with pytest.raises(DamagedIndexError, match="nodes-"):
+        LoadedVersion(index, cache_dir=str(tmp_path / "cache"))
 
 
 def test_skeleton_arrays_resolve_parents_and_ancestors_to_rows(loaded):
