@@ -74,25 +74,35 @@ class CacheBeingWritten:
     allocated in it as files (`empty`) and filled in place: at 10M chunks the
     postings alone are 7 GiB, which then cost page cache the kernel can write
     back instead of anonymous memory on top of everything else the first load
-    holds. Leaving the `with` block without a commit removes the folder."""
+    holds. Leaving the `with` block without a commit removes the folder. A
+    cache that cannot be written (the folder cannot be made) is logged and
+    skipped: the arrays are then held in memory, as without a cache."""
 
     def __init__(self, directory: str):
         self.directory = directory
-        self.tmp = f"{directory}.tmp-{os.getpid()}"
+        self.tmp: str | None = f"{directory}.tmp-{os.getpid()}"
         self.files: dict[str, np.ndarray] = {}
 
     def __enter__(self) -> "CacheBeingWritten":
-        os.makedirs(self.tmp, exist_ok=True)
+        try:
+            os.makedirs(self.tmp, exist_ok=True)
+        except OSError:
+            LOG.warning("cannot write a cache in %s; the derived arrays are held in memory", self.directory,
+                        exc_info=True)
+            self.tmp = None
         return self
 
     def __exit__(self, *exc_info) -> None:
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
     def empty(self, name: str, n: int, dtype: type) -> np.ndarray:
         """An uninitialized array of `n` items, backed by the file it will be
         cached in. The file's blocks are reserved first: writing into a mapped
         hole on a full disk kills the process (SIGBUS), a failed reservation
         only costs memory (the array is then held in memory)."""
+        if self.tmp is None:
+            return in_memory(name, n, dtype)
         path = os.path.join(self.tmp, f"{name}.npy")
         try:
             array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(n,))
@@ -108,6 +118,8 @@ class CacheBeingWritten:
         """Write the skeleton and the arrays not already in their files, then
         the shapes, and rename the folder into place. A failure to write is
         logged, not raised: the server runs on the arrays it holds."""
+        if self.tmp is None:
+            return
         try:
             with pa.OSFile(os.path.join(self.tmp, SKELETON_FILE), "wb") as sink, \
                     pa.ipc.new_file(sink, table.schema) as writer:

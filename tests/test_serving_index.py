@@ -144,6 +144,14 @@ def test_a_cache_whose_files_cannot_be_reserved_loads_in_memory_and_is_still_sav
     assert isinstance(LoadedVersion(synthetic, cache_dir=str(tmp_path)).postings.chunk_index, np.memmap)
 
 
+def test_a_cache_dir_that_cannot_be_made_is_logged_and_the_arrays_held_in_memory(synthetic, loaded, tmp_path,
+                                                                                  caplog):
+    (tmp_path / "a file").write_text("")
+    again = LoadedVersion(synthetic, cache_dir=str(tmp_path / "a file" / "cache"))
+    np.testing.assert_array_equal(again.postings.chunk_index, loaded.postings.chunk_index)
+    assert "cannot write a cache" in caplog.text
+
+
 def test_a_load_that_fails_while_deriving_leaves_no_half_written_cache(synthetic, tmp_path, monkeypatch):
     from ritrag.serving import derived_arrays
 
