@@ -86,9 +86,8 @@ class CacheBeingWritten:
     def __enter__(self) -> "CacheBeingWritten":
         try:
             os.makedirs(self.tmp, exist_ok=True)
-        except OSError:
-            LOG.warning("cannot write a cache in %s; the derived arrays are held in memory", self.directory,
-                        exc_info=True)
+        except OSError as exc:
+            LOG.warning("cannot write a cache in %s (%s); the derived arrays are held in memory", self.directory, exc)
             self.tmp = None
         return self
 

@@ -112,6 +112,7 @@ class StampedLayout(IndexLayout):
     def __init__(self, root: str, stamps: str | None = None):
         super().__init__(root)
         self.stamps = stamps or os.path.join(root, "verified")
+        self.stamping = True
 
     def stamp_path(self, segment_id: str, name: str) -> str:
         return os.path.join(self.stamps, segment_id, f"{name}.json")
@@ -143,13 +144,14 @@ class StampedLayout(IndexLayout):
         super().verified_path(segment, name)
         # Stamped as it was before hashing, and only if hashing did not race a writer.
         after = os.stat(path)
-        if before is not None and (before.st_size, before.st_mtime_ns, before.st_ino) == (
+        if self.stamping and before is not None and (before.st_size, before.st_mtime_ns, before.st_ino) == (
                 after.st_size, after.st_mtime_ns, after.st_ino):
             try:
                 self.stamp(segment["id"], name, segment["files"][name]["sha256"], before)
-            except OSError:
-                LOG.warning("could not stamp %s as verified; it is hashed again at the next load", path,
-                            exc_info=True)
+            except OSError as exc:
+                LOG.warning("cannot stamp verified files in %s (%s); they are hashed again at every load",
+                            self.stamps, exc)
+                self.stamping = False  # said once, not once per file
         return path
 
 
