@@ -73,6 +73,7 @@ SYSTEMS = {
 # The focused readers' token budgets, as multiples of what plain RAG read for the same question.
 FOCUS_BUDGETS = {"focused1x": 1.0, "focused2x": 2.0}
 CHARS_PER_TOKEN = 4  # a Read asks for characters; its text is then counted in tokens
+MAX_SHRINKS = 4  # Reads of one node, each shorter, before a focused reader stops at its budget
 NODE_RANKINGS = ("subforest", "bm25", "dense")
 # The sub-forest's cross-link measurements (`_cross_links`), averaged over questions.
 CROSS_LINK_METRICS = ("see_also_nodes", "toc_tokens_json_see_also", "toc_tokens_outline_see_also", "found_see_also",
@@ -465,18 +466,32 @@ def _focused_reading(index: RitragIndex, rows: Sequence[int], question: str, bud
     """A reader that spends a token budget like an agent would: the nodes in
     rank order, each Read with the question as query (its most relevant
     passages, serving/passages.py) and what is left of the budget as its
-    size, until the budget is spent. (node ids read, text read)"""
-    read, pieces, spent = [], [], 0
+    size, until the budget is spent; never past it. (node ids read, text read)"""
+    budget = int(budget_tokens)
+    read: list[str] = []
+    text = ""
     for row in rows:
-        left = int(budget_tokens) - spent
+        left = budget - count_tokens(text)
         if left <= 0:
             break
         node_id = index.index.nodes["node_id"][row]
-        text = index.read([node_id], max_chars=max(left * CHARS_PER_TOKEN, 1), query=question)["nodes"][0]["text"]
+        max_chars = max(left * CHARS_PER_TOKEN, 1)
+        # A Read asks for characters: text denser in tokens than CHARS_PER_TOKEN
+        # is asked for again, shorter, so the budget is a bound, not a target.
+        for _ in range(MAX_SHRINKS):
+            piece = index.read([node_id], max_chars=max_chars, query=question)["nodes"][0]["text"]
+            joined = f"{text}\n{piece}" if read else piece
+            over = count_tokens(joined) - budget
+            if over <= 0:
+                break
+            max_chars = max(len(piece) * (count_tokens(piece) - over) // max(count_tokens(piece), 1) - 1, 0)
+            if max_chars == 0:
+                break
+        if over > 0:
+            break
         read.append(node_id)
-        pieces.append(text)
-        spent += count_tokens(text)
-    return read, "\n".join(pieces)
+        text = joined
+    return read, text
 
 
 def _rank_metrics(ranked: Sequence[int], targets: Sequence[frozenset[int]]) -> dict[str, Any]:
