@@ -469,9 +469,9 @@ def _focused_reading(index: RitragIndex, rows: Sequence[int], question: str, bud
     size, until the budget is spent; never past it. (node ids read, text read)"""
     budget = int(budget_tokens)
     read: list[str] = []
-    text = ""
+    text, spent = "", 0
     for row in rows:
-        left = budget - count_tokens(text)
+        left = budget - spent
         if left <= 0:
             break
         node_id = index.index.nodes["node_id"][row]
@@ -484,13 +484,14 @@ def _focused_reading(index: RitragIndex, rows: Sequence[int], question: str, bud
             over = count_tokens(joined) - budget
             if over <= 0:
                 break
-            max_chars = max(len(piece) * (count_tokens(piece) - over) // max(count_tokens(piece), 1) - 1, 0)
+            piece_tokens = max(count_tokens(piece), 1)
+            max_chars = max(len(piece) * (piece_tokens - over) // piece_tokens - 1, 0)
             if max_chars == 0:
                 break
         if over > 0:
             break
         read.append(node_id)
-        text = joined
+        text, spent = joined, budget + over
     return read, text
 
 

@@ -107,9 +107,9 @@ class CacheBeingWritten:
             array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(n,))
             with open(path, "r+b") as fh:
                 os.posix_fallocate(fh.fileno(), 0, os.fstat(fh.fileno()).st_size)
-        except OSError:
-            LOG.warning("could not reserve %s for the cached %s; holding it in memory", path, name, exc_info=True)
-            return np.empty(n, dtype)
+        except OSError as exc:
+            LOG.warning("could not reserve %s for the cached %s (%s); holding it in memory", path, name, exc)
+            return in_memory(name, n, dtype)
         self.files[name] = array
         return array
 
