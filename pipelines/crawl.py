@@ -47,10 +47,10 @@ from ritrag.layout import IndexLayout
 from ritrag.storage import (dir_exists, exists, make_dirs, match_files, open_parquet, open_read, remove_tree, replace_file)
 from ritrag.crawl_dir import STATUSES, WARC_DIR, crawldb_path, scan_crawldb
 from ritrag.lease import IndexLease
-from ritrag.schema import CRAWL_TARGET_SCHEMA, CRAWLDB_SCHEMA
+from ritrag.schema import CRAWL_TARGET_SCHEMA, CRAWLDB_SCHEMA, RESTING_SCHEMA
 from ritrag.transforms.crawl.round import COUNTERS, LINKS, ROBOTS, CrawlConfig, FetchHostFn, StoreShardFn, shard_key
 from ritrag.transforms.crawl.crawldb import (CrawlTarget, Generate, UpdateCrawlDb, crawldb_row, record_target,
-                                             redirect_hops, revisit_record, target_record)
+                                             RESTING, redirect_hops, revisit_record, target_record)
 from ritrag.transforms.crawl.downloader import FetchPolicy
 from ritrag.transforms.crawl.robots import RobotsRules
 from ritrag.transforms.crawl.scope import BadUrl, Scope, clean_url, crawl_key
@@ -145,6 +145,11 @@ def targets_pattern(work: str, number: int) -> str:
     return os.path.join(round_dir(work, number), "targets-*.parquet")
 
 
+def resting_prefix(work: str) -> str:
+    """Round 0 writes here the failed pages not due this crawl: every round counts them as scheduled."""
+    return os.path.join(round_dir(work, 0), RESTING)
+
+
 def count_rows(pattern: str) -> int:
     """Rows of the Parquet files matching `pattern` (their footers only)."""
     return sum(open_parquet(path).metadata.num_rows for path in match_files(pattern))
@@ -166,15 +171,22 @@ def round_pipeline(p: beam.Pipeline, number: int, work: str, seed_targets: list[
     round_dir(work, number) and targets of the next round's directory."""
     here = round_dir(work, number)
     if number == 0:
-        previous = ((p | "PreviousCrawlDb" >> beam.io.ReadFromParquet(crawldb_path(previous_dir))
-                     | "Revisits" >> beam.FlatMap(revisit_record))
-                    if exists(crawldb_path(previous_dir)) else p | "NoPrevious" >> beam.Create([]))
+        if exists(crawldb_path(previous_dir)):
+            revisits = (p | "PreviousCrawlDb" >> beam.io.ReadFromParquet(crawldb_path(previous_dir))
+                        | "Revisits" >> beam.FlatMap(revisit_record).with_outputs(RESTING, main="due"))
+            previous, resting = revisits["due"], revisits[RESTING]
+        else:
+            previous = p | "NoPrevious" >> beam.Create([])
+            resting = p | "NoneResting" >> beam.Create([])
+        # written even when empty: later rounds read it
+        resting | "WriteResting" >> parquet_sink(resting_prefix(work), RESTING_SCHEMA, num_shards=1)
         candidates = (previous, p | "Seeds" >> beam.Create(seed_targets)) | "Candidates" >> beam.Flatten()
         targets = candidates | "GenerateFirst" >> Generate(p | "NoneScheduled" >> beam.Create([]),
                                                            p | "Room" >> beam.Create([int(opts.max_pages)]))
         targets | "WriteTargets" >> parquet_sink(os.path.join(here, "targets"), CRAWL_TARGET_SCHEMA)
     else:
         targets = p | "ReadTargets" >> beam.io.ReadFromParquet(targets_pattern(work, number))
+        resting = p | "ReadResting" >> beam.io.ReadFromParquet(resting_prefix(work) + "*.parquet")
     fetched = (targets
                | "ToTarget" >> beam.Map(record_target)
                | "KeyByHost" >> beam.Map(lambda t: (origin_of(t.url), t))
@@ -200,7 +212,7 @@ def round_pipeline(p: beam.Pipeline, number: int, work: str, seed_targets: list[
     earlier = [targets_pattern(work, n) for n in range(number)]
     scheduled = ((p | "EarlierTargets" >> beam.Create(earlier)
                   | "ReadEarlier" >> beam.io.ReadAllFromParquet(columns=["url"]),
-                  targets) | "Scheduled" >> beam.Flatten() | "ScheduledKeys" >> beam.Map(lambda r: crawl_key(r["url"])))
+                  targets, resting) | "Scheduled" >> beam.Flatten() | "ScheduledKeys" >> beam.Map(lambda r: crawl_key(r["url"])))
     limit = opts.max_pages - scheduled_before
     room = (targets | "CountTargets" >> beam.combiners.Count.Globally()
             | "NextRoom" >> beam.Map(lambda n: limit - n))

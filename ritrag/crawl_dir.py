@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
+import pyarrow as pa
+
 from ritrag.schema import CRAWLDB_SCHEMA
 from ritrag.storage import exists, open_parquet
 
@@ -46,4 +48,8 @@ def read_crawldb(crawl_dir: str) -> list[dict]:
     path = crawldb_path(crawl_dir)
     if not exists(path):
         return []
-    return open_parquet(path).read().cast(CRAWLDB_SCHEMA).to_pylist()
+    table = open_parquet(path).read()
+    for field in CRAWLDB_SCHEMA:  # columns added since (the re-try schedule's counts) read as 0
+        if field.name not in table.column_names:
+            table = table.append_column(field.name, pa.array([0] * table.num_rows, field.type))
+    return table.select(CRAWLDB_SCHEMA.names).cast(CRAWLDB_SCHEMA).to_pylist()

@@ -367,8 +367,15 @@ CRAWLDB_SCHEMA = pa.schema(
         pa.field("warc_file", pa.string(), nullable=False),
         pa.field("warc_offset", pa.int64()),
         pa.field("error", pa.string(), nullable=False),
+        # The re-try schedule of failed pages (transforms/crawl/crawldb.py retry_due): failures in a
+        # row, and crawls since the URL was last asked for. Absent in CrawlDBs written before them.
+        pa.field("failures", pa.int32(), nullable=False),
+        pa.field("idle_crawls", pa.int32(), nullable=False),
     ]
 )
+
+# The failed pages a re-crawl leaves resting (not due on the re-try schedule): CRAWL_DIR/.rounds/, like targets.
+RESTING_SCHEMA = pa.schema([pa.field("url", pa.string(), nullable=False)])
 
 # A URL scheduled or discovered during a crawl (CRAWL_DIR/.rounds/, deleted when the crawl ends):
 # ritrag.transforms.crawl.crawldb.CrawlTarget's fields and how the URL was found.
@@ -384,6 +391,8 @@ CRAWL_TARGET_SCHEMA = pa.schema(
         pa.field("sha256", pa.string(), nullable=False),
         pa.field("warc_file", pa.string(), nullable=False),
         pa.field("warc_offset", pa.int64()),
+        pa.field("content_type", pa.string(), nullable=False),
+        pa.field("failures", pa.int32(), nullable=False),
         pa.field("via", pa.string(), nullable=False),  # revisit | seed | sitemap | redirect | link
     ]
 )

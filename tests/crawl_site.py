@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import unquote
 
-SLOW_S = 1.5
+SLOW_HOLD_S = 120  # /slow.html answers when the site closes, or after this: always past a crawl's deadline
+OVERLAP_WAIT_S = 60
 RESPONSE_S = 0.02  # every page answer takes this long, so concurrent requests overlap
 
 
@@ -36,20 +37,30 @@ class ServedInThread:
     """A socketserver `self.server` run in a daemon thread while the `with` block lasts."""
 
     server: socketserver.BaseServer
+    closing: threading.Event  # set when the `with` block ends: handlers holding an answer let go
 
     def __enter__(self):
+        self.closing = threading.Event()
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
         return self
 
     def __exit__(self, *exc):
+        self.closing.set()
         self.server.shutdown()
         self.server.server_close()
 
 
 class CrawlSite(ServedInThread):
-    def __init__(self, root: Path, *, flaky: str, busy: str, redirect_target: str, huge_bytes: int):
+    def __init__(self, root: Path, *, flaky: str, busy: str, redirect_target: str, huge_bytes: int,
+                 await_overlap: bool = False):
+        """`await_overlap`: the first page request is answered only once a second
+        one is in flight (or after OVERLAP_WAIT_S), so a crawler allowed two
+        requests at once shows it whatever the machine's load."""
         self.root, self.flaky, self.busy = root, flaky, busy
+        self.overlapped = threading.Event()
+        if not await_overlap:
+            self.overlapped.set()
         self.redirect_target, self.huge_bytes = redirect_target, huge_bytes
         self.log: list[Request] = []
         self.in_flight = 0
@@ -93,7 +104,8 @@ class CrawlSite(ServedInThread):
 
             def _send(self, status: int, body: bytes = b"", ctype: str = "text/html", headers: dict = ()):
                 self.send_response(status)
-                self.send_header("Content-Type", ctype)
+                if ctype:
+                    self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
                 for k, v in dict(headers).items():
                     self.send_header(k, v)
@@ -104,16 +116,23 @@ class CrawlSite(ServedInThread):
             def do_GET(self):
                 host = self.headers.get("Host", "")
                 if self.path == "/slow.html":  # the crawler gives up before the answer: not in flight for it
-                    time.sleep(SLOW_S)
-                    with site._lock:
+                    with site._lock:  # logged as it arrives: the crawl may end before the answer
                         site.log.append(Request(self.path, host, dict(self.headers), 200))
-                    self._send(200, b"<html>late</html>")
+                    site.closing.wait(SLOW_HOLD_S)
+                    try:
+                        self._send(200, b"<html>late</html>")
+                    except OSError:  # the crawler hung up long ago
+                        pass
                     return
                 with site._lock:
                     site.in_flight += 1
                     site.max_in_flight = max(site.max_in_flight, site.in_flight)
                     n = site.counts[self.path] = site.counts.get(self.path, 0) + 1
+                    if site.in_flight >= 2:
+                        site.overlapped.set()
                 try:
+                    if self.path.endswith(".html"):
+                        site.overlapped.wait(OVERLAP_WAIT_S)
                     status = self._answer(n)
                 finally:
                     with site._lock:
@@ -153,8 +172,10 @@ class CrawlSite(ServedInThread):
                 etag = '"' + hashlib.sha256(data).hexdigest()[:16] + '"'
                 modified = email.utils.formatdate(int(os.stat(file).st_mtime), usegmt=True)
                 time.sleep(RESPONSE_S)
-                if self.headers.get("If-None-Match") == etag:
-                    return self._send(304, headers={"ETag": etag, "Last-Modified": modified})
+                # Either validator confirms the page; the 304 repeats neither (as Python's http.server
+                # does), so a crawler must keep the validators it has.
+                if self.headers.get("If-None-Match") == etag or self.headers.get("If-Modified-Since") == modified:
+                    return self._send(304, ctype="")
                 return self._send(200, data, headers={"ETag": etag, "Last-Modified": modified})
 
         return Handler

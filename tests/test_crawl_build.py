@@ -66,7 +66,9 @@ def test_refresh_cycle(site, tmp_path, capsys):
     assert cli.main(["refresh", site.base + f"{SITE}/index.html", *flags]) == 0
     second = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     pages = [r for r in site.log if r.path.startswith(f"/{SITE}/")]
-    assert pages and all(r.status == 304 for r in pages)
+    # every page asked conditionally and unchanged; links to nothing (404 in the first crawl) asked again
+    assert {r.path for r in pages if r.status == 304} == {"/" + p for p in site.page_paths()}
+    assert {r.status for r in pages} == {304, 404}
     assert sorted((crawl_dir / "warc").iterdir()) == warcs
     assert set(statuses(crawl_dir).values()) <= {"unchanged", "gone", "redirect", "skipped_type", "too_large",
                                                  "disallowed", "fetch_error"}

@@ -30,8 +30,11 @@ from ritrag.ids import shard_of
 from ritrag.transforms.crawl.downloader import FetchResult
 from ritrag.transforms.crawl.scope import crawl_key
 
-REVISIT = ("fetched", "unchanged", "kept_other", "skipped_type", "redirect", "too_large", "http_error",
-           "fetch_error", "disallowed")  # previous pages a re-crawl asks for again (gone ones stay gone)
+REVISIT = ("fetched", "unchanged", "kept_other", "skipped_type", "redirect", "too_large",
+           "disallowed")  # previous pages every re-crawl asks for again
+# Pages that failed: re-tried on a back-off schedule (`retry_due`), whether or not a page links them again.
+FAILURES = ("gone", "http_error", "fetch_error", "redirect_limit")
+MAX_RETRY_GAP = 16  # crawls: a URL that keeps failing is still tried at least this often
 VIA_RANK = {"revisit": 0, "seed": 1, "sitemap": 2, "redirect": 3, "link": 4}  # which spelling of a URL wins
 RANK_BUCKETS = 4096  # URL-hash buckets per depth of Generate's cap
 
@@ -50,6 +53,8 @@ class CrawlTarget:
     sha256: str = ""
     warc_file: str = ""
     warc_offset: int | None = None
+    content_type: str = ""  # of the stored body: a 304 describes none
+    failures: int = 0  # crawls in a row whose fetch of this URL failed (FAILURES)
 
 
 def crawldb_row(target: CrawlTarget, status: str, crawl_id: str, result: FetchResult | None = None,
@@ -61,7 +66,17 @@ def crawldb_row(target: CrawlTarget, status: str, crawl_id: str, result: FetchRe
             "http_status": r.http_status, "attempts": r.attempts if result else 0,
             "content_type": r.content_type, "etag": r.etag, "last_modified": r.last_modified,
             "sha256": sha256, "final_url": r.location or target.url, "canonical_url": canonical_url,
-            "warc_file": warc_file, "warc_offset": warc_offset, "error": error or r.error}
+            "warc_file": warc_file, "warc_offset": warc_offset, "error": error or r.error,
+            "failures": target.failures + 1 if status in FAILURES else 0, "idle_crawls": 0}
+
+
+def not_modified_result(target: CrawlTarget, result: FetchResult) -> FetchResult:
+    """A 304's result with the validators and type of the body it confirms: a
+    304 need not repeat Last-Modified (nor any validator but ETag, RFC 9110
+    15.4.5), and a row that lost them would make the next crawl a plain GET."""
+    return dataclasses.replace(result, etag=result.etag or target.etag,
+                               last_modified=result.last_modified or target.last_modified,
+                               content_type=target.content_type or result.content_type)
 
 
 TARGET_FIELDS = tuple(f.name for f in dataclasses.fields(CrawlTarget))
@@ -76,14 +91,41 @@ def record_target(record: dict) -> CrawlTarget:
     return CrawlTarget(**{k: record[k] for k in TARGET_FIELDS})
 
 
-def revisit_record(row: dict) -> list[dict]:
-    """A previous CrawlDB row as a re-crawl target (with the validators for a
-    conditional GET), or nothing (other kinds; gone pages stay gone)."""
-    if row["kind"] != "page" or row["status"] not in REVISIT:
-        return []
-    return [target_record(CrawlTarget(row["url"], "page", row["depth"], row["discovered_from"], 0, row["etag"],
-                                      row["last_modified"], row["sha256"], row["warc_file"], row["warc_offset"]),
-                          "revisit")]
+def row_failures(row: dict) -> int:
+    """The row's failures in a row (a CrawlDB written before they were counted: one, if it failed)."""
+    failures = row.get("failures")
+    return int(failures) if failures is not None else int(row["status"] in FAILURES)
+
+
+def retry_due(row: dict) -> bool:
+    """Whether a re-crawl asks for a previous page again. Pages that answered
+    are asked every crawl; a page that failed f crawls in a row is asked when
+    min(2**(f-1), MAX_RETRY_GAP) crawls have passed since it was last asked
+    (the next crawl, then every 2nd, 4th, ... 16th), so a dead link costs a
+    request per 16 crawls at most while a page back from an outage returns soon."""
+    if row["status"] in REVISIT:
+        return True
+    if row["status"] not in FAILURES:
+        return False  # bad_url (a seed's text), invalid_sitemap: nothing to ask again
+    return (row.get("idle_crawls") or 0) + 1 >= min(2 ** (row_failures(row) - 1), MAX_RETRY_GAP)
+
+
+RESTING = "resting"  # revisit_record's output of failed pages not due this crawl: their URLs
+
+
+def revisit_record(row: dict):
+    """A previous CrawlDB page row as a re-crawl target (with the validators for
+    a conditional GET) when `retry_due`; a failed page not due yet is yielded
+    as RESTING, its URL, so that links found this crawl do not ask for it either."""
+    if row["kind"] != "page":
+        return
+    if not retry_due(row):
+        if row["status"] in FAILURES:
+            yield beam.pvalue.TaggedOutput(RESTING, {"url": row["url"]})
+        return
+    yield target_record(CrawlTarget(row["url"], "page", row["depth"], row["discovered_from"], 0, row["etag"],
+                                    row["last_modified"], row["sha256"], row["warc_file"], row["warc_offset"],
+                                    row["content_type"], row_failures(row)), "revisit")
 
 
 def spelling_rank(record: dict) -> tuple:
@@ -188,9 +230,13 @@ def chain_end(row: dict, hops: dict[str, str]) -> dict:
 
 
 def newest_rows(keyed: tuple[tuple[str, str], dict]) -> list[dict]:
-    """This crawl's rows of a URL, else the previous ones."""
+    """This crawl's rows of a URL, else the previous ones, one more crawl idle."""
     _, groups = keyed
-    return list(groups["current"]) or list(groups["previous"])
+    current = list(groups["current"])
+    if current:
+        return current
+    return [{**row, "failures": row_failures(row), "idle_crawls": (row.get("idle_crawls") or 0) + 1}
+            for row in groups["previous"]]
 
 
 class UpdateCrawlDb(beam.PTransform):

@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Iterator
 import apache_beam as beam
 
 from ritrag.ids import shard_of
-from ritrag.transforms.crawl.crawldb import CrawlTarget, crawldb_row, link_rank
+from ritrag.transforms.crawl.crawldb import CrawlTarget, crawldb_row, link_rank, not_modified_result
 from ritrag.transforms.crawl.downloader import FetchPolicy, FetchResult, crawl_client, fetch
 from ritrag.transforms.crawl.links import PageLinks, page_links
 from ritrag.transforms.crawl.robots import MAX_ROBOTS_BYTES, MAX_ROBOTS_REDIRECTS, RobotsRules, robots_rules
@@ -294,7 +294,7 @@ def store_shard(outcomes: Iterable[Outcome], writer, crawl_id: str) -> list[dict
     for o in sorted(outcomes, key=lambda o: (o.target.kind, o.target.url)):
         t, r = o.target, o.result
         if o.status == "unchanged":  # a 304: the previous record stays the page's record
-            rows.append(crawldb_row(t, "unchanged", crawl_id, r, t.sha256, t.warc_file, t.warc_offset,
+            rows.append(crawldb_row(t, "unchanged", crawl_id, not_modified_result(t, r), t.sha256, t.warc_file, t.warc_offset,
                                     o.canonical_url))
             continue
         if t.kind != "page" or r is None or not r.kept:
