@@ -44,9 +44,10 @@ run: install
 
 # pytest as a script (not `python -m pytest`, which would put the checkout's
 # ritrag/ folder ahead of the installed package).
+# The installed-product check runs even when pytest fails; either failing fails the target.
 test: install
-	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
-	$(MAKE) test-installed
+	status=0; $(VENV)/bin/pytest -q $(PYTEST_ARGS) || status=$$?; \
+	$(MAKE) test-installed || status=1; exit $$status
 
 test-fast: install
 	$(VENV)/bin/pytest -q -m "not slow" $(PYTEST_ARGS)
