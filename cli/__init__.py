@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -369,6 +370,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     top = _Parser(prog="ritrag", description=__doc__.split("\n\n")[0])
     top.add_argument("-v", "--verbose", action="store_true", help="log everything (Beam, model loading, requests)")
+    top.add_argument("--version", action="version", version=f"ritrag {importlib.metadata.version('ritrag')}")
     sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     for name, (summary, _) in JOBS.items():
@@ -567,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
 def _refusal(exc: Exception, command: str) -> tuple[dict, int] | None:
     """(the one JSON line printed on stderr, exit status) of a clean refusal,
     as serving/errors.py promises; None for a bug, whose trace shows."""
-    from ritrag.layout import IndexLoadError, IndexNameError
+    from ritrag.layout import IndexLoadError, IndexNameError, UnknownVersionError
     from ritrag.lease import IndexLockedError
 
     if command in JOB_COMMANDS:
@@ -577,6 +579,8 @@ def _refusal(exc: Exception, command: str) -> tuple[dict, int] | None:
             return {"error": {"reason": "nothing_to_publish", "message": str(exc)}}, 1
     if isinstance(exc, IndexNameError):
         exc = ToolError("invalid_arguments", str(exc))
+    elif isinstance(exc, UnknownVersionError):
+        exc = ToolError("unknown_version", str(exc))
     elif isinstance(exc, IndexLoadError):
         exc = ToolError("index_unavailable", str(exc))
     elif isinstance(exc, IndexLockedError):

@@ -174,10 +174,10 @@ def _base_line(site: dict, report: dict) -> str:
     if decided is None:
         return f"base: given ({report.get('base_url')})"
     if decided["status"] == "inferred":
-        return (f"base: inferred {decided['base']} from {decided['pages']} pages naming their URL "
+        return (f"base: inferred {decided['base']} from {counted(decided['pages'], 'page')} naming their URL "
                 f"(input {decided['input']})")
     if decided["status"] == "several":
-        named = ", ".join(f"{b} ({n} pages)" for b, n in decided["candidates"].items())
+        named = ", ".join(f"{b} ({counted(n, 'page')})" for b, n in decided["candidates"].items())
         return f"base: kept {decided['input']}: its pages name several bases: {named}"
     return f"base: kept {decided['input']}: no page names a public URL ending with its own path"
 
@@ -186,11 +186,17 @@ def _site_dir(source: str) -> str:
     return os.path.basename(os.path.dirname(source)) or source
 
 
+def counted(n: int, noun: str) -> str:
+    """'1 page', '2 pages': the reports' counts read as English."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def render_text(report: dict) -> str:
     lines = [f"index {report['index']} version {report['version']}"]
     for name, s in report["sites"].items():
-        lines.append(f"\n== {name}: {s['pages']} pages, {s['sections']} sections, {s['virtual']} virtual, "
-                     f"{s['placed_by_markup']:.1%} placed by page markup, {s['orphans']} orphans")
+        lines.append(f"\n== {name}: {counted(s['pages'], 'page')}, {counted(s['sections'], 'section')}, "
+                     f"{s['virtual']} virtual, {s['placed_by_markup']:.1%} placed by page markup, "
+                     f"{counted(s['orphans'], 'orphan')}")
         lines.append("  " + _base_line(s, report))
         lines.append("  source kinds: " + ", ".join(f"{k} {v}" for k, v in s["source_kinds"].most_common()))
         lines.append("  trail methods: " + ", ".join(f"{k} {v}" for k, v in s["methods"].most_common()))
@@ -237,9 +243,9 @@ def render_html(report: dict) -> str:
              f"td,th{{padding:2px 8px;text-align:left}}</style></head><body>",
              f"<h1>Forest report</h1><p>{html.escape(report['index'])}, version {html.escape(report['version'])}</p>"]
     for name, s in report["sites"].items():
-        parts.append(f"<section><h2>{html.escape(name)}</h2><p>{s['pages']} pages, {s['sections']} sections, "
-                     f"{s['virtual']} virtual nodes, <b>{s['placed_by_markup']:.1%}</b> placed by page markup, "
-                     f"{s['orphans']} orphans</p><p>{html.escape(_base_line(s, report))}</p>"
+        parts.append(f"<section><h2>{html.escape(name)}</h2><p>{counted(s['pages'], 'page')}, "
+                     f"{counted(s['sections'], 'section')}, {counted(s['virtual'], 'virtual node')}, "
+                     f"<b>{s['placed_by_markup']:.1%}</b> placed by page markup, {counted(s['orphans'], 'orphan')}</p><p>{html.escape(_base_line(s, report))}</p>"
                      + (f"<p>{html.escape(_links_line(s['links']))}</p>" if "links" in s else "")
                      + "<div class='charts'>"
                      + _bar_chart(dict(s["source_kinds"]), "pages by source kind")

@@ -58,6 +58,10 @@ from ritrag.transforms.tables import write_bytes
 from ritrag.urls import origin_of
 
 LOG = logging.getLogger("ritrag.crawl")
+# Beam warns of a `skip_if_empty` write that had nothing to write: a round's accounting
+# mismatches, whose empty outcome is the good one (it was printed on every round).
+logging.getLogger("apache_beam.io.filebasedsink").addFilter(
+    lambda record: "No shards found to finalize" not in str(record.msg))
 DEFAULT_USER_AGENT = "ritrag-crawl/0.1 (documentation indexer; set --crawl_user_agent to name yourself)"
 ROUNDS_DIR = ".rounds"  # a crawl's working files (fetch lists, rows, robots rules) until it ends
 

@@ -112,6 +112,18 @@ def choose_device(requested: str | None = None) -> str:
     return "cpu"
 
 
+def quiet_model_loading() -> None:
+    """No progress bars while a model loads (the Python API printed tqdm bars into
+    a caller's output); HF_HUB_DISABLE_PROGRESS_BARS=0 asks for them."""
+    if os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS") == "0":
+        return
+    import huggingface_hub.utils
+    import transformers.utils.logging
+
+    huggingface_hub.utils.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
+
+
 def load_sentence_transformer(spec: EmbedderSpec, device: str | None = None):
     """The sentence-transformers model of `spec`, on `device` (auto when None)."""
     if spec.model.startswith(HASHING_PREFIX):
@@ -119,6 +131,7 @@ def load_sentence_transformer(spec: EmbedderSpec, device: str | None = None):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never download weights at run time
     from sentence_transformers import SentenceTransformer
 
+    quiet_model_loading()
     model = SentenceTransformer(resolve_model_path(spec.model), device=choose_device(device))
     if spec.max_seq_length:
         model.max_seq_length = min(spec.max_seq_length, model.max_seq_length or spec.max_seq_length)

@@ -46,7 +46,7 @@ from typing import Any, Iterable
 from ritrag.embedder import MAX_EMBEDDING_DIMENSION, EmbedderSpec
 from ritrag.representation import DEFAULT_RETRIEVAL, Representation
 from ritrag.schema import TOMBSTONES_SCHEMA
-from ritrag.storage import file_size, list_dirs, list_files, open_read, remove_file, remove_tree, sha256_file, write_atomic
+from ritrag.storage import dir_exists, file_size, list_dirs, list_files, open_read, remove_file, remove_tree, sha256_file, write_atomic
 
 # 2: vocabulary sharded by term (vocabulary-SSSSS-of-NNNNN.parquet, was vocabulary.parquet)
 FORMAT_VERSION = 2
@@ -73,6 +73,10 @@ class DamagedIndexError(IndexLoadError):
 
 class MissingIndexError(IndexLoadError):
     """No published version, or a file the manifest names is absent."""
+
+
+class UnknownVersionError(MissingIndexError):
+    """A version asked for by name that the index does not hold (never published, or pruned)."""
 
 
 class IndexNameError(IndexLoadError, ValueError):
@@ -299,13 +303,17 @@ class IndexLayout:
     def load_manifest(self, version: str | None = None) -> Manifest:
         version = version or self.current_version()
         if version is None:
+            if not dir_exists(self.root):
+                raise MissingIndexError(f"no index at {self.root}")
             raise MissingIndexError(f"{self.root}: no published version (CURRENT is missing)")
         path = self.manifest_path(version)
         try:
             with open_read(path) as fh:
                 return Manifest.from_json(fh.read())
         except FileNotFoundError as exc:
-            raise MissingIndexError(f"{path}: manifest of version {version} is missing") from exc
+            held = self.versions()
+            raise UnknownVersionError(f"{self.root}: no version {version} (never published, or pruned); it holds "
+                                      f"{', '.join(held) if held else 'no version'}") from exc
         except IndexNameError as exc:
             raise DamagedIndexError(f"{path}: {exc}") from exc
         except IndexLoadError as exc:

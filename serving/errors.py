@@ -22,6 +22,7 @@ STATUS = {
     "budget_exhausted": 429,
     "not_ready": 503,
     "budget_store_unavailable": 503,  # the shared episode store (Redis) did not answer; retry shortly
+    "unknown_version": 404,  # a version named (rollback, a pinned load) that the index does not hold
     "index_unavailable": 503,  # the index is missing or damaged (CLI: a manifest, CURRENT or file refused)
     "index_locked": 409,  # another job holds the index's lease
     "internal_error": 500,
