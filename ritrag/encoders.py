@@ -21,7 +21,8 @@ from typing import Callable, Iterable, NamedTuple, Sequence
 import numpy as np
 
 from ritrag.embedder import (HASHING_PREFIX, EmbedderSpec, check_backend_available, choose_device, hashing_dimension,
-                             load_sentence_transformer, resolve_dtype)
+                             load_sentence_transformer, resolve_dtype, resolve_model_path)
+from ritrag.numpy_bert import NumpyBert, numpy_bert_refusal
 
 # Padded tokens (rows x longest row) per forward pass. On one CPU thread, 1024
 # to 4096 ran alike and 8192 slower (a batch falls out of cache); on a GPU the
@@ -276,6 +277,34 @@ def load_encoder(spec: EmbedderSpec, device: str | None = None, **options) -> "S
     return SentenceEncoder(spec, device, **options)
 
 
+def load_query_encoder(spec: EmbedderSpec, device: str | None = None):
+    """The encoder that embeds `spec`'s queries: on a CPU, a BERT folder runs in
+    numpy (ritrag/numpy_bert.py: no torch import, a cold `ritrag toc` in about a
+    second); any other model, or an explicit accelerator, gets `load_encoder`'s.
+    Both are the torch backend's arithmetic in float32, to float rounding."""
+    if not spec.model.startswith(HASHING_PREFIX) and spec.backend == "torch" and device in (None, "cpu"):
+        folder = numpy_bert_refusal(resolve_model_path(spec.model))
+        if not isinstance(folder, str):
+            return BertQueryEncoder(NumpyBert(folder, spec.max_seq_length, spec.normalize))
+    return load_encoder(spec, device)
+
+
+class BertQueryEncoder:
+    """ritrag/numpy_bert.py's forward pass behind `SentenceEncoder`'s `embed`."""
+
+    dtype = "float32"
+
+    def __init__(self, model: NumpyBert):
+        self._model = model
+
+    @property
+    def dimension(self) -> int:
+        return self._model.dimension
+
+    def embed(self, texts: Sequence[str], prefix: str = "") -> Embedded:
+        return Embedded(self._model.encode([prefix + t for t in texts]), 0, self.dtype)
+
+
 class QueryEmbedder:
     """Embeds search queries for the server: the model loads once, and queries
     take the documents' code path with the spec's query prefix. Build it from
@@ -284,7 +313,7 @@ class QueryEmbedder:
 
     def __init__(self, spec: EmbedderSpec, device: str | None = None):
         self.spec = spec
-        self._encoder = load_encoder(spec, device)
+        self._encoder = load_query_encoder(spec, device)
 
     @property
     def dimension(self) -> int:
