@@ -1,0 +1,77 @@
+"""A cold `ritrag toc` and `ritrag read`: wall and CPU seconds of a fresh
+process, this checkout beside a baseline checkout, in one run.
+
+    python -m benchmarks.cold_start INDEX [--baseline CHECKOUT] [--rounds 5]
+           [--query "How do I configure SSL client certificates?"]
+
+Each round runs, for each code path in turn (so both see the same machine
+load), `toc INDEX QUERY` and `read INDEX NODE` in fresh processes: the CLI's
+`main` as the installed command runs it. CPU is the child's user + system time
+(`os.wait4`), wall the process's whole life. Medians over rounds, and
+baseline/current ratios. The node read is the first hit of the query.
+
+`--baseline` is another checkout of ritrag (a `git worktree` of an earlier
+commit): its `ritrag` package and folders are imported in place of this
+checkout's, as in benchmarks/toc_latency.py.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.abspath(__file__)
+
+
+def command(code: str | None, argv: list[str]) -> list[str]:
+    shim = (f"import sys; sys.path.insert(0, {code!r}); import ritrag; ritrag.__path__.append({code!r}); "
+            if code else "import sys; ")
+    return [sys.executable, "-c", shim + f"from ritrag.cli import main; sys.exit(main({argv!r}))"]
+
+
+def timed(argv: list[str]) -> tuple[float, float, str]:
+    """(wall s, CPU s, stdout) of one process."""
+    started = time.monotonic()
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd="/")
+    out = process.stdout.read().decode()
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode not in (0, 3):  # 3: a Read whose ids are unknown (none here)
+        raise RuntimeError(f"{argv[-1][-200:]} exited {process.returncode}")
+    return time.monotonic() - started, usage.ru_utime + usage.ru_stime, out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("index")
+    parser.add_argument("--baseline", help="another ritrag checkout (a git worktree) measured beside this one")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--query", default="How do I configure SSL client certificates?")
+    args = parser.parse_args(argv)
+    paths = ([("baseline", args.baseline)] if args.baseline else []) + [("current", None)]
+    toc = ["toc", args.index, args.query, "--n", "8", "--format", "json"]
+    node = json.loads(timed(command(None, toc))[2])["trees"][0]["id"]
+    read = ["read", args.index, node, "--max_chars", "2000"]
+    seconds: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for _ in range(args.rounds):
+        for name, code in paths:
+            for face, face_argv in (("toc", toc), ("read", read)):
+                wall, cpu, _ = timed(command(code, face_argv))
+                seconds.setdefault((name, face), []).append((wall, cpu))
+    print(f"index {args.index}, {args.rounds} rounds, load average {os.getloadavg()[0]:.2f} at the end")
+    for (name, face), runs in seconds.items():
+        wall, cpu = statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs)
+        print(f"  {name:8s} {face:4s}: median wall {wall:.2f} s, CPU {cpu:.2f} s")
+    if args.baseline:
+        for face in ("toc", "read"):
+            ratio = [statistics.median(x[i] for x in seconds[("baseline", face)]) /
+                     statistics.median(x[i] for x in seconds[("current", face)]) for i in (0, 1)]
+            print(f"  baseline/current {face}: wall {ratio[0]:.1f}x, CPU {ratio[1]:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
