@@ -274,3 +274,23 @@ def test_7_robots_txt_is_read_up_to_500_kib():
     assert got["robots"] == {"reason": "robots_truncated",
                              "allows": {"/docs/early/a.html": False, "/docs/late/a.html": True}}
     assert got["elapsed_s"] < 2.5 and got["peak_growth_mib"] < 100, got  # all 5.4 MB: 3.5 s, 237 MiB
+
+
+@pytest.mark.parametrize("location", ["javascript:alert(1)", "mailto:a@b.example", "http://[broken/x"])
+def test_a_location_that_is_not_a_web_url_is_an_http_error(location):
+    with HostileSite({"/docs/r": raw_response(302, headers={"Location": location})}) as site:
+        (outcome,) = crawl_round(site, config_for(site), targets(site, "/docs/r")).outcomes
+    assert outcome.status == "http_error" and "not an http(s) URL" in outcome.result.error
+
+
+def test_a_redirect_chain_past_the_limit_ends_in_a_redirect_limit_row(tmp_path):
+    from ritrag.crawl_dir import read_crawldb
+    from ritrag.pipelines import crawl
+
+    routes = {f"/docs/r{i}": raw_response(302, headers={"Location": f"/docs/r{i + 1}"}) for i in range(50)}
+    with HostileSite(routes) as site:
+        crawl.run(["--seed", site.base + "docs/r0", "--out", str(tmp_path / "c"), "--per_host_delay_s", "0",
+                   "--timeout_s", "5", "--max_redirects", "5"])
+    rows = {r["url"].removeprefix(site.base): r for r in read_crawldb(str(tmp_path / "c")) if r["kind"] == "page"}
+    assert [rows[f"docs/r{i}"]["status"] for i in range(6)] == ["redirect"] * 6
+    assert rows["docs/r6"]["status"] == "redirect_limit" and "docs/r7" not in rows

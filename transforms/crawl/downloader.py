@@ -17,7 +17,8 @@ What a hostile server meets (docs/CRAWL.md, "Limits a hostile site meets"):
   ratio. Stacked (`gzip, gzip`) or other codings (zstd, br, deflate) are refused
   with a `fetch_error` naming them.
 * Retry-After is read strictly (ASCII delta-seconds or an HTTP date); anything
-  else counts as absent. A Location that is not a URL is an `http_error`.
+  else counts as absent. A Location that is not an http(s) URL (`javascript:`, a broken
+  host) is an `http_error`.
 * No cookie is kept or sent (`crawl_client`'s jar refuses them all).
 
 Pure of Beam: `fetch` takes an httpx.Client (connection pooling, HTTP/1.1
@@ -41,6 +42,7 @@ import httpcore
 import httpx
 
 from ritrag.transforms.sources.dispatch import web_kind
+from ritrag.urls import is_web_url, resolve
 
 # fetched: HTML kept; kept_other: PDF kept aside (in the WARC) for a later stage;
 # skipped_type: another type, body not kept; not_modified: 304 to a conditional GET.
@@ -271,6 +273,14 @@ def _read_body(response: httpx.Response, policy: FetchPolicy, truncate_at: int |
     return b"".join(chunks)[:limit]
 
 
+def _parses(url: str) -> bool:
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL:
+        return False
+    return True
+
+
 def _attempt(client: httpx.Client, url: str, headers: dict, policy: FetchPolicy, accept_any: bool,
              truncate_at: int | None) -> _Attempt:
     fetched_at = utc_now()
@@ -286,11 +296,10 @@ def _attempt(client: httpx.Client, url: str, headers: dict, policy: FetchPolicy,
                           http_version=response.http_version)
             if status in REDIRECT_CODES and response.headers.get("location"):
                 location = response.headers["location"]
-                try:
-                    target = str(response.url.join(location))
-                except httpx.InvalidURL as exc:
+                target = resolve(str(response.url), location)
+                if target is None or not is_web_url(target):  # javascript:, mailto:, a broken host: the server's error
                     return _Attempt(FetchResult(outcome="http_error", error=f"HTTP {status} with a Location "
-                                                f"that is not a URL ({location[:200]!r}: {exc})", **common))
+                                                f"that is not an http(s) URL ({location[:200]!r})", **common))
                 return _Attempt(FetchResult(outcome="redirect", location=target, **common))
             if status == 304:
                 return _Attempt(FetchResult(outcome="not_modified", **common))
@@ -319,6 +328,9 @@ def _attempt(client: httpx.Client, url: str, headers: dict, policy: FetchPolicy,
     except httpx.TransportError as exc:
         error = f"{type(exc).__name__}: {exc}"
     except httpx.InvalidURL as exc:
+        if _parses(url):  # httpx builds a redirect's next request even when not following it: the Location's fault
+            return _Attempt(FetchResult(url=url, outcome="http_error", fetched_at=fetched_at,
+                                        error=f"a redirect with a Location that is not an http(s) URL ({exc})"))
         return _Attempt(FetchResult(url=url, outcome="fetch_error", error=f"invalid URL: {exc}",
                                     fetched_at=fetched_at))
     finally:
