@@ -87,3 +87,69 @@ def test_names_that_are_not_utf8_are_indexed_and_their_bytes_kept(tmp_path):
     assert stored == sorted(os.path.join(os.fsencode(site), name) for name in ODD_NAMES)  # bytes round-trip
     assert len({row["url"] for row in pages}) == len(ODD_NAMES)  # one URL each: none merged
     assert "https://docs.example.com/byte-ff-%FF.html" in {row["url"] for row in pages}
+
+
+# --- item 6: no input is read past --max_page_bytes + 1 ---------------------------
+
+BIG = 8 << 30  # a sparse file: no disk, but 8 GiB to whoever reads it whole
+BUILD_ADDRESS_SPACE = 5 << 30  # a build of a few pages maps 3.2 GiB (Beam, pyarrow, threads)
+
+
+def bounded_build(args: list[str], address_space: int) -> dict:
+    """`ritrag.pipelines.build.run(args)` in a subprocess under `address_space`:
+    {"version", "rss_growth_mb": peak RSS above the RSS after imports}."""
+    import subprocess
+    import sys
+    import textwrap
+
+    program = textwrap.dedent(f'''
+        import json, resource
+        resource.setrlimit(resource.RLIMIT_AS, ({address_space}, {address_space}))
+        from ritrag.pipelines import build
+        start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        version = build.run({args!r})
+        growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - start
+        print(json.dumps({{"version": version, "rss_growth_mb": growth / 1024}}))
+    ''')
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_an_input_far_past_the_limit_costs_a_build_no_more_than_the_limit(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "small.html").write_text('<html><head><link rel="canonical" href="https://docs.example.com/small.html">'
+                                     '<title>Small</title></head><body><p>A small page.</p></body></html>')
+    with open(site / "huge.html", "wb") as fh:
+        fh.write(b"<html><head><title>Huge</title></head><body><p>")
+        fh.truncate(BIG)
+    assert os.stat(site / "huge.html").st_blocks * 512 < 1 << 20  # sparse indeed
+    out = tmp_path / "index"
+    # No --base_url: the head pass (InferSiteBases) reads every HTML file too.
+    result = bounded_build(["--input", str(site), "--out", str(out), "--embedding_model", "hashing:384",
+                            "--max_page_bytes", str(8 << 20)], BUILD_ADDRESS_SPACE)
+    assert result["rss_growth_mb"] < 200, result
+    [segment] = (out / "segments").iterdir()
+    dead = pq.read_table(segment / "dead_letters.parquet").to_pylist()
+    assert [(Path(d["source"]).name, d["reason"]) for d in dead] == [("huge.html", "too_large")]
+    assert [Path(r["source"]).name for r in pq.read_table(next(segment.glob("pages-*.parquet"))).to_pylist()] \
+        == ["small.html"]
+
+
+def test_reading_a_file_reads_no_more_than_the_limit_and_one_byte(tmp_path):
+    from ritrag.transforms.pages import read_bounded
+    from ritrag.transforms.parse import UnparseablePage
+
+    path = tmp_path / "page.html"
+    path.write_bytes(b"x" * 1000)
+    opened = []
+
+    def open_file():
+        opened.append(open(path, "rb"))
+        return opened[-1]
+
+    assert read_bounded(open_file, 1000) == b"x" * 1000
+    with pytest.raises(UnparseablePage, match="over 999 bytes") as refused:
+        read_bounded(open_file, 999)
+    assert refused.value.reason == "too_large" and opened[-1].closed

@@ -32,7 +32,7 @@ import logging
 import os
 import re
 import stat
-from typing import Callable, Iterable
+from typing import BinaryIO, Callable, Iterable
 
 import apache_beam as beam
 from apache_beam.io import fileio
@@ -46,6 +46,7 @@ from ritrag.storage import is_remote
 from ritrag.schema import (DEAD_LETTERS_SCHEMA, DeadLetter, PageSource, ParsedPage, WarcPage, page_from_json, page_json,
                            table_text)
 from ritrag.transforms.parse import UnparseablePage, parse_page
+from ritrag.transforms.parse.decode import DEFAULT_MAX_BYTES
 from ritrag.transforms.site_base import public_url
 from ritrag.transforms.sources import (HTML, SourceFile, document_url_path, is_multi_page, is_warc, parse_document,
                                       record_source, sniff_kind, split_record_source, web_kind)
@@ -261,7 +262,8 @@ class ParsePagesFn(beam.DoFn):
             yield from self._process_record(readable, parser)
             return
         path = readable.metadata.path
-        yield from self._emit(parser.refusal(path) or parse_or_dead_letter(parser, path, readable.read, "parse"))
+        yield from self._emit(parser.refusal(path) or parse_or_dead_letter(
+            parser, path, lambda: read_bounded(readable.open, parser.max_page_bytes), "parse"))
 
     def _process_record(self, record: WarcPage | DeadLetter, parser: PageParser):
         if isinstance(record, WarcPage) and warc_kind(record) is None:
@@ -292,9 +294,20 @@ class ParsePagesFn(beam.DoFn):
             yield page
 
 
-def read_file(path: str) -> bytes:
-    with FileSystems.open(path) as fh:
-        return fh.read()
+def read_bounded(open_file: Callable[[], BinaryIO], max_bytes: int) -> bytes:
+    """The bytes of the file `open_file` opens, read no further than `max_bytes`
+    + 1: a longer file is an UnparseablePage("too_large"), never read whole (a
+    6 GiB file must not cost 6 GiB to refuse)."""
+    with open_file() as fh:
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise UnparseablePage("too_large", f"over {max_bytes} bytes (--max_page_bytes)")
+    return data
+
+
+def read_file(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    """The bytes of the input file at `path` (`read_bounded`)."""
+    return read_bounded(lambda: FileSystems.open(path), max_bytes)
 
 
 _FILE_PAGES: collections.OrderedDict = collections.OrderedDict()  # (parser, path, raw hash) -> pages, LRU
@@ -310,7 +323,7 @@ def _file_pages(parser: PageParser, path: str, raw_hash: str) -> list[ParsedPage
     if key in _FILE_PAGES:
         _FILE_PAGES.move_to_end(key)
         return _FILE_PAGES[key]
-    pages = parse_or_dead_letter(parser, path, lambda: read_file(path), "reread")
+    pages = parse_or_dead_letter(parser, path, lambda: read_file(path, parser.max_page_bytes), "reread")
     if not isinstance(pages, DeadLetter) and pages and pages[0].raw_hash == raw_hash:
         _FILE_PAGES[key] = pages
         while len(_FILE_PAGES) > _FILE_PAGES_KEPT:
@@ -323,7 +336,8 @@ def reread_page(parser: PageParser, source: PageSource) -> ParsedPage | DeadLett
     or if its file changed since it was first read."""
     in_file = split_record_source(source.source)
     if in_file is None:
-        pages = parse_or_dead_letter(parser, source.source, lambda: read_file(source.source), "reread")
+        pages = parse_or_dead_letter(parser, source.source, lambda: read_file(source.source, parser.max_page_bytes),
+                                     "reread")
     elif in_file.warc_offset is not None:  # a WARC record: its URL is in it
         record = read_record(source.source, parser.max_page_bytes)
         if isinstance(record, DeadLetter):
