@@ -153,3 +153,39 @@ def test_reading_a_file_reads_no_more_than_the_limit_and_one_byte(tmp_path):
     with pytest.raises(UnparseablePage, match="over 999 bytes") as refused:
         read_bounded(open_file, 999)
     assert refused.value.reason == "too_large" and opened[-1].closed
+
+
+# --- item 9: Markdown nested past markdown-it's limit ------------------------------
+
+def parse_file(path: Path, root: Path):
+    from ritrag.transforms.pages import PageParser, parse_or_dead_letter, read_file
+
+    parser = PageParser(str(root) + "/", "http://localhost/", 1, 1 << 24)
+    return parse_or_dead_letter(parser, str(path), lambda: read_file(str(path)), "parse")
+
+
+def nested_list(depth: int) -> str:
+    return "# Nested\n\n" + "".join("  " * i + f"- item at level {i}\n" for i in range(depth))
+
+
+def nested_quotes(depth: int) -> str:
+    return "# Quoted\n\n" + "".join(">" * i + f" quote at level {i}\n\n" for i in range(1, depth + 1))
+
+
+@pytest.mark.parametrize("markdown, deepest", [(nested_list(10), "item at level 9"),
+                                               (nested_list(40), "item at level 39"),
+                                               (nested_quotes(20), "quote at level 20"),
+                                               (nested_quotes(90), "quote at level 90")])
+def test_markdown_nested_deep_keeps_every_line_of_its_text(tmp_path, markdown, deepest):
+    (tmp_path / "deep.md").write_text(markdown)
+    [page] = parse_file(tmp_path / "deep.md", tmp_path)
+    lines = [line for line in markdown.splitlines()[1:] if line.strip()]
+    assert all(line.lstrip(" ->").strip() in page.body for line in lines)
+    assert deepest in page.body
+
+
+@pytest.mark.parametrize("markdown", [nested_list(60), nested_quotes(1000)])
+def test_markdown_nested_past_the_limit_is_a_dead_letter_not_cut_text(tmp_path, markdown):
+    (tmp_path / "deeper.md").write_text(markdown)
+    letter = parse_file(tmp_path / "deeper.md", tmp_path)
+    assert (letter.reason, letter.detail) == ("too_deep", "blocks nested 100 levels deep (a list counts two)")
