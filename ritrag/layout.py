@@ -288,12 +288,16 @@ class IndexLayout:
 
     def current_version(self) -> str | None:
         """The version CURRENT names; None when there is no CURRENT; a
-        DamagedIndexError when it does not hold a version name."""
+        DamagedIndexError when it does not hold a version name; an
+        IndexLoadError saying why when it cannot be read (a CURRENT this user
+        may not read is no missing CURRENT)."""
         try:
             with open_read(self.current_path) as fh:
                 data = fh.read(64)
-        except (FileNotFoundError, OSError):
+        except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise IndexLoadError(f"{self.current_path}: cannot be read ({type(exc).__name__}: {exc})") from exc
         name = data.decode("ascii", errors="replace").strip()
         if not _VERSION_RE.match(name):
             raise DamagedIndexError(f"{self.current_path}: does not hold a version name (it holds {data[:20]!r}); "

@@ -7,6 +7,7 @@ which are also the on-disk Parquet schemas of the index.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -139,10 +140,30 @@ class PageSkeleton:
                    tuple(row["nav_order"]), row["source_kind"])
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escaped_surrogate(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def table_text(text: str) -> str:
+    """A file name, or text that names one (a page's source, a dead letter's
+    detail), as a table's string holds it. Python gives each byte of a name that
+    is not UTF-8 as a lone surrogate (surrogateescape, U+DC80-U+DCFF), which no
+    Parquet string can hold: such text is stored with each such byte written
+    `\\xNN` and each backslash doubled, so that `codecs.escape_decode` gives
+    the name's bytes back. Text without a lone surrogate is stored as it is."""
+    if not _LONE_SURROGATE.search(text):
+        return text
+    return _LONE_SURROGATE.sub(_escaped_surrogate, text.replace("\\", "\\\\"))
+
+
 def page_row(page: ParsedPage) -> dict:
     """The PAGES_SCHEMA row of a parsed page."""
     return {
-        "url": page.url, "source": page.source, "raw_hash": page.raw_hash,
+        "url": page.url, "source": table_text(page.source), "raw_hash": page.raw_hash,
         "content_hash": page.content_hash, "canonical_url": page.canonical_url, "site": page.site,
         "title": page.title, "trail": [{"title": c.title, "url": c.url} for c in page.trail],
         "trail_method": page.trail_method, "nav_order": list(page.nav_order), "source_kind": page.source_kind,

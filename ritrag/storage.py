@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import shutil
-import tempfile
 
 
 def is_remote(path: str) -> bool:
@@ -161,14 +161,18 @@ def write_atomic(path: str, data: bytes, exclusive: bool = False) -> None:
     """Write via a temporary file in the same directory and an atomic rename (an
     object store writes a whole object atomically by itself). `exclusive`
     (local files): hard-link instead of rename, so that only one writer can
-    create `path`; the others get FileExistsError."""
+    create `path`; the others get FileExistsError. A local file gets the mode
+    the umask gives a new file, as the segment files Beam and pyarrow write do
+    (mkstemp's 0600 would hide CURRENT and the manifests from a server running
+    as another user)."""
     if is_remote(path):
         with remote_filesystems().create(path) as fh:
             fh.write(data)
         return
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+    tmp = os.path.join(directory, f".tmp-{secrets.token_hex(8)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0666 less the umask
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

@@ -37,7 +37,9 @@ from ritrag.transforms.chunk import node_chunker
 from ritrag.transforms.edges import node_targets
 from ritrag.transforms.embed import EmbedChunks
 from ritrag.transforms.nodes import page_node_rows, placement_row
-from ritrag.transforms.pages import COUNTERS, DEAD, PageParser, ParsePages, ReadInput, chosen_source, reread_page
+from ritrag.transforms.pages import (COUNTERS, DEAD, PageParser, ParsePages, ReadInput, chosen_source, read_bounded,
+                                    reread_page)
+from ritrag.transforms.parse import UnparseablePage
 from ritrag.transforms.sources import split_record_source
 from ritrag.transforms.sparse import chunk_terms
 from ritrag.transforms.tables import ReadLiveRows, parquet_bytes, write_bytes
@@ -117,7 +119,11 @@ class HashInputFn(beam.DoFn):
         if self._parser.refusal(path):
             yield normalize_url(self._parser.locate(path)[0]), InputFile(path, "")
             return
-        data = readable.read()
+        try:
+            data = read_bounded(readable.open, self._parser.max_page_bytes)
+        except UnparseablePage:  # too large: like a refused file, no page's hash; ParsePagesFn dead-letters it
+            yield normalize_url(self._parser.locate(path)[0]), InputFile(path, "")
+            return
         for url, source in self._parser.input_pages(path, data):  # a thread's posts: one each
             yield url, InputFile(source, raw_hash(data))
 

@@ -30,8 +30,9 @@ import functools
 import hashlib
 import logging
 import os
+import re
 import stat
-from typing import Callable, Iterable
+from typing import BinaryIO, Callable, Iterable
 
 import apache_beam as beam
 from apache_beam.io import fileio
@@ -42,8 +43,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from ritrag.ids import raw_hash
 from ritrag.layout import DEAD_LETTERS_FILE
 from ritrag.storage import is_remote
-from ritrag.schema import DEAD_LETTERS_SCHEMA, DeadLetter, PageSource, ParsedPage, WarcPage, page_from_json, page_json
+from ritrag.schema import (DEAD_LETTERS_SCHEMA, DeadLetter, PageSource, ParsedPage, WarcPage, page_from_json, page_json,
+                           table_text)
 from ritrag.transforms.parse import UnparseablePage, parse_page
+from ritrag.transforms.parse.decode import DEFAULT_MAX_BYTES
 from ritrag.transforms.site_base import public_url
 from ritrag.transforms.sources import (HTML, SourceFile, document_url_path, is_multi_page, is_warc, parse_document,
                                       record_source, sniff_kind, split_record_source, web_kind)
@@ -89,8 +92,23 @@ def input_root_and_pattern(spec: str) -> tuple[str, str]:
     return root, root + "**"
 
 
+# What a file name may hold that a URL cannot: control characters (urlsplit
+# drops tabs and newlines, so `a\n.html` would be `a.html`), and the bytes of a
+# name that is not UTF-8 (Python's surrogateescape gives them as U+DC80-U+DCFF).
+_NOT_IN_URL = re.compile("[\x00-\x1f\x7f\udc80-\udcff]")
+
+
+def _percent_encoded(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"%{code - 0xDC00 if code >= 0xDC80 else code:02X}"
+
+
 def page_url(path: str, root: str, base_url: str) -> str:
+    """The URL of the input file at `path`: its path under `root`, appended to
+    `base_url`, each control character and each byte of a name that is not
+    UTF-8 percent-encoded (as a web server serving the file names it)."""
     relative = path[len(root):] if path.startswith(root) else os.path.basename(path)
+    relative = _NOT_IN_URL.sub(_percent_encoded, relative)
     return base_url.rstrip("/") + "/" + document_url_path(relative).lstrip("/")
 
 
@@ -244,7 +262,8 @@ class ParsePagesFn(beam.DoFn):
             yield from self._process_record(readable, parser)
             return
         path = readable.metadata.path
-        yield from self._emit(parser.refusal(path) or parse_or_dead_letter(parser, path, readable.read, "parse"))
+        yield from self._emit(parser.refusal(path) or parse_or_dead_letter(
+            parser, path, lambda: read_bounded(readable.open, parser.max_page_bytes), "parse"))
 
     def _process_record(self, record: WarcPage | DeadLetter, parser: PageParser):
         if isinstance(record, WarcPage) and warc_kind(record) is None:
@@ -275,9 +294,20 @@ class ParsePagesFn(beam.DoFn):
             yield page
 
 
-def read_file(path: str) -> bytes:
-    with FileSystems.open(path) as fh:
-        return fh.read()
+def read_bounded(open_file: Callable[[], BinaryIO], max_bytes: int) -> bytes:
+    """The bytes of the file `open_file` opens, read no further than `max_bytes`
+    + 1: a longer file is an UnparseablePage("too_large"), never read whole (a
+    6 GiB file must not cost 6 GiB to refuse)."""
+    with open_file() as fh:
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise UnparseablePage("too_large", f"over {max_bytes} bytes (--max_page_bytes)")
+    return data
+
+
+def read_file(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    """The bytes of the input file at `path` (`read_bounded`)."""
+    return read_bounded(lambda: FileSystems.open(path), max_bytes)
 
 
 _FILE_PAGES: collections.OrderedDict = collections.OrderedDict()  # (parser, path, raw hash) -> pages, LRU
@@ -293,7 +323,7 @@ def _file_pages(parser: PageParser, path: str, raw_hash: str) -> list[ParsedPage
     if key in _FILE_PAGES:
         _FILE_PAGES.move_to_end(key)
         return _FILE_PAGES[key]
-    pages = parse_or_dead_letter(parser, path, lambda: read_file(path), "reread")
+    pages = parse_or_dead_letter(parser, path, lambda: read_file(path, parser.max_page_bytes), "reread")
     if not isinstance(pages, DeadLetter) and pages and pages[0].raw_hash == raw_hash:
         _FILE_PAGES[key] = pages
         while len(_FILE_PAGES) > _FILE_PAGES_KEPT:
@@ -306,7 +336,8 @@ def reread_page(parser: PageParser, source: PageSource) -> ParsedPage | DeadLett
     or if its file changed since it was first read."""
     in_file = split_record_source(source.source)
     if in_file is None:
-        pages = parse_or_dead_letter(parser, source.source, lambda: read_file(source.source), "reread")
+        pages = parse_or_dead_letter(parser, source.source, lambda: read_file(source.source, parser.max_page_bytes),
+                                     "reread")
     elif in_file.warc_offset is not None:  # a WARC record: its URL is in it
         record = read_record(source.source, parser.max_page_bytes)
         if isinstance(record, DeadLetter):
@@ -392,7 +423,8 @@ def chosen_source(sources: Iterable[PageSource]) -> tuple[PageSource | None, int
 
 
 def write_dead_letters(out_dir: str, letters: list[DeadLetter]) -> None:
-    rows = sorted(({"source": d.source, "stage": d.stage, "reason": d.reason, "detail": d.detail}
+    rows = sorted(({"source": table_text(d.source), "stage": d.stage, "reason": d.reason,
+                    "detail": table_text(d.detail)}
                    for d in letters), key=lambda r: (r["source"], r["stage"]))
     write_bytes(os.path.join(out_dir, DEAD_LETTERS_FILE), parquet_bytes(rows, DEAD_LETTERS_SCHEMA))
 

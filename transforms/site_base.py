@@ -25,6 +25,7 @@ import apache_beam as beam
 from apache_beam.io import fileio
 
 from ritrag.transforms.parse import declared_page_urls
+from ritrag.transforms.parse.declared import HEAD_WINDOW
 from ritrag.urls import is_web_url, normalize_url, origin_of, path_segments, site_of
 
 INFERRED, SEVERAL, NONE = "inferred", "several", "none"
@@ -119,7 +120,10 @@ class _NamedBasesFn(beam.DoFn):
         url = self._parser.input_url(path)
         site = site_of(url, self._parser.site_depth)
         try:
-            declared = declared_page_urls(readable.read(), self._parser.max_page_bytes)
+            # Its head alone: a file of any size costs this pass what it reads.
+            with readable.open() as fh:
+                head = fh.read(min(HEAD_WINDOW, self._parser.max_page_bytes + 1))
+            declared = declared_page_urls(head, self._parser.max_page_bytes)
         except OSError:
             declared = ()  # the parse dead-letters what cannot be read
         yield site, Counter(page_bases(url, site, declared))

@@ -14,7 +14,7 @@ from ritrag.transforms.parse.trail import find_breadcrumbs, item_position, schem
 from ritrag.urls import is_web_url, normalize_url
 
 _HEAD_END = re.compile(rb"</head\s*>", re.IGNORECASE)
-_HEAD_WINDOW = 256 * 1024  # where a page's head must end to be read alone
+HEAD_WINDOW = 256 * 1024  # where a page's head must end to be read alone: all this module reads of a page
 _HEAD_ONLY_BYTES = 64 * 1024  # what is read of a page whose head does not end in the window
 
 
@@ -24,7 +24,7 @@ def declared_page_urls(data: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple
     and the last item of its JSON-LD BreadcrumbList (normalized, in that order).
     Only the head is parsed, so that a pass over a whole corpus costs a fraction
     of parsing it; () for input that is not a readable page."""
-    end = _HEAD_END.search(data, 0, _HEAD_WINDOW)
+    end = _HEAD_END.search(data, 0, HEAD_WINDOW)
     try:
         utf8 = utf8_html(data[: end.end()] if end else data[:_HEAD_ONLY_BYTES], max_bytes)
         root = etree.fromstring(utf8, html_parser())

@@ -36,7 +36,14 @@ from ritrag.transforms.sources.common import (SourceFile, RefusedYaml, document_
                                               html_text, load_yaml, meta_text, section_path)
 from ritrag.transforms.sources.nav import document_trail
 
-_MARKDOWN = MarkdownIt("commonmark").enable(["table", "strikethrough"])
+# The deepest markdown-it nests blocks (each list counts two levels, with its
+# item, a blockquote one). Past it markdown-it drops the rest of the block
+# silently; CommonMark's preset stops at 20, which a list 10 deep reaches. 100
+# (markdown-it's default preset) is far past real documents and within the
+# interpreter's stack (markdown-it recurses once a level); a document nested
+# deeper is a dead letter `too_deep`, as HTML past libxml2's limit is.
+MAX_MARKDOWN_NESTING = 100
+_MARKDOWN = MarkdownIt("commonmark", {"maxNesting": MAX_MARKDOWN_NESTING}).enable(["table", "strikethrough"])
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL)
 
 
@@ -113,6 +120,10 @@ def rendered_blocks(markdown: str, links: list[tuple[str, str]] | None = None
     given, receives the (href, text) of each link of the text, in order."""
     out: list[_Heading | tuple[str, bool]] = []
     tokens = _MARKDOWN.parse(markdown)
+    # Content is dropped only inside a block opened at the last level (a paragraph there loses nothing,
+    # but is refused too: one rule, a level short of the limit).
+    if any(t.level >= MAX_MARKDOWN_NESTING - 1 and t.nesting == 1 for t in tokens):
+        raise UnparseablePage("too_deep", f"blocks nested {MAX_MARKDOWN_NESTING} levels deep (a list counts two)")
     inline_text = _InlineText(links)
     list_depth, in_list_run = 0, False
     row: list[str] = []
