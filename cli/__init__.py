@@ -208,7 +208,7 @@ def _rollback(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _prune(args: argparse.Namespace, extra: list[str]) -> int:
-    from ritrag.layout import IndexLayout, prune_versions
+    from ritrag.layout import IndexLayout, prune_versions, retained_versions
     from ritrag.lease import IndexLease
     from ritrag.serving.errors import checked_int
 
@@ -216,7 +216,9 @@ def _prune(args: argparse.Namespace, extra: list[str]) -> int:
     _use_store_options(args)
     layout = IndexLayout(args.index)
     with IndexLease(layout, "prune", args.break_lock):
-        print(json.dumps({"deleted": prune_versions(layout, keep)}))
+        deleted = prune_versions(layout, keep)
+        kept = retained_versions(layout, keep)  # what prune kept, and why (after a rollback, maybe all)
+    print(json.dumps({"deleted": deleted, "kept": list(kept), "reason": kept}))
     return 0
 
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from ritrag.embedder import MAX_EMBEDDING_DIMENSION, EmbedderSpec
+from ritrag.lease import lease_holder
 from ritrag.representation import DEFAULT_RETRIEVAL, Representation
 from ritrag.schema import TOMBSTONES_SCHEMA
 from ritrag.storage import dir_exists, file_size, list_dirs, list_files, open_read, remove_file, remove_tree, sha256_file, write_atomic
@@ -390,25 +391,43 @@ def rollback(layout: IndexLayout, version: str) -> Manifest:
     return manifest
 
 
-def prune_versions(layout: IndexLayout, keep: int) -> list[str]:
-    """Delete all but the `keep` newest manifests (never the live one) and every
-    segment no remaining manifest names; returns what was deleted."""
+def retained_versions(layout: IndexLayout, keep: int) -> dict[str, str]:
+    """The versions `prune_versions` keeps, each with why: the `keep` newest,
+    and the live one, which after a rollback may be older than those."""
     if keep < 1:
         raise ValueError("keep at least one version")
     versions = layout.versions()
     current = layout.current_version()
-    kept = set(versions[-keep:]) | ({current} if current else set())
+    why: dict[str, list[str]] = {}
+    if current:
+        why[current] = ["live (CURRENT names it)"]
+    for version in versions[-keep:]:
+        why.setdefault(version, []).append(f"one of the {keep} newest (--keep {keep})")
+    return {version: " and ".join(reasons) for version, reasons in sorted(why.items())}
+
+
+def prune_versions(layout: IndexLayout, keep: int) -> list[str]:
+    """Delete every manifest but those `retained_versions` keeps, then every
+    segment no remaining manifest names and no job is writing; returns what
+    was deleted.
+
+    The caller holds the index's lease, so the one segment a job may be
+    writing is the one the lease records (ritrag.lease.lease_holder): every
+    other segment no manifest names is garbage, whether an older prune died
+    between deleting manifests and segments, or a job crashed before
+    publishing. So a prune that dies anywhere is finished by the next one."""
+    kept = retained_versions(layout, keep)
     deleted = []
-    for version in versions:
+    for version in layout.versions():
         if version not in kept:
             remove_file(layout.manifest_path(version))
             deleted.append(f"versions/{version}.json")
     referenced = {seg["id"] for v in kept for seg in layout.load_manifest(v).segments}
-    # A job in flight writes the segment of a version newer than any manifest: spare it.
-    finished = {segment_id_for(v) for v in versions}
+    writing = (lease_holder(layout.root) or {}).get("segment")
+    # Only what is named like a segment: anything else under segments/ is not the index's to delete.
     segments_dir = os.path.join(layout.root, "segments")
     for segment_id in list_dirs(segments_dir):
-        if segment_id in finished and segment_id not in referenced:
+        if segment_id not in referenced and segment_id != writing and _SEGMENT_RE.match(segment_id):
             remove_tree(os.path.join(segments_dir, segment_id))
             deleted.append(f"segments/{segment_id}")
     return deleted

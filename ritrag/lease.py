@@ -96,16 +96,13 @@ class IndexLease:
 
     def _read(self) -> tuple[dict[str, Any] | None, str | None]:
         """(the lease's record or None, the version of the object read: None but on S3 and GCS)."""
+        if self._object is None:
+            return _record_at(self.path), None
         try:
-            if self._object is not None:
-                data, version = self._object.read()
-            else:
-                with open_read(self.path) as fh:
-                    data, version = fh.read(), None
-            record = json.loads(data)
-        except (OSError, ValueError):
+            data, version = self._object.read()
+        except OSError:
             return None, None
-        return (record, version) if isinstance(record, dict) else (None, version)
+        return _record(data), version
 
     def release(self) -> None:
         """Give the lease back, if this job still holds it."""
@@ -234,6 +231,31 @@ class _GcsObject(ConditionalObject):
         except (NotFound, PreconditionFailed):
             return False
         return True
+
+
+def lease_holder(root: str) -> dict[str, Any] | None:
+    """The record of whoever holds the lease of the index (or crawl directory)
+    at `root`: owner, pid, host, the segment it writes; None when no lease is
+    held or it is unreadable. What a job deleting unreferenced segments
+    (`ritrag.layout.prune_versions`) must spare."""
+    return _record_at(os.path.join(root, LEASE_FILE))
+
+
+def _record_at(path: str) -> dict[str, Any] | None:
+    try:
+        with open_read(path) as fh:
+            return _record(fh.read())
+    except OSError:
+        return None
+
+
+def _record(data: bytes) -> dict[str, Any] | None:
+    """A lease's record from its bytes; None when they are not one."""
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def _is_stale(holder: dict[str, Any] | None) -> bool:
