@@ -106,5 +106,5 @@ def test_a_missing_or_damaged_file_raises_the_load_error_the_server_reports(tiny
         reader.table("chunks")
     assert isinstance(raised.value, IndexLoadError)
     assert rows_by_key(reader, "nodes")  # the other files still read
-    with pytest.raises(MissingIndexError, match="no published version"):
+    with pytest.raises(MissingIndexError, match="no index at"):
         IndexReader(str(tmp_path / "nothing"))

@@ -378,7 +378,7 @@ def test_records_of_one_file_are_read_again_from_one_parse_of_unchanged_bytes(tm
     parser = PageParser(str(tmp_path) + "/", BASE, 1, 1 << 24)
     records = [p for p in parse(dump, tmp_path) if "#post-" in p.source]
     reads = []
-    monkeypatch.setattr(pages_module, "read_file", lambda path: reads.append(path) or dump.read_bytes())
+    monkeypatch.setattr(pages_module, "read_file", lambda path, *limit: reads.append(path) or dump.read_bytes())
     assert [reread_page(parser, PageSource.of(p)) for p in records] == records
     assert len(reads) == 1
     original = dump.read_bytes()
