@@ -23,6 +23,7 @@ among all rows of its kind's files in manifest order, dead rows included
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ritrag.ids import shard_of
-from ritrag.layout import DENSE_TRAINED_FILE, EDGES_KIND, TOMBSTONES_FILE, IndexLayout, Manifest, parse_shard_file_name
+from ritrag.layout import (DENSE_TRAINED_FILE, EDGES_KIND, TOMBSTONES_FILE, DamagedIndexError, IndexLayout, Manifest,
+                           parse_shard_file_name)
 from ritrag.schema import CHUNKS_SCHEMA, EDGES_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA
 from ritrag.storage import is_remote, open_parquet, open_read
 
@@ -70,6 +72,18 @@ def read_rows_by_id(path: str, id_column: str, ids: list, columns: list[str]) ->
     return {row[id_column]: row for row in table.to_pylist()}
 
 
+@contextmanager
+def refused_if_unreadable(path: str) -> Iterator[None]:
+    """A file of a version that passed its checksum and still does not parse
+    was written damaged: DamagedIndexError naming it, not an Arrow error."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowIOError and ArrowInvalid among them
+        raise DamagedIndexError(f"{path}: does not load ({type(exc).__name__}: {exc})") from exc
+
+
 @dataclass(frozen=True)
 class LiveFile:
     """One shard file of a version, verified, with the ids of its kind that
@@ -96,11 +110,12 @@ class LiveFile:
     def read(self, columns: list[str] | None = None) -> pa.Table:
         """Every row of a table file, dead ones too; a column added since the
         file was written (ADDED_COLUMNS) is filled with its default."""
-        parquet = open_parquet(self.path)  # one open for the schema and the rows
-        present = set(parquet.schema_arrow.names)
-        added = {name: value for name, value in ADDED_COLUMNS.get(self.kind, {}).items()
-                 if name not in present and (columns is None or name in columns)}
-        table = parquet.read(columns=[c for c in columns if c not in added] if columns is not None else None)
+        with refused_if_unreadable(self.path):
+            parquet = open_parquet(self.path)  # one open for the schema and the rows
+            present = set(parquet.schema_arrow.names)
+            added = {name: value for name, value in ADDED_COLUMNS.get(self.kind, {}).items()
+                     if name not in present and (columns is None or name in columns)}
+            table = parquet.read(columns=[c for c in columns if c not in added] if columns is not None else None)
         for name, value in added.items():
             field = TABLE_SCHEMAS[self.kind].field(name)
             table = table.append_column(field, pa.array([value] * len(table), field.type))
@@ -120,15 +135,32 @@ class LiveFile:
             yield row
 
 
+def _mapped_whole(path: str) -> pa.Buffer:
+    """The whole local file at `path` as a read-only mapped buffer (the buffer
+    keeps the mapping alive once the file is closed)."""
+    with pa.memory_map(path) as mapped:
+        return mapped.read_buffer()
+
+
 class RowPositions:
     """Every row of one kind's files, dead ones too, numbered in manifest
     order (a file's rows follow the previous file's). The footers are read
     once, so a position names its file and row group, and a point read
-    decodes that row group only."""
+    decodes that row group only.
+
+    A local file is memory-mapped here, once: the mapping outlives the file's
+    name, so a server keeps reading the version it loaded after a prune
+    deleted that version's segments (docs/OPERATING.md), and it costs no file
+    descriptor and no memory but the pages read."""
 
     def __init__(self, kind: str, files: Sequence[LiveFile]):
         self.kind, self.files = kind, list(files)
-        self._metadata = [open_parquet(f.path).metadata for f in self.files]
+        self._mapped = [None if is_remote(f.path) else _mapped_whole(f.path) for f in self.files]
+        self._metadata = []
+        for f, mapped in zip(self.files, self._mapped):
+            with refused_if_unreadable(f.path):
+                self._metadata.append(pq.ParquetFile(pa.BufferReader(mapped)).metadata if mapped is not None
+                                      else open_parquet(f.path).metadata)
         self.file_start = np.concatenate([[0], np.cumsum([md.num_rows for md in self._metadata])]).astype(np.int64)
         self._group_start = [np.cumsum([0] + [md.row_group(g).num_rows for g in range(md.num_row_groups)])
                              for md in self._metadata]
@@ -155,8 +187,9 @@ class RowPositions:
         for (f, g), members in wanted.items():
             # A fresh reader per lookup (over the footer read once) is safe
             # to use from many request threads at once.
-            path = self.files[f].path
-            parquet = pq.ParquetFile(open_read(path) if is_remote(path) else path, metadata=self._metadata[f])
+            mapped = self._mapped[f]
+            source = pa.BufferReader(mapped) if mapped is not None else open_read(self.files[f].path)
+            parquet = pq.ParquetFile(source, metadata=self._metadata[f])
             group = parquet.read_row_group(g, columns=columns)
             for position, offset in members:
                 out[position] = {name: group[name][offset].as_py() for name in columns}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import faiss
 import numpy as np
 
+from ritrag.layout import DamagedIndexError
 from ritrag.reader import IndexReader
 
 
@@ -41,7 +42,7 @@ def read_dense_shard(path: str, nprobe: int):
     try:
         index = faiss.read_index(path, faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
     except RuntimeError as exc:
-        raise RuntimeError(f"{path}: not a readable FAISS index ({exc})") from exc
+        raise DamagedIndexError(f"{path}: not a readable FAISS index ({exc})") from exc
     try:
         faiss.extract_index_ivf(index).nprobe = nprobe
     except RuntimeError:

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ritrag.bm25 import Bm25, Field, Postings, kind_fields, parameters
-from ritrag.layout import BM25_STATS_FILE
+from ritrag.layout import BM25_STATS_FILE, DamagedIndexError, IndexLoadError
 from ritrag.reader import IndexReader
 from ritrag.storage import is_remote
 from ritrag.vectors import VectorStore
@@ -59,6 +59,20 @@ class LoadedVersion:
     manifest once, stamped), and the mirror is loaded like a local index."""
 
     def __init__(self, root: str, version: str | None = None, cache_dir: str | None = None):
+        try:
+            self._load(root, version, cache_dir)
+        except (IndexLoadError, MemoryError):
+            raise
+        except Exception as exc:
+            # Every file passed its checksum by now (or was refused with an
+            # IndexLoadError), so a file that still fails to open (a FAISS
+            # shard cut short, a Parquet footer that does not parse) was
+            # written damaged: the version is refused like any damaged one,
+            # and a server waits for a good version instead of failing.
+            name = getattr(self, "version", None) or version or "CURRENT"
+            raise DamagedIndexError(f"{root}: version {name} does not load ({type(exc).__name__}: {exc})") from exc
+
+    def _load(self, root: str, version: str | None, cache_dir: str | None) -> None:
         self.mirror: IndexMirror | None = None
         if is_remote(root):
             cache_dir = cache_dir or default_cache_dir()

@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any
 
-from ritrag.layout import IndexLayout
+from ritrag.layout import IndexLayout, IndexLoadError
 from ritrag.storage import is_remote
 from ritrag.serving.api import RitragIndex
 from ritrag.serving.remote import default_cache_dir, mirror
@@ -77,10 +77,12 @@ class VersionWatcher:
             fresh = RitragIndex(self._index_dir, current, cache_dir=self._cache_dir)
             fresh.adopt_embedder(live)
             fresh.embed_query("warm up")
-        except Exception as exc:  # the old version keeps serving; the trace goes to the log
+        except Exception as exc:  # the old version keeps serving; the trace of a bug goes to the log
             message = f"{type(exc).__name__}: {exc}"
             if (self.last_error or {}).get("message") == message:  # the same failure again: one line
                 LOG.warning("version %s still fails to load: %s", current, message)
+            elif isinstance(exc, IndexLoadError):  # a refused version, not a bug: one line, no trace
+                LOG.error("version %s refused; still serving %s: %s", current, live.version, message)
             else:
                 LOG.exception("checking or loading version %s failed; still serving %s", current, live.version)
             self.failures += 1

@@ -9,16 +9,23 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import shutil
 import threading
 from pathlib import Path
 
+import httpx
 import pytest
 
 from ritrag import cli
+from ritrag.serving.api import RitragIndex
+from ritrag.serving.http import HttpSettings, create_app
+from ritrag.serving.reload import VersionWatcher
+from ritrag.serving.tools import ToolService
 from ritrag.layout import IndexLayout, prune_versions
 from ritrag.lease import IndexLease
+from serving_fixtures import serving
 
 WAIT_S = 120.0  # a generous bound on anything polled: these tests never depend on timing
 
@@ -112,3 +119,75 @@ def test_prune_says_what_it_kept_and_why_after_a_rollback(tiny_hash_index, tmp_p
     assert out["deleted"] == []
     assert out["kept"] == ["v000001", "v000002"]
     assert "live" in out["reason"]["v000001"] and "newest" in out["reason"]["v000002"]
+
+
+# 2. Prune never takes Read away from a running server
+
+
+def test_read_keeps_answering_after_prune_deleted_the_served_version(tiny_hash_index, tmp_path, capsys):
+    index = copy_index(tiny_hash_index, tmp_path / "idx")
+    served = RitragIndex(index.root, cache_dir=str(tmp_path / "cache"))
+    node_id = served.get_toc("log rotation")["trees"][0]["id"]
+    before = served.read([node_id])
+    publish_own_copy(index, "v000002")  # as compact does: the new version shares no segment with v1
+    out = prune_cli(index, capsys, "--keep", "1")
+    assert "segments/seg-v000001" in out["deleted"] and not Path(index.segment_dir("seg-v000001")).exists()
+    assert served.read([node_id]) == before
+    with serving(create_app(lambda: ToolService(served))) as url, httpx.Client(base_url=url, timeout=60) as client:
+        wait_for(lambda: client.get("/readyz").status_code == 200, "ready")
+        response = client.post("/v1/read", json={"node_ids": [node_id]})
+        assert response.status_code == 200, response.text
+        assert client.post("/v1/toc", json={"query": "log rotation"}).status_code == 200
+
+
+# 3. A file that matches its checksum but does not load is a damaged index
+
+
+@pytest.mark.parametrize("damage", ["faiss", "parquet_footer"])
+def test_a_checksum_matching_file_that_does_not_load_is_one_json_line(tiny_hash_index, tmp_path, capsys, damage):
+    index = copy_index(tiny_hash_index, tmp_path / "idx")
+    name = damage_matching_the_manifest(index, "v000001", damage)
+    capsys.readouterr()
+    assert cli.main(["toc", index.root, "log rotation"]) == 1
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in captured.err
+    error = json.loads(lines[0])["error"]
+    assert error["reason"] == "index_unavailable" and name in error["message"]
+
+
+def test_a_server_on_a_damaged_version_waits_and_serves_after_a_rollback(tiny_hash_index, tmp_path, capsys):
+    index = copy_index(tiny_hash_index, tmp_path / "idx")
+    publish_own_copy(index, "v000002")
+    damage_matching_the_manifest(index, "v000002", "faiss")
+    loads = []
+
+    def load() -> ToolService:
+        loads.append(1)
+        return ToolService(RitragIndex(index.root))
+
+    with serving(create_app(load, HttpSettings(load_retry_s=0.2))) as url, \
+            httpx.Client(base_url=url, timeout=60) as client:
+        wait_for(lambda: client.get("/healthz").json()["status"] == "waiting", "waiting")
+        assert client.get("/readyz").status_code == 503
+        assert client.post("/v1/toc", json={"query": "log rotation"}).status_code == 503
+        assert cli.main(["rollback", index.root, "v000001"]) == 0
+        wait_for(lambda: client.get("/readyz").status_code == 200, "ready after the rollback")
+        assert client.get("/healthz").json() == {"status": "ok"}
+        assert client.post("/v1/toc", json={"query": "log rotation"}).status_code == 200
+    assert len(loads) >= 2
+
+
+def test_the_watcher_refuses_a_damaged_version_in_one_line_and_keeps_serving(tiny_hash_index, tmp_path, caplog):
+    index = copy_index(tiny_hash_index, tmp_path / "idx")
+    service = ToolService(RitragIndex(index.root))
+    publish_own_copy(index, "v000002")
+    damage_matching_the_manifest(index, "v000002", "parquet_footer")
+    watcher = VersionWatcher(service, index.root, interval_s=3600)
+    with caplog.at_level(logging.INFO, logger="ritrag.serving.reload"):
+        assert watcher.check_once() is False
+    assert service.index.version == "v000001"
+    assert watcher.last_error["message"].startswith("DamagedIndexError") and watcher.failures == 1
+    refused = [r for r in caplog.records if r.name == "ritrag.serving.reload"]
+    assert len(refused) == 1 and refused[0].exc_info is None and "v000002" in refused[0].getMessage()
+    assert service.get_toc("log rotation")

@@ -13,7 +13,7 @@ import pytest
 
 from ritrag.analyzer import analyze
 from ritrag.bm25 import Bm25, Postings, top_k
-from ritrag.layout import IndexLayout
+from ritrag.layout import DamagedIndexError, IndexLayout
 from ritrag.serving.dense_shards import read_dense_shard, segment_dense_indexes
 from ritrag.serving.index import LoadedVersion
 from ritrag.serving.retrieval import dense_top_k
@@ -159,7 +159,7 @@ def test_a_load_that_fails_while_deriving_leaves_no_half_written_cache(synthetic
         raise RuntimeError("edges of another index")
 
     monkeypatch.setattr(derived_arrays, "derive_links", broken)
-    with pytest.raises(RuntimeError, match="edges of another index"):
+    with pytest.raises(DamagedIndexError, match="edges of another index"):
         LoadedVersion(synthetic, cache_dir=str(tmp_path))
     assert not list(tmp_path.rglob("*.npy")) and not list(tmp_path.rglob("arrays-*"))
 
@@ -182,7 +182,6 @@ def test_with_a_cache_dir_a_local_index_is_hashed_once_then_trusted_by_its_stamp
 def test_a_file_changed_after_its_stamp_is_hashed_again_and_refused(synthetic, tmp_path):
     import shutil
 
-    from ritrag.layout import DamagedIndexError
     index = str(tmp_path / "index")
     shutil.copytree(synthetic, index)
     LoadedVersion(index, cache_dir=str(tmp_path / "cache"))
@@ -251,7 +250,7 @@ def test_a_memory_mapped_dense_shard_answers_as_a_read_one(tmp_path, factory):
 def test_a_damaged_dense_shard_is_refused_naming_it(tmp_path):
     path = tmp_path / "dense-00000-of-00001.faiss"
     path.write_bytes(b"not a faiss index" * 8)
-    with pytest.raises(RuntimeError, match="dense-00000-of-00001.faiss: not a readable FAISS index"):
+    with pytest.raises(DamagedIndexError, match="dense-00000-of-00001.faiss: not a readable FAISS index"):
         read_dense_shard(str(path), nprobe=1)
 
 
