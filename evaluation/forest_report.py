@@ -176,6 +176,10 @@ def _base_line(site: dict, report: dict) -> str:
     if decided["status"] == "inferred":
         return (f"base: inferred {decided['base']} from {counted(decided['pages'], 'page')} naming their URL "
                 f"(input {decided['input']})")
+    if decided["status"] == "conflict":
+        shared = decided["shared_with"]
+        return (f"base: kept {decided['input']}: its pages name {next(iter(decided['candidates']))}, which "
+                f"{', '.join(shared)} {'infers' if len(shared) == 1 else 'infer'} too")
     if decided["status"] == "several":
         named = ", ".join(f"{b} ({counted(n, 'page')})" for b, n in decided["candidates"].items())
         return f"base: kept {decided['input']}: its pages name several bases: {named}"

@@ -126,18 +126,19 @@ class PageSkeleton:
     trail_method: str
     nav_order: tuple[str, ...] = ()
     source_kind: str = ""
+    source: str = ""  # ParsedPage.source: of inputs at one URL, the forest places the one the node rows read
 
     @classmethod
     def of(cls, page: ParsedPage) -> "PageSkeleton":
         return cls(page.url, page.canonical_url, page.site, page.title, page.trail,
-                   page.trail_method, page.nav_order, page.source_kind)
+                   page.trail_method, page.nav_order, page.source_kind, page.source)
 
     @classmethod
     def from_row(cls, row: dict) -> "PageSkeleton":
         """The skeleton of a PAGES_SCHEMA row."""
         return cls(row["url"], row["canonical_url"], row["site"], row["title"],
                    tuple(Crumb(c["title"], c["url"]) for c in row["trail"]), row["trail_method"],
-                   tuple(row["nav_order"]), row["source_kind"])
+                   tuple(row["nav_order"]), row["source_kind"], row["source"])
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")

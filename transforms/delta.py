@@ -37,8 +37,8 @@ from ritrag.transforms.chunk import node_chunker
 from ritrag.transforms.edges import node_targets
 from ritrag.transforms.embed import EmbedChunks
 from ritrag.transforms.nodes import page_node_rows, placement_row
-from ritrag.transforms.pages import (COUNTERS, DEAD, PageParser, ParsePages, ReadInput, chosen_source, read_bounded,
-                                    reread_page)
+from ritrag.transforms.pages import (COUNTERS, DEAD, PageParser, ParsePages, ReadInput, chosen_source,
+                                    duplicate_letter, read_bounded, reread_page)
 from ritrag.transforms.parse import UnparseablePage
 from ritrag.transforms.sources import split_record_source
 from ritrag.transforms.sparse import chunk_terms
@@ -289,8 +289,10 @@ class UpdatePagesFn(beam.DoFn):
         _, g = joined
         placements = list(g["placement"])
         sources = list(g["parsed"])
-        chosen, _ = chosen_source(sources)
+        chosen, losers = chosen_source(sources)
         page = reread_page(self._parser, chosen) if placements and chosen else None
+        for loser in losers if placements else ():  # as the build's NodeRowsFn: counted merged (plan.merged)
+            yield beam.pvalue.TaggedOutput(DEAD, duplicate_letter(loser, chosen))
         if isinstance(page, DeadLetter):
             self._dead.inc()
             yield beam.pvalue.TaggedOutput(DEAD, page)

@@ -9,8 +9,9 @@ links) resolve into full chains across pages for free.
 Rules, all deterministic:
 * The site root is the site's home page when the corpus has it, else a virtual
   node named after the site.
-* Duplicates: pages with the same normalized URL keep the first in URL order;
-  a page whose canonical URL names another page of the corpus merges into it.
+* Duplicates: of inputs with the same normalized URL, the one whose source
+  sorts first is the page (`duplicate_winner`, the rule the node rows follow
+  too); a page whose canonical URL names another page of the corpus merges into it.
 * A trail entry that is not a page of the corpus becomes a virtual node (keyed
   by its URL, or by the titles above it when it has no link), parented by the
   entry before it in the trail that mentions it most often.
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable, TypeVar
 from urllib.parse import urlsplit
 
 from ritrag.ids import node_id_for
@@ -40,6 +41,19 @@ from ritrag.urls import path_segments
 
 SITE_ROOT_METHOD = "site_root"
 VIRTUAL_METHOD = "virtual"
+
+T = TypeVar("T")
+
+
+def duplicate_winner(inputs: Iterable[T], source: Callable[[T], str]) -> tuple[T | None, list[T]]:
+    """(the input indexed of those parsed at one URL, the others, in order): the
+    one whose source (a path, or `path#record`) sorts first. The one rule for the
+    whole record: the forest places the winner's skeleton and the node rows hold
+    the winner's text (`transforms.pages.chosen_source`), so that no node takes
+    its title from one file and its body from another, whatever order the
+    inputs arrive in."""
+    ranked = sorted(inputs, key=source)
+    return (ranked[0] if ranked else None), ranked[1:]
 
 
 @dataclass(frozen=True)
@@ -68,12 +82,13 @@ def _site_title(site: str) -> str:
 
 
 def _dedupe(site: str, pages: Iterable[PageSkeleton]) -> tuple[dict[str, PageSkeleton], dict[str, str]]:
-    by_url: dict[str, PageSkeleton] = {}
+    at_url: dict[str, list[PageSkeleton]] = defaultdict(list)
+    for page in pages:
+        at_url[page.url].append(page)
+    # Inputs with one normalized URL keep the winner's skeleton here; the pipeline's
+    # join by URL indexes the winner's text and dead-letters the others.
+    by_url = {url: duplicate_winner(at_url[url], lambda p: p.source)[0] for url in sorted(at_url)}
     merged: dict[str, str] = {}
-    # Two inputs with one normalized URL keep one skeleton here; the pipeline's
-    # join by URL counts the other input as a merged duplicate.
-    for page in sorted(pages, key=lambda p: (p.url, p.canonical_url, p.title)):
-        by_url.setdefault(page.url, page)
     for url in sorted(by_url):
         page = by_url[url]
         target = by_url.get(page.canonical_url)

@@ -16,7 +16,8 @@ import apache_beam as beam
 
 from ritrag.schema import DeadLetter, NodePlacement, PageSkeleton, PageSource, ParsedPage, page_row
 from ritrag.transforms.forest import build_site_forest, expand_sections
-from ritrag.transforms.pages import COUNTERS, DEAD, PageParser, ParserArg, SpillPagesFn, chosen_source, placed_page
+from ritrag.transforms.pages import (COUNTERS, DEAD, PageParser, ParserArg, SpillPagesFn, chosen_source,
+                                     duplicate_letter, placed_page)
 
 PAGES_OUTPUT = "pages"  # the tagged output of pages-table rows
 LINKS_OUTPUT = "links"  # the tagged output of (page URL, ParsedPage.links) of the pages indexed
@@ -76,7 +77,7 @@ class NodeRowsFn(beam.DoFn):
     text: its node rows go to the main output, its pages-table row to
     PAGES_OUTPUT, its links to LINKS_OUTPUT (those of the page indexed, never of
     a duplicate merged into it). A page that cannot be read again becomes a dead
-    letter (DEAD)."""
+    letter (DEAD), and so does each duplicate (`duplicate_letter`: counted merged)."""
 
     def __init__(self, granularity: str):
         self._granularity = granularity
@@ -92,11 +93,13 @@ class NodeRowsFn(beam.DoFn):
             self._merged.inc(len(sources))
             return
         placement = placements[0]
-        chosen, merged = chosen_source(sources)
+        chosen, losers = chosen_source(sources)
         if chosen is None:  # a trail entry that is not a page of the corpus
             yield placement_row(placement)
             return
-        self._merged.inc(merged)
+        self._merged.inc(len(losers))
+        for loser in losers:
+            yield beam.pvalue.TaggedOutput(DEAD, duplicate_letter(loser, chosen))
         page = placed_page(parser, chosen)
         if isinstance(page, DeadLetter):
             self._dead.inc()

@@ -45,6 +45,7 @@ from ritrag.layout import DEAD_LETTERS_FILE
 from ritrag.storage import is_remote
 from ritrag.schema import (DEAD_LETTERS_SCHEMA, DeadLetter, PageSource, ParsedPage, WarcPage, page_from_json, page_json,
                            table_text)
+from ritrag.transforms.forest import duplicate_winner
 from ritrag.transforms.parse import UnparseablePage, parse_page
 from ritrag.transforms.parse.decode import DEFAULT_MAX_BYTES
 from ritrag.transforms.site_base import public_url
@@ -415,11 +416,18 @@ def placed_page(parser: PageParser, source: PageSource) -> ParsedPage | DeadLett
     return reread_page(parser, source)
 
 
-def chosen_source(sources: Iterable[PageSource]) -> tuple[PageSource | None, int]:
-    """(the source indexed of pages parsed at one URL: the least content hash,
-    the number of the others, merged into it)."""
-    ranked = sorted(sources, key=lambda s: (s.content_hash, s.source))
-    return (ranked[0] if ranked else None), max(len(ranked) - 1, 0)
+def chosen_source(sources: Iterable[PageSource]) -> tuple[PageSource | None, list[PageSource]]:
+    """(the source indexed of pages parsed at one URL, the others, merged into
+    it): the forest's rule (`duplicate_winner`), so the node is one input's."""
+    return duplicate_winner(sources, lambda s: s.source)
+
+
+def duplicate_letter(loser: PageSource, winner: PageSource) -> DeadLetter:
+    """The dead letter of an input merged into another at its URL. It is counted
+    as pages_merged_duplicates, not as pages_dead_lettered: a page read is
+    counted once."""
+    return DeadLetter(loser.source, "forest", "duplicate_url",
+                      f"{loser.url} is indexed from {winner.source}")
 
 
 def write_dead_letters(out_dir: str, letters: list[DeadLetter]) -> None:

@@ -11,13 +11,16 @@ site's public base, and the build gives every page of the site
 ``public base + path inside the site``, as ``--base_url`` would have.
 
 A site is given a base only when every page that names one agreeing with its
-path names the same one; a site whose pages name several, or none, keeps its
-input URLs, and the manifest says which (``site_bases``).
+path names the same one, and no other site infers that base too; a site whose
+pages name several, or none, or whose base another site infers as well (two
+folders mirrored from one place: their pages would share URLs and be merged
+into one another), keeps its input URLs, and the manifest says which
+(``site_bases``, status ``conflict`` with the sites it shares the base with).
 """
 from __future__ import annotations
 
 import posixpath
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Iterable, NamedTuple
 from urllib.parse import unquote, urlsplit
 
@@ -28,7 +31,7 @@ from ritrag.transforms.parse import declared_page_urls
 from ritrag.transforms.parse.declared import HEAD_WINDOW
 from ritrag.urls import is_web_url, normalize_url, origin_of, path_segments, site_of
 
-INFERRED, SEVERAL, NONE = "inferred", "several", "none"
+INFERRED, SEVERAL, NONE, CONFLICT = "inferred", "several", "none", "conflict"
 _PAGE_SUFFIXES = (".html", ".htm", ".xhtml", ".shtml", ".php", ".asp", ".aspx")
 _MAX_LISTED_CANDIDATES = 5
 
@@ -70,10 +73,11 @@ def base_candidate(page_url: str, site: str, declared_url: str) -> str | None:
 class SiteBase(NamedTuple):
     """What the build decided for one site (as the input URLs name it)."""
 
-    status: str  # INFERRED, SEVERAL or NONE
+    status: str  # INFERRED, SEVERAL, NONE or CONFLICT
     base: str | None  # the public base when INFERRED
     pages: int  # pages that named a base agreeing with their path
     candidates: dict[str, int]  # the bases named, by pages naming each (the most named first)
+    shared_with: tuple[str, ...] = ()  # CONFLICT: the other sites that inferred the same base
 
     def to_dict(self) -> dict:
         return self._asdict()
@@ -89,6 +93,23 @@ def choose_base(named: Counter) -> SiteBase:
     if len(ranked) > 1:
         return SiteBase(SEVERAL, None, sum(named.values()), listed)
     return SiteBase(INFERRED, ranked[0][0], ranked[0][1], listed)
+
+
+def refuse_shared_bases(decided: dict[str, SiteBase]) -> dict[str, SiteBase]:
+    """Every site's decision, with a base that several sites inferred refused to
+    each of them (CONFLICT): their pages would take one set of URLs, and inputs
+    at one URL are merged into one page, so one site's pages would displace the
+    other's. Each keeps its input URLs instead, a site of its own."""
+    claimed: dict[str, list[str]] = defaultdict(list)
+    for site, d in decided.items():
+        if d.status == INFERRED:
+            claimed[d.base].append(site)
+    out = dict(decided)
+    for sites in claimed.values():
+        for site in sites if len(sites) > 1 else ():
+            out[site] = decided[site]._replace(status=CONFLICT, base=None,
+                                               shared_with=tuple(sorted(set(sites) - {site})))
+    return out
 
 
 def page_bases(page_url: str, site: str, declared: Iterable[str]) -> set[str]:
@@ -131,7 +152,8 @@ class _NamedBasesFn(beam.DoFn):
 
 class InferSiteBases(beam.PTransform):
     """Files matching `pattern` -> one dict {site as the input names it:
-    SiteBase.to_dict()}, from the files whose names end with `suffixes`."""
+    SiteBase.to_dict()}, from the files whose names end with `suffixes`; no two
+    sites are given one base (`refuse_shared_bases`)."""
 
     def __init__(self, pattern: str, parser, suffixes: tuple[str, ...]):
         super().__init__()
@@ -146,6 +168,8 @@ class InferSiteBases(beam.PTransform):
             | "ReadMatches" >> fileio.ReadMatches()
             | "NamedBases" >> beam.ParDo(_NamedBasesFn(self._parser, self._suffixes))
             | "CountBySite" >> beam.CombinePerKey(lambda counters: sum(counters, Counter()))
-            | "Choose" >> beam.MapTuple(lambda site, named: (site, choose_base(named).to_dict()))
+            | "Choose" >> beam.MapTuple(lambda site, named: (site, choose_base(named)))
             | "AsDict" >> beam.combiners.ToDict()
+            | "RefuseShared" >> beam.Map(lambda decided: {site: d.to_dict()
+                                                          for site, d in refuse_shared_bases(decided).items()})
         )

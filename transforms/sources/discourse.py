@@ -17,6 +17,10 @@ one page per post.
   "reply_to_missing" (counted by the build's trail_taken_* counters). A chain
   that loops is cut where the walk up from its smallest post closes the loop:
   the post reached last sits under the topic.
+* Post numbers are unique in Discourse, but not always in an export: every
+  post is kept. The first post of a number (in the stream's order) is the one
+  its number names (page, record, replies and quotes to it); the k-th after it
+  is `<number>-<k>` (k from 2) in its URL and record, a reply to no one's.
 * An accepted answer says so in its description; the topic's tags are its keywords.
 * Links: a post that quotes another post of the topic (Discourse's quote markup,
   `<aside class="quote" data-post="N">`) links to that post's page, its anchor
@@ -77,12 +81,22 @@ def without_lone_surrogates(value):
     return root[0]
 
 
-def reply_chains(by_number: dict[int, dict], opening: int) -> dict[int, tuple[tuple[int, ...], bool]]:
+Chain = tuple[tuple[int, ...], bool]  # the posts above one, outermost first; whether it reaches a missing post
+
+
+def _chain_below(out: dict[int, Chain], target: int) -> Chain:
+    """The chain of a post replying to `target`, whose own chain is `out[target]`."""
+    above, missing = out[target]
+    chain = above + (target,) if len(above) < MAX_TREE_DEPTH else above[:MAX_TREE_DEPTH - 1] + (target,)
+    return ((), True) if missing else (chain, False)
+
+
+def reply_chains(by_number: dict[int, dict], opening: int) -> dict[int, Chain]:
     """Every post but the opening one: (the posts it replies to, outermost first,
     at most MAX_TREE_DEPTH of them: the outermost and the post replied to;
     whether its chain reaches a post the file lacks, the chain then empty). Each
     chain is walked once: a post's builds on its parent's."""
-    out: dict[int, tuple[tuple[int, ...], bool]] = {}
+    out: dict[int, Chain] = {}
     for start in sorted(by_number.keys() - {opening}):
         walk: list[int] = []  # posts whose chains wait for the chain of the post above them
         on_walk: set[int] = set()
@@ -98,11 +112,36 @@ def reply_chains(by_number: dict[int, dict], opening: int) -> dict[int, tuple[tu
                 walk.append(number)
                 number = target
         for number in reversed(walk):
-            target = by_number[number]["reply_to_post_number"]
-            above, missing = out[target]
-            chain = above + (target,) if len(above) < MAX_TREE_DEPTH else above[:MAX_TREE_DEPTH - 1] + (target,)
-            out[number] = ((), True) if missing else (chain, False)
+            out[number] = _chain_below(out, by_number[number]["reply_to_post_number"])
     return out
+
+
+def numbered_posts(posts: object) -> tuple[dict[int, dict], list[tuple[str, int, dict]]]:
+    """(the first post of each number, in the stream's order; (key, number,
+    post) of every other post sharing a number, the k-th of a number keyed
+    `<number>-<k>`). A post without an integer number is no post."""
+    by_number: dict[int, dict] = {}
+    extra: list[tuple[str, int, dict]] = []
+    seen: dict[int, int] = {}
+    for post in posts if isinstance(posts, list) else ():
+        number = post.get("post_number") if isinstance(post, dict) else None
+        if not isinstance(number, int) or isinstance(number, bool):
+            continue
+        seen[number] = seen.get(number, 0) + 1
+        if seen[number] == 1:
+            by_number[number] = post
+        else:
+            extra.append((f"{number}-{seen[number]}", number, post))
+    return by_number, extra
+
+
+def _extra_chain(post: dict, by_number: dict[int, dict], opening: int, chains: dict[int, Chain]) -> Chain:
+    """The chain of a post sharing its number with an earlier one: as any
+    post's, from the post it replies to (no post replies to it)."""
+    target = post.get("reply_to_post_number")
+    if not isinstance(target, int) or target == opening:
+        return (), False
+    return _chain_below(chains, target) if target in by_number else ((), True)
 
 
 def _post_text(post: dict) -> str:
@@ -139,12 +178,23 @@ def _post_title(post: dict) -> str:
     return f"#{post['post_number']} {author}".strip()
 
 
+def _post_page(file: SourceFile, topic: dict, opening: int, post: dict, key: str, trail: tuple[Crumb, ...],
+               missing: bool) -> tuple[str, ParsedPage]:
+    """(record key, page) of one post other than the opening one, its page at `<topic URL>/<key>`."""
+    url = f"{file.url}/{key}"
+    post_title = _post_title(post)
+    return f"post-{key}", document_page(
+        file, url=url, title=post_title, trail=trail,
+        trail_method="reply_to_missing" if missing else "reply_to",
+        description="accepted answer" if post.get("accepted_answer") else "",
+        sections=(Section(post_title, 0, "", _post_text(post)),),
+        links=_post_links(file, post, topic.get("id"), opening, url))
+
+
 def parse_discourse(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
     topic = load_json_object(file.data, "a Discourse topic")
     stream = topic.get("post_stream")
-    posts = stream.get("posts") if isinstance(stream, dict) else None
-    by_number = {p["post_number"]: p for p in posts or () if isinstance(p, dict)
-                 and isinstance(p.get("post_number"), int) and not isinstance(p.get("post_number"), bool)}
+    by_number, extra = numbered_posts(stream.get("posts") if isinstance(stream, dict) else None)
     if not by_number:
         raise UnparseablePage("no_content", "a Discourse topic without posts (post_stream.posts)")
     title = meta_text(topic.get("title") or topic.get("fancy_title")) or url_segment_title(file.url)
@@ -156,15 +206,10 @@ def parse_discourse(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
                                 links=_post_links(file, by_number[opening], topic.get("id"), opening, file.url)))]
     topic_crumbs = (*trail, Crumb(title, file.url))
     crumb_of = {n: Crumb(_post_title(post), f"{file.url}/{n}") for n, post in by_number.items()}
-    for number, (chain, missing) in sorted(reply_chains(by_number, opening).items()):
-        post = by_number[number]
-        url = f"{file.url}/{number}"
-        post_title = _post_title(post)
-        crumbs = topic_crumbs + tuple(crumb_of[n] for n in chain)
-        out.append((f"post-{number}", document_page(
-            file, url=url, title=post_title, trail=crumbs,
-            trail_method="reply_to_missing" if missing else "reply_to",
-            description="accepted answer" if post.get("accepted_answer") else "",
-            sections=(Section(post_title, 0, "", _post_text(post)),),
-            links=_post_links(file, post, topic.get("id"), opening, url))))
+    chains = reply_chains(by_number, opening)
+    keyed = [(number, str(number), by_number[number], chains[number]) for number in sorted(chains)]
+    keyed += [(number, key, post, _extra_chain(post, by_number, opening, chains)) for key, number, post in extra]
+    for _, key, post, (chain, missing) in sorted(keyed, key=lambda k: k[0]):  # by number, stream order within
+        out.append(_post_page(file, topic, opening, post, key, topic_crumbs + tuple(crumb_of[n] for n in chain),
+                              missing))
     return out

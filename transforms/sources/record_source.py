@@ -10,12 +10,12 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-_RECORD = re.compile(r"\A(.+)#([0-9]+|post-\d+)\Z", re.DOTALL)  # \d: a dump's ids are what str.isdigit takes
+_RECORD = re.compile(r"\A(.+)#([0-9]+|post-\d+(?:-\d+)?)\Z", re.DOTALL)  # \d: a dump's ids are what str.isdigit takes
 
 
 class RecordSource(NamedTuple):
     path: str  # the file holding the record
-    record: str  # a WARC record's byte offset (digits), or a post's key ("post-<n>")
+    record: str  # a WARC record's byte offset (digits), or a post's key ("post-<n>", "post-<n>-<k>")
 
     @property
     def warc_offset(self) -> int | None:
