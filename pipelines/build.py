@@ -162,7 +162,8 @@ def run(argv: list[str] | None = None) -> str:
         LOG.info("building from %s (%d files) into %s", opts.input, total_files, segment_dir)
         result = run_pipeline(options, segment_dir,
                               lambda p: build_pipeline(p, options, segment_dir, config, total_files))
-        counts = counter_values(result, (*PAGE_COUNTERS, LINKS_CAPPED_COUNTER, SECTIONS_CAPPED_COUNTER, *EDGE_COUNTERS))
+        counts = counter_values(result, (*PAGE_COUNTERS, LINKS_CAPPED_COUNTER, SECTIONS_CAPPED_COUNTER,
+                                         *EDGE_COUNTERS))
         elapsed = time.time() - started
         check_page_accounting(counts, ("pages_indexed", "pages_dead_lettered", "pages_merged_duplicates"))
         refuse_empty(counts, segment_dir)
