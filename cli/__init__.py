@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import errno
 import importlib
 import importlib.metadata
 import json
 import logging
 import os
+import re
 import sys
 import time
 from typing import Callable
@@ -547,6 +549,10 @@ def main(argv: list[str] | None = None) -> int:
     if not verbose:  # keep a build's log to ritrag's own progress lines
         for noisy in ("apache_beam", "sentence_transformers", "transformers", "httpx"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
+        # Beam logs a worker's error with its traceback before the job fails; a
+        # full disk is then the one JSON line `_refusal` prints, and nothing more.
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_not_beams_no_space)
     try:
         return args.func(args, extra)
     except BrokenPipeError:
@@ -568,11 +574,42 @@ def main(argv: list[str] | None = None) -> int:
         return status
 
 
+# How an ENOSPC reads in an error's text: Python's "[Errno 28] No space left on
+# device", Arrow's "[errno 28] ...", or strerror alone. A Beam runner re-raises a
+# worker's error as a new exception carrying only the original's traceback text.
+_NO_SPACE = re.compile(rf"[^\n]*(?:\[errno {errno.ENOSPC}\]|{re.escape(os.strerror(errno.ENOSPC))})[^\n]*",
+                       re.IGNORECASE)
+
+
+def _no_space(exc: BaseException) -> str | None:
+    """What the full disk that `exc` is or carries (chained, or in the text of an
+    error a runner re-raised) said, None if it carries none."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            return str(exc)
+        quoted = _NO_SPACE.search(str(exc))
+        if quoted:
+            return quoted[0].strip()
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _not_beams_no_space(record: logging.LogRecord) -> bool:
+    return not (record.name.startswith("apache_beam") and _NO_SPACE.search(record.getMessage()))
+
+
 def _refusal(exc: Exception, command: str) -> tuple[dict, int] | None:
     """(the one JSON line printed on stderr, exit status) of a clean refusal,
-    as serving/errors.py promises; None for a bug, whose trace shows."""
+    as serving/errors.py promises; None for a bug, whose trace shows. A full disk
+    is no bug: the job failed where it wrote, and publishes nothing."""
     from ritrag.layout import IndexLoadError, IndexNameError, UnknownVersionError
     from ritrag.lease import IndexLockedError
+
+    no_space = _no_space(exc)
+    if no_space is not None:
+        return {"error": {"reason": "no_space", "message": f"disk full: {no_space}"}}, 1
 
     if command in JOB_COMMANDS:
         from ritrag.pipelines.launcher import NothingToPublishError

@@ -41,7 +41,7 @@ from ritrag.transforms.nodes import LINKS_OUTPUT, PAGES_OUTPUT, BuildForestNodes
 from ritrag.transforms.pages import (DEAD, LINKS_CAPPED_COUNTER, PAGE_COUNTERS, InputOptions, PageParser,
                                      ParsePages, ReadInput, WriteDeadLetters, count_input_files,
                                      input_root_and_pattern)
-from ritrag.transforms.progress import LogProgress
+from ritrag.transforms.progress import SECTIONS_CAPPED_COUNTER, CountSectionsCapped, LogProgress
 from ritrag.transforms.site_base import InferSiteBases
 from ritrag.transforms.sources.dispatch import HTML_SUFFIXES
 from ritrag.transforms.sparse import BuildSparseIndex, WriteSparseIndex
@@ -78,7 +78,9 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
 
     # Pages: every input file parsed, or a dead letter with its reason.
     parsed = readables | "ParsePages" >> ParsePages(parser)
-    pages = parsed["pages"] | "ParseProgress" >> LogProgress("parse (pages)", total_files)
+    pages = (parsed["pages"]
+             | "CountSectionsCapped" >> CountSectionsCapped()
+             | "ParseProgress" >> LogProgress("parse (pages)", total_files))
     # Forest: skeletons placed per site, joined with the page text -> node rows.
     # Each page's first parse is spilled and read back for its node rows (not parsed twice).
     forest = pages | "Forest" >> BuildForestNodes(parser, config.granularity,
@@ -160,7 +162,8 @@ def run(argv: list[str] | None = None) -> str:
         LOG.info("building from %s (%d files) into %s", opts.input, total_files, segment_dir)
         result = run_pipeline(options, segment_dir,
                               lambda p: build_pipeline(p, options, segment_dir, config, total_files))
-        counts = counter_values(result, (*PAGE_COUNTERS, LINKS_CAPPED_COUNTER, *EDGE_COUNTERS))
+        counts = counter_values(result, (*PAGE_COUNTERS, LINKS_CAPPED_COUNTER, SECTIONS_CAPPED_COUNTER,
+                                         *EDGE_COUNTERS))
         elapsed = time.time() - started
         check_page_accounting(counts, ("pages_indexed", "pages_dead_lettered", "pages_merged_duplicates"))
         refuse_empty(counts, segment_dir)

@@ -90,6 +90,9 @@ class ParsedPage:
     # Link elements left out as navigation: menus, breadcrumbs, footers, pagers,
     # tables of contents (a build counter: what a site-wide menu would have cost).
     links_navigation: int = 0
+    # Sections past MAX_PAGE_SECTIONS (transforms/parse/sections.py), merged into
+    # their parents: a build counter.
+    sections_past_cap: int = 0
 
     @property
     def body(self) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 from ritrag.schema import MAX_TREE_DEPTH, Crumb, PageSkeleton, Section
 from ritrag.transforms.forest import build_site_forest, expand_sections
 from ritrag.transforms.pages import PageParser, parse_or_dead_letter, read_file
+from ritrag.transforms.parse.sections import MAX_PAGE_SECTIONS
 
 ADDRESS_SPACE = 2 << 30  # the interpreter with Beam imported maps about 0.45 GiB
 BASE = "http://localhost/"
@@ -172,11 +173,15 @@ def test_a_paper_nested_5000_deep_costs_its_length(tmp_path):
         placed = [p for p in build_site_forest(page.site, [PageSkeleton.of(page)]).placements if p.url == page.url][0]
         nodes, capped = expand_sections(placed, page.sections)
         RESULT = {{"nodes": len(nodes), "capped": capped, "max_depth": max(n.depth for n, _ in nodes),
-                  "max_path": max(len(s.path) for s in page.sections), "texts": sum(bool(t) for _, t in nodes)}}
+                  "max_path": max(len(s.path) for s in page.sections), "texts": sum(bool(t) for _, t in nodes),
+                  "past_cap": page.sections_past_cap, "last_text": nodes[-1][1]}}
     ''', max_rss_mb=150)
-    assert result["nodes"] == 5001 and result["texts"] == 5001  # no text lost
+    # The page keeps MAX_PAGE_SECTIONS sections; the deeper ones join the last kept, their text with them.
+    assert result["nodes"] == result["texts"] == MAX_PAGE_SECTIONS and result["past_cap"] == 5001 - MAX_PAGE_SECTIONS
+    assert result["last_text"].endswith("S5000\n\ntext 5000")  # no text lost
     assert result["max_depth"] == MAX_TREE_DEPTH and result["max_path"] == MAX_TREE_DEPTH
-    assert result["capped"] == 5000 - MAX_TREE_DEPTH  # the page is its site's root: level n at depth n until the cap
+    # the page is its site's root: level n at depth n until the cap
+    assert result["capped"] == MAX_PAGE_SECTIONS - 1 - MAX_TREE_DEPTH
 
 
 def test_the_forest_hangs_what_is_deeper_than_the_cap_from_the_last_parent_in_document_order():

@@ -3,6 +3,9 @@
 `LogProgress` is a pass-through step placed after a stage. Each worker process
 logs its own count (and its resident memory) at most every `every_s` seconds; where the stage's total is
 known (pages, counted when the input is matched) the line carries an ETA.
+`CountSectionsCapped`, another pass-through, counts what the parsers' section
+cap merged (`sections_capped`), once per page parsed: an update parses a
+changed page twice, so the parser itself cannot count it.
 """
 from __future__ import annotations
 
@@ -12,7 +15,11 @@ import time
 
 import apache_beam as beam
 
+from ritrag.schema import ParsedPage
+from ritrag.transforms.pages import COUNTERS
+
 LOG = logging.getLogger("ritrag.progress")
+SECTIONS_CAPPED_COUNTER = "sections_capped"  # sections past MAX_PAGE_SECTIONS, merged into their parents
 
 
 def progress_line(stage: str, done: int, elapsed_s: float, total: int | None,
@@ -83,3 +90,20 @@ class LogProgress(beam.PTransform):
 
     def expand(self, pcoll):
         return pcoll | beam.ParDo(_ProgressFn(self._stage, self._total, self._every_s))
+
+
+class _CountSectionsCappedFn(beam.DoFn):
+    def __init__(self):
+        self._capped = beam.metrics.Metrics.counter(COUNTERS, SECTIONS_CAPPED_COUNTER)
+
+    def process(self, page: ParsedPage):
+        if page.sections_past_cap:
+            self._capped.inc(page.sections_past_cap)
+        yield page
+
+
+class CountSectionsCapped(beam.PTransform):
+    """Pass parsed pages through unchanged, counting their sections merged past the cap."""
+
+    def expand(self, pages):
+        return pages | beam.ParDo(_CountSectionsCappedFn())

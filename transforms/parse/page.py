@@ -24,7 +24,8 @@ from ritrag.transforms.parse.decode import CONTROL_BYTES, DEFAULT_MAX_BYTES, Unp
 from ritrag.transforms.parse.head import read_head
 from ritrag.transforms.parse.links import read_links
 from ritrag.transforms.parse.location import locate
-from ritrag.transforms.parse.sections import mark_blocks, mark_headings, mark_pre_blocks, page_title, split_sections
+from ritrag.transforms.parse.sections import (cap_sections, mark_blocks, mark_headings, mark_pre_blocks, page_title,
+                                              split_sections)
 from ritrag.transforms.parse.survey import survey_tree
 from ritrag.transforms.parse.text import collapse_unicode_spaces, normalized_string
 from ritrag.transforms.parse.trail import find_trail
@@ -42,6 +43,15 @@ def page_content_hash(page: ParsedPage) -> str:
                          [(s.title, s.level, s.anchor, s.path, len(s.text)) for s in page.sections]],
                         ensure_ascii=False)
     return content_hash("\x1f".join([record, *(s.text for s in page.sections)]))
+
+
+def finished_page(page: ParsedPage) -> ParsedPage:
+    """A page as every parser hands it on: its sections capped (MAX_PAGE_SECTIONS,
+    the merged ones counted in `sections_past_cap`), then content-hashed. Every
+    input kind's page goes through here, so the cap is one rule for all."""
+    sections, past_cap = cap_sections(page.sections, page.title)
+    page = dataclasses.replace(page, sections=sections, sections_past_cap=past_cap)
+    return dataclasses.replace(page, content_hash=page_content_hash(page))
 
 
 def parse_page(data: bytes, url: str, site: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ParsedPage:
@@ -119,4 +129,4 @@ def _parse_utf8(utf8: bytes, url: str, site: str) -> ParsedPage:
         links_past_cap=page_links.past_cap,
         links_navigation=chrome_hrefs + page_links.navigation,
     )
-    return dataclasses.replace(page, content_hash=page_content_hash(page))
+    return finished_page(page)

@@ -2,6 +2,7 @@
 flattened text cut into `Section`s, and the page title."""
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import NamedTuple
 
@@ -36,6 +37,14 @@ _CELL_TAGS = ("td", "th")
 _PERMALINK_CHARS = "¶§ "
 _PERMALINK_GLYPHS = re.compile(r"(?:\s*[¶§🔗]|\s+#)+$")
 _PERMALINK_ENDINGS = ("¶", "§", "🔗", " #")
+
+# The most sections one page keeps, its own (the text before the first heading)
+# included. Every section is a node with its chunks and their vectors, so a page
+# of 100,000 empty <h2>s (2.7 MB, well under --max_page_bytes) cost 9 minutes and
+# 3.85 GB. Hand-written docs pages run to a few hundred headings at most (a big
+# API reference or a long changelog); a page past a thousand is generated, and
+# its later headings are still searched and read as text of their parent section.
+MAX_PAGE_SECTIONS = 1000
 
 
 def _mark(kind: str, index: int) -> str:
@@ -204,3 +213,33 @@ def split_sections(text: str, headings: list[_Heading], title: str, title_index:
                 _section_text(chunks), paths[index])
         for index, chunks in pieces.items()
     )
+
+
+def cap_sections(sections: tuple[Section, ...], title: str, cap: int = MAX_PAGE_SECTIONS
+                 ) -> tuple[tuple[Section, ...], int]:
+    """(`sections` with those past the first `cap` merged, heading title and text,
+    into their nearest kept enclosing section, and how many were merged). Sections
+    nest by level, as the forest nests them; a level-0 section is the page's own.
+    A page without one (`title` its title) gets one where a merged section needs it."""
+    if len(sections) <= cap:
+        return sections, 0
+    if sections[0].level != 0:  # the merged tail needs the page's own section to land in
+        sections = (Section(title, 0, "", "", ()), *sections)
+    kept, tail = list(sections[:cap]), sections[cap:]
+    merged: dict[int, list[str]] = {}
+    open_levels: list[tuple[int, int]] = []  # (level, index in kept) of the enclosing kept sections
+    for index, section in enumerate(kept):
+        if section.level:
+            while open_levels and open_levels[-1][0] >= section.level:
+                open_levels.pop()
+            open_levels.append((section.level, index))
+    for section in tail:
+        parent = 0  # the page's own section, which a level-0 section's text joins
+        if section.level:
+            while open_levels and open_levels[-1][0] >= section.level:
+                open_levels.pop()
+            parent = open_levels[-1][1] if open_levels else 0
+        merged.setdefault(parent, []).extend(filter(None, (section.title if section.level else "", section.text)))
+    for index, pieces in merged.items():
+        kept[index] = dataclasses.replace(kept[index], text="\n\n".join(filter(None, (kept[index].text, *pieces))))
+    return tuple(kept), len(tail)

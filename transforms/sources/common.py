@@ -1,7 +1,8 @@
 """What every non-HTML source shares: the file it reads (`SourceFile`), heading
 anchors, the links of its text (`document_links`: what a relative path names),
-the assembly of a `ParsedPage` (its content hash computed as the
-HTML parser computes it, so that updates find unchanged documents alike), and
+the assembly of a `ParsedPage` (finished as the HTML parser finishes its pages:
+sections capped, and the content hash that lets updates find unchanged
+documents alike), and
 the one YAML loader of docs metadata (front matter, `mkdocs.yml`, category files)
 with the one rule for the texts taken from it (`meta_text`)."""
 from __future__ import annotations
@@ -17,7 +18,7 @@ import yaml
 from lxml import etree
 
 from ritrag.schema import MAX_ANCHOR_CHARS, MAX_PAGE_LINKS, MAX_TREE_DEPTH, Crumb, Link, ParsedPage, Section
-from ritrag.transforms.parse.page import page_content_hash
+from ritrag.transforms.parse.page import finished_page
 from ritrag.urls import is_web_url, normalize_url
 
 
@@ -164,12 +165,13 @@ def document_page(file: SourceFile, *, url: str | None = None, title: str, trail
                   trail_method: str, sections: tuple[Section, ...], description: str = "",
                   keywords: tuple[str, ...] = (), nav_order: tuple[str, ...] = (),
                   links: tuple[tuple[Link, ...], int] = ((), 0)) -> ParsedPage:
-    """A document's ParsedPage, content-hashed; `url` for a record other than
-    the file itself; `links` as `document_links` gives them."""
+    """A document's ParsedPage, finished as an HTML page is (`finished_page`:
+    sections capped, content-hashed); `url` for a record other than the file
+    itself; `links` as `document_links` gives them."""
     page = ParsedPage(url=url or file.url, canonical_url=url or file.url, site=file.site, title=title,
                       trail=trail, trail_method=trail_method, sections=sections, description=description,
                       keywords=keywords, nav_order=nav_order, links=links[0], links_past_cap=links[1])
-    return dataclasses.replace(page, content_hash=page_content_hash(page))
+    return finished_page(page)
 
 
 def section_path(open_titles: list[tuple[int, str]], level: int, title: str) -> tuple[str, ...]:

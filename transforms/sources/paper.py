@@ -3,17 +3,23 @@
 Shapes read (one paper per file):
 * S2ORC: `title`, `abstract` (a string or a list of `{text}`), `body_text`: a
   list of paragraphs `{section, sec_num, text}`; consecutive paragraphs of one
-  section make one section, titled "<sec_num> <section>", nested by the number
-  ("3.2" is level 2).
+  section make one section, titled "<sec_num> <section>".
 * QASPER: `title`, `abstract`, `full_text`: a list of `{section_name,
   paragraphs}`; a name "A ::: B" is section B nested in A.
 * Plain: `title`, `abstract`, `sections`: a list of `{heading (or title),
   paragraphs (a list) or text, level}`.
+A section whose shape gives it no level (S2ORC always, QASPER without `:::`,
+Plain without `level`) is nested by the number its title starts with, as
+numbered headings are read: "2 Method", "2.1 Data" put 2.1 under 2 ("3.2" is
+level 2), whether the number came as `sec_num` or in the section's name (S2ORC
+often leaves `sec_num` empty and writes "2.1 Data" as the section).
 The abstract is the document's own text (before the first section); the
 authors (`authors`: names or `{first, last}`) its description. Placement: the
 folders (transforms/sources/nav.py).
 """
 from __future__ import annotations
+
+import re
 
 from ritrag.schema import ParsedPage, Section
 from ritrag.transforms.parse import UnparseablePage
@@ -40,6 +46,17 @@ def _author(author) -> str:
     return str(author)
 
 
+# A section number opening a title: "2", "2.1", "3.2.1." or an appendix's "A.1",
+# then a space or nothing. A lone letter ("A Study of ...") is no number.
+_SECTION_NUMBER = re.compile(r"(\d+|[A-Z](?=\.\d))((?:\.\d+)*)\.?(?:\s|$)")
+
+
+def numbered_level(title: str) -> int:
+    """The level the number opening `title` gives it ("2.1 Data": 2), 1 for none."""
+    number = _SECTION_NUMBER.match(title)
+    return 1 + number[2].count(".") if number else 1
+
+
 def paper_sections(paper: dict) -> list[tuple[str, int, str]]:
     """(title, level, text) of every section, in order (module doc: the three shapes)."""
     out: list[tuple[str, int, str]] = []
@@ -53,18 +70,20 @@ def paper_sections(paper: dict) -> list[tuple[str, int, str]]:
             if out and out[-1][0] == title:
                 out[-1] = (title, out[-1][1], "\n\n".join(t for t in (out[-1][2], text) if t))
             else:
-                out.append((title, number.count(".") + 1 if number else 1, text))
+                out.append((title, numbered_level(title), text))
     elif isinstance(paper.get("full_text"), list):
         for section in paper["full_text"]:
             if isinstance(section, dict):
                 names = [n.strip() for n in str(section.get("section_name") or "Body").split(":::")]
-                out.append((meta_text(names[-1]) or "Body", len(names), _text(section.get("paragraphs"))))
+                name = meta_text(names[-1]) or "Body"
+                out.append((name, len(names) if len(names) > 1 else numbered_level(name),
+                            _text(section.get("paragraphs"))))
     elif isinstance(paper.get("sections"), list):
         for section in paper["sections"]:
             if isinstance(section, dict):
                 level = section.get("level")
-                out.append((meta_text(section.get("heading") or section.get("title")).strip() or "Body",
-                            level if isinstance(level, int) and level > 0 else 1,
+                name = meta_text(section.get("heading") or section.get("title")).strip() or "Body"
+                out.append((name, level if isinstance(level, int) and level > 0 else numbered_level(name),
                             _text(section.get("paragraphs") or section.get("text"))))
     return out
 
