@@ -26,6 +26,7 @@ import time
 import numpy as np
 import psutil
 
+from benchmarks.postings_export import live_postings
 from benchmarks.results import cpu_description
 from ritrag.analyzer import analyze
 from ritrag.bm25 import top_k
@@ -47,21 +48,16 @@ def bm25s_index(idx: LoadedVersion):
     """A bm25s index of the chunks' terms as `idx`'s postings hold them."""
     import bm25s
 
-    p = idx.postings
-    terms = np.repeat(np.arange(len(p.indptr) - 1), np.diff(p.indptr))
-    rows, tf = np.asarray(p.chunk_index), np.asarray(p.tf).astype(np.int64)
-    order = np.argsort(rows, kind="stable")
-    rows, terms, tf = rows[order], terms[order], tf[order]
-    tokens = np.repeat(terms, tf)
-    starts = np.concatenate([[0], np.cumsum(np.bincount(rows, weights=tf, minlength=len(idx.chunk_ids)))])
-    pool = list(range(len(p.indptr) - 1))  # one int object per term id, shared by every document
+    p = live_postings(idx)
+    tokens = np.repeat(p.terms, p.tf)
+    starts = np.concatenate([[0], np.cumsum(np.bincount(p.rows, weights=p.tf, minlength=len(idx.chunk_ids)))])
+    pool = list(range(len(p.vocabulary)))  # one int object per term id, shared by every document
     flat = [pool[t] for t in tokens.tolist()]
     corpus = [flat[int(a):int(b)] for a, b in zip(starts[:-1], starts[1:])]
     del flat
     retriever = bm25s.BM25(k1=idx.bm25.k1, b=idx.bm25.b, method="lucene", idf_method="lucene")
-    vocab = {term: row for term, row in p.term_row.items()}
-    retriever.index(bm25s.tokenization.Tokenized(ids=corpus, vocab=vocab), show_progress=False)
-    return retriever
+    retriever.index(bm25s.tokenization.Tokenized(ids=corpus, vocab=dict(p.term_row)), show_progress=False)
+    return retriever, p.term_row
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -83,16 +79,16 @@ def main(argv: list[str] | None = None) -> None:
     queries = [analyze(t) for t in dict.fromkeys(picked) if analyze(t)][:args.queries]
 
     start = time.perf_counter()
-    retriever = bm25s_index(idx)
+    retriever, term_row = bm25s_index(idx)
     bm25s_index_s = time.perf_counter() - start
     rss = psutil.Process().memory_info().rss
 
     ours, theirs, same, tie_orders, boundary_ties = [], [], 0, 0, 0
     for terms in queries[:10]:  # warm both
         top_k(idx.bm25.scores(terms), args.k)
-        retriever.retrieve([[idx.postings.term_row[t] for t in terms]], k=args.k, show_progress=False, n_threads=1)
+        retriever.retrieve([[term_row[t] for t in terms]], k=args.k, show_progress=False, n_threads=1)
     for terms in queries:
-        ids = [idx.postings.term_row[t] for t in terms]
+        ids = [term_row[t] for t in terms]
         t0 = time.perf_counter()
         rows, scores = top_k(idx.bm25.scores(terms), args.k)
         t1 = time.perf_counter()
@@ -115,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     command = "python -m benchmarks.bm25_compare " + shlex.join(argv or sys.argv[1:])
     print("\n".join([
         f"### BM25 top-{args.k} alone: ritrag.bm25 vs bm25s {bm25s.__version__} "
-        f"({len(idx.chunk_ids):,} chunks, {len(idx.postings.chunk_index):,} postings)", "",
+        f"({len(idx.chunk_ids):,} chunks, {len(idx.postings):,} postings)", "",
         f"`{command}`", "",
         f"Machine: {cpu_description()} (shared with other jobs); load average {load_before:.1f} at start, "
         f"{os.getloadavg()[0]:.1f} at end", "",

@@ -45,19 +45,14 @@ def export(args: argparse.Namespace) -> None:
 
     from ritrag.analyzer import analyze
     from ritrag.bm25 import top_k
+    from benchmarks.postings_export import live_postings
     from ritrag.serving.index import LoadedVersion
 
     idx = LoadedVersion(args.index, cache_dir=args.cache_dir)
     if "all" not in idx.bm25.fields:
         raise SystemExit("an index with node documents scores two fields; Lucene gets one")
-    p = idx.postings
-    terms_of_row = np.repeat(np.arange(len(p.indptr) - 1), np.diff(p.indptr))
-    rows, tf = np.asarray(p.chunk_index), np.asarray(p.tf).astype(np.int64)
-    order = np.argsort(rows, kind="stable")
-    rows, terms_of_row, tf = rows[order], terms_of_row[order], tf[order]
-    vocabulary = [None] * len(p.term_row)
-    for term, row in p.term_row.items():
-        vocabulary[row] = term
+    p = live_postings(idx)
+    rows, terms_of_row, tf, vocabulary = p.rows, p.terms, p.tf, p.vocabulary
     os.makedirs(os.path.join(args.out, "docs"), exist_ok=True)
     bounds = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=len(idx.chunk_ids)))])
     with open(os.path.join(args.out, "docs", "docs.jsonl"), "w", encoding="utf-8") as fh:
@@ -78,7 +73,7 @@ def export(args: argparse.Namespace) -> None:
         timings.append(time.perf_counter() - t0)
         tops.append([int(r) for r in found])
     with open(os.path.join(args.out, "ritrag.json"), "w", encoding="utf-8") as fh:
-        json.dump({"index": args.index, "chunks": len(idx.chunk_ids), "postings": len(p.chunk_index),
+        json.dump({"index": args.index, "chunks": len(idx.chunk_ids), "postings": len(p.rows),
                    "k": args.k, "k1": idx.bm25.k1, "b": idx.bm25.b, "queries": queries, "seconds": timings,
                    "top": tops, "load_average": os.getloadavg()[0]}, fh)
     print(f"exported {len(idx.chunk_ids):,} chunks and {len(queries)} queries to {args.out}; "

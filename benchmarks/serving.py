@@ -95,7 +95,7 @@ def in_process(index_dir: str, count: int, cache_dir: str | None) -> tuple[list[
         f"- Python API load{' (builds the --cache_dir)' if cache_dir else ''}: {load_s:.1f} s, "
         f"RSS +{(rss_loaded - rss_before) / 2**30:.2f} GiB "
         f"({len(index.index.node_row):,} nodes, {len(index.index.chunk_ids):,} chunks, "
-        f"{len(index.index.postings.chunk_index):,} postings)",
+        f"{len(index.index.postings):,} postings)",
         f"- GetToC (k=200, n=50), query embedded in the call: {percentiles(full)}",
         f"- GetToC with the query vector given (retrieval only): {percentiles(bare)}",
         f"- query embedding alone: {percentiles(embed)}",

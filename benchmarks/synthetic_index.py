@@ -46,6 +46,7 @@ from ritrag.ids import chunk_id_for, node_id_for, shard_of
 from ritrag.bm25 import BM25_PARAMETERS, corpus_stats
 from ritrag.layout import (BM25_STATS_FILE, DEAD_LETTERS_FILE, DENSE_INFO_FILE, DENSE_TRAINED_FILE, IndexLayout,
                            new_manifest, shard_file_name)
+from ritrag.serving_form import finish_segment
 from ritrag.schema import CHUNKS_SCHEMA, DEAD_LETTERS_SCHEMA, NODES_SCHEMA, POSTINGS_SCHEMA, VOCABULARY_SCHEMA
 from ritrag.transforms.dense import TRAIN_SAMPLE_SIZE, choose_params, dense_info, rebuild_index, train_empty_index
 from ritrag.vectors import VECTORS_EXTENSION, VECTORS_KIND, write_vectors
@@ -241,11 +242,17 @@ def write_synthetic_index(out: str, nodes: int = 1_000_000, sites: int = 16, fan
         chunk_ids = [write_chunk_shard(corpus, seg_dir, spills[s], s, num_shards, df) for s in range(num_shards)]
         n_terms = int(corpus.lengths.sum())
         present = np.flatnonzero(df)
-        order = present[np.argsort(corpus.words.to_numpy(zero_copy_only=False)[present].astype(str))]
-        with table_writer(os.path.join(seg_dir, shard_file_name("vocabulary", 0, 1, "parquet")),
-                          VOCABULARY_SCHEMA) as writer:
-            write_table(writer, {"term": corpus.words.take(pa.array(order)), "df": pa.array(df[order])},
-                        VOCABULARY_SCHEMA)
+        words = corpus.words.to_numpy(zero_copy_only=False)
+        term_shard = np.array([shard_of(str(w), num_shards) for w in words[present]], np.int64)
+        for shard in range(num_shards):  # sharded by term hash, as the build's vocabulary
+            mine = present[term_shard == shard]
+            order = mine[np.argsort(words[mine].astype(str))]
+            zeros = pa.array(np.zeros(len(order), np.int64))
+            with table_writer(os.path.join(seg_dir, shard_file_name("vocabulary", shard, num_shards, "parquet")),
+                              VOCABULARY_SCHEMA) as writer:  # every chunk is a body: all its df is body df
+                write_table(writer, {"term": corpus.words.take(pa.array(order)), "df": pa.array(df[order]),
+                                     "df_body": pa.array(df[order]), "df_doc": zeros, "df_anchors": zeros},
+                            VOCABULARY_SCHEMA)
         bm25 = corpus_stats(nodes, n_terms)
         with open(os.path.join(seg_dir, BM25_STATS_FILE), "w", encoding="utf-8") as fh:
             json.dump(bm25, fh, sort_keys=True)
@@ -254,7 +261,7 @@ def write_synthetic_index(out: str, nodes: int = 1_000_000, sites: int = 16, fan
                      if v is not None}
         dense = write_dense(seg_dir, chunk_ids, overrides, seed, spill_dir)
     counts = {"pages_read": nodes, "pages_indexed": nodes, "chunks": nodes}
-    segment = layout.describe_segment(segment_id, num_shards, counts)
+    segment = finish_segment(layout, segment_id, num_shards, counts)
     spec = EmbedderSpec(model=DEFAULT_MODEL)
     manifest = new_manifest(layout, [segment], stats={"bm25": bm25, "pages": counts},
                             config={"embedder": {**spec.to_dict(), "dimension": DIM}, "dense": dense,

@@ -28,6 +28,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from ritrag.pipelines.launcher import (BuildOptions, PublishOptions, check_page_accounting, counter_values,
                                        index_config_of, job_options, prepare_job, publish_and_prune, refuse_empty,
                                        required, run_pipeline)
+from ritrag.serving_form import finish_segment
 from ritrag.pipelines.options import JobFlags
 from ritrag.index_config import IndexConfig
 from ritrag.layout import BM25_STATS_FILE, DENSE_INFO_FILE, EDGES_KIND, IndexLayout, SITE_BASES_FILE, new_manifest
@@ -128,7 +129,7 @@ def publish_build(layout: IndexLayout, segment_id: str, options: PipelineOptions
         bm25 = json.load(fh)
     with open_read(os.path.join(segment_dir, DENSE_INFO_FILE)) as fh:
         dense = json.load(fh)
-    segment = layout.describe_segment(segment_id, config.num_shards, counts)
+    segment = finish_segment(layout, segment_id, config.num_shards, counts)
     manifest = new_manifest(
         layout,
         segments=[segment],

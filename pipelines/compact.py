@@ -19,8 +19,9 @@ from typing import Iterable
 import apache_beam as beam
 import numpy as np
 
-from ritrag.pipelines.launcher import (IndexOptions, PublishOptions, job_options, prepare_job, publish_and_prune,
-                                       required, run_pipeline)
+from ritrag.pipelines.launcher import (IndexOptions, PublishOptions, job_options, prepare_job,
+                                       publish_and_prune, required, run_pipeline)
+from ritrag.serving_form import finish_segment
 from ritrag.pipelines.options import JobFlags
 from ritrag.layout import BM25_STATS_FILE, EDGES_KIND, new_manifest
 from ritrag.reader import IndexReader, LiveFile
@@ -83,7 +84,7 @@ def run(argv: list[str] | None = None) -> str:
         run_pipeline(options, segment_dir, lambda p: compact_pipeline(p, live, segment_dir))
         with open_read(os.path.join(segment_dir, BM25_STATS_FILE)) as fh:
             bm25 = json.load(fh)
-        segment = layout.describe_segment(segment_id, live.manifest.config["num_shards"], {})
+        segment = finish_segment(layout, segment_id, live.manifest.config["num_shards"], {})
         manifest = new_manifest(layout, segments=[segment],
                                 stats={**live.manifest.stats, "bm25": bm25,
                                        "compact_seconds": round(time.time() - started, 1)},

@@ -43,7 +43,9 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from ritrag.pipelines.launcher import (BuildOptions, IndexOptions, PublishOptions, check_page_accounting, counter_values,
-                                       job_options, prepare_job, publish_and_prune, required, run_pipeline)
+                                       job_options, prepare_job, publish_and_prune, required,
+                                       run_pipeline)
+from ritrag.serving_form import finish_segment
 from ritrag.pipelines.options import JobFlags, JobOptionsError, given_flags, merge_flags
 from ritrag.embedder import check_backend_available
 from ritrag.index_config import IndexConfig
@@ -174,7 +176,7 @@ def publish_update(layout: IndexLayout, live: IndexReader, segment_id: str, coun
     n_chunks = previous["n_chunks"] + delta["n_chunks"]
     n_terms = previous["n_terms"] + delta["n_terms"]
     bm25 = {"n_chunks": n_chunks, "n_terms": n_terms, "avg_chunk_terms": n_terms / n_chunks if n_chunks else 0.0}
-    segment = layout.describe_segment(segment_id, live.manifest.config["num_shards"], counts)
+    segment = finish_segment(layout, segment_id, live.manifest.config["num_shards"], counts)
     totals = {k: live.manifest.tombstones.get(k, 0) + n for k, n in tombstones.items()}
     manifest = new_manifest(
         layout, segments=[*live.manifest.segments, segment],

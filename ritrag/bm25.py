@@ -5,22 +5,25 @@ Okapi BM25 with Lucene's idf, ln(1 + (N - df + 0.5) / (df + 0.5)), and the
 length norm k1 * (1 - b + b * |d| / avgdl). What each side does:
 
 - The jobs (transforms/sparse.py) record, per segment, the postings (term,
-  chunk_id, tf), each term's document frequency (vocabulary shards) and the
-  segment's chunk and term counts (`corpus_stats`, bm25.json; signed in an
-  update's delta, so sums over segments stay exact). The build writes
-  `BM25_PARAMETERS` into the manifest; the server scores with the manifest's
-  (`parameters`).
-- The server holds every posting as CSR over terms (`Postings`) and derives,
-  once at load, each field's statistics (`Field`) and every row's length norm
-  (`row_norms`); a query is scored over the postings of its own terms only
-  (`Bm25.scores`), so its cost follows the postings it touches, not the corpus.
+  chunk_id, tf), each term's document frequency in all rows and in each
+  field's rows (vocabulary shards) and the segment's chunk and term counts
+  (`corpus_stats`, bm25.json), all signed in an update's delta so that sums
+  over segments stay exact; then each segment's postings as CSR per shard
+  (ritrag/serving_form.py). The build writes `BM25_PARAMETERS` into the
+  manifest; the server scores with the manifest's (`parameters`).
+- The server maps each segment's CSR and looks a term's postings up in every
+  segment (`TermPostings`, ritrag.serving.segments); it derives, once per
+  version, each field's statistics (`Field`: df summed over segments, N and
+  mean length from the live rows) and every row's length norm (`row_norms`);
+  a query is scored over the postings of its own terms only (`Bm25.scores`),
+  so its cost follows the postings it touches, not the corpus.
 
 Fields. An index of chunk bodies only has one field, every chunk, scored with
 the recorded statistics (vocabulary df, bm25.json N and mean length). An index
 with node or anchor documents (ritrag/representation.py) has one field per kind
-of row it holds, each with its own df, N and mean length counted from the live
-postings: chunk bodies ("body"), node documents ("doc", the path) and anchor
-documents ("anchors": the anchor texts of a node's in-links).
+of row it holds, each with its own df (recorded per field), N and mean length
+(counted from the live rows): chunk bodies ("body"), node documents ("doc",
+the path) and anchor documents ("anchors": the anchor texts of a node's in-links).
 A chunk scores its body's BM25 + `path_weight` x its node document's BM25 +
 `anchor_weight` x its node's anchor document's BM25 (`Bm25.chunk_scores`);
 the node fields are added to the chunks of the matched nodes only. An index
@@ -30,16 +33,17 @@ fields did before it existed.
 Rankings are bit-identical to scoring every row densely (the form this module
 replaced; tests/test_bm25.py keeps it as the oracle): each term's contribution
 is computed in float64 from the same float32 norm and added to a float32 score,
-term after term in query order, and top-k' runs the same partition over the
-positive rows in row order.
+term after term in query order, and top-k' breaks ties by chunk id.
 """
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
+
+from ritrag.representation import ANCHOR_DOC_ORDINAL, NODE_DOC_ORDINAL
 
 # Recorded in every manifest's config; the server scores with the manifest's values.
 BM25_PARAMETERS = {"k1": 1.2, "b": 0.75}
@@ -63,26 +67,28 @@ def idf(n: int, df: int) -> float:
     return np.log(1.0 + (n - df + 0.5) / (df + 0.5))
 
 
-@dataclass(frozen=True)
-class Postings:
-    """Every live posting as CSR over terms: the postings of the term of row
-    `term_row[t]` are entries indptr[row]:indptr[row + 1], sorted by chunk row
-    within each shard."""
+class TermPostings(Protocol):
+    """The live postings of a loaded version, by term (ritrag.serving.segments)."""
 
-    term_row: Mapping[str, int]
-    indptr: np.ndarray  # int64, terms + 1
-    chunk_index: np.ndarray  # int32 row in the chunk arrays
-    tf: np.ndarray  # uint16 term frequency (float32 accepted)
     chunk_length: np.ndarray  # float32 terms per chunk row
+
+    def of(self, term: str) -> tuple[np.ndarray, np.ndarray]:
+        """(rows ascending, tf) of the live rows holding `term`: each row once."""
+
+
+class TermCounts(Protocol):
+    """A number per term: a field's document frequencies."""
+
+    def get(self, term: str, default: int = 0) -> int: ...
 
 
 @dataclass(frozen=True)
 class Field:
-    """One BM25 field: its rows (None: every row), per term row the number of
+    """One BM25 field: its rows (None: every row), per term the number of
     its rows holding the term, its number of rows, their mean length."""
 
     member: np.ndarray | None
-    df: np.ndarray
+    df: TermCounts
     n: int
     avg_length: float
 
@@ -93,42 +99,17 @@ KIND_FIELDS = ("body", "doc", "anchors")
 BODY, DOC, ANCHORS = range(len(KIND_FIELDS))
 
 
-def kind_df(postings: Postings, row_kind: np.ndarray, block: int = 1 << 24) -> np.ndarray:
-    """Per kind (KIND_FIELDS) and term row, the number of rows of that kind
-    holding the term: (kinds, terms) int64 (a term holds a row once). Per node
-    kind, the postings of that kind before each term's first are counted
-    `block` postings at a time: a running count over all postings at once is
-    8 bytes per posting (10 GiB at 10M chunks)."""
-    indptr = postings.indptr
-    out = np.zeros((len(KIND_FIELDS), len(indptr) - 1), np.int64)
-    for kind in (DOC, ANCHORS):
-        before = np.zeros(len(indptr), np.int64)
-        total = 0
-        for start in range(0, len(postings.chunk_index), block):
-            is_kind = row_kind[postings.chunk_index[start:start + block]] == kind
-            cumulative = np.concatenate([[0], np.cumsum(is_kind)]) + total
-            first, last = np.searchsorted(indptr, [start, start + len(is_kind)])
-            before[first:last] = cumulative[indptr[first:last] - start]
-            total = int(cumulative[-1])
-        before[np.searchsorted(indptr, len(postings.chunk_index)):] = total
-        out[kind] = np.diff(before)
-    out[BODY] = np.diff(indptr) - out[DOC] - out[ANCHORS]
-    return out
+def row_kind(ordinal: int) -> int:
+    """The field of a chunks-table row, by its ordinal (ritrag/representation.py)."""
+    return DOC if ordinal == NODE_DOC_ORDINAL else ANCHORS if ordinal == ANCHOR_DOC_ORDINAL else BODY
 
 
-def kind_fields(postings: Postings, row_kind: np.ndarray, df: np.ndarray | None = None) -> dict[str, Field]:
-    """The fields of an index with node or anchor documents, by name: body
-    always, doc and anchors where some row is of that kind; statistics counted
-    from the live postings themselves, so they stay exact after updates.
-    `df`: the counts of `kind_df`, cached by an earlier load."""
-    df = kind_df(postings, row_kind) if df is None else df
-    fields = {}
-    for kind, name in enumerate(KIND_FIELDS):
-        member = row_kind == kind
-        n = int(member.sum())
-        if n or kind == BODY:
-            fields[name] = Field(member, df[kind], n, float(postings.chunk_length[member].sum() / n) if n else 0.0)
-    return fields
+def row_kinds(ordinals: np.ndarray) -> np.ndarray:
+    """`row_kind` of every ordinal, as int8."""
+    kind = np.full(len(ordinals), BODY, np.int8)
+    kind[ordinals == NODE_DOC_ORDINAL] = DOC
+    kind[ordinals == ANCHOR_DOC_ORDINAL] = ANCHORS
+    return kind
 
 
 def row_norms(chunk_length: np.ndarray, fields: Sequence[Field], k1: float, b: float) -> np.ndarray:
@@ -143,13 +124,18 @@ def row_norms(chunk_length: np.ndarray, fields: Sequence[Field], k1: float, b: f
     return norm
 
 
-def top_k(scores: Scores, k: int) -> Scores:
-    """The k best rows of positive score, best first, equal scores by row."""
+def top_k(scores: Scores, k: int, row_ids: np.ndarray | None = None) -> Scores:
+    """The k best rows of positive score, best first, equal scores by row, or
+    by `row_ids` (each row's chunk id) when given: an order that does not
+    depend on how the version's rows are laid out over its segments."""
     rows, values = scores
     positive = np.flatnonzero(values > 0)
     if len(positive) > k:
-        positive = positive[np.argpartition(-values[positive], k - 1)[:k]]
-    chosen = positive[np.lexsort((rows[positive], -values[positive]))]
+        # every row tied with the k-th stays a candidate, so the tie order decides
+        kth = np.partition(-values[positive], k - 1)[k - 1]
+        positive = positive[-values[positive] <= kth]
+    order_key = rows[positive] if row_ids is None else row_ids[rows[positive]]
+    chosen = positive[np.lexsort((order_key, -values[positive]))][:k]
     return rows[chosen], values[chosen]
 
 
@@ -161,8 +147,7 @@ def text_scores(bm25: "Bm25", query_terms: Sequence[str], texts_terms: Sequence[
     f = bm25.fields.get(field) or bm25.fields["all"]
     weights = {}
     for term, qtf in Counter(query_terms).items():
-        row = bm25.postings.term_row.get(term)
-        df = 0 if row is None else int(f.df[row])
+        df = f.df.get(term, 0)
         if df > 0:
             weights[term] = qtf * idf(f.n, df)
     scores = np.zeros(len(texts_terms), np.float32)
@@ -178,7 +163,7 @@ class Bm25:
     kind), and every row's length norm (each with its own field's mean
     length), computed once."""
 
-    def __init__(self, postings: Postings, fields: Mapping[str, Field], k1: float, b: float,
+    def __init__(self, postings: TermPostings, fields: Mapping[str, Field], k1: float, b: float,
                  norm: np.ndarray | None = None):
         self.postings, self.fields, self.k1, self.b = postings, dict(fields), k1, b
         self.norm = row_norms(postings.chunk_length, list(self.fields.values()), k1, b) if norm is None else norm
@@ -189,12 +174,10 @@ class Bm25:
         f, p = self.fields[field], self.postings
         touched = []
         for term, qtf in Counter(terms).items():
-            row = p.term_row.get(term)
-            df = 0 if row is None else int(f.df[row])
+            df = f.df.get(term, 0)
             if df <= 0:
                 continue
-            lo, hi = p.indptr[row], p.indptr[row + 1]
-            rows, tf = p.chunk_index[lo:hi], p.tf[lo:hi]
+            rows, tf = p.of(term)
             if f.member is not None:
                 keep = f.member[rows]
                 rows, tf = rows[keep], tf[keep]

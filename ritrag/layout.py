@@ -47,10 +47,12 @@ from ritrag.embedder import MAX_EMBEDDING_DIMENSION, EmbedderSpec
 from ritrag.lease import lease_holder
 from ritrag.representation import DEFAULT_RETRIEVAL, Representation
 from ritrag.schema import TOMBSTONES_SCHEMA
-from ritrag.storage import dir_exists, file_size, list_dirs, list_files, open_read, remove_file, remove_tree, sha256_file, write_atomic
+from ritrag.storage import (dir_exists, file_size, is_remote, list_dirs, list_files, open_read, remove_file, remove_tree,
+                            sha256_file, write_atomic)
 
 # 2: vocabulary sharded by term (vocabulary-SSSSS-of-NNNNN.parquet, was vocabulary.parquet)
-FORMAT_VERSION = 2
+# 3: df per field in the vocabulary; each segment's serving form (serving-SSSSS-of-NNNNN.arrays)
+FORMAT_VERSION = 3
 TOMBSTONES_FILE = "tombstones.parquet"  # ids that this segment supersedes or deletes in earlier ones
 BM25_STATS_FILE = "bm25.json"  # the segment's chunk and term counts (signed in an update's delta)
 DENSE_INFO_FILE = "dense.json"  # factory string, nprobe, rerank, dimension of the dense shards
@@ -347,10 +349,13 @@ class IndexLayout:
         size = file_size(path)
         if size is None:
             raise MissingIndexError(f"{path}: listed in the manifest but missing on disk")
-        if size != expected["bytes"] or sha256_file(path) != expected["sha256"]:
+        seen = _seen_unchanged(path, expected["sha256"])
+        if not seen and (size != expected["bytes"] or sha256_file(path) != expected["sha256"]):
             raise DamagedIndexError(
                 f"{path}: damaged (size or sha256 differs from the manifest); refusing to load it"
             )
+        if seen is False:
+            _remember_verified(path, expected["sha256"])
         return path
 
     def segment_files(self, segment: dict[str, Any], kind: str) -> list[str]:
@@ -361,6 +366,32 @@ class IndexLayout:
             if parsed and parsed[0] == kind:
                 found.append((parsed[1], name))
         return [name for _, name in sorted(found)]
+
+
+# Local segment files this process has hashed to their manifest's sha256, with
+# the (size, mtime, inode) they had then. Segment files are written once, so
+# the next version's load, which names most of the same files, hashes only the
+# files it adds: a reload's verification follows its delta, not the index. A
+# file rewritten since (another stat) is hashed again.
+_VERIFIED: dict[tuple[str, str], tuple[int, int, int]] = {}
+
+
+def _seen_unchanged(path: str, sha256: str) -> bool | None:
+    """True when this process hashed the local file at `path` to `sha256` and
+    it is unchanged since; None for a remote file (always hashed); False else."""
+    if is_remote(path):
+        return None
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return False
+    key = (os.path.abspath(path), sha256)
+    return _VERIFIED.get(key) == (stat.st_size, stat.st_mtime_ns, stat.st_ino) or False
+
+
+def _remember_verified(path: str, sha256: str) -> None:
+    stat = os.stat(path)
+    _VERIFIED[(os.path.abspath(path), sha256)] = (stat.st_size, stat.st_mtime_ns, stat.st_ino)
 
 
 def new_manifest(

@@ -337,11 +337,17 @@ POSTINGS_SCHEMA = pa.schema(
     ]
 )
 
-# Document frequency of every term over the whole segment (all shards).
+# Document frequency of every term over the whole segment (all shards): in all
+# rows, and in the rows of each BM25 field (ritrag.bm25.KIND_FIELDS: chunk
+# bodies, node documents, anchor documents), which a server sums over a
+# version's segments without reading a posting. Signed in an update's delta.
 VOCABULARY_SCHEMA = pa.schema(
     [
         pa.field("term", pa.string(), nullable=False),
         pa.field("df", pa.int64(), nullable=False),
+        pa.field("df_body", pa.int64(), nullable=False),
+        pa.field("df_doc", pa.int64(), nullable=False),
+        pa.field("df_anchors", pa.int64(), nullable=False),
     ]
 )
 

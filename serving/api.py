@@ -103,6 +103,12 @@ class RitragIndex:
     def version(self) -> str:
         return self.index.version
 
+    def summary(self) -> str:
+        """One line for a log: the version and what it holds."""
+        idx = self.index
+        return (f"{idx.version} ({len(idx.node_row):,} nodes, {int(idx.chunks.live.sum()):,} chunks, "
+                f"{len(idx.manifest.segments)} segments)")
+
     def adopt_embedder(self, other: "RitragIndex") -> None:
         """Reuse `other`'s loaded query model when both versions were embedded
         with the same spec (a hot swap then loads no second model)."""
@@ -137,15 +143,15 @@ class RitragIndex:
         live = dense_rows >= 0
         dense_rows, similarities = dense_rows[live], similarities[live]
         if "all" in idx.bm25.fields:
-            return Rankings((top_k(idx.bm25.scores(analyze(query)), k), (dense_rows, similarities)), None)
+            return Rankings((top_k(idx.bm25.scores(analyze(query)), k, idx.chunk_ids), (dense_rows, similarities)), None)
         chunk_scores, own = idx.bm25.chunk_scores(analyze(query), {"doc": params.path_weight,
                                                                    "anchors": params.anchor_weight},
                                                   idx.chunk_node, idx.node_chunks)
         is_doc = idx.chunk_kind[dense_rows] == DOC  # anchor documents have no vectors
-        chunks = (top_k(chunk_scores, k), (dense_rows[~is_doc][:k], similarities[~is_doc][:k]))
+        chunks = (top_k(chunk_scores, k, idx.chunk_ids), (dense_rows[~is_doc][:k], similarities[~is_doc][:k]))
         if not node_docs:
             return Rankings(chunks, None)
-        return Rankings(chunks, (top_k(own["doc"], k), (dense_rows[is_doc][:k], similarities[is_doc][:k])))
+        return Rankings(chunks, (top_k(own["doc"], k, idx.chunk_ids), (dense_rows[is_doc][:k], similarities[is_doc][:k])))
 
     def retrieve(self, query: str, k: int = DEFAULT_K, n: int = DEFAULT_N, query_vector: np.ndarray | None = None,
                  params: RetrievalParams | None = None) -> Retrieval:

@@ -313,6 +313,7 @@ def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSet
                     return None
 
     def load_in_background() -> None:
+        started = time.monotonic()
         try:
             service = load_until_loaded()
             if service is None:
@@ -324,7 +325,7 @@ def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSet
                     metrics.watcher = watch(service).start()
             metrics.service = state["service"] = service  # ready only once its watcher reports in /readyz
             metrics.ready.set(1)
-            LOG.info("ready: index %s", service.index.version)
+            LOG.info("ready in %.1f s: %s", time.monotonic() - started, service.index.summary())
         except Exception as exc:  # reported by /healthz and /readyz; the trace goes to the log only
             LOG.exception("loading the index failed")
             state["failed"] = f"{type(exc).__name__}: {exc}"

@@ -7,52 +7,58 @@ segment tombstoned it. A root in an object store is first mirrored into the
 cache directory (ritrag.serving.remote) and the mirror is read like a local
 index.
 
-What every GetToC touches is held as arrays: the node skeleton
-(ritrag.serving.skeleton), the chunk -> node map, each node's chunks, the
-BM25 postings with their norms and the link graph
-(ritrag.serving.derived_arrays), and the dense shards
-(ritrag.serving.dense_shards). Bodies and URLs, the bulk of the node
-table, stay on disk and are read by position (`node_records`): only the row
-group that holds a node is read.
+What every GetToC touches is held as arrays. The BM25 postings and the
+chunk rows are each segment's serving files (ritrag/serving_form.py), mapped
+as written and shared with every other loaded version that names the same
+segment (ritrag.serving.segments): a new version maps only the segments it
+adds. The version's own arrays, the chunks' node rows and which are live,
+the fields' statistics, the node skeleton (ritrag.serving.skeleton) and the
+link graph (ritrag.serving.derived_arrays), are derived at each load from
+the per-chunk arrays and the node and edge files, never from the postings.
+The dense shards are ritrag.serving.dense_shards'. Bodies and URLs, the bulk
+of the node table, stay on disk and are read by position (`node_records`):
+only the row group that holds a node is read.
 
-With a `cache_dir`, the derived arrays (everything but the dense shards and
-the vocabulary) are saved there once and memory-mapped by every later load
-(ritrag.serving.array_cache); the first load fills the per-posting arrays
-in their files, so its memory is bounded by one postings shard, not by all.
-A local index's files are then stamped there once hashed (StampedLayout, as
-a mirror's are), so a restart does not hash them again.
+A file is hashed against the manifest once per process (ritrag/layout.py);
+with a `cache_dir`, a local index's files are also stamped there once hashed
+(StampedLayout, as a mirror's are), so a restart does not hash them again.
 """
 from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ritrag.bm25 import Bm25, Field, Postings, kind_fields, parameters
-from ritrag.layout import BM25_STATS_FILE, DamagedIndexError, IndexLoadError
+from ritrag.bm25 import Bm25, parameters
+from ritrag.layout import BM25_STATS_FILE, EDGES_KIND, DamagedIndexError, IndexLoadError
 from ritrag.reader import IndexReader
 from ritrag.storage import is_remote
-from ritrag.vectors import VectorStore
-from ritrag.serving.array_cache import CacheBeingWritten, cache_directory, open_cache
+from ritrag.serving_form import SERVING_KIND
+from ritrag.vectors import VECTORS_KIND, VectorStore
 from ritrag.serving.dense_shards import load_dense_shards
-from ritrag.serving.derived_arrays import derive_arrays, load_vocabulary
+from ritrag.serving.derived_arrays import derive_links, derive_nodes
 from ritrag.serving.links import LinkGraph
 from ritrag.serving.remote import IndexMirror, StampedLayout, default_cache_dir, local_stamps, mirror
-from ritrag.serving.skeleton import Column, NodeRows, Skeleton, skeleton_columns
+from ritrag.serving.segments import SegmentedPostings, VersionChunks, node_chunks, version_fields, version_shards
+from ritrag.serving.skeleton import Column
 
 LOG = logging.getLogger("ritrag.serving")
 
 RECORD_COLUMNS = ["url", "body"]  # read per node, on demand
+# The shard files every load reads (and the vectors, where it re-ranks): hashed
+# up front, in parallel (IndexReader.verify_files).
+SERVED_KINDS = ("nodes", EDGES_KIND, SERVING_KIND, "dense")
 
 
 class LoadedVersion:
-    """One version of an index, ready for retrieval: its `reader` and the
-    arrays serving derives from it. With a `cache_dir`, the arrays derived at
-    the first load are saved there and memory-mapped by later loads (module
-    docstring).
+    """One version of an index, ready for retrieval: its `reader`, its
+    segments' mapped serving files and the arrays derived from them (module
+    docstring). With a `cache_dir`, a local index's files are stamped there
+    once hashed.
 
     A `root` in an object store (gs://, s3://, any fsspec URL) is first
     mirrored into `cache_dir` (serving.remote: copied, verified against the
@@ -80,64 +86,50 @@ class LoadedVersion:
             self.reader = IndexReader(self.mirror.layout, self.mirror.fetch(version))
         else:
             # With a cache directory, a local index's files are hashed at the
-            # first load and trusted by their stamps after (at 10M chunks,
-            # hashing is 23 of a restart's 29 s).
+            # first load and trusted by their stamps after, also by a restart
+            # (at 10M chunks, hashing was 23 of a restart's 29 s).
             self.reader = IndexReader(StampedLayout(root, local_stamps(cache_dir, root)) if cache_dir else root,
                                       version)
         self.manifest = self.reader.manifest
         self.version = self.reader.version
         self.cache_dir = cache_dir
-        vocabulary, vocabulary_df = load_vocabulary(self.reader)
-        stats = [json.load(open(f, encoding="utf-8")) for f in self.reader.segment_files(BM25_STATS_FILE)]
-        n_chunks, n_terms = sum(s["n_chunks"] for s in stats), sum(s["n_terms"] for s in stats)
-        # An index of chunk bodies only: one field, scored with the recorded statistics.
-        one_field = Field(None, vocabulary_df, n_chunks, (n_terms / n_chunks) if n_chunks else 0.0)
-        k1, b = parameters(self.manifest.config)
-
-        cache = cache_directory(cache_dir, self.manifest) if cache_dir else None
-        n_node_rows = self.reader.positions("nodes").num_rows
-        cached = open_cache(cache, n_node_rows, len(vocabulary)) if cache else None
-        if cached is None and cache:
-            with CacheBeingWritten(cache) as written:
-                cached = derive_arrays(self.reader, vocabulary, one_field, k1, b, written.empty)
-                written.commit(*cached)
-            cached = open_cache(cache, n_node_rows, len(vocabulary)) or cached
-        elif cached is None:
-            cached = derive_arrays(self.reader, vocabulary, one_field, k1, b)
-        table, arrays = cached
-
-        columns = skeleton_columns(table)
-        self.node_row = NodeRows(arrays["node_sorted_ids"], arrays["node_sorted_rows"])
-        self.skeleton = Skeleton.of(columns, self.node_row, arrays)
-        self.nodes: dict[str, Sequence] = {name: Column(array) for name, array in columns.items()}
-        self.nodes["position"] = self.skeleton.position
-        self.chunk_ids, self.chunk_node = arrays["chunk_ids"], arrays["chunk_node"]
-        self.chunk_kind = arrays["chunk_kind"]  # body chunk, node document or anchor document (ritrag.bm25)
-        self.node_chunks = (arrays["node_chunk_indptr"], arrays["node_chunk_rows"])  # each node's body chunks
-        self.postings = Postings({t: i for i, t in enumerate(vocabulary)}, arrays["indptr"], arrays["chunk_index"],
-                                 arrays["tf"], arrays["chunk_length"])
-        fields = (kind_fields(self.postings, self.chunk_kind, arrays["field_df"]) if "field_df" in arrays
-                  else {"all": one_field})
-        self.bm25 = Bm25(self.postings, fields, k1, b, arrays["norm"])
-        self.links = LinkGraph.of(arrays)
-
-        self.dense_shards, self.dense_dead = load_dense_shards(self.reader)
+        LOG.info("loading %s of %s (%d segments)", self.version, root, len(self.manifest.segments))
         # IVF-PQ candidates are re-ranked exactly against the stored float16
         # vectors (memory-mapped) when the build asked for it (dense.json "rerank").
         self.dense_rerank = int(self.manifest.config.get("dense", {}).get("rerank", 1))
+        self.reader.verify_files((*SERVED_KINDS, *([VECTORS_KIND] if self.dense_rerank > 1 else [])),
+                                 os.cpu_count() or 1)
+        stats = [json.load(open(f, encoding="utf-8")) for f in self.reader.segment_files(BM25_STATS_FILE)]
+        n_chunks, n_terms = sum(s["n_chunks"] for s in stats), sum(s["n_terms"] for s in stats)
+        k1, b = parameters(self.manifest.config)
+
+        positions = self.reader.positions("nodes")
+        columns, self.node_row, self.skeleton = derive_nodes(self.reader)
+        self.nodes: dict[str, Sequence] = {name: Column(array) for name, array in columns.items()}
+        self.nodes["position"] = self.skeleton.position
+        segments = version_shards(self.reader)
+        first_file = {}
+        for i, f in enumerate(positions.files):
+            first_file.setdefault(f.segment, int(positions.file_start[i]))
+        self.chunks = VersionChunks(self.reader, segments, [first_file[seg.segment] for seg in segments],
+                                    self.node_row, positions.num_rows)
+        self.chunk_ids, self.chunk_node = self.chunks.chunk_ids, self.chunks.chunk_node
+        self.chunk_kind = self.chunks.chunk_kind  # body chunk, node document or anchor document (ritrag.bm25)
+        self.node_chunks = node_chunks(self.chunks, positions.num_rows)  # each node's body chunks
+        self.postings = SegmentedPostings(self.chunks)
+        self.bm25 = Bm25(self.postings, version_fields(segments, self.chunks, n_chunks, n_terms), k1, b)
+        self.links = LinkGraph.of(derive_links(self.reader, self.node_row, positions.num_rows))
+
+        self.dense_shards, self.dense_dead = load_dense_shards(self.reader)
         self.vector_store = (VectorStore.open([f.path for f in self.reader.files("vectors")], populate=True)
                              if self.dense_rerank > 1 else None)
-        LOG.info("loaded %s: %d nodes, %d chunks, %d terms, %d postings, %d links, %d dense shards%s",
-                 self.version, len(self.node_row), len(self.chunk_ids), len(self.postings.term_row),
-                 len(self.postings.chunk_index), len(self.links), len(self.dense_shards),
-                 ", mapped from " + cache if cache else "")
+        LOG.info("loaded %s: %d nodes, %d chunks (%d live) in %d segments, %d links, %d dense shards",
+                 self.version, len(self.node_row), len(self.chunk_ids), int(self.chunks.live.sum()),
+                 len(segments), len(self.links), len(self.dense_shards))
 
     def chunk_rows(self, chunk_ids: np.ndarray) -> np.ndarray:
-        """Rows in the chunk arrays of known chunk ids; -1 for unknown ones."""
-        pos = np.searchsorted(self.chunk_ids, chunk_ids)
-        pos = np.clip(pos, 0, max(len(self.chunk_ids) - 1, 0))
-        found = (len(self.chunk_ids) > 0) & (self.chunk_ids[pos] == chunk_ids)
-        return np.where(found, pos, -1)
+        """Live rows in the chunk arrays of chunk ids; -1 for unknown or dead ones."""
+        return self.chunks.rows_of(chunk_ids)
 
     def node_records(self, rows: Sequence[int]) -> dict[int, dict[str, Any]]:
         """{"url", "body"} of the given node rows, each read from the one row

@@ -74,6 +74,8 @@ class VersionWatcher:
             if current is None or current == live.version:
                 self.last_error = None
                 return False
+            started = time.monotonic()
+            LOG.info("loading %s (serving %s)", current, live.version)
             fresh = RitragIndex(self._index_dir, current, cache_dir=self._cache_dir)
             fresh.adopt_embedder(live)
             fresh.embed_query("warm up")
@@ -82,7 +84,7 @@ class VersionWatcher:
             if (self.last_error or {}).get("message") == message:  # the same failure again: one line
                 LOG.warning("version %s still fails to load: %s", current, message)
             elif isinstance(exc, IndexLoadError):  # a refused version, not a bug: one line, no trace
-                LOG.error("version %s refused; still serving %s: %s", current, live.version, message)
+                LOG.error("reload refused: %s (still serving %s)", message, live.version)
             else:
                 LOG.exception("checking or loading version %s failed; still serving %s", current, live.version)
             self.failures += 1
@@ -91,7 +93,7 @@ class VersionWatcher:
         self._service.index = fresh
         self.swaps += 1
         self.last_error = None
-        LOG.info("now serving %s (was %s)", current, live.version)
+        LOG.info("swapped %s -> %s in %.1f s: %s", live.version, current, time.monotonic() - started, fresh.summary())
         if self._mirror is not None:
             try:
                 self._mirror.mark_serving(current)

@@ -4,8 +4,8 @@ fields), the tool service it loads, the apps, and running them under uvicorn.
 
 `ritrag serve --workers N` runs N processes behind one port (uvicorn's
 supervisor, each process loading the index itself): every worker maps the
-same arrays from the cache directory, so the page cache holds one copy
-(serving/array_cache.py), and episode budgets must live in Redis, since a process's
+same serving files of the index's segments (ritrag.serving.segments), so
+the page cache holds one copy, and episode budgets must live in Redis, since a process's
 own store would give each worker a budget of its own; the in-process store is
 refused with more than one worker.
 """
@@ -14,8 +14,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -25,6 +27,8 @@ from ritrag.serving.budget import Budget, EpisodeBudgets, EpisodeMemory
 from ritrag.serving.errors import ToolError
 from ritrag.serving.links import DEFAULT_CROSS_LINKS
 from ritrag.serving.tools import Limits, ToolService
+
+LOG = logging.getLogger("ritrag.serving")
 
 API_KEY_ENV = "RITRAG_API_KEY"  # when set, the server requires that key
 CONFIG_ENV = "RITRAG_SERVER_CONFIG"  # how `--workers` hands the config to the worker processes
@@ -40,9 +44,9 @@ class ServerConfig:
     serve` and `ritrag mcp`, one field each)."""
 
     index: str = field(metadata={"help": "index directory, or an object-store URL (gs://, s3://, any fsspec URL)"})
-    cache_dir: str | None = _option(None, "keep the arrays derived at the first start here; later starts and "
-                                          "other workers map them, and trust the index files hashed at the "
-                                          "first start. An object-store index is copied here too "
+    cache_dir: str | None = _option(None, "stamp the index files hashed at the first start here, so that "
+                                          "later starts and other workers trust them without hashing again. "
+                                          "An object-store index is copied here too "
                                           "(default with an object-store index or --workers > 1: ~/.cache/ritrag)")
     cache_keep_versions: int = _option(2, "object-store index: cached versions kept (never evicting the one served)")
     cache_max_gib: float = _option(0.0, "object-store index: evict cached versions past this size, oldest first "
@@ -207,7 +211,10 @@ def run_mcp(config: ServerConfig, transport: Literal["stdio", "streamable-http"]
 
     from ritrag.serving import mcp_server
 
+    started = time.monotonic()
     service = tool_service(config)
+    service.index.embed_query("warm up")
+    LOG.info("ready in %.1f s: %s", time.monotonic() - started, service.index.summary())
     if config.watch_s > 0:
         watcher(config, service).start()
     if transport == "stdio":

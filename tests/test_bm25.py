@@ -9,27 +9,38 @@ import numpy as np
 import pytest
 
 from ritrag.analyzer import analyze
-from ritrag.bm25 import (ANCHORS, BM25_PARAMETERS, BODY, DOC, Bm25, Field, Postings, corpus_stats, kind_df, kind_fields,
-                         parameters, top_k)
+from ritrag.bm25 import ANCHORS, BM25_PARAMETERS, BODY, DOC, Bm25, Field, corpus_stats, parameters, top_k
 from support import benchmark_module
 
 K1, B = BM25_PARAMETERS["k1"], BM25_PARAMETERS["b"]
 
 
-def make_postings(docs: list[list[str]]) -> Postings:
-    vocabulary = sorted({t for d in docs for t in d})
-    term_row = {t: i for i, t in enumerate(vocabulary)}
-    entries = sorted((term_row[t], i, d.count(t)) for i, d in enumerate(docs) for t in set(d))
-    indptr = np.zeros(len(vocabulary) + 1, np.int64)
-    np.cumsum(np.bincount([e[0] for e in entries], minlength=len(vocabulary)), out=indptr[1:])
-    return Postings(term_row, indptr, np.array([e[1] for e in entries], np.int32),
-                    np.array([e[2] for e in entries], np.uint16), np.array([len(d) for d in docs], np.float32))
+class ListPostings:
+    """`ritrag.bm25.TermPostings` of a list of documents (row i: docs[i])."""
+
+    def __init__(self, docs: list[list[str]]):
+        self.docs = docs
+        self.chunk_length = np.array([len(d) for d in docs], np.float32)
+
+    def of(self, term: str):
+        rows = [i for i, d in enumerate(self.docs) if term in d]
+        return np.array(rows, np.int64), np.array([self.docs[i].count(term) for i in rows], np.uint16)
+
+
+def field_of(docs: list[list[str]], member: np.ndarray | None) -> Field:
+    """A field's statistics counted over its rows (all rows: member None)."""
+    rows = [d for i, d in enumerate(docs) if member is None or member[i]]
+    df = Counter(t for d in rows for t in set(d))
+    return Field(member, df, len(rows), sum(map(len, rows)) / len(rows) if rows else 0.0)
+
+
+def kind_fields(docs: list[list[str]], kinds: np.ndarray) -> dict[str, Field]:
+    names = {BODY: "body", DOC: "doc", ANCHORS: "anchors"}
+    return {names[k]: field_of(docs, kinds == k) for k in (BODY, DOC, ANCHORS) if k == BODY or (kinds == k).any()}
 
 
 def one_field(docs: list[list[str]]) -> Bm25:
-    postings = make_postings(docs)
-    df = np.diff(postings.indptr)
-    return Bm25(postings, {"all": Field(None, df, len(docs), sum(map(len, docs)) / len(docs))}, K1, B)
+    return Bm25(ListPostings(docs), {"all": field_of(docs, None)}, K1, B)
 
 
 def dense(scores, n: int) -> np.ndarray:
@@ -40,19 +51,15 @@ def dense(scores, n: int) -> np.ndarray:
 
 # --- the oracle: the dense scorer of every row that ritrag.bm25 replaced ------------------------------------------
 
-def old_scores(terms, postings: Postings, k1: float, b: float, field: Field) -> np.ndarray:
+def old_scores(terms, postings, k1: float, b: float, field: Field) -> np.ndarray:
     scores = np.zeros(len(postings.chunk_length), dtype=np.float32)
     norm = k1 * (1.0 - b + b * postings.chunk_length / max(field.avg_length, 1e-9))
     for term, qtf in Counter(terms).items():
-        row = postings.term_row.get(term)
-        if row is None:
-            continue
-        df = int(field.df[row])
+        df = field.df.get(term, 0)
         if df <= 0:
             continue
         idf = np.log(1.0 + (field.n - df + 0.5) / (df + 0.5))
-        lo, hi = postings.indptr[row], postings.indptr[row + 1]
-        docs, tf = postings.chunk_index[lo:hi], postings.tf[lo:hi]
+        docs, tf = postings.of(term)
         if field.member is not None:
             keep = field.member[docs]
             docs, tf = docs[keep], tf[keep]
@@ -77,11 +84,11 @@ def old_fields(terms, bm25: Bm25, chunk_node: np.ndarray, n_nodes: int, weights:
     return body, own
 
 
-def old_top_k(scores: np.ndarray, k: int):
+def old_top_k(scores: np.ndarray, k: int, row_ids: np.ndarray | None = None):
+    """Every positive row sorted by score, ties by row (or by `row_ids`), the first k."""
     positive = np.flatnonzero(scores > 0)
-    if len(positive) > k:
-        positive = positive[np.argpartition(-scores[positive], k - 1)[:k]]
-    chosen = positive[np.lexsort((positive, -scores[positive]))]
+    key = positive if row_ids is None else row_ids[positive]
+    chosen = positive[np.lexsort((key, -scores[positive]))][:k]
     return chosen, scores[chosen]
 
 
@@ -118,12 +125,10 @@ def hand(tf, length, avg, n, df):
 def test_two_fields_each_with_its_own_statistics_and_the_path_on_its_nodes_chunks():
     # rows 0-2: chunk bodies of nodes 0, 0, 1; rows 3-4: the documents (paths) of nodes 0 and 1
     docs = [["ssl", "key"], ["log"], ["ssl", "key", "cert", "file"], ["alpha", "ssl"], ["beta"]]
-    postings = make_postings(docs)
-    fields = kind_fields(postings, np.array([BODY, BODY, BODY, DOC, DOC]))
-    assert set(fields) == {"body", "doc"}  # no anchor documents: no anchors field
+    postings = ListPostings(docs)
+    fields = kind_fields(docs, np.array([BODY, BODY, BODY, DOC, DOC]))
     body, doc = fields["body"], fields["doc"]
     assert (body.n, doc.n) == (3, 2) and (body.avg_length, doc.avg_length) == pytest.approx((7 / 3, 1.5))
-    assert (body.df[postings.term_row["ssl"]], doc.df[postings.term_row["ssl"]]) == (2, 1)
     bm25 = Bm25(postings, fields, K1, B)
     chunk_node = np.array([0, 0, 1, 0, 1])
     node_chunks = (np.array([0, 2, 3]), np.array([0, 1, 2], np.int32))
@@ -145,12 +150,11 @@ def test_three_fields_add_the_anchors_of_a_nodes_in_links_to_its_chunks():
     # rows 0-2: bodies of nodes 0, 0, 1; rows 3-4: documents of nodes 0, 1; rows 5-6: anchors of nodes 1, 2
     docs = [["ssl", "key"], ["log"], ["key", "cert", "file"], ["alpha"], ["beta"], ["tls", "setup"],
             ["tls", "tls", "ssl"]]
-    postings = make_postings(docs)
+    postings = ListPostings(docs)
     kinds = np.array([BODY, BODY, BODY, DOC, DOC, ANCHORS, ANCHORS])
-    fields = kind_fields(postings, kinds)
+    fields = kind_fields(docs, kinds)
     anchors = fields["anchors"]
     assert (anchors.n, anchors.avg_length) == (2, 2.5) and fields["body"].n == 3
-    assert (fields["body"].df[postings.term_row["ssl"]], anchors.df[postings.term_row["ssl"]]) == (1, 1)
     bm25 = Bm25(postings, fields, K1, B)
     chunk_node = np.array([0, 0, 1, 0, 1, 1, 2])
     node_chunks = (np.array([0, 2, 3, 3]), np.array([0, 1, 2], np.int32))  # node 2 has no body chunk
@@ -178,28 +182,22 @@ def test_empty_queries_and_terms_absent_from_the_index_score_nothing(query):
 def test_a_term_whose_recorded_df_is_zero_scores_nothing():
     # after an update's signed deltas a term can have postings in no live row of a field
     docs = [["ssl"], ["log"]]
-    postings = make_postings(docs)
-    bm25 = Bm25(postings, {"all": Field(None, np.array([0, 1]), 2, 1.0)}, K1, B)
-    assert len(bm25.scores(["log"])[0]) == 0 and list(bm25.scores(["ssl"])[0]) == [0]  # rows: "log", "ssl"
+    bm25 = Bm25(ListPostings(docs), {"all": Field(None, {"log": 0, "ssl": 1}, 2, 1.0)}, K1, B)
+    assert len(bm25.scores(["log"])[0]) == 0 and list(bm25.scores(["ssl"])[0]) == [0]
 
 
-@pytest.mark.parametrize("block", [1, 7, 64, 1 << 24])
-def test_kind_df_counts_each_terms_rows_of_each_kind_in_blocks_of_any_size(block):
-    rng = np.random.default_rng(3)
-    row_kind = rng.choice([BODY, DOC, ANCHORS], size=50, p=[0.6, 0.3, 0.1]).astype(np.int8)
-    # 40 terms, some with no postings (at the start, in the middle and at the end).
-    rows_of_term = [np.sort(rng.choice(50, rng.integers(0, 12), replace=False)) if t % 9 else np.zeros(0, int)
-                    for t in range(40)] + [np.zeros(0, int)]
-    indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows_of_term])])
-    chunk_index = np.concatenate(rows_of_term).astype(np.int32)
-    postings = Postings({}, indptr, chunk_index, np.ones(len(chunk_index), np.uint16), np.ones(50, np.float32))
-    want = np.array([[int((row_kind[rows] == kind).sum()) for rows in rows_of_term] for kind in (BODY, DOC, ANCHORS)])
-    np.testing.assert_array_equal(kind_df(postings, row_kind, block=block), want)
-
-
-def test_top_k_breaks_ties_by_row():
-    rows, _ = top_k((np.array([3, 5, 7, 8, 9]), np.array([1.0, 2.0, 1.0, 0.0, 1.0], np.float32)), 3)
-    assert list(rows) == [5, 3, 7]
+def test_top_k_breaks_ties_by_row_or_by_the_rows_ids_also_at_the_kth_place():
+    scores = (np.array([3, 5, 7, 8, 9]), np.array([1.0, 2.0, 1.0, 0.0, 1.0], np.float32))
+    assert list(top_k(scores, 3)[0]) == [5, 3, 7]
+    ids = np.zeros(10, np.int64)
+    ids[[3, 5, 7, 9]] = [30, 50, 70, 10]  # row 9 holds the smallest chunk id
+    assert list(top_k(scores, 3, ids)[0]) == [5, 9, 3]
+    rng = np.random.default_rng(0)
+    for _ in range(50):  # many ties around the k-th: the same rows as a full sort
+        values = rng.integers(0, 4, 40).astype(np.float32)
+        ids = rng.permutation(40)
+        for k in (1, 5, 17):
+            assert_identical(top_k((np.arange(40), values), k, ids), old_top_k(values, k, ids))
 
 
 def test_parameters_are_the_manifests_over_the_defaults_and_stats_what_the_jobs_record():
@@ -222,7 +220,7 @@ def synthetic(tmp_path_factory):
 
 def test_one_field_rankings_equal_the_dense_scorer_on_a_synthetic_index(synthetic):
     bm25 = synthetic.bm25
-    words = list(bm25.postings.term_row)
+    words = [t.decode() for t in synthetic.chunks.shards[0].arrays["terms"]]
     queries = [synthetic.nodes["title"][row] for row in range(0, 6_000, 157)]
     queries += [" ".join(words[:3]), words[-1], f"{words[5]} {words[5]} zzzabsent"]
     for query in queries:
@@ -274,7 +272,8 @@ def test_tombstoned_rows_are_never_returned(tiny_site, tmp_path):
     layout = IndexLayout(str(index))
     assert layout.load_manifest().tombstones["chunk_id"] > 0
     after = LoadedVersion(str(index))
-    assert not old_ids & set(after.chunk_ids.tolist())
+    assert not old_ids & set(after.chunk_ids[after.chunks.live].tolist())  # their rows stay, dead
+    assert (after.chunk_rows(np.array(sorted(old_ids))) == -1).all()
     for field in ("body", "doc"):
         rows, _ = top_k(after.bm25.scores(analyze("rotate daily fourteen hourly"), field), 200)
         assert not old_ids & set(after.chunk_ids[rows].tolist())

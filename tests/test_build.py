@@ -133,12 +133,15 @@ def test_two_builds_of_the_same_input_are_identical(tiny_site, tiny_index, tmp_p
             assert first[name]["sha256"] == second[name]["sha256"], name
 
 
-def test_a_damaged_file_is_refused_with_its_name(tiny_index, tmp_path):
+@pytest.mark.parametrize("kind", ["nodes", "serving", "dense", "edges"])
+def test_a_damaged_file_is_refused_with_its_name(tiny_index, tmp_path, kind):
+    """Every file a load reads is checked (the chunk and postings tables are
+    the jobs' to read: a server maps the serving files made of them)."""
     copy = tmp_path / "damaged"
     shutil.copytree(tiny_index, copy)
     layout = IndexLayout(str(copy))
     seg = layout.load_manifest().segments[0]
-    victim = os.path.join(layout.segment_dir(seg["id"]), layout.segment_files(seg, "chunks")[0])
+    victim = os.path.join(layout.segment_dir(seg["id"]), layout.segment_files(seg, kind)[0])
     with open(victim, "r+b") as fh:
         fh.seek(100)
         fh.write(b"\xff\xff\xff\xff")

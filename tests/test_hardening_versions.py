@@ -49,16 +49,20 @@ def publish_own_copy(layout: IndexLayout, version: str) -> None:
 
 def damage_matching_the_manifest(layout: IndexLayout, version: str, damage: str) -> str:
     """Damage one file of `version` (`faiss`: a dense shard cut to 40 bytes;
-    `parquet_footer`: a node shard's footer overwritten) and rewrite its
+    `parquet_footer`: a node shard's footer overwritten; `serving`: a serving
+    file cut in half) and rewrite its
     manifest entry to match, so the checksum passes; returns the file's name."""
     manifest = layout.load_manifest(version)
     segment = manifest.segments[-1]
-    kind, ext = ("dense", "faiss") if damage == "faiss" else ("nodes", "parquet")
+    kind, ext = {"faiss": ("dense", "faiss"), "parquet_footer": ("nodes", "parquet"),
+                 "serving": ("serving", "arrays")}[damage]
     name = next(n for n in sorted(segment["files"]) if n.startswith(f"{kind}-") and n.endswith(ext))
     path = Path(layout.segment_dir(segment["id"])) / name
     data = path.read_bytes()
     if damage == "faiss":
         data = data[:40]
+    elif damage == "serving":  # cut inside its arrays: the header names bytes past the end
+        data = data[:len(data) // 2]
     else:  # the footer's thrift bytes, before its length and the closing magic
         data = data[:-80] + b"\xff" * 72 + data[-8:]
     path.write_bytes(data)
@@ -143,7 +147,7 @@ def test_read_keeps_answering_after_prune_deleted_the_served_version(tiny_hash_i
 # 3. A file that matches its checksum but does not load is a damaged index
 
 
-@pytest.mark.parametrize("damage", ["faiss", "parquet_footer"])
+@pytest.mark.parametrize("damage", ["faiss", "parquet_footer", "serving"])
 def test_a_checksum_matching_file_that_does_not_load_is_one_json_line(tiny_hash_index, tmp_path, capsys, damage):
     index = copy_index(tiny_hash_index, tmp_path / "idx")
     name = damage_matching_the_manifest(index, "v000001", damage)
@@ -188,6 +192,7 @@ def test_the_watcher_refuses_a_damaged_version_in_one_line_and_keeps_serving(tin
         assert watcher.check_once() is False
     assert service.index.version == "v000001"
     assert watcher.last_error["message"].startswith("DamagedIndexError") and watcher.failures == 1
-    refused = [r for r in caplog.records if r.name == "ritrag.serving.reload"]
-    assert len(refused) == 1 and refused[0].exc_info is None and "v000002" in refused[0].getMessage()
+    refused = [r for r in caplog.records if r.name == "ritrag.serving.reload" and r.levelno >= logging.WARNING]
+    assert len(refused) == 1 and refused[0].exc_info is None
+    assert refused[0].getMessage().startswith("reload refused: ") and "v000002" in refused[0].getMessage()
     assert service.get_toc("log rotation")

@@ -12,6 +12,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to, is_not_empty
 
 from support import BASE, write_tiny_site
+from ritrag.bm25 import BODY, DOC
 from ritrag.embedder import EmbedderSpec
 from ritrag.encoders import load_encoder
 from ritrag.representation import LEGACY, NODE_DOC_ORDINAL, Representation
@@ -49,10 +50,11 @@ CHUNKS = [{"chunk_id": 1, "ordinal": 0, "text": "port port log"},
 def test_sparse_stage_gives_postings_document_frequencies_and_corpus_statistics():
     with pipeline() as p:
         sparse = p | beam.Create(CHUNKS) | BuildSparseIndex(LEGACY)
-        assert_that(sparse[POSTINGS], equal_to([(1, {"port": 2, "log": 1}), (2, {"log": 1, "disk": 1}),
-                                                (3, {"port": 1, "host": 1, "disk": 2})]), label="Postings")
-        assert_that(sparse[VOCABULARY], equal_to([("port", 2), ("log", 2), ("disk", 2), ("host", 1)]),
-                    label="Vocabulary")
+        assert_that(sparse[POSTINGS], equal_to([(1, {"port": 2, "log": 1}, BODY), (2, {"log": 1, "disk": 1}, BODY),
+                                                (3, {"port": 1, "host": 1, "disk": 2}, BODY)]), label="Postings")
+        # document frequency per field (body, node documents, anchor documents)
+        assert_that(sparse[VOCABULARY], equal_to([("port", (2, 0, 0)), ("log", (2, 0, 0)), ("disk", (2, 0, 0)),
+                                                  ("host", (1, 0, 0))]), label="Vocabulary")
         # N = 3 chunks, 3 + 2 + 4 = 9 terms, 3 per chunk
         assert_that(sparse[CORPUS_STATS], equal_to([{"n_chunks": 3, "n_terms": 9, "avg_chunk_terms": 3.0}]),
                     label="CorpusStats")
@@ -62,12 +64,13 @@ def test_sparse_stage_of_a_delta_gives_signed_differences():
     # A delta adds chunks 1 and 3 and tombstones chunk 2: "log" and "disk" each
     # gain one chunk and lose one (df 0: not in the vocabulary), "port" gains two.
     with pipeline() as p:
-        removed = p | "Removed" >> beam.Create([(2, {"log": 1, "disk": 1})])
+        removed = p | "Removed" >> beam.Create([(2, {"log": 1, "disk": 1}, BODY), (9, {"port": 1}, DOC)])
         sparse = (p | "Added" >> beam.Create([CHUNKS[0], CHUNKS[2]])
                   | BuildSparseIndex(LEGACY, removed=removed))
-        assert_that(sparse[VOCABULARY], equal_to([("port", 2), ("host", 1)]), label="Vocabulary")
-        # 2 - 1 chunks; 3 + 4 - 2 terms
-        assert_that(sparse[CORPUS_STATS], equal_to([{"n_chunks": 1, "n_terms": 5, "avg_chunk_terms": 5.0}]),
+        # "port" also lost a node document: its df is signed per field
+        assert_that(sparse[VOCABULARY], equal_to([("port", (2, -1, 0)), ("host", (1, 0, 0))]), label="Vocabulary")
+        # 2 - 2 chunks; 3 + 4 - 2 - 1 terms
+        assert_that(sparse[CORPUS_STATS], equal_to([{"n_chunks": 0, "n_terms": 4, "avg_chunk_terms": 0.0}]),
                     label="CorpusStats")
 
 
@@ -76,7 +79,7 @@ def test_sparse_stage_indexes_a_chunk_body_without_its_title_line_where_node_doc
     node_doc = {"chunk_id": 8, "ordinal": NODE_DOC_ORDINAL, "text": "Ports\nport host"}
     with pipeline() as p:
         sparse = p | beam.Create([chunk, node_doc]) | BuildSparseIndex(Representation())
-        assert_that(sparse[POSTINGS], equal_to([(7, {"port": 1, "host": 1}), (8, {"port": 2, "host": 1})]))
+        assert_that(sparse[POSTINGS], equal_to([(7, {"port": 1, "host": 1}, BODY), (8, {"port": 2, "host": 1}, DOC)]))
 
 
 # --- dense -------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from ritrag.transforms.pages import (COUNTERS, DEAD, PageParser, ParsePages, Rea
                                     duplicate_letter, read_bounded, reread_page)
 from ritrag.transforms.parse import UnparseablePage
 from ritrag.transforms.sources import split_record_source
-from ritrag.transforms.sparse import chunk_terms
+from ritrag.transforms.sparse import ChunkTerms, chunk_terms
 from ritrag.transforms.tables import ReadLiveRows, parquet_bytes, write_bytes
 from ritrag.transforms.sources.warc import read_record
 from ritrag.urls import normalize_url
@@ -371,7 +371,7 @@ class RechunkReplacedFn(beam.DoFn):
 
 
 def removed_chunk_terms(file_and_ids: tuple[str, Iterable[int]], representation: Representation
-                        ) -> Iterable[tuple[int, dict]]:
+                        ) -> Iterable[ChunkTerms]:
     path, ids = file_and_ids
     for chunk_id, row in read_rows_by_id(path, "chunk_id", sorted(set(ids)), ["text", "ordinal"]).items():
         yield chunk_terms({"chunk_id": chunk_id, **row}, representation)

@@ -10,7 +10,6 @@ unsharded one. No worker holds the whole vocabulary.
 """
 from __future__ import annotations
 
-import collections
 import json
 import os
 
@@ -19,7 +18,7 @@ import pyarrow as pa
 from apache_beam.transforms.window import GlobalWindows
 
 from ritrag.analyzer import term_frequencies
-from ritrag.bm25 import corpus_stats
+from ritrag.bm25 import KIND_FIELDS, corpus_stats, row_kind
 from ritrag.layout import BM25_STATS_FILE
 from ritrag.representation import Representation
 from ritrag.schema import POSTINGS_SCHEMA, VOCABULARY_SCHEMA
@@ -27,18 +26,21 @@ from ritrag.transforms.tables import WriteShards, write_bytes, write_sorted_tabl
 
 
 
-def chunk_terms(chunk: dict, representation: Representation) -> tuple[int, dict[str, int]]:
-    """(chunk_id, term -> tf) of one chunks-table row (a chunk's body, or a node
-    document), as `representation` indexes it."""
+ChunkTerms = tuple[int, dict[str, int], int]  # (chunk_id, term -> tf, BM25 field: ritrag.bm25.row_kind)
+
+
+def chunk_terms(chunk: dict, representation: Representation) -> ChunkTerms:
+    """(chunk_id, term -> tf, field) of one chunks-table row (a chunk's body,
+    a node document or an anchor document), as `representation` indexes it."""
     tf, _ = term_frequencies(representation.bm25_text(chunk))
-    return chunk["chunk_id"], dict(tf)
+    return chunk["chunk_id"], dict(tf), row_kind(chunk["ordinal"])
 
 
-def postings_table(chunks: list[tuple[int, dict[str, int]]]) -> pa.Table:
-    """POSTINGS_SCHEMA rows of (chunk_id, term -> tf) pairs, in no particular order."""
-    terms = [t for _, tf in chunks for t in tf]
-    chunk_ids = [cid for cid, tf in chunks for _ in range(len(tf))]
-    tfs = [n for _, tf in chunks for n in tf.values()]
+def postings_table(chunks: list[ChunkTerms]) -> pa.Table:
+    """POSTINGS_SCHEMA rows of chunks' terms, in no particular order."""
+    terms = [t for _, tf, _ in chunks for t in tf]
+    chunk_ids = [cid for cid, tf, _ in chunks for _ in range(len(tf))]
+    tfs = [n for _, tf, _ in chunks for n in tf.values()]
     return pa.table({"term": terms, "chunk_id": chunk_ids, "tf": tfs}, schema=POSTINGS_SCHEMA)
 
 
@@ -46,8 +48,11 @@ def write_postings_file(path: str, postings: pa.Table) -> int:
     return write_sorted_table(path, postings, POSTINGS_SCHEMA, ["term", "chunk_id"])
 
 
-def vocabulary_table(term_dfs: list[tuple[str, int]]) -> pa.Table:
-    return pa.table({"term": [t for t, _ in term_dfs], "df": [n for _, n in term_dfs]}, schema=VOCABULARY_SCHEMA)
+def vocabulary_table(term_dfs: list[tuple[str, tuple[int, ...]]]) -> pa.Table:
+    """VOCABULARY_SCHEMA rows of (term, df per field in KIND_FIELDS order) pairs."""
+    by_field = {f"df_{name}": [df[kind] for _, df in term_dfs] for kind, name in enumerate(KIND_FIELDS)}
+    return pa.table({"term": [t for t, _ in term_dfs], "df": [sum(df) for _, df in term_dfs], **by_field},
+                    schema=VOCABULARY_SCHEMA)
 
 
 def write_vocabulary_file(path: str, vocabulary: pa.Table) -> int:
@@ -59,34 +64,42 @@ def write_bm25_stats(stats: dict, out_dir: str) -> None:
 
 
 class _CountTermsFn(beam.DoFn):
-    """(term -> tf, sign) per chunk -> (term, signed number of chunks) per bundle:
-    counting in a dict costs far less than one Beam element per (term, chunk)."""
+    """(term -> tf, field, sign) per chunk -> (term, signed number of chunks
+    per field) per bundle: counting in a dict costs far less than one Beam
+    element per (term, chunk)."""
 
     def start_bundle(self):
-        self._counts: collections.Counter = collections.Counter()
+        self._counts: dict[str, list[int]] = {}
 
-    def process(self, tf_sign: tuple[dict[str, int], int]):
-        tf, sign = tf_sign
+    def process(self, tf_kind_sign: tuple[dict[str, int], int, int]):
+        tf, kind, sign = tf_kind_sign
         counts = self._counts
         for term in tf:
-            counts[term] += sign
+            per_field = counts.get(term)
+            if per_field is None:
+                per_field = counts[term] = [0] * len(KIND_FIELDS)
+            per_field[kind] += sign
 
     def finish_bundle(self):
-        for term_count in self._counts.items():
-            yield GlobalWindows.windowed_value(term_count)
-        self._counts = collections.Counter()
+        for term, per_field in self._counts.items():
+            yield GlobalWindows.windowed_value((term, tuple(per_field)))
+        self._counts = {}
 
 
-class _SumPairs(beam.CombineFn):
+class _SumTuples(beam.CombineFn):
+    """Element-wise sums of equal-length tuples of ints."""
+
+    def __init__(self, width: int):
+        self._width = width
+
     def create_accumulator(self):
-        return 0, 0
+        return (0,) * self._width
 
-    def add_input(self, acc, pair):
-        return acc[0] + pair[0], acc[1] + pair[1]
+    def add_input(self, acc, values):
+        return tuple(a + v for a, v in zip(acc, values))
 
     def merge_accumulators(self, accs):
-        a, b = zip(*accs) if accs else ((), ())
-        return sum(a), sum(b)
+        return tuple(map(sum, zip(*accs))) if accs else self.create_accumulator()
 
     def extract_output(self, acc):
         return acc
@@ -94,7 +107,7 @@ class _SumPairs(beam.CombineFn):
 
 # The outputs of BuildSparseIndex, what WriteSparseIndex writes.
 POSTINGS = "postings"  # (chunk_id, term -> tf) per chunk row
-VOCABULARY = "vocabulary"  # (term, df) per term, df signed in a delta, never 0
+VOCABULARY = "vocabulary"  # (term, df per field) per term, signed in a delta, never all 0
 CORPUS_STATS = "corpus_stats"  # one `ritrag.bm25.corpus_stats` dict (signed in a delta)
 
 
@@ -116,17 +129,18 @@ class BuildSparseIndex(beam.PTransform):
 
     def expand(self, chunks: beam.PCollection) -> dict[str, beam.PCollection]:
         terms = chunks | "AnalyzeChunks" >> beam.Map(chunk_terms, self._representation)
-        signed = terms | "Added" >> beam.Map(lambda ct: (ct[1], 1))
+        signed = terms | "Added" >> beam.Map(lambda ct: (ct[1], ct[2], 1))
         if self._removed is not None:
-            signed = ((signed, self._removed | "Removed" >> beam.Map(lambda ct: (ct[1], -1)))
+            signed = ((signed, self._removed | "Removed" >> beam.Map(lambda ct: (ct[1], ct[2], -1)))
                       | "AddedAndRemoved" >> beam.Flatten())
         vocabulary = (signed
                       | "TermsOncePerChunk" >> beam.ParDo(_CountTermsFn())
-                      | "DocumentFrequency" >> beam.CombinePerKey(sum)
-                      | "NonZero" >> beam.Filter(lambda term_df: term_df[1] != 0))
+                      | "DocumentFrequency" >> beam.CombinePerKey(_SumTuples(len(KIND_FIELDS)))
+                      | "NonZero" >> beam.Filter(lambda term_df: any(term_df[1])))
         stats = (signed
-                 | "ChunkLengths" >> beam.Map(lambda tf_sign: (tf_sign[1], tf_sign[1] * sum(tf_sign[0].values())))
-                 | "CorpusTotals" >> beam.CombineGlobally(_SumPairs())
+                 | "ChunkLengths" >> beam.Map(lambda tf_kind_sign: (tf_kind_sign[2],
+                                                                    tf_kind_sign[2] * sum(tf_kind_sign[0].values())))
+                 | "CorpusTotals" >> beam.CombineGlobally(_SumTuples(2))
                  | "CorpusStats" >> beam.MapTuple(corpus_stats))
         return {POSTINGS: terms, VOCABULARY: vocabulary, CORPUS_STATS: stats}
 

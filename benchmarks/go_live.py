@@ -1,0 +1,147 @@
+"""A version going live, on the product's own path: one changed page, from
+the start of `ritrag update` to a running `ritrag serve --watch_s 1`
+answering from the new version, against a fresh process's cold load of the
+same version (what every new version cost while the server derived its
+arrays from all segments at each load).
+
+    python -m benchmarks.go_live --pages 10000 [--work /tmp/bench-go-live] [--reuse]
+
+The corpus is `ritrag synth --pages N` (plus the edited page) built with
+`ritrag build --embedding_model hashing:384`: the default representation
+(node documents, anchor documents), what `ritrag build` writes. Reported, in
+one run: the build; the update's wall time; publish -> served and update
+start -> served through the running server's watcher; a fresh process's
+cold load and first GetToC of the new version (wall, anonymous memory); the
+reload's cost inside a process that holds the old version (what the watcher
+pays), and the ratio of that reload to the cold load.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+import httpx
+
+from benchmarks.results import cpu_description, write_section
+from benchmarks.serving import start_server
+
+COLD_LOAD = r"""
+import json, resource, sys, time
+start = time.perf_counter()
+from ritrag.serving.api import RitragIndex
+index = RitragIndex(sys.argv[1])
+loaded = time.perf_counter()
+index.get_toc("configuration of the server")
+answered = time.perf_counter()
+anon = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("RssAnon:"))
+print(json.dumps({"load_s": loaded - start, "first_toc_s": answered - start, "rss_anon": anon,
+                  "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+"""
+
+RELOAD = r"""
+import json, sys, time
+from ritrag.serving.api import RitragIndex
+old = RitragIndex(sys.argv[1], sys.argv[2])
+old.get_toc("configuration of the server")
+start = time.perf_counter()
+new = RitragIndex(sys.argv[1], sys.argv[3])
+new.adopt_embedder(old)
+new.get_toc("configuration of the server")
+print(json.dumps({"reload_s": time.perf_counter() - start}))
+"""
+
+
+def ritrag(*args: str) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "ritrag.cli", *args], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def python(code: str, *args: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", code, *args], check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def edit_one_page(pages: str) -> str:
+    """Append a sentence to the first paragraph of the first page in path order."""
+    path = min(os.path.join(d, f) for d, _, files in os.walk(pages) for f in files if f.endswith(".html"))
+    with open(path, "rb") as fh:
+        data = fh.read()
+    with open(path, "wb") as fh:
+        fh.write(data.replace(b"</p>", b" Revised for the go-live benchmark.</p>", 1))
+    return path
+
+
+def served_version(client: httpx.Client) -> str | None:
+    try:
+        return client.post("/v1/toc", json={"query": "configuration of the server"}).json().get("version")
+    except (httpx.TransportError, ValueError):
+        return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pages", type=int, default=10_000)
+    parser.add_argument("--work", default="/tmp/bench-go-live")
+    parser.add_argument("--reuse", action="store_true", help="keep a built index of the same size in --work")
+    args = parser.parse_args(argv)
+    pages, index = os.path.join(args.work, "pages"), os.path.join(args.work, "index")
+    built_s = None
+    if not (args.reuse and os.path.exists(os.path.join(index, "CURRENT"))):
+        shutil.rmtree(args.work, ignore_errors=True)
+        ritrag("synth", "--pages", str(args.pages), "--out", pages)
+        built_s = ritrag("build", pages, "--out", index, "--embedding_model", "hashing:384")
+    before = open(os.path.join(index, "CURRENT")).read().strip()
+    load_before = os.getloadavg()[0]
+
+    server, url, ready_s = start_server(index, "--watch_s", "1")
+    try:
+        with httpx.Client(base_url=url, timeout=60) as client:
+            assert served_version(client) == before
+            edit_one_page(pages)
+            started = time.perf_counter()
+            ritrag("update", "--input", pages, "--index", index)
+            published = time.perf_counter()
+            after = open(os.path.join(index, "CURRENT")).read().strip()
+            while served_version(client) != after:
+                if time.perf_counter() - published > 600:
+                    raise RuntimeError("the server never served the new version")
+                time.sleep(0.05)
+            served = time.perf_counter()
+    finally:
+        server.terminate()
+        server.wait()
+    cold = python(COLD_LOAD, index)
+    reload = python(RELOAD, index, before, after)
+    n_segments = len(json.load(open(os.path.join(index, "versions", f"{after}.json")))["segments"])
+    lines = [
+        f"## A version going live (benchmarks/go_live.py): {args.pages:,} synthetic pages, one changed",
+        "",
+        f"Machine: {cpu_description()}. Command: `python -m benchmarks.go_live {shlex.join(argv or sys.argv[1:])}`.",
+        "",
+        f"- corpus: `ritrag synth --pages {args.pages}`, built with `--embedding_model hashing:384` (default "
+        f"representation){f' in {built_s:.0f} s' if built_s else ''}; one page edited; {n_segments} segments after "
+        f"the update; load average {load_before:.1f} at the start",
+        f"- `ritrag serve --watch_s 1` ready in {ready_s:.1f} s",
+        f"- `ritrag update` (one changed page): {published - started:.1f} s wall",
+        f"- publish -> served by the running server: {served - published:.2f} s; update start -> served: "
+        f"{served - started:.1f} s",
+        f"- baseline, a fresh process's cold load of {after}: {cold['load_s']:.2f} s to loaded, "
+        f"{cold['first_toc_s']:.2f} s to the first GetToC; anonymous memory {cold['rss_anon'] / 2**20:.0f} MiB, "
+        f"peak RSS {cold['peak_rss'] / 2**20:.0f} MiB",
+        f"- reload of {after} in a process that serves {before} (what the watcher pays): {reload['reload_s']:.2f} s; "
+        f"reload / cold load {reload['reload_s'] / cold['first_toc_s']:.2f}",
+    ]
+    write_section("benchmarks/go_live.py", f"{args.pages} pages", "\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+"""A segment's serving form: what a server maps instead of deriving it.
+
+Every job that writes a segment (build, update, compact) finishes it with
+`write_serving_form`, before the segment is checksummed into its manifest:
+one file per shard number, `serving-SSSSS-of-NNNNN.arrays`, holding that
+shard's BM25 postings as CSR, its chunks' rows and its vocabulary's document
+frequencies per field. A server maps the files as written (`map_arrays`), so a
+version is served without reading a posting, and a new version maps only the
+segments it adds (ritrag.serving.segments). The Parquet files stay the
+interchange and Read format; these arrays are derived from them, once.
+
+The arrays of shard s (numbers of ritrag.bm25.KIND_FIELDS for fields):
+
+    chunk_ids     int64 (c,)   the chunks of chunks-s, ascending (the shard's rows)
+    chunk_kind    int8  (c,)   each row's field
+    chunk_length  float32 (c,) each row's BM25 length: the sum of its tf
+    chunk_node    int32 (c,)   the row's node: its position among the rows of
+                               the segment's node files, in shard order; -1 for a
+                               node of another segment (an update's anchor documents)
+    chunk_node_id S<w> (c,)    the row's node id, to resolve it when its node is
+                               elsewhere or was replaced by a later segment
+    terms         S<w> (t,)    the distinct terms of postings-s, ascending (UTF-8 bytes)
+    indptr        int64 (t+1,) the postings of terms[i] are entries indptr[i]:indptr[i+1]
+    rows          int32 (p,)   each posting's row in chunk_ids, ascending within a term
+    tf            uint16 (p,)  each posting's term frequency (capped at 65,535)
+    vocab_terms   S<w> (v,)    the terms of vocabulary-s, ascending
+    vocab_df      int64 (v, 3) their document frequency per field over the whole
+                               segment (signed in an update's delta)
+
+The container: 8 bytes of magic `RITRAG\\x01\\x00`, a little-endian uint64
+header length, the header as UTF-8 JSON ({"arrays": {name: {"dtype",
+"shape", "offset"}}}), then each array's bytes, C order, little endian, at
+an offset that is a multiple of 64 from the start of the file.
+"""
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ritrag.bm25 import row_kinds
+from ritrag.layout import DamagedIndexError, IndexLayout, shard_file_name
+from ritrag.storage import is_remote, open_parquet, open_read
+
+SERVING_KIND = "serving"
+SERVING_EXT = "arrays"
+MAGIC = b"RITRAG\x01\x00"
+ALIGN = 64
+# The dtypes a serving file may hold: anything else in a header is damage.
+DTYPES = {"<i8", "<i4", "|i1", "<f4", "<u2"}
+MAX_TF = np.iinfo(np.uint16).max
+
+
+def utf8_fixed_width(strings: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Arrow strings as a numpy bytes array (`S<w>`, w the longest UTF-8
+    encoding), built from Arrow's buffers without a Python object per string.
+    numpy compares such arrays bytewise, as Arrow sorted them."""
+    array = pa.chunked_array([strings]).combine_chunks() if isinstance(strings, pa.Array) else \
+        strings.combine_chunks()
+    array = array.cast(pa.large_binary())
+    n = len(array)
+    if n == 0:
+        return np.zeros(0, "S1")
+    offsets = np.frombuffer(array.buffers()[1], np.int64)[array.offset:array.offset + n + 1]
+    data = np.frombuffer(array.buffers()[2], np.uint8) if array.buffers()[2] is not None else np.zeros(0, np.uint8)
+    lengths = np.diff(offsets)
+    width = max(int(lengths.max()), 1)
+    out = np.zeros((n, width), np.uint8)
+    row = np.repeat(np.arange(n), lengths)
+    column = np.arange(int(lengths.sum())) - np.repeat(offsets[:-1] - offsets[0], lengths)
+    out[row, column] = data[offsets[0]:offsets[-1]]
+    return out.view(f"S{width}").reshape(n)
+
+
+def write_arrays(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """Write `arrays` to `path` in the container format (module docstring)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    arrays = {name: np.ascontiguousarray(a, a.dtype.newbyteorder("<")) for name, a in arrays.items()}
+    relative, at = {}, 0
+    for name, a in arrays.items():
+        relative[name] = at
+        at += -(-a.nbytes // ALIGN) * ALIGN
+    start = 0
+    while True:  # the header's length depends on the offsets it holds: a few rounds settle it
+        header = json.dumps({"arrays": {name: {"dtype": a.dtype.str, "shape": list(a.shape),
+                                               "offset": start + relative[name]}
+                                        for name, a in arrays.items()}}, sort_keys=True).encode()
+        needed = -(-(len(MAGIC) + 8 + len(header)) // ALIGN) * ALIGN
+        if needed <= start:
+            break
+        start = needed
+    with FileSystems.create(path) as fh:
+        fh.write(MAGIC + struct.pack("<Q", len(header)) + header)
+        position = len(MAGIC) + 8 + len(header)
+        for name, a in arrays.items():
+            fh.write(b"\0" * (start + relative[name] - position))
+            if a.nbytes:
+                fh.write(memoryview(a.reshape(-1).view(np.uint8)))
+            position = start + relative[name] + a.nbytes
+
+
+def map_arrays(path: str) -> dict[str, np.ndarray]:
+    """The arrays of a serving file, memory-mapped read-only (a remote file is
+    read whole); DamagedIndexError naming the file when it is not one. The
+    mapping outlives the file's name (a prune under a running server)."""
+    if is_remote(path):
+        with open_read(path) as fh:
+            buffer: bytes | mmap.mmap = fh.read()
+    else:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size < len(MAGIC) + 8:
+                raise DamagedIndexError(f"{path}: not a serving arrays file ({size} bytes)")
+            buffer = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        if buffer[:len(MAGIC)] != MAGIC:
+            raise ValueError("no magic")
+        (length,) = struct.unpack("<Q", buffer[len(MAGIC):len(MAGIC) + 8])
+        if length > len(buffer):
+            raise ValueError(f"a header of {length} bytes")
+        header = json.loads(bytes(buffer[len(MAGIC) + 8:len(MAGIC) + 8 + length]))
+        out = {}
+        for name, entry in header["arrays"].items():
+            dtype = np.dtype(entry["dtype"])
+            if entry["dtype"] not in DTYPES and not (dtype.kind == "S" and 0 < dtype.itemsize <= 1024):
+                raise ValueError(f"array {name!r} of dtype {entry['dtype']!r}")
+            shape = tuple(int(d) for d in entry["shape"])
+            count = int(np.prod(shape, dtype=np.int64))
+            offset = int(entry["offset"])
+            if offset < 0 or offset % ALIGN or offset + count * dtype.itemsize > len(buffer):
+                raise ValueError(f"array {name!r} past the end of the file")
+            out[name] = np.frombuffer(buffer, dtype, count, offset).reshape(shape)
+        return out
+    except (ValueError, KeyError, TypeError, struct.error) as exc:
+        raise DamagedIndexError(f"{path}: not a serving arrays file ({exc})") from None
+
+
+def shard_serving_arrays(chunks: pa.Table, postings: pa.Table, vocabulary: pa.Table,
+                         node_position: pa.Array) -> dict[str, np.ndarray]:
+    """The serving arrays of one shard (module docstring) from its chunks
+    (chunk_id, ordinal, node_id), postings (term, chunk_id, tf; sorted by term,
+    chunk) and vocabulary (term and df per field, sorted by term) tables;
+    `node_position`: the segment's node ids in position order."""
+    ids = chunks["chunk_id"].to_numpy()
+    order = np.argsort(ids, kind="stable")
+    chunk_ids = ids[order]
+    # A chunk's node is most often in its own segment; an update's anchor
+    # documents and the unchanged chunks of a re-written page name nodes of
+    # other segments (-1 here): a server resolves those by `chunk_node_id`.
+    node_of = pc.fill_null(pc.index_in(chunks["node_id"], value_set=node_position), -1)
+    term_runs = pc.run_end_encode(postings["term"].combine_chunks()) if postings.num_rows else None
+    posting_ids = postings["chunk_id"].to_numpy()
+    rows = np.searchsorted(chunk_ids, posting_ids)
+    if len(rows) and (rows.max() >= len(chunk_ids) or not np.array_equal(chunk_ids[rows], posting_ids)):
+        raise RuntimeError("postings of chunks that their chunk shard lacks")
+    tf = np.minimum(postings["tf"].to_numpy(), MAX_TF).astype(np.uint16)
+    kinds = ["df_body", "df_doc", "df_anchors"]
+    return {
+        "chunk_ids": chunk_ids.astype(np.int64),
+        "chunk_kind": row_kinds(chunks["ordinal"].to_numpy()[order]),
+        "chunk_length": np.bincount(rows, weights=tf, minlength=len(chunk_ids)).astype(np.float32),
+        "chunk_node": node_of.to_numpy(zero_copy_only=False)[order].astype(np.int32),
+        "chunk_node_id": utf8_fixed_width(chunks["node_id"].take(pa.array(order))),
+        "terms": utf8_fixed_width(term_runs.values) if term_runs is not None else np.zeros(0, "S1"),
+        "indptr": np.concatenate([[0], term_runs.run_ends.to_numpy()]).astype(np.int64) if term_runs is not None
+        else np.zeros(1, np.int64),
+        "rows": rows.astype(np.int32),
+        "tf": tf,
+        "vocab_terms": utf8_fixed_width(vocabulary["term"]),
+        "vocab_df": np.stack([vocabulary[k].to_numpy() for k in kinds], axis=1).astype(np.int64)
+        if vocabulary.num_rows else np.zeros((0, len(kinds)), np.int64),
+    }
+
+
+def _shard_tables(segment_dir: str, num_shards: int) -> Iterator[tuple[int, pa.Table, pa.Table, pa.Table]]:
+    def read(kind: str, shard: int, columns: list[str]) -> pa.Table:
+        return open_parquet(os.path.join(segment_dir, shard_file_name(kind, shard, num_shards, "parquet"))).read(columns)
+
+    for shard in range(num_shards):
+        yield (shard, read("chunks", shard, ["chunk_id", "ordinal", "node_id"]),
+               read("postings", shard, ["term", "chunk_id", "tf"]),
+               read("vocabulary", shard, ["term", "df_body", "df_doc", "df_anchors"]))
+
+
+def write_serving_form(segment_dir: str, num_shards: int) -> None:
+    """Write the serving files of a finished segment (its Parquet tables
+    written), one shard at a time: memory follows the largest shard."""
+    node_ids = pa.concat_arrays([
+        open_parquet(os.path.join(segment_dir, shard_file_name("nodes", shard, num_shards, "parquet")))
+        .read(["node_id"])["node_id"].combine_chunks() for shard in range(num_shards)])
+    for shard, chunks, postings, vocabulary in _shard_tables(segment_dir, num_shards):
+        arrays = shard_serving_arrays(chunks, postings, vocabulary, node_ids)
+        write_arrays(os.path.join(segment_dir, shard_file_name(SERVING_KIND, shard, num_shards, SERVING_EXT)),
+                     arrays)
+
+
+def finish_segment(layout: IndexLayout, segment_id: str, num_shards: int, counts: dict[str, int]) -> dict:
+    """The manifest entry of a segment whose tables are written: first its
+    serving form, then every file checksummed (`IndexLayout.describe_segment`)."""
+    write_serving_form(layout.segment_dir(segment_id), num_shards)
+    return layout.describe_segment(segment_id, num_shards, counts)

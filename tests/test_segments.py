@@ -1,0 +1,119 @@
+"""A version as a list of mapped segments (ritrag/serving_form.py,
+ritrag.serving.segments): a reload maps and hashes only the segments the new
+version adds, a version of several segments with tombstones answers exactly
+like its compacted form, and a serving file that is cut or garbled is refused
+while the previous version keeps serving."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ritrag.analyzer import analyze
+from ritrag.bm25 import top_k
+from ritrag.layout import IndexLayout
+from ritrag.serving.api import RitragIndex
+from ritrag.serving.index import LoadedVersion
+from ritrag.serving_form import SERVING_KIND, map_arrays, utf8_fixed_width, write_arrays
+from support import TINY_SITE, assert_same_toc, build_index, tiny_page, write_tiny_site
+
+QUERIES = ["which port does version 3 listen on", "log rotation", "deploy containers replicas",
+           "TLS certificates", "release of the shop server", "hourly debug"]
+
+
+def edit(site: Path, path: str, sections: list[tuple[str, str]]) -> None:
+    title, trail, _ = TINY_SITE[path]
+    (site / path).write_text(tiny_page(title, trail, sections))
+
+
+def update(site: Path, index: Path) -> None:
+    from ritrag.pipelines import update as update_job
+
+    update_job.run(["--input", str(site), "--index", str(index)])
+
+
+@pytest.fixture(scope="module")
+def three_segments(tmp_path_factory) -> Path:
+    """The tiny site built, then updated twice: an edited page, a new page,
+    then another edit of the first and a deleted page (3 segments, tombstones)."""
+    root = tmp_path_factory.mktemp("three_segments")
+    site = write_tiny_site(root / "site")
+    index = root / "index"
+    build_index(site, index, "--embedding_model", "hashing:384", "--num_shards", "2")
+    edit(site, "shop/v3/logging.html", [("Rotation", "Logs rotate hourly."), ("Levels", "Set SHOP_LOG=debug.")])
+    (site / "shop/v3/metrics.html").write_text(tiny_page(
+        "Metrics", [("Shop Server", "shop/"), ("Version 3", "shop/v3/")],
+        [("Endpoint", "Prometheus scrapes /metrics on port 9100.")]))
+    update(site, index)
+    edit(site, "shop/v3/logging.html", [("Rotation", "Logs rotate weekly, keep four files.")])
+    (site / "shop/v2/config.html").unlink()
+    update(site, index)
+    assert len(IndexLayout(str(index)).load_manifest().segments) == 3
+    return index
+
+
+def test_a_version_of_three_segments_answers_like_its_compacted_form(three_segments, tmp_path):
+    from ritrag.pipelines import compact
+
+    compacted = tmp_path / "compacted"
+    shutil.copytree(three_segments, compacted)
+    compact.run(["--index", str(compacted)])
+    assert len(IndexLayout(str(compacted)).load_manifest().segments) == 1
+    segmented, single = RitragIndex(str(three_segments)), RitragIndex(str(compacted))
+    assert segmented.index.chunks.live.sum() == len(single.index.chunk_ids)  # the dead rows stay, unused
+    for query in QUERIES:
+        a, b = segmented.get_toc(query), single.get_toc(query)
+        assert_same_toc(a["trees"], b["trees"])
+        assert a["hits"] == b["hits"]
+        for field in segmented.index.bm25.fields:
+            got = top_k(segmented.index.bm25.scores(analyze(query), field), 50, segmented.index.chunk_ids)
+            want = top_k(single.index.bm25.scores(analyze(query), field), 50, single.index.chunk_ids)
+            # rows differ between the two forms; chunk ids and scores do not
+            np.testing.assert_array_equal(segmented.index.chunk_ids[got[0]], single.index.chunk_ids[want[0]])
+            np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_a_reload_maps_and_hashes_only_the_segment_it_adds(tmp_path, monkeypatch):
+    from ritrag import layout
+    from ritrag.serving import segments
+
+    site = write_tiny_site(tmp_path / "site")
+    index = tmp_path / "index"
+    build_index(site, index, "--embedding_model", "hashing:384", "--num_shards", "2")
+    served = LoadedVersion(str(index))
+    edit(site, "shop/v3/logging.html", [("Rotation", "Logs rotate hourly.")])
+    update(site, index)
+    mapped, hashed = [], []
+    real_map, real_hash = segments.map_arrays, layout.sha256_file
+    monkeypatch.setattr(segments, "map_arrays", lambda path: mapped.append(Path(path)) or real_map(path))
+    monkeypatch.setattr(layout, "sha256_file", lambda path: hashed.append(Path(path)) or real_hash(path))
+    fresh = LoadedVersion(str(index))  # while the old version is still loaded, as a watcher's swap
+    new_segment = fresh.manifest.segments[-1]["id"]
+    assert fresh.version == "v000002" and served.version == "v000001"
+    assert sorted(p.name for p in mapped) == [f"{SERVING_KIND}-0000{s}-of-00002.arrays" for s in range(2)]
+    assert {p.parent.name for p in mapped} == {new_segment}
+    assert hashed and {p.parent.name for p in hashed} == {new_segment}  # the old segment's files: not again
+    rows, _ = top_k(fresh.bm25.scores(analyze("rotate hourly"), "body"), 5)
+    assert len(rows)
+
+
+def test_the_arrays_container_round_trips_and_refuses_what_is_not_one(tmp_path):
+    from ritrag.layout import DamagedIndexError
+    import pyarrow as pa
+
+    arrays = {"ids": np.arange(5, dtype=np.int64), "terms": utf8_fixed_width(pa.array(["b", "é", ""])),
+              "empty": np.zeros((0, 3), np.int64), "tf": np.array([1, 65535], np.uint16)}
+    path = str(tmp_path / "x.arrays")
+    write_arrays(path, arrays)
+    back = map_arrays(path)
+    for name, array in arrays.items():
+        np.testing.assert_array_equal(back[name], array)
+        assert back[name].dtype == array.dtype and back[name].shape == array.shape
+    assert [t.decode() for t in back["terms"]] == ["b", "é", ""]
+    data = Path(path).read_bytes()
+    for bad in (b"", data[:12], b"not a file" * 10, data[:len(data) - 8], data.replace(b'"<i8"', b'"<c8"', 1)):
+        Path(path).write_bytes(bad)
+        with pytest.raises(DamagedIndexError, match="x.arrays"):
+            map_arrays(path)
