@@ -39,9 +39,10 @@ from ritrag.transforms.tables import write_bytes
 COUNTS = "counts"  # the tagged output of (counter name, n) elements
 
 # Per pipeline under construction: the PCollections of (name, n) recorded so
-# far, and whether WriteCounts has summed them (a count recorded after it
-# would be lost, so it is refused).
-_RECORDED: "weakref.WeakKeyDictionary[beam.Pipeline, list[beam.PCollection]]" = weakref.WeakKeyDictionary()
+# far (weak references: the pipeline holds them, and a pipeline that never
+# writes its counts must not be kept alive by them), and whether WriteCounts
+# has summed them (a count recorded after it would be lost, so it is refused).
+_RECORDED: "weakref.WeakKeyDictionary[beam.Pipeline, list[weakref.ref]]" = weakref.WeakKeyDictionary()
 _WRITTEN: "weakref.WeakSet[beam.Pipeline]" = weakref.WeakSet()
 
 
@@ -81,7 +82,7 @@ def record_counts(outputs: beam.pvalue.DoOutputsTuple) -> beam.pvalue.DoOutputsT
 def _record(counts: beam.PCollection) -> None:
     if counts.pipeline in _WRITTEN:
         raise RuntimeError(f"{counts.producer.full_label}: counts recorded after the pipeline's WriteCounts")
-    _RECORDED.setdefault(counts.pipeline, []).append(counts)
+    _RECORDED.setdefault(counts.pipeline, []).append(weakref.ref(counts))
 
 
 class CountElements(beam.PTransform):
@@ -112,7 +113,7 @@ class WriteCounts(beam.PTransform):
     def expand(self, pbegin):
         p = pbegin.pipeline
         _WRITTEN.add(p)
-        parts = _RECORDED.pop(p, []) or [p | "NoCounts" >> beam.Create([])]
+        parts = [ref() for ref in _RECORDED.pop(p, [])] or [p | "NoCounts" >> beam.Create([])]
         path = os.path.join(self._directory, COUNTS_FILE)
         return (tuple(parts)
                 | "AllCounts" >> beam.Flatten()
