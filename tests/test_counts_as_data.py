@@ -29,8 +29,8 @@ RETRYING_RUNNER = "BundleBasedDirectRunner"  # in-process; retries a failed bund
 
 
 def fail_first_attempt(monkeypatch, fn_class: type, flag: Path) -> None:
-    """`fn_class.process` raises once, the first time, after it has counted and
-    emitted all of its element: that bundle fails and is retried."""
+    """`fn_class.process` raises once, the first time, after it has counted
+    its element and made its outputs: that bundle fails and is retried."""
     original = fn_class.process
 
     def process(self, *args, **kwargs):
