@@ -56,7 +56,7 @@ STAGES = (
     Stage("parse (ParsePages)", (P + "pages:ParsePagesFn.process",)),
     Stage("skeletons, page sources (Forest)", ("ritrag.schema:PageSkeleton.of", "ritrag.schema:PageSource.of")),
     Stage("spill parsed pages (SpillPages)", (P + "pages:SpillPagesFn.process", P + "pages:SpillPagesFn.finish_bundle")),
-    Stage("forest placement (PlaceSite)", (P + "nodes:place_site",)),
+    Stage("forest placement (PlaceSite)", (P + "nodes:PlaceSiteFn.process",)),
     Stage("node rows (NodeRows)", (P + "nodes:NodeRowsFn.process",)),
     Stage("re-read + second parse", (P + "pages:reread_page",), "node rows (NodeRows)"),
     Stage("read back from the spill", (P + "pages:read_spilled_page",), "node rows (NodeRows)"),

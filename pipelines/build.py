@@ -25,8 +25,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from ritrag.pipelines.launcher import (BuildOptions, PublishOptions, check_page_accounting, counter_values,
-                                       index_config_of, job_options, prepare_job, publish_and_prune, refuse_empty,
+from ritrag.pipelines.launcher import (BuildOptions, PublishOptions, check_page_accounting, index_config_of,
+                                       job_counts, job_options, prepare_job, publish_and_prune, refuse_empty,
                                        required, run_pipeline)
 from ritrag.serving_form import finish_segment
 from ritrag.pipelines.options import JobFlags
@@ -35,6 +35,7 @@ from ritrag.layout import BM25_STATS_FILE, DENSE_INFO_FILE, EDGES_KIND, IndexLay
 from ritrag.storage import open_read
 from ritrag.schema import CHUNKS_SCHEMA, EDGES_SCHEMA, EDGES_SORT_KEYS, NODES_SCHEMA, PAGES_SCHEMA
 from ritrag.transforms.chunk import ChunkNodesFn
+from ritrag.transforms.counts import WriteCounts
 from ritrag.transforms.edges import EDGE_COUNTERS, AnchorDocuments, ResolveEdges
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainDenseIndex, WriteDenseIndex
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
@@ -119,6 +120,8 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
                                               num_shards, EDGES_SORT_KEYS)
     sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, num_shards)
     {VECTORS: vectors, TRAINED: trained} | "WriteDense" >> WriteDenseIndex(segment_dir, num_shards)
+    # Last: every count the stages recorded (what the manifest records), as data.
+    p | "WriteCounts" >> WriteCounts(segment_dir)
 
 
 def publish_build(layout: IndexLayout, segment_id: str, options: PipelineOptions, config: IndexConfig,
@@ -163,8 +166,8 @@ def run(argv: list[str] | None = None) -> str:
         LOG.info("building from %s (%d files) into %s", opts.input, total_files, segment_dir)
         result = run_pipeline(options, segment_dir,
                               lambda p: build_pipeline(p, options, segment_dir, config, total_files))
-        counts = counter_values(result, (*PAGE_COUNTERS, LINKS_CAPPED_COUNTER, SECTIONS_CAPPED_COUNTER,
-                                         *EDGE_COUNTERS))
+        counts = job_counts(result, segment_dir, (*PAGE_COUNTERS, LINKS_CAPPED_COUNTER, SECTIONS_CAPPED_COUNTER,
+                                                  *EDGE_COUNTERS))
         elapsed = time.time() - started
         check_page_accounting(counts, ("pages_indexed", "pages_dead_lettered", "pages_merged_duplicates"))
         refuse_empty(counts, segment_dir)

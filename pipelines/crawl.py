@@ -25,7 +25,8 @@ CRAWL_DIR/
   crawldb.parquet                               ritrag.schema.CRAWLDB_SCHEMA
   warc/<crawl id>-rNN-sSSSSS-NNNNN.warc.gz      request + response records of kept bodies
   LEASE                                         held while a crawl runs (ritrag.lease.IndexLease)
-  .rounds/<crawl id>/rNN/                       targets-*, rows-*, robots.json, mismatches-*; deleted at the end
+  .rounds/<crawl id>/rNN/                       targets-*, rows-*, robots.json, mismatches-*, counts.json;
+                                                deleted at the end
 """
 from __future__ import annotations
 
@@ -38,17 +39,17 @@ from collections import Counter
 from datetime import datetime, timezone
 
 import apache_beam as beam
-from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from ritrag.pipelines.launcher import BuildOptions, PublishOptions, job_options
 from ritrag.pipelines.options import JobFlags
 from ritrag.layout import IndexLayout
 from ritrag.storage import (dir_exists, exists, make_dirs, match_files, open_parquet, open_read, remove_tree, replace_file)
-from ritrag.crawl_dir import STATUSES, WARC_DIR, crawldb_path, scan_crawldb
+from ritrag.crawl_dir import WARC_DIR, crawldb_path, scan_crawldb
 from ritrag.lease import IndexLease
 from ritrag.schema import CRAWL_TARGET_SCHEMA, CRAWLDB_SCHEMA, RESTING_SCHEMA
-from ritrag.transforms.crawl.round import COUNTERS, LINKS, ROBOTS, CrawlConfig, FetchHostFn, StoreShardFn, shard_key
+from ritrag.transforms.counts import COUNTS, WriteCounts, read_counts, record_counts
+from ritrag.transforms.crawl.round import LINKS, ROBOTS, CrawlConfig, FetchHostFn, StoreShardFn, shard_key
 from ritrag.transforms.crawl.crawldb import (CrawlTarget, Generate, UpdateCrawlDb, crawldb_row, record_target,
                                              RESTING, redirect_hops, revisit_record, target_record)
 from ritrag.transforms.crawl.downloader import FetchPolicy
@@ -196,11 +197,12 @@ def round_pipeline(p: beam.Pipeline, number: int, work: str, seed_targets: list[
                | "KeyByHost" >> beam.Map(lambda t: (origin_of(t.url), t))
                | "GroupByHost" >> beam.GroupByKey()
                | "FetchHost" >> beam.ParDo(FetchHostFn(config, robots)).with_outputs(LINKS, ROBOTS, main="outcomes"))
-    rows = (fetched["outcomes"]
-            | "KeyByShard" >> beam.Map(shard_key, opts.warc_shards)
-            | "GroupByShard" >> beam.GroupByKey()
-            | "Store" >> beam.ParDo(StoreShardFn(warc_dir, f"{crawl_id}-r{number:02d}", crawl_id,
-                                                 opts.warc_max_bytes)))
+    rows = record_counts(fetched["outcomes"]
+                         | "KeyByShard" >> beam.Map(shard_key, opts.warc_shards)
+                         | "GroupByShard" >> beam.GroupByKey()
+                         | "Store" >> beam.ParDo(StoreShardFn(warc_dir, f"{crawl_id}-r{number:02d}", crawl_id,
+                                                              opts.warc_max_bytes)).with_outputs(COUNTS, main="rows")
+                         ).rows
     rows | "WriteRows" >> parquet_sink(os.path.join(here, "rows"), CRAWLDB_SCHEMA)
     ({"targets": targets | "TargetUrls" >> beam.Map(lambda r: (r["url"], 1)),
       "rows": rows | "PageRows" >> beam.FlatMap(lambda r: [(r["url"], 1)] if r["kind"] == "page" else [])}
@@ -224,19 +226,14 @@ def round_pipeline(p: beam.Pipeline, number: int, work: str, seed_targets: list[
      | "LinkRecords" >> beam.Map(lambda link: target_record(link.target, link.via))
      | "GenerateNext" >> Generate(scheduled, room)
      | "WriteNext" >> parquet_sink(os.path.join(round_dir(work, number + 1), "targets"), CRAWL_TARGET_SCHEMA))
+    p | "WriteCounts" >> WriteCounts(here)  # the round's row counts, as data (transforms/counts.py)
 
 
-ROW_COUNTERS = {f"{kind}_{status}" for kind in ("page", "robots", "sitemap") for status in STATUSES}
-
-
-def run_job(options: PipelineOptions, build) -> dict[str, int]:
-    """Run one Beam job built by `build(p)`; its CrawlDB row counters (kind_status -> rows)."""
+def run_job(options: PipelineOptions, build) -> None:
+    """Run one Beam job built by `build(p)`."""
     p = beam.Pipeline(options=options)
     build(p)
-    result = p.run()
-    result.wait_until_finish()
-    counters = result.metrics().query(MetricsFilter().with_namespace(COUNTERS))["counters"]
-    return {c.key.metric.name: c.committed for c in counters if c.committed and c.key.metric.name in ROW_COUNTERS}
+    p.run().wait_until_finish()
 
 
 def check_round(here: str, number: int) -> None:
@@ -301,8 +298,9 @@ def crawl(options: PipelineOptions, opts: CrawlJobOptions, seeds: list[str], bad
     for number in range(opts.max_rounds):
         here = round_dir(work, number)
         make_dirs(here)
-        counts.update(run_job(options, lambda p: round_pipeline(
-            p, number, work, seed_targets, previous_dir, scheduled, config, dict(robots), warc_dir, crawl_id, opts)))
+        run_job(options, lambda p: round_pipeline(
+            p, number, work, seed_targets, previous_dir, scheduled, config, dict(robots), warc_dir, crawl_id, opts))
+        counts.update(read_counts(here))  # its CrawlDB rows by kind_status (StoreShardFn)
         check_round(here, number)
         robots.update(read_robots(here))
         fetched = count_rows(targets_pattern(work, number))

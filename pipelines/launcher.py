@@ -6,7 +6,7 @@ A job's `run(argv)` reads as:
 
     with prepare_job(options, index, "build") as (layout, segment_id, segment_dir):
         result = run_pipeline(options, segment_dir, lambda p: build_pipeline(p, ...))
-        counts = counter_values(result)
+        counts = job_counts(result, segment_dir, expected)   # the pipeline's WriteCounts, as data
         check_page_accounting(counts, ...)       # every input file accounted for
         publish_and_prune(layout, manifest, options)
 """
@@ -29,6 +29,7 @@ from ritrag.index_config import INDEX_FLAGS, IndexConfig
 from ritrag.layout import DEAD_LETTERS_FILE, DENSE_INFO_FILE, IndexLayout, prune_versions, segment_id_for
 from ritrag.storage import dir_exists, open_read, remove_tree, use_pipeline_options
 from ritrag.lease import IndexLease
+from ritrag.transforms.counts import read_counts
 from ritrag.transforms.pages import PAGE_COUNTERS
 from ritrag.transforms.tables import remove_spill_files
 
@@ -99,14 +100,24 @@ def index_config_of(options: PipelineOptions) -> IndexConfig:
     return IndexConfig().with_flags({flag.name: getattr(opts, flag.name) for flag in INDEX_FLAGS})
 
 
-def counter_values(result, expected: Iterable[str] = PAGE_COUNTERS) -> dict[str, int]:
-    """The job's counters by name; `expected` ones are present even if never incremented."""
-    values = dict.fromkeys(expected, 0)
-    for counter in result.metrics().query(MetricsFilter())["counters"]:
-        name = counter.key.metric.name
+def job_counts(result, segment_dir: str, expected: Iterable[str] = PAGE_COUNTERS) -> dict[str, int]:
+    """The job's counts, as its pipeline's WriteCounts wrote them into the
+    segment (exact on every runner; `expected` ones present even if never
+    counted); what the manifest records and the accounting checks. The
+    runner's counters (monitoring: committed where the runner reports them,
+    else attempted; none on some runners) are logged alongside."""
+    counts = read_counts(segment_dir, expected)
+    try:
+        counters = result.metrics().query(MetricsFilter())["counters"]
+    except NotImplementedError:  # the DaskRunner: "collecting metrics will come later!"
+        counters = []
+    monitored = Counter()
+    for counter in counters:
         value = counter.committed if counter.committed is not None else counter.attempted
-        values[name] = values.get(name, 0) + int(value or 0)
-    return values
+        monitored[f"{counter.key.metric.namespace}/{counter.key.metric.name}"] += int(value or 0)
+    if monitored:
+        LOG.info("runner metrics (monitoring only): %s", ", ".join(f"{k}={v}" for k, v in sorted(monitored.items())))
+    return counts
 
 
 def check_page_accounting(counts: dict[str, int], outcomes: Iterable[str]) -> None:

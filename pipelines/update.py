@@ -42,9 +42,8 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from ritrag.pipelines.launcher import (BuildOptions, IndexOptions, PublishOptions, check_page_accounting, counter_values,
-                                       job_options, prepare_job, publish_and_prune, required,
-                                       run_pipeline)
+from ritrag.pipelines.launcher import (BuildOptions, IndexOptions, PublishOptions, check_page_accounting, job_counts,
+                                       job_options, prepare_job, publish_and_prune, required, run_pipeline)
 from ritrag.serving_form import finish_segment
 from ritrag.pipelines.options import JobFlags, JobOptionsError, given_flags, merge_flags
 from ritrag.embedder import check_backend_available
@@ -56,6 +55,7 @@ from ritrag.schema import CHUNKS_SCHEMA, EDGES_SCHEMA, EDGES_SORT_KEYS, NODES_SC
 from ritrag.transforms.delta import (CHUNK_REF_COLUMNS, NODE_SKELETON_COLUMNS, ClassifyFn, DiffInput, ParseChangedPages,
                               PlanPageUpdates, RemovedChunkTerms, ReplaceRows, ReuseOrEmbedVectors, UpdatePagesFn,
                               WriteTombstones, tombstone_counts)
+from ritrag.transforms.counts import WriteCounts
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainedIndex, WriteDenseIndex
 from ritrag.transforms.edges import EDGE_COUNTERS
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
@@ -165,6 +165,8 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
                                                        num_shards, EDGES_SORT_KEYS)
     sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, num_shards)
     {VECTORS: vectors, TRAINED: trained} | "WriteDense" >> WriteDenseIndex(segment_dir, num_shards)
+    # Last: every count the stages recorded (what the manifest records), as data.
+    p | "WriteCounts" >> WriteCounts(segment_dir)
 
 
 def publish_update(layout: IndexLayout, live: IndexReader, segment_id: str, counts: dict[str, int],
@@ -199,7 +201,7 @@ def run(argv: list[str] | None = None) -> str:
                  opts.input, total_files, segment_dir)
         result = run_pipeline(options, segment_dir,
                               lambda p: update_pipeline(p, options, live, segment_dir))
-        counts = counter_values(result, UPDATE_COUNTERS)
+        counts = job_counts(result, segment_dir, UPDATE_COUNTERS)
         check_page_accounting(counts, ("pages_unchanged", "pages_indexed", "pages_dead_lettered",
                                        "pages_merged_duplicates"))
         dead = tombstone_counts(os.path.join(segment_dir, TOMBSTONES_FILE))

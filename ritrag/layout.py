@@ -10,7 +10,7 @@ INDEX/
      edges-SSSSS-of-NNNNN.parquet
      postings-SSSSS-of-NNNNN.parquet  vocabulary-SSSSS-of-NNNNN.parquet
      dense-SSSSS-of-NNNNN.faiss       vectors-SSSSS-of-NNNNN.zarr.zip
-     bm25.json  dense.json  dense_trained.faiss  dead_letters.parquet
+     bm25.json  dense.json  dense_trained.faiss  dead_letters.parquet  counts.json (builds, updates)
      site_bases.json (builds without --base_url)  tombstones.parquet (updates)
 ```
 
@@ -59,6 +59,7 @@ DENSE_INFO_FILE = "dense.json"  # factory string, nprobe, rerank, dimension of t
 DENSE_TRAINED_FILE = "dense_trained.faiss"  # the trained empty index: later segments add to a copy of it
 DEAD_LETTERS_FILE = "dead_letters.parquet"
 SITE_BASES_FILE = "site_bases.json"  # each site's inferred public base, when --base_url was not given
+COUNTS_FILE = "counts.json"  # the job's counts by name (transforms/counts.py): what the manifest's counts record
 EDGES_KIND = "edges"  # edges-SSSSS-of-NNNNN.parquet: EDGES_SCHEMA, the resolved links of the segment's pages
 LOG = logging.getLogger("ritrag.layout")
 _VERSION_RE = re.compile(r"^v(\d{6})$")

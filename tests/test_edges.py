@@ -63,7 +63,7 @@ def node_rows(pages, granularity: str) -> list[dict]:
     rows = []
     for placement in build_site_forest(SITE, [PageSkeleton.of(page) for page in pages]).placements:
         page = by_url.get(placement.url) if placement.kind == "page" else None
-        rows += page_node_rows(placement, page, granularity) if page else [placement_row(placement)]
+        rows += page_node_rows(placement, page, granularity)[0] if page else [placement_row(placement)]
     return rows
 
 

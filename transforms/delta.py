@@ -34,9 +34,10 @@ from ritrag.representation import ANCHOR_DOC_ORDINAL, Representation
 from ritrag.schema import (NODES_SCHEMA, TOMBSTONES_SCHEMA, DeadLetter, Link, NodePlacement, PageSkeleton, PageSource,
                            ParsedPage, WarcPage, page_row, row_links)
 from ritrag.transforms.chunk import node_chunker
+from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 from ritrag.transforms.edges import node_targets
 from ritrag.transforms.embed import EmbedChunks
-from ritrag.transforms.nodes import page_node_rows, placement_row
+from ritrag.transforms.nodes import DEPTH_CAPPED_COUNTER, page_node_rows, placement_row
 from ritrag.transforms.pages import (COUNTERS, DEAD, PageParser, ParsePages, ReadInput, chosen_source,
                                     duplicate_letter, read_bounded, reread_page)
 from ritrag.transforms.parse import UnparseablePage
@@ -63,34 +64,31 @@ class InputFile:
     raw_hash: str
 
 
-class ClassifyFn(beam.DoFn):
+class ClassifyFn(CountingDoFn):
     """Per URL: unchanged -> stored skeleton (and its stored links, on LINKS);
     new/changed -> to parse; gone -> tombstone."""
 
     PARSE, DEAD_URL, LINKS = "parse", "dead_url", "links"
 
     def __init__(self):
-        self._read = beam.metrics.Metrics.counter(COUNTERS, "pages_read")
-        self._unchanged = beam.metrics.Metrics.counter(COUNTERS, "pages_unchanged")
-        self._deleted = beam.metrics.Metrics.counter(COUNTERS, "pages_deleted")
-        self._replaced = beam.metrics.Metrics.counter(COUNTERS, "pages_replaced")
+        super().__init__(COUNTERS)
 
     def process(self, joined):
         url, group = joined
         inputs, old = list(group["input"]), list(group["old"])
-        self._read.inc(len(inputs))
+        self.count("pages_read", len(inputs))
         if not inputs:
-            self._deleted.inc()
+            self.count("pages_deleted")
             yield beam.pvalue.TaggedOutput(self.DEAD_URL, url)
             return
         if len(inputs) == 1 and len(old) == 1 and inputs[0].raw_hash == old[0]["raw_hash"]:
-            self._unchanged.inc()
+            self.count("pages_unchanged")
             yield PageSkeleton.from_row(old[0])
             if old[0]["links"]:
                 yield beam.pvalue.TaggedOutput(self.LINKS, (url, row_links(old[0])))
             return
         if old:
-            self._replaced.inc()
+            self.count("pages_replaced")
             yield beam.pvalue.TaggedOutput(self.DEAD_URL, url)
         for item in inputs:
             # A record of a file of several pages is parsed with its file, which the
@@ -164,6 +162,7 @@ class PagePlan:
     dead_source: str | None = None
     indexed: int = 0
     merged: int = 0
+    depth_capped: int = 0  # sections of the page indexed placed at the depth cap
 
 
 def replaced_placement(row: dict, placement: NodePlacement) -> dict:
@@ -246,7 +245,7 @@ def page_plan(placement: NodePlacement | None, page: ParsedPage | None, n_parsed
         return plan
     if page is not None:
         plan.indexed = 1
-        plan.rows = page_node_rows(placement, page, granularity)
+        plan.rows, plan.depth_capped = page_node_rows(placement, page, granularity)
         plan.page_rows = [page_row(page)]
         plan.links = page.links
         plan.dead_nodes = old_ids
@@ -265,7 +264,7 @@ def page_plan(placement: NodePlacement | None, page: ParsedPage | None, n_parsed
     return plan
 
 
-class UpdatePagesFn(beam.DoFn):
+class UpdatePagesFn(CountingDoFn):
     """One group -> node rows, chunk rows and tombstones of the delta segment; the
     page indexed is read and parsed again (shuffles carry its source, not its text)."""
 
@@ -275,12 +274,9 @@ class UpdatePagesFn(beam.DoFn):
     TARGETS, CHANGED_TARGETS, LINKS, GONE = "targets", "changed_targets", "links", "gone"
 
     def __init__(self, spec: EmbedderSpec, representation: Representation, granularity: str, parser: PageParser):
+        super().__init__(COUNTERS)
         self._spec, self._granularity, self._parser = spec, granularity, parser
         self._representation = representation
-        self._indexed = beam.metrics.Metrics.counter(COUNTERS, "pages_indexed")
-        self._merged = beam.metrics.Metrics.counter(COUNTERS, "pages_merged_duplicates")
-        self._dead = beam.metrics.Metrics.counter(COUNTERS, "pages_dead_lettered")
-        self._added = beam.metrics.Metrics.counter(COUNTERS, "chunks_added")
 
     def setup(self):
         self._chunker = node_chunker(self._spec, self._representation)
@@ -294,15 +290,16 @@ class UpdatePagesFn(beam.DoFn):
         for loser in losers if placements else ():  # as the build's NodeRowsFn: counted merged (plan.merged)
             yield beam.pvalue.TaggedOutput(DEAD, duplicate_letter(loser, chosen))
         if isinstance(page, DeadLetter):
-            self._dead.inc()
+            self.count("pages_dead_lettered")
             yield beam.pvalue.TaggedOutput(DEAD, page)
             page = None
         plan = plan_page_update(placements[0] if placements else None, page, len(sources),
                                 list(g["old_nodes"]), list(g["old_chunks"]), self._granularity,
                                 self._chunker, self._representation)
-        self._indexed.inc(plan.indexed)
-        self._merged.inc(plan.merged)
-        self._added.inc(len(plan.chunks))
+        self.count("pages_indexed", plan.indexed)
+        self.count("pages_merged_duplicates", plan.merged)
+        self.count(DEPTH_CAPPED_COUNTER, plan.depth_capped)
+        self.count("chunks_added", len(plan.chunks))
         yield from plan.rows
         for row in plan.rows_needing_body:
             yield beam.pvalue.TaggedOutput(self.NEED_BODY, row)
@@ -349,20 +346,20 @@ def rechunk_replaced(row: dict, chunker: Callable[[dict], list[dict]]
             [(f, chunk_id) for f, chunk_id in old if chunk_id not in new_ids])
 
 
-class RechunkReplacedFn(beam.DoFn):
+class RechunkReplacedFn(CountingDoFn):
     """Re-placed node rows (bodies attached) -> the rows; chunks (CHUNKS) and
     chunk tombstones (TOMBSTONE) of those whose representation changed."""
 
     def __init__(self, spec: EmbedderSpec, representation: Representation):
+        super().__init__(COUNTERS)
         self._spec, self._representation = spec, representation
-        self._added = beam.metrics.Metrics.counter(COUNTERS, "chunks_added")
 
     def setup(self):
         self._chunker = node_chunker(self._spec, self._representation)
 
     def process(self, row: dict):
         row, chunks, dead = rechunk_replaced(row, self._chunker)
-        self._added.inc(len(chunks))
+        self.count("chunks_added", len(chunks))
         yield row
         for chunk in chunks:
             yield beam.pvalue.TaggedOutput(UpdatePagesFn.CHUNKS, chunk)
@@ -403,19 +400,19 @@ def split_reuse(joined: tuple[str, dict]) -> Iterable:
             yield beam.pvalue.TaggedOutput("embed", (chunk["chunk_id"], chunk["embedded_text"]))
 
 
-class ReadStoredVectorsFn(beam.DoFn):
+class ReadStoredVectorsFn(CountingDoFn):
     """(new chunk id, live chunk id) -> (new chunk id, the live chunk's stored vector)."""
 
     def __init__(self, vector_files: list[str]):
+        super().__init__(COUNTERS)
         self._files = vector_files
-        self._reused = beam.metrics.Metrics.counter(COUNTERS, "chunks_reused_vectors")
 
     def setup(self):
         self._store = VectorStore.open(self._files)
 
     def process(self, pair: tuple[int, int]):
         new_id, live_id = pair
-        self._reused.inc()
+        self.count("chunks_reused_vectors")
         yield new_id, self._store.vectors([live_id])[0]
 
 
@@ -434,10 +431,10 @@ class DiffInput(beam.PTransform):
                      | "LivePages" >> ReadLiveRows(self._live, "pages")
                      | "KeyOldPageByUrl" >> beam.Map(lambda r: (r["url"], r)))
         inputs = pbegin | "Read" >> ReadInput(self._pattern, self._parser) | "HashInputs" >> beam.ParDo(HashInputFn(self._parser))
-        return ({"input": inputs, "old": old_pages}
-                | "JoinByUrl" >> beam.CoGroupByKey()
-                | "Classify" >> beam.ParDo(ClassifyFn()).with_outputs(ClassifyFn.PARSE, ClassifyFn.DEAD_URL,
-                                                                       ClassifyFn.LINKS, main="unchanged"))
+        return record_counts({"input": inputs, "old": old_pages}
+                             | "JoinByUrl" >> beam.CoGroupByKey()
+                             | "Classify" >> beam.ParDo(ClassifyFn()).with_outputs(
+                                 ClassifyFn.PARSE, ClassifyFn.DEAD_URL, ClassifyFn.LINKS, COUNTS, main="unchanged"))
 
 
 class ParseChangedPages(beam.PTransform):
@@ -463,7 +460,7 @@ class PlanPageUpdates(beam.PTransform):
         self._fn = UpdatePagesFn(spec, representation, granularity, parser)
 
     def expand(self, inputs):
-        return (
+        return record_counts(
             {"placement": inputs["placements"] | "KeyPlacement" >> beam.Map(lambda n: (n.node_id, n)),
              "parsed": inputs["pages"] | "KeySourceById" >> beam.Map(
                  lambda pg: (node_id_for(pg.url), PageSource.of(pg))),
@@ -474,7 +471,7 @@ class PlanPageUpdates(beam.PTransform):
             | "PlanPages" >> beam.ParDo(self._fn).with_outputs(
                 UpdatePagesFn.NEED_BODY, UpdatePagesFn.CHUNKS, UpdatePagesFn.PAGES, UpdatePagesFn.TOMBSTONE,
                 UpdatePagesFn.TARGETS, UpdatePagesFn.CHANGED_TARGETS, UpdatePagesFn.LINKS, UpdatePagesFn.GONE,
-                DEAD, main="nodes"))
+                DEAD, COUNTS, main="nodes"))
 
 
 class ReplaceRows(beam.PTransform):
@@ -486,12 +483,13 @@ class ReplaceRows(beam.PTransform):
         self._spec, self._representation = spec, representation
 
     def expand(self, rows):
-        return (rows
-                | "KeyByFile" >> beam.Map(lambda r: (r["_file"], r))
-                | "GroupByFile" >> beam.GroupByKey()
-                | "AttachBodies" >> beam.FlatMap(attach_bodies)
-                | "RechunkReplaced" >> beam.ParDo(RechunkReplacedFn(self._spec, self._representation)).with_outputs(
-                    UpdatePagesFn.CHUNKS, UpdatePagesFn.TOMBSTONE, main="nodes"))
+        return record_counts(
+            rows
+            | "KeyByFile" >> beam.Map(lambda r: (r["_file"], r))
+            | "GroupByFile" >> beam.GroupByKey()
+            | "AttachBodies" >> beam.FlatMap(attach_bodies)
+            | "RechunkReplaced" >> beam.ParDo(RechunkReplacedFn(self._spec, self._representation)).with_outputs(
+                UpdatePagesFn.CHUNKS, UpdatePagesFn.TOMBSTONE, COUNTS, main="nodes"))
 
 
 class RemovedChunkTerms(beam.PTransform):
@@ -541,6 +539,7 @@ class ReuseOrEmbedVectors(beam.PTransform):
                  lambda c: [(c["text_hash"], c)] if c["ordinal"] != ANCHOR_DOC_ORDINAL else [])}
             | "JoinByText" >> beam.CoGroupByKey()
             | "SplitReuse" >> beam.FlatMap(split_reuse).with_outputs("embed", main="reuse"))
-        reused = split["reuse"] | "StoredVectors" >> beam.ParDo(ReadStoredVectorsFn(self._vector_files))
+        reused = record_counts(split["reuse"] | "StoredVectors" >> beam.ParDo(
+            ReadStoredVectorsFn(self._vector_files)).with_outputs(COUNTS, main="vectors")).vectors
         embedded = split["embed"] | "Embed" >> self._embed
         return (reused, embedded) | "AllVectors" >> beam.Flatten()

@@ -26,6 +26,7 @@ from ritrag.embedder import EmbedderSpec
 from ritrag.ids import node_id_for
 from ritrag.schema import Link
 from ritrag.transforms.chunk import AnchorDocFn
+from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 from ritrag.transforms.pages import COUNTERS
 
 # Links kept as edges (of them, to a section node), and links to nothing in the index.
@@ -71,13 +72,11 @@ def edge_row(source_node_id: str, link: Link, target_node_id: str) -> dict:
             "anchor_text": link.anchor_text}
 
 
-class ResolveEdgesFn(beam.DoFn):
+class ResolveEdgesFn(CountingDoFn):
     """One target page URL's links, joined with its nodes -> their edge rows."""
 
     def __init__(self):
-        self._edges = beam.metrics.Metrics.counter(COUNTERS, EDGES_COUNTER)
-        self._to_sections = beam.metrics.Metrics.counter(COUNTERS, EDGES_TO_SECTIONS_COUNTER)
-        self._unresolved = beam.metrics.Metrics.counter(COUNTERS, LINKS_UNRESOLVED_COUNTER)
+        super().__init__(COUNTERS)
 
     def process(self, joined: tuple[str, dict]) -> Iterable[dict]:
         _, group = joined
@@ -89,11 +88,11 @@ class ResolveEdgesFn(beam.DoFn):
                 section_node = nodes.get(link.fragment) if link.fragment else None
                 target = section_node or page_node
                 if target is None:
-                    self._unresolved.inc()
+                    self.count(LINKS_UNRESOLVED_COUNTER)
                     continue
-                self._edges.inc()
+                self.count(EDGES_COUNTER)
                 if section_node:
-                    self._to_sections.inc()
+                    self.count(EDGES_TO_SECTIONS_COUNTER)
                 yield edge_row(source_node_id, link, target)
 
 
@@ -110,9 +109,10 @@ class ResolveEdges(beam.PTransform):
     def expand(self, page_links):
         targets = self._node_rows | "NodeTargets" >> beam.FlatMap(node_targets)
         links = page_links | "LinksByTarget" >> beam.FlatMap(links_by_target)
-        return ({"targets": targets, "links": links}
-                | "JoinLinksAndTargets" >> beam.CoGroupByKey()
-                | "Resolve" >> beam.ParDo(ResolveEdgesFn()))
+        return record_counts({"targets": targets, "links": links}
+                             | "JoinLinksAndTargets" >> beam.CoGroupByKey()
+                             | "Resolve" >> beam.ParDo(ResolveEdgesFn()).with_outputs(COUNTS, main="edges")
+                             ).edges
 
 
 def _anchor_votes(votes: Iterable[tuple[int, str]]) -> tuple[int, str]:

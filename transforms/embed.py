@@ -20,13 +20,13 @@ How the step lands on GPU machines:
   reach through a proxy) and runs `--embed_cpu_threads` batches at once, one
   torch thread each.
 
-Metrics (namespace "ritrag.embed"): `chunks_embedded` counts texts that went
-through the model (the incremental update checks it to prove that cached
-chunks were not re-embedded), `chunks_embedded_<dtype>` the same per arithmetic
-the workers ran (`--embed_dtype auto` resolves on each worker, by its device;
-the build records these counts in its manifest), `oom_backoffs` counts budget
-halvings. RunInference
-reports its own batch and latency metrics under the same namespace.
+Counts (namespace "ritrag.embed", data: transforms/counts.py, recorded in the
+manifest): `chunks_embedded` counts texts that went through the model (the
+incremental update checks it to prove that cached chunks were not
+re-embedded), `chunks_embedded_<dtype>` the same per arithmetic the workers
+ran (`--embed_dtype auto` resolves on each worker, by its device). The metric
+`oom_backoffs` counts budget halvings (monitoring only). RunInference reports
+its own batch and latency metrics under the same namespace.
 """
 from __future__ import annotations
 
@@ -40,8 +40,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from ritrag.embedder import DTYPES, EmbedderSpec, available_cpus, choose_device
 from ritrag.encoders import SentenceEncoder, load_encoder
+from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 
 METRICS_NAMESPACE = "ritrag.embed"
+CHUNKS_EMBEDDED_COUNTER = "chunks_embedded"
 DTYPE_COUNTER_PREFIX = "chunks_embedded_"  # + the dtype: chunks each worker dtype embedded
 # Texts per RunInference batch: the pool that SentenceEncoder sorts by length
 # and cuts into token-budget batches. Bigger pools pad less; 1024 chunks of
@@ -78,9 +80,9 @@ class EmbedOptions(PipelineOptions):
                                  "starts one SDK process per core)")
 
 
-class SentenceTransformerModelHandler(ModelHandler[str, np.ndarray, SentenceEncoder]):
+class SentenceTransformerModelHandler(ModelHandler[str, tuple[np.ndarray, str], SentenceEncoder]):
     """RunInference handler for a sentence-transformers model: a batch of
-    texts -> one float32 vector per text, in batch order."""
+    texts -> (float32 vector, the dtype that embedded it) per text, in batch order."""
 
     def __init__(
         self,
@@ -111,7 +113,6 @@ class SentenceTransformerModelHandler(ModelHandler[str, np.ndarray, SentenceEnco
         self._model_copies = model_copies
         self._cpu_threads = cpu_threads
         self._resource_hints = dict(resource_hints or {})
-        self._chunks_embedded = Metrics.counter(METRICS_NAMESPACE, "chunks_embedded")
         self._oom_backoffs = Metrics.counter(METRICS_NAMESPACE, "oom_backoffs")
 
     def load_model(self) -> SentenceEncoder:
@@ -124,16 +125,15 @@ class SentenceTransformerModelHandler(ModelHandler[str, np.ndarray, SentenceEnco
         batch: Sequence[str],
         model: SentenceEncoder,
         inference_args: dict[str, Any] | None = None,
-    ) -> Iterable[np.ndarray]:
+    ) -> Iterable[tuple[np.ndarray, str]]:
         # With a shared model, `model` is a proxy to another process, where Beam
         # metrics would be lost: the encoder returns its back-off count and the
-        # counters are bumped here, in the DoFn's own thread.
+        # counter is bumped here, in the DoFn's own thread. The dtype goes with
+        # each vector, for CountEmbeddedFn to count as data.
         embedded = model.embed(batch, self._spec.document_prefix)
-        self._chunks_embedded.inc(len(batch))
-        Metrics.counter(METRICS_NAMESPACE, DTYPE_COUNTER_PREFIX + embedded.dtype).inc(len(batch))
         if embedded.oom_backoffs:
             self._oom_backoffs.inc(embedded.oom_backoffs)
-        return list(embedded.vectors)
+        return [(vector, embedded.dtype) for vector in embedded.vectors]
 
     def get_metrics_namespace(self) -> str:
         return METRICS_NAMESPACE
@@ -183,4 +183,20 @@ class EmbedChunks(beam.PTransform):
                    cpu_threads=opts.embed_cpu_threads, resource_hints={k: v for k, v in hints.items() if v})
 
     def expand(self, chunks: beam.PCollection[tuple[int, str]]) -> beam.PCollection[tuple[int, np.ndarray]]:
-        return chunks | "RunInference" >> RunInference(self._handler)
+        return record_counts(chunks
+                             | "RunInference" >> RunInference(self._handler)
+                             | "Count" >> beam.ParDo(CountEmbeddedFn()).with_outputs(COUNTS, main="vectors")
+                             ).vectors
+
+
+class CountEmbeddedFn(CountingDoFn):
+    """(chunk id, (vector, dtype)) -> (chunk id, vector), counting chunks_embedded and chunks_embedded_<dtype>."""
+
+    def __init__(self):
+        super().__init__(METRICS_NAMESPACE)
+
+    def process(self, embedded: tuple[int, tuple[np.ndarray, str]]) -> Iterable[tuple[int, np.ndarray]]:
+        chunk_id, (vector, dtype) = embedded
+        self.count(CHUNKS_EMBEDDED_COUNTER)
+        self.count(DTYPE_COUNTER_PREFIX + dtype)
+        yield chunk_id, vector

@@ -15,6 +15,7 @@ from typing import Iterable
 import apache_beam as beam
 
 from ritrag.schema import DeadLetter, NodePlacement, PageSkeleton, PageSource, ParsedPage, page_row
+from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 from ritrag.transforms.forest import build_site_forest, expand_sections
 from ritrag.transforms.pages import (COUNTERS, DEAD, PageParser, ParserArg, SpillPagesFn, chosen_source,
                                      duplicate_letter, placed_page)
@@ -27,12 +28,17 @@ LINKS_OUTPUT = "links"  # the tagged output of (page URL, ParsedPage.links) of t
 DEPTH_CAPPED_COUNTER = "nodes_depth_capped"
 
 
-def place_site(site_and_pages: tuple[str, Iterable[PageSkeleton]]) -> Iterable[NodePlacement]:
-    site, pages = site_and_pages
-    forest = build_site_forest(site, pages)
-    beam.metrics.Metrics.counter(COUNTERS, "cycles_broken").inc(forest.broken_cycles)
-    beam.metrics.Metrics.counter(COUNTERS, DEPTH_CAPPED_COUNTER).inc(forest.depth_capped)
-    return forest.placements
+class PlaceSiteFn(CountingDoFn):
+    """(site, its skeletons) -> its placements, counting the cycles broken and nodes depth-capped."""
+
+    def __init__(self):
+        super().__init__(COUNTERS)
+
+    def process(self, site_and_pages: tuple[str, Iterable[PageSkeleton]]) -> Iterable[NodePlacement]:
+        forest = build_site_forest(*site_and_pages)
+        self.count("cycles_broken", forest.broken_cycles)
+        self.count(DEPTH_CAPPED_COUNTER, forest.depth_capped)
+        yield from forest.placements
 
 
 class PlaceSkeletons(beam.PTransform):
@@ -40,10 +46,11 @@ class PlaceSkeletons(beam.PTransform):
     skeletons are grouped: a site's URLs, titles and trails, never its text)."""
 
     def expand(self, skeletons):
-        return (skeletons
-                | "KeyBySite" >> beam.Map(lambda s: (s.site, s))
-                | "GroupBySite" >> beam.GroupByKey()
-                | "PlaceSite" >> beam.FlatMap(place_site))
+        return record_counts(skeletons
+                             | "KeyBySite" >> beam.Map(lambda s: (s.site, s))
+                             | "GroupBySite" >> beam.GroupByKey()
+                             | "PlaceSite" >> beam.ParDo(PlaceSiteFn()).with_outputs(COUNTS, main="placements")
+                             ).placements
 
 
 def placement_row(placement: NodePlacement, body: str = "", page: ParsedPage | None = None,
@@ -70,7 +77,7 @@ def placement_row(placement: NodePlacement, body: str = "", page: ParsedPage | N
     }
 
 
-class NodeRowsFn(beam.DoFn):
+class NodeRowsFn(CountingDoFn):
     """The rows of one URL: its placement joined with the sources of the pages
     parsed at that URL. The page indexed is read back from its spill file, or
     read and parsed again by `parser` (`placed_page`), so no shuffle carries page
@@ -80,47 +87,46 @@ class NodeRowsFn(beam.DoFn):
     letter (DEAD), and so does each duplicate (`duplicate_letter`: counted merged)."""
 
     def __init__(self, granularity: str):
+        super().__init__(COUNTERS)
         self._granularity = granularity
-        self._merged = beam.metrics.Metrics.counter(COUNTERS, "pages_merged_duplicates")
-        self._indexed = beam.metrics.Metrics.counter(COUNTERS, "pages_indexed")
-        self._dead = beam.metrics.Metrics.counter(COUNTERS, "pages_dead_lettered")
 
     def process(self, joined: tuple[str, dict], parser: PageParser):
         _, group = joined
         placements = list(group["placement"])
         sources = list(group["page"])
         if not placements:
-            self._merged.inc(len(sources))
+            self.count("pages_merged_duplicates", len(sources))
             return
         placement = placements[0]
         chosen, losers = chosen_source(sources)
         if chosen is None:  # a trail entry that is not a page of the corpus
             yield placement_row(placement)
             return
-        self._merged.inc(len(losers))
+        self.count("pages_merged_duplicates", len(losers))
         for loser in losers:
             yield beam.pvalue.TaggedOutput(DEAD, duplicate_letter(loser, chosen))
         page = placed_page(parser, chosen)
         if isinstance(page, DeadLetter):
-            self._dead.inc()
+            self.count("pages_dead_lettered")
             yield beam.pvalue.TaggedOutput(DEAD, page)
             yield placement_row(placement)  # keeps the children it already placed
             return
-        self._indexed.inc()
+        self.count("pages_indexed")
         yield beam.pvalue.TaggedOutput(PAGES_OUTPUT, page_row(page))
         if page.links:
             yield beam.pvalue.TaggedOutput(LINKS_OUTPUT, (page.url, page.links))
-        yield from page_node_rows(placement, page, self._granularity)
+        rows, capped = page_node_rows(placement, page, self._granularity)
+        self.count(DEPTH_CAPPED_COUNTER, capped)
+        yield from rows
 
 
-def page_node_rows(placement: NodePlacement, page: ParsedPage, granularity: str) -> list[dict]:
-    """Node rows holding one placed page's text: the page, and its sections when
-    the granularity is "section"."""
+def page_node_rows(placement: NodePlacement, page: ParsedPage, granularity: str) -> tuple[list[dict], int]:
+    """(node rows holding one placed page's text: the page, and its sections when
+    the granularity is "section"; how many of those sections were depth-capped)."""
     if granularity == "page":
-        return [placement_row(placement, page.body, page, placement.node_id)]
+        return [placement_row(placement, page.body, page, placement.node_id)], 0
     nodes, capped = expand_sections(placement, page.sections)
-    beam.metrics.Metrics.counter(COUNTERS, DEPTH_CAPPED_COUNTER).inc(capped)
-    return [placement_row(node, text, page, placement.node_id) for node, text in nodes]
+    return [placement_row(node, text, page, placement.node_id) for node, text in nodes], capped
 
 
 class BuildForestNodes(beam.PTransform):
@@ -150,9 +156,9 @@ class BuildForestNodes(beam.PTransform):
             sources = pages | "SpillPages" >> beam.ParDo(SpillPagesFn(self._spill_dir))
         else:
             sources = pages | "KeySourceByUrl" >> beam.Map(lambda p: (p.url, PageSource.of(p)))
-        return (
+        return record_counts(
             {"placement": placements, "page": sources}
             | "JoinPlacementAndSource" >> beam.CoGroupByKey()
             | "NodeRows" >> beam.ParDo(NodeRowsFn(self._granularity), self._parser
-                                       ).with_outputs(PAGES_OUTPUT, LINKS_OUTPUT, DEAD, main="nodes")
+                                       ).with_outputs(PAGES_OUTPUT, LINKS_OUTPUT, DEAD, COUNTS, main="nodes")
         )

@@ -17,7 +17,7 @@ parse wrote (`SpillPagesFn`, `placed_page`: the build) or read and parsed
 again (`reread_page`: the update); `PageParser` keeps the two parses
 identical, and a file that changed between them is dead-lettered.
 
-Counters (namespace "ritrag.build", summed by the launcher's accounting):
+Counts (namespace "ritrag.build", data: transforms/counts.py; summed by the launcher's accounting):
 pages_read = pages_indexed + pages_dead_lettered + pages_merged_duplicates
 (+ pages_unchanged in an update); trail_taken_<method> and
 trail_passed_over_<method> say how the breadcrumb cascade went.
@@ -45,6 +45,7 @@ from ritrag.layout import DEAD_LETTERS_FILE
 from ritrag.storage import is_remote
 from ritrag.schema import (DEAD_LETTERS_SCHEMA, DeadLetter, PageSource, ParsedPage, WarcPage, page_from_json, page_json,
                            table_text)
+from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 from ritrag.transforms.forest import duplicate_winner
 from ritrag.transforms.parse import UnparseablePage, parse_page
 from ritrag.transforms.parse.decode import DEFAULT_MAX_BYTES
@@ -239,24 +240,17 @@ def parse_or_dead_letter(parser: PageParser, path: str, read: Callable[[], bytes
         return DeadLetter(path, stage, "parser_error", f"{type(exc).__name__}: {exc}")
 
 
-class ParsePagesFn(beam.DoFn):
+class ParsePagesFn(CountingDoFn):
     """What ReadInput reads -> ParsedPage, or a DeadLetter on the DEAD output."""
 
     def __init__(self, count_read: bool = True):
+        super().__init__(COUNTERS)
         self._count_read = count_read  # an update counts its reads when it diffs the input
-        self._read = beam.metrics.Metrics.counter(COUNTERS, "pages_read")
-        self._parsed = beam.metrics.Metrics.counter(COUNTERS, "pages_parsed")
-        self._dead = beam.metrics.Metrics.counter(COUNTERS, "pages_dead_lettered")
-        self._links_capped = beam.metrics.Metrics.counter(COUNTERS, LINKS_CAPPED_COUNTER)
-        self._links_navigation = beam.metrics.Metrics.counter(COUNTERS, LINKS_NAVIGATION_COUNTER)
-        self._trail_counters: dict[str, beam.metrics.metricbase.Counter] = {}
 
     def _count_trail(self, page: ParsedPage) -> None:
         """trail_taken_<method> and trail_passed_over_<method>: how the cascade went."""
         for name in (f"trail_taken_{page.trail_method}", *(f"trail_passed_over_{m}" for m in page.trail_passed_over)):
-            if name not in self._trail_counters:
-                self._trail_counters[name] = beam.metrics.Metrics.counter(COUNTERS, name)
-            self._trail_counters[name].inc()
+            self.count(name)
 
     def process(self, readable: fileio.ReadableFile | WarcPage | DeadLetter, parser: PageParser):
         if not isinstance(readable, fileio.ReadableFile):  # a WARC input's record (transforms/sources/warc.py)
@@ -279,19 +273,19 @@ class ParsePagesFn(beam.DoFn):
         a thread's posts count one each), or a dead letter."""
         if isinstance(outcome, DeadLetter):
             if self._count_read:
-                self._read.inc()
-            self._dead.inc()
+                self.count("pages_read")
+            self.count("pages_dead_lettered")
             yield beam.pvalue.TaggedOutput(DEAD, outcome)
             return
         for page in outcome:
             if self._count_read:
-                self._read.inc()
-            self._parsed.inc()
+                self.count("pages_read")
+            self.count("pages_parsed")
             self._count_trail(page)
             if page.links_past_cap:
-                self._links_capped.inc()
+                self.count(LINKS_CAPPED_COUNTER)
             if page.links_navigation:
-                self._links_navigation.inc(page.links_navigation)
+                self.count(LINKS_NAVIGATION_COUNTER, page.links_navigation)
             yield page
 
 
@@ -507,8 +501,8 @@ class ParsePages(beam.PTransform):
         self._count_read = count_read
 
     def expand(self, readables):
-        return readables | "Parse" >> beam.ParDo(ParsePagesFn(self._count_read), self._parser).with_outputs(
-            DEAD, main="pages")
+        return record_counts(readables | "Parse" >> beam.ParDo(ParsePagesFn(self._count_read), self._parser
+                                                               ).with_outputs(DEAD, COUNTS, main="pages"))
 
 
 def count_input_files(pattern: str) -> int:

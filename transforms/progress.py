@@ -16,6 +16,7 @@ import time
 import apache_beam as beam
 
 from ritrag.schema import ParsedPage
+from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 from ritrag.transforms.pages import COUNTERS
 
 LOG = logging.getLogger("ritrag.progress")
@@ -92,18 +93,19 @@ class LogProgress(beam.PTransform):
         return pcoll | beam.ParDo(_ProgressFn(self._stage, self._total, self._every_s))
 
 
-class _CountSectionsCappedFn(beam.DoFn):
+class _CountSectionsCappedFn(CountingDoFn):
     def __init__(self):
-        self._capped = beam.metrics.Metrics.counter(COUNTERS, SECTIONS_CAPPED_COUNTER)
+        super().__init__(COUNTERS)
 
     def process(self, page: ParsedPage):
         if page.sections_past_cap:
-            self._capped.inc(page.sections_past_cap)
+            self.count(SECTIONS_CAPPED_COUNTER, page.sections_past_cap)
         yield page
 
 
 class CountSectionsCapped(beam.PTransform):
-    """Pass parsed pages through unchanged, counting their sections merged past the cap."""
+    """Pass parsed pages through unchanged, counting (as data: transforms/counts.py)
+    their sections merged past the cap."""
 
     def expand(self, pages):
-        return pages | beam.ParDo(_CountSectionsCappedFn())
+        return record_counts(pages | beam.ParDo(_CountSectionsCappedFn()).with_outputs(COUNTS, main="pages")).pages

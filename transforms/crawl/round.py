@@ -28,6 +28,7 @@ from typing import Callable, Iterable, Iterator
 import apache_beam as beam
 
 from ritrag.ids import shard_of
+from ritrag.transforms.counts import CountingDoFn
 from ritrag.transforms.crawl.crawldb import CrawlTarget, crawldb_row, link_rank, not_modified_result
 from ritrag.transforms.crawl.downloader import FetchPolicy, FetchResult, crawl_client, fetch
 from ritrag.transforms.crawl.links import PageLinks, page_links
@@ -310,17 +311,19 @@ def store_shard(outcomes: Iterable[Outcome], writer, crawl_id: str) -> list[dict
     return rows
 
 
-class StoreShardFn(beam.DoFn):
-    """(shard, outcomes) -> CrawlDB rows; bodies to `<warc_dir>/<prefix>-sSSSSS-NNNNN.warc.gz`."""
+class StoreShardFn(CountingDoFn):
+    """(shard, outcomes) -> CrawlDB rows, counted by kind_status (data: the
+    crawl's row counts); bodies to `<warc_dir>/<prefix>-sSSSSS-NNNNN.warc.gz`."""
 
     def __init__(self, warc_dir: str, file_prefix: str, crawl_id: str, max_file_bytes: int):
+        super().__init__(COUNTERS)
         self._dir, self._prefix, self._crawl_id, self._max = warc_dir, file_prefix, crawl_id, max_file_bytes
 
     def process(self, shard_outcomes: tuple[int, Iterable[Outcome]]):
         shard, outcomes = shard_outcomes
         writer = WarcFileWriter(self._dir, f"{self._prefix}-s{shard:05d}", self._max)
         for row in store_shard(outcomes, writer, self._crawl_id):
-            beam.metrics.Metrics.counter(COUNTERS, f"{row['kind']}_{row['status']}").inc()
+            self.count(f"{row['kind']}_{row['status']}")
             yield row
 
 
