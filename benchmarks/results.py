@@ -11,10 +11,13 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
 
 
 def cpu_description() -> str:
+    """The CPU (with or without AMX, which decides `--embed_dtype auto`), its CPUs and RAM."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
+            info = fh.read()
+        cpu = next(line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name"))
+        cpu += " with AMX" if " amx_bf16" in info else " without AMX"
     except (OSError, StopIteration):
         pass
     total_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30

@@ -46,7 +46,7 @@ from ritrag.ids import chunk_id_for, node_id_for, shard_of
 from ritrag.bm25 import BM25_PARAMETERS, corpus_stats
 from ritrag.layout import (BM25_STATS_FILE, DEAD_LETTERS_FILE, DENSE_INFO_FILE, DENSE_TRAINED_FILE, IndexLayout,
                            new_manifest, shard_file_name)
-from ritrag.serving_form import finish_segment
+from ritrag.serving_form import write_serving_form
 from ritrag.schema import CHUNKS_SCHEMA, DEAD_LETTERS_SCHEMA, NODES_SCHEMA, POSTINGS_SCHEMA, VOCABULARY_SCHEMA
 from ritrag.transforms.dense import TRAIN_SAMPLE_SIZE, choose_params, dense_info, rebuild_index, train_empty_index
 from ritrag.vectors import VECTORS_EXTENSION, VECTORS_KIND, write_vectors
@@ -261,7 +261,8 @@ def write_synthetic_index(out: str, nodes: int = 1_000_000, sites: int = 16, fan
                      if v is not None}
         dense = write_dense(seg_dir, chunk_ids, overrides, seed, spill_dir)
     counts = {"pages_read": nodes, "pages_indexed": nodes, "chunks": nodes}
-    segment = finish_segment(layout, segment_id, num_shards, counts)
+    write_serving_form(seg_dir, num_shards)
+    segment = layout.describe_segment(segment_id, num_shards, counts)
     spec = EmbedderSpec(model=DEFAULT_MODEL)
     manifest = new_manifest(layout, [segment], stats={"bm25": bm25, "pages": counts},
                             config={"embedder": {**spec.to_dict(), "dimension": DIM}, "dense": dense,

@@ -28,7 +28,6 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from ritrag.pipelines.launcher import (BuildOptions, PublishOptions, check_page_accounting, index_config_of,
                                        job_counts, job_options, prepare_job, publish_and_prune, refuse_empty,
                                        required, run_pipeline)
-from ritrag.serving_form import finish_segment
 from ritrag.pipelines.options import JobFlags
 from ritrag.index_config import IndexConfig
 from ritrag.layout import BM25_STATS_FILE, DENSE_INFO_FILE, EDGES_KIND, IndexLayout, SITE_BASES_FILE, new_manifest
@@ -46,6 +45,7 @@ from ritrag.transforms.pages import (DEAD, LINKS_CAPPED_COUNTER, PAGE_COUNTERS, 
 from ritrag.transforms.progress import SECTIONS_CAPPED_COUNTER, CountSectionsCapped, LogProgress
 from ritrag.transforms.site_base import InferSiteBases
 from ritrag.transforms.sources.dispatch import HTML_SUFFIXES
+from ritrag.transforms.serving_files import WriteServingForm
 from ritrag.transforms.sparse import BuildSparseIndex, WriteSparseIndex
 from ritrag.transforms.tables import WriteParquetTable, spill_location, write_bytes
 from ritrag.transforms.sources.warc import crawl_dir_of
@@ -114,11 +114,15 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
         site_bases | "WriteSiteBases" >> beam.Map(write_site_bases, segment_dir)
     (parsed[DEAD], forest[DEAD]) | "DeadLetters" >> WriteDeadLetters(segment_dir)
     forest[PAGES_OUTPUT] | "WritePages" >> WriteParquetTable(segment_dir, "pages", PAGES_SCHEMA, "url", num_shards)
-    nodes | "WriteNodes" >> WriteParquetTable(segment_dir, "nodes", NODES_SCHEMA, "node_id", num_shards)
-    chunks | "WriteChunks" >> WriteParquetTable(segment_dir, "chunks", CHUNKS_SCHEMA, "chunk_id", num_shards)
+    nodes_written = nodes | "WriteNodes" >> WriteParquetTable(segment_dir, "nodes", NODES_SCHEMA, "node_id",
+                                                              num_shards)
+    chunks_written = chunks | "WriteChunks" >> WriteParquetTable(segment_dir, "chunks", CHUNKS_SCHEMA, "chunk_id",
+                                                                 num_shards)
     edges | "WriteEdges" >> WriteParquetTable(segment_dir, EDGES_KIND, EDGES_SCHEMA, "source_node_id",
                                               num_shards, EDGES_SORT_KEYS)
-    sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, num_shards)
+    sparse_written = sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, num_shards)
+    ((nodes_written, chunks_written, sparse_written)
+     | "WriteServingForm" >> WriteServingForm(segment_dir, num_shards))
     {VECTORS: vectors, TRAINED: trained} | "WriteDense" >> WriteDenseIndex(segment_dir, num_shards)
     # Last: every count the stages recorded (what the manifest records), as data.
     p | "WriteCounts" >> WriteCounts(segment_dir)
@@ -132,7 +136,7 @@ def publish_build(layout: IndexLayout, segment_id: str, options: PipelineOptions
         bm25 = json.load(fh)
     with open_read(os.path.join(segment_dir, DENSE_INFO_FILE)) as fh:
         dense = json.load(fh)
-    segment = finish_segment(layout, segment_id, config.num_shards, counts)
+    segment = layout.describe_segment(segment_id, config.num_shards, counts)
     manifest = new_manifest(
         layout,
         segments=[segment],

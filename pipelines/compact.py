@@ -21,7 +21,6 @@ import numpy as np
 
 from ritrag.pipelines.launcher import (IndexOptions, PublishOptions, job_options, prepare_job,
                                        publish_and_prune, required, run_pipeline)
-from ritrag.serving_form import finish_segment
 from ritrag.pipelines.options import JobFlags
 from ritrag.layout import BM25_STATS_FILE, EDGES_KIND, new_manifest
 from ritrag.reader import IndexReader, LiveFile
@@ -30,6 +29,7 @@ from ritrag.representation import Representation
 from ritrag.schema import CHUNKS_SCHEMA, EDGES_SCHEMA, EDGES_SORT_KEYS, NODES_SCHEMA, PAGES_SCHEMA
 from ritrag.vectors import VectorShard
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainedIndex, WriteDenseIndex
+from ritrag.transforms.serving_files import WriteServingForm
 from ritrag.transforms.sparse import BuildSparseIndex, WriteSparseIndex
 from ritrag.transforms.tables import ReadLiveRows, WriteParquetTable
 
@@ -65,10 +65,11 @@ def compact_pipeline(p: beam.Pipeline, live: IndexReader, segment_dir: str) -> N
                | "LiveVectors" >> beam.FlatMap(live_vectors))
     trained = p | "LiveTrainedIndex" >> beam.Create([TrainedIndex(live.trained_dense_index())])
 
-    for kind, schema, id_column, sort_keys in TABLES:
-        rows[kind] | f"Write{kind.title()}" >> WriteParquetTable(segment_dir, kind, schema, id_column, num_shards,
-                                                                 sort_keys)
-    sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, num_shards)
+    written = [rows[kind] | f"Write{kind.title()}" >> WriteParquetTable(segment_dir, kind, schema, id_column,
+                                                                        num_shards, sort_keys)
+               for kind, schema, id_column, sort_keys in TABLES]
+    written.append(sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, num_shards))
+    tuple(written) | "WriteServingForm" >> WriteServingForm(segment_dir, num_shards)
     {VECTORS: vectors, TRAINED: trained} | "WriteDense" >> WriteDenseIndex(segment_dir, num_shards)
 
 
@@ -84,7 +85,7 @@ def run(argv: list[str] | None = None) -> str:
         run_pipeline(options, segment_dir, lambda p: compact_pipeline(p, live, segment_dir))
         with open_read(os.path.join(segment_dir, BM25_STATS_FILE)) as fh:
             bm25 = json.load(fh)
-        segment = finish_segment(layout, segment_id, live.manifest.config["num_shards"], {})
+        segment = layout.describe_segment(segment_id, live.manifest.config["num_shards"], {})
         manifest = new_manifest(layout, segments=[segment],
                                 stats={**live.manifest.stats, "bm25": bm25,
                                        "compact_seconds": round(time.time() - started, 1)},

@@ -44,7 +44,6 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from ritrag.pipelines.launcher import (BuildOptions, IndexOptions, PublishOptions, check_page_accounting, job_counts,
                                        job_options, prepare_job, publish_and_prune, required, run_pipeline)
-from ritrag.serving_form import finish_segment
 from ritrag.pipelines.options import JobFlags, JobOptionsError, given_flags, merge_flags
 from ritrag.embedder import check_backend_available
 from ritrag.index_config import IndexConfig
@@ -64,6 +63,7 @@ from ritrag.transforms.nodes import PlaceSkeletons
 from ritrag.transforms.pages import (DEAD, PAGE_COUNTERS, InputOptions, PageParser, WriteDeadLetters, count_input_files,
                               input_root_and_pattern)
 from ritrag.transforms.progress import SECTIONS_CAPPED_COUNTER, CountSectionsCapped, LogProgress
+from ritrag.transforms.serving_files import WriteServingForm
 from ritrag.transforms.sparse import BuildSparseIndex, WriteSparseIndex
 from ritrag.transforms.tables import ReadLiveRows, WriteParquetTable
 
@@ -156,14 +156,18 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
 
     # Sinks: the delta segment's files.
     (parsed[DEAD], delta[DEAD]) | "DeadLetters" >> WriteDeadLetters(segment_dir)
-    nodes | "WriteNodes" >> WriteParquetTable(segment_dir, "nodes", NODES_SCHEMA, "node_id", num_shards)
+    nodes_written = nodes | "WriteNodes" >> WriteParquetTable(segment_dir, "nodes", NODES_SCHEMA, "node_id",
+                                                              num_shards)
     delta[UpdatePagesFn.PAGES] | "WritePages" >> WriteParquetTable(segment_dir, "pages", PAGES_SCHEMA, "url",
                                                                    num_shards)
     dead | "Tombstones" >> WriteTombstones(segment_dir)
-    indexed | "WriteChunks" >> WriteParquetTable(segment_dir, "chunks", CHUNKS_SCHEMA, "chunk_id", num_shards)
+    chunks_written = indexed | "WriteChunks" >> WriteParquetTable(segment_dir, "chunks", CHUNKS_SCHEMA, "chunk_id",
+                                                                  num_shards)
     edges["edges"] | "WriteEdges" >> WriteParquetTable(segment_dir, EDGES_KIND, EDGES_SCHEMA, "source_node_id",
                                                        num_shards, EDGES_SORT_KEYS)
-    sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, num_shards)
+    sparse_written = sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, num_shards)
+    ((nodes_written, chunks_written, sparse_written)
+     | "WriteServingForm" >> WriteServingForm(segment_dir, num_shards))
     {VECTORS: vectors, TRAINED: trained} | "WriteDense" >> WriteDenseIndex(segment_dir, num_shards)
     # Last: every count the stages recorded (what the manifest records), as data.
     p | "WriteCounts" >> WriteCounts(segment_dir)
@@ -178,7 +182,7 @@ def publish_update(layout: IndexLayout, live: IndexReader, segment_id: str, coun
     n_chunks = previous["n_chunks"] + delta["n_chunks"]
     n_terms = previous["n_terms"] + delta["n_terms"]
     bm25 = {"n_chunks": n_chunks, "n_terms": n_terms, "avg_chunk_terms": n_terms / n_chunks if n_chunks else 0.0}
-    segment = finish_segment(layout, segment_id, live.manifest.config["num_shards"], counts)
+    segment = layout.describe_segment(segment_id, live.manifest.config["num_shards"], counts)
     totals = {k: live.manifest.tombstones.get(k, 0) + n for k, n in tombstones.items()}
     manifest = new_manifest(
         layout, segments=[*live.manifest.segments, segment],

@@ -1,7 +1,8 @@
 """A segment's serving form: what a server maps instead of deriving it.
 
-Every job that writes a segment (build, update, compact) finishes it with
-`write_serving_form`, before the segment is checksummed into its manifest:
+Every job that writes a segment (build, update, compact) ends its pipeline
+with the stage that writes it (ritrag.transforms.serving_files, one shard
+per worker), before the segment is checksummed into its manifest:
 one file per shard number, `serving-SSSSS-of-NNNNN.arrays`, holding that
 shard's BM25 postings as CSR, its chunks' rows and its vocabulary's document
 frequencies per field. A server maps the files as written (`map_arrays`), so a
@@ -38,14 +39,13 @@ import json
 import mmap
 import os
 import struct
-from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ritrag.bm25 import row_kinds
-from ritrag.layout import DamagedIndexError, IndexLayout, shard_file_name
+from ritrag.layout import DamagedIndexError, shard_file_name
 from ritrag.storage import is_remote, open_parquet, open_read
 
 SERVING_KIND = "serving"
@@ -179,30 +179,32 @@ def shard_serving_arrays(chunks: pa.Table, postings: pa.Table, vocabulary: pa.Ta
     }
 
 
-def _shard_tables(segment_dir: str, num_shards: int) -> Iterator[tuple[int, pa.Table, pa.Table, pa.Table]]:
-    def read(kind: str, shard: int, columns: list[str]) -> pa.Table:
-        return open_parquet(os.path.join(segment_dir, shard_file_name(kind, shard, num_shards, "parquet"))).read(columns)
+def segment_node_ids(segment_dir: str, num_shards: int) -> pa.Array:
+    """The node ids of a segment's node files, in position order (shard order, then row)."""
+    return pa.concat_arrays([
+        open_parquet(os.path.join(segment_dir, shard_file_name("nodes", shard, num_shards, "parquet")))
+        .read(["node_id"])["node_id"].combine_chunks() for shard in range(num_shards)])
 
-    for shard in range(num_shards):
-        yield (shard, read("chunks", shard, ["chunk_id", "ordinal", "node_id"]),
-               read("postings", shard, ["term", "chunk_id", "tf"]),
-               read("vocabulary", shard, ["term", "df_body", "df_doc", "df_anchors"]))
+
+def write_shard_serving_form(segment_dir: str, shard: int, num_shards: int, node_ids: pa.Array) -> str:
+    """Write shard `shard`'s serving file from its chunks, postings and
+    vocabulary files (written before); returns its path. `node_ids`:
+    `segment_node_ids`. Memory follows the shard."""
+    def read(kind: str, columns: list[str]) -> pa.Table:
+        return open_parquet(os.path.join(segment_dir, shard_file_name(kind, shard, num_shards, "parquet"))).read(
+            columns)
+
+    arrays = shard_serving_arrays(read("chunks", ["chunk_id", "ordinal", "node_id"]),
+                                  read("postings", ["term", "chunk_id", "tf"]),
+                                  read("vocabulary", ["term", "df_body", "df_doc", "df_anchors"]), node_ids)
+    path = os.path.join(segment_dir, shard_file_name(SERVING_KIND, shard, num_shards, SERVING_EXT))
+    write_arrays(path, arrays)
+    return path
 
 
 def write_serving_form(segment_dir: str, num_shards: int) -> None:
-    """Write the serving files of a finished segment (its Parquet tables
-    written), one shard at a time: memory follows the largest shard."""
-    node_ids = pa.concat_arrays([
-        open_parquet(os.path.join(segment_dir, shard_file_name("nodes", shard, num_shards, "parquet")))
-        .read(["node_id"])["node_id"].combine_chunks() for shard in range(num_shards)])
-    for shard, chunks, postings, vocabulary in _shard_tables(segment_dir, num_shards):
-        arrays = shard_serving_arrays(chunks, postings, vocabulary, node_ids)
-        write_arrays(os.path.join(segment_dir, shard_file_name(SERVING_KIND, shard, num_shards, SERVING_EXT)),
-                     arrays)
-
-
-def finish_segment(layout: IndexLayout, segment_id: str, num_shards: int, counts: dict[str, int]) -> dict:
-    """The manifest entry of a segment whose tables are written: first its
-    serving form, then every file checksummed (`IndexLayout.describe_segment`)."""
-    write_serving_form(layout.segment_dir(segment_id), num_shards)
-    return layout.describe_segment(segment_id, num_shards, counts)
+    """Every shard's serving file, one after the other, in this process (the
+    jobs write them in parallel: ritrag.transforms.serving_files)."""
+    node_ids = segment_node_ids(segment_dir, num_shards)
+    for shard in range(num_shards):
+        write_shard_serving_form(segment_dir, shard, num_shards, node_ids)

@@ -182,11 +182,13 @@ def test_a_server_on_a_damaged_version_waits_and_serves_after_a_rollback(tiny_ha
     assert len(loads) >= 2
 
 
-def test_the_watcher_refuses_a_damaged_version_in_one_line_and_keeps_serving(tiny_hash_index, tmp_path, caplog):
+@pytest.mark.parametrize("damage", ["parquet_footer", "serving"])
+def test_the_watcher_refuses_a_damaged_version_in_one_line_and_keeps_serving(tiny_hash_index, tmp_path, caplog,
+                                                                            damage):
     index = copy_index(tiny_hash_index, tmp_path / "idx")
     service = ToolService(RitragIndex(index.root))
     publish_own_copy(index, "v000002")
-    damage_matching_the_manifest(index, "v000002", "parquet_footer")
+    damage_matching_the_manifest(index, "v000002", damage)
     watcher = VersionWatcher(service, index.root, interval_s=3600)
     with caplog.at_level(logging.INFO, logger="ritrag.serving.reload"):
         assert watcher.check_once() is False
