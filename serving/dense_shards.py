@@ -1,10 +1,15 @@
 """The dense shards a server searches: each segment's FAISS shard files,
 memory-mapped (`read_dense_shard`), joined behind their one coarse quantizer
-when they are IVF (`segment_dense_indexes`), each with the chunk ids that
-later segments tombstoned (ritrag.serving.retrieval.dense_top_k leaves them
-out of its answers).
+when they are IVF (`segment_dense_indexes`), read once per process per
+segment (`segment_indexes`), each with the chunk ids that later segments
+tombstoned (ritrag.serving.retrieval.dense_top_k leaves them out of its
+answers).
 """
 from __future__ import annotations
+
+import os
+import threading
+import weakref
 
 import faiss
 import numpy as np
@@ -13,21 +18,47 @@ from ritrag.layout import DamagedIndexError
 from ritrag.reader import IndexReader
 
 
-def load_dense_shards(reader: IndexReader) -> tuple[list, list[np.ndarray]]:
-    """The indexes to search, and for index i the sorted chunk ids that later
-    segments tombstoned (`dead[i]`)."""
+class SegmentIndexes:
+    """One segment's dense indexes to search, read once per process however
+    many loaded versions name the segment (`segment_indexes`): searching
+    does not change them, and a new version then reads only the dense files
+    of the segments it adds."""
+
+    def __init__(self, paths: list[str], nprobe: int):
+        self.indexes = segment_dense_indexes([read_dense_shard(path, nprobe) for path in paths])
+
+
+_READ: "weakref.WeakValueDictionary[tuple, SegmentIndexes]" = weakref.WeakValueDictionary()
+_READ_LOCK = threading.Lock()
+
+
+def segment_indexes(paths: list[str], checksums: list[str], nprobe: int) -> SegmentIndexes:
+    key = (tuple(os.path.abspath(p) for p in paths), tuple(checksums), nprobe)
+    with _READ_LOCK:
+        found = _READ.get(key)
+        if found is None:
+            found = _READ[key] = SegmentIndexes(paths, nprobe)
+        return found
+
+
+def load_dense_shards(reader: IndexReader) -> tuple[list, list[np.ndarray], list[SegmentIndexes]]:
+    """The indexes to search; for index i the sorted chunk ids that later
+    segments tombstoned (`dead[i]`); and the per-segment holders, which the
+    caller keeps for as long as it searches the indexes."""
     nprobe = int(reader.manifest.config.get("dense", {}).get("nprobe", 64))
-    per_segment: dict[str, list] = {}
-    dead: dict[str, np.ndarray] = {}
+    files: dict[str, list] = {}
     for f in reader.files("dense"):
-        per_segment.setdefault(f.segment, []).append(read_dense_shard(f.path, nprobe))
-        dead[f.segment] = np.array(sorted(f.dead), np.int64)
-    indexes, dead_per_index = [], []
-    for segment, shards in per_segment.items():
-        searched = segment_dense_indexes(shards)
-        indexes += searched
-        dead_per_index += [dead[segment]] * len(searched)
-    return indexes, dead_per_index
+        files.setdefault(f.segment, []).append(f)
+    checksums = {seg["id"]: seg["files"] for seg in reader.manifest.segments}
+    indexes, dead_per_index, holders = [], [], []
+    for segment, shard_files in files.items():
+        holder = segment_indexes([f.path for f in shard_files],
+                                 [checksums[segment][os.path.basename(f.path)]["sha256"] for f in shard_files], nprobe)
+        holders.append(holder)
+        dead = np.array(sorted(shard_files[0].dead), np.int64)
+        indexes += holder.indexes
+        dead_per_index += [dead] * len(holder.indexes)
+    return indexes, dead_per_index, holders
 
 
 def read_dense_shard(path: str, nprobe: int):

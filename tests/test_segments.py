@@ -1,6 +1,6 @@
 """A version as a list of mapped segments (ritrag/serving_form.py,
-ritrag.serving.segments): a reload maps and hashes only the segments the new
-version adds, a version of several segments with tombstones answers exactly
+ritrag.serving.segments): a reload maps, hashes and reads the dense shards of
+only the segments the new version adds, a version of several segments with tombstones answers exactly
 like its compacted form, and a serving file that is cut or garbled is refused
 while the previous version keeps serving."""
 from __future__ import annotations
@@ -77,7 +77,7 @@ def test_a_version_of_three_segments_answers_like_its_compacted_form(three_segme
 
 def test_a_reload_maps_and_hashes_only_the_segment_it_adds(tmp_path, monkeypatch):
     from ritrag import layout
-    from ritrag.serving import segments
+    from ritrag.serving import dense_shards, segments
 
     site = write_tiny_site(tmp_path / "site")
     index = tmp_path / "index"
@@ -85,16 +85,18 @@ def test_a_reload_maps_and_hashes_only_the_segment_it_adds(tmp_path, monkeypatch
     served = LoadedVersion(str(index))
     edit(site, "shop/v3/logging.html", [("Rotation", "Logs rotate hourly.")])
     update(site, index)
-    mapped, hashed = [], []
-    real_map, real_hash = segments.map_arrays, layout.sha256_file
+    mapped, hashed, read = [], [], []
+    real_map, real_hash, real_read = segments.map_arrays, layout.sha256_file, dense_shards.read_dense_shard
     monkeypatch.setattr(segments, "map_arrays", lambda path: mapped.append(Path(path)) or real_map(path))
     monkeypatch.setattr(layout, "sha256_file", lambda path: hashed.append(Path(path)) or real_hash(path))
+    monkeypatch.setattr(dense_shards, "read_dense_shard", lambda path, n: read.append(Path(path)) or real_read(path, n))
     fresh = LoadedVersion(str(index))  # while the old version is still loaded, as a watcher's swap
     new_segment = fresh.manifest.segments[-1]["id"]
     assert fresh.version == "v000002" and served.version == "v000001"
     assert sorted(p.name for p in mapped) == [f"{SERVING_KIND}-0000{s}-of-00002.arrays" for s in range(2)]
     assert {p.parent.name for p in mapped} == {new_segment}
     assert hashed and {p.parent.name for p in hashed} == {new_segment}  # the old segment's files: not again
+    assert read and {p.parent.name for p in read} == {new_segment}  # nor its dense shards
     rows, _ = top_k(fresh.bm25.scores(analyze("rotate hourly"), "body"), 5)
     assert len(rows)
 
