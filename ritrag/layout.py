@@ -53,6 +53,10 @@ from ritrag.storage import (dir_exists, file_size, is_remote, list_dirs, list_fi
 # 2: vocabulary sharded by term (vocabulary-SSSSS-of-NNNNN.parquet, was vocabulary.parquet)
 # 3: df per field in the vocabulary; each segment's serving form (serving-SSSSS-of-NNNNN.arrays)
 FORMAT_VERSION = 3
+# Formats the jobs still read: a format-2 index is compacted (or updated) into
+# format-3 segments without a rebuild; a server serves only segments that
+# carry their serving form (ritrag.serving.segments says to compact).
+READABLE_FORMATS = (2, FORMAT_VERSION)
 TOMBSTONES_FILE = "tombstones.parquet"  # ids that this segment supersedes or deletes in earlier ones
 BM25_STATS_FILE = "bm25.json"  # the segment's chunk and term counts (signed in an update's delta)
 DENSE_INFO_FILE = "dense.json"  # factory string, nprobe, rerank, dimension of the dense shards
@@ -144,9 +148,10 @@ class Manifest:
         raw = json.loads(data)
         if not isinstance(raw, dict):
             raise ValueError(f"a manifest is a JSON object, not {type(raw).__name__}")
-        if raw.get("format_version") != FORMAT_VERSION:
+        if raw.get("format_version") not in READABLE_FORMATS:
             raise IndexLoadError(f"unsupported index format {raw.get('format_version')!r} (this ritrag reads "
-                                 f"format {FORMAT_VERSION}): rebuild the index with this version")
+                                 f"formats {', '.join(map(str, READABLE_FORMATS))}): rebuild the index with this "
+                                 f"version")
         fields = set(cls.__dataclass_fields__)
         if set(raw) != fields:
             raise ValueError(f"fields differ from a manifest's: missing {sorted(fields - set(raw))}, "

@@ -26,7 +26,7 @@ import numpy as np
 
 from ritrag.bm25 import BODY, KIND_FIELDS, Field
 from ritrag.ids import shard_of
-from ritrag.layout import DamagedIndexError
+from ritrag.layout import DamagedIndexError, IndexLoadError
 from ritrag.reader import IndexReader
 from ritrag.serving_form import SERVING_KIND, map_arrays
 from ritrag.serving.skeleton import NodeRows
@@ -122,6 +122,10 @@ def version_shards(reader: IndexReader) -> list[SegmentShards]:
     out = []
     for segment in reader.manifest.segments:
         names = reader.layout.segment_files(segment, SERVING_KIND)
+        if not names:
+            raise IndexLoadError(f"{reader.layout.segment_dir(segment['id'])}: written by an older ritrag (index "
+                                 f"format 2), without the serving form a server maps: run `ritrag compact "
+                                 f"{reader.layout.root}` once to serve this index")
         if len(names) != segment["num_shards"]:
             raise DamagedIndexError(f"{reader.layout.segment_dir(segment['id'])}: {len(names)} serving files for "
                                     f"{segment['num_shards']} shards")

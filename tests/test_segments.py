@@ -119,3 +119,32 @@ def test_the_arrays_container_round_trips_and_refuses_what_is_not_one(tmp_path):
         Path(path).write_bytes(bad)
         with pytest.raises(DamagedIndexError, match="x.arrays"):
             map_arrays(path)
+
+
+def test_an_index_of_format_2_is_refused_with_what_to_do_and_served_after_a_compact(tiny_hash_index, tmp_path,
+                                                                                    capsys):
+    """An index written before segments carried their serving form: no
+    rebuild, one `ritrag compact` makes it servable."""
+    import json
+
+    from ritrag import cli
+
+    index = tmp_path / "old"
+    shutil.copytree(tiny_hash_index, index)
+    layout = IndexLayout(str(index))
+    manifest = json.loads(Path(layout.manifest_path("v000001")).read_text())
+    for segment in manifest["segments"]:
+        for name in [n for n in segment["files"] if n.startswith(f"{SERVING_KIND}-")]:
+            del segment["files"][name]
+            (Path(layout.segment_dir(segment["id"])) / name).unlink()
+    manifest["format_version"] = 2
+    Path(layout.manifest_path("v000001")).write_text(json.dumps(manifest))
+    capsys.readouterr()
+    assert cli.main(["toc", str(index), "log rotation"]) == 1
+    error = json.loads(capsys.readouterr().err.strip().splitlines()[-1])["error"]
+    assert error["reason"] == "index_unavailable" and "ritrag compact" in error["message"]
+    assert cli.main(["compact", str(index)]) == 0
+    assert IndexLayout(str(index)).load_manifest().format_version == 3
+    capsys.readouterr()
+    assert cli.main(["toc", str(index), "log rotation"]) == 0
+    assert "Logging" in capsys.readouterr().out

@@ -160,7 +160,7 @@ def test_an_index_of_another_format_is_refused_with_what_to_do(tmp_path):
 
     from ritrag.layout import FORMAT_VERSION, IndexLoadError, Manifest
 
-    with pytest.raises(IndexLoadError, match=f"format 1 .*reads format {FORMAT_VERSION}.*rebuild"):
+    with pytest.raises(IndexLoadError, match=f"format 1 .*reads formats 2, {FORMAT_VERSION}.*rebuild"):
         Manifest.from_json(json.dumps({"format_version": 1}).encode())
 
 
