@@ -123,8 +123,8 @@ def map_arrays(path: str) -> dict[str, np.ndarray]:
         if buffer[:len(MAGIC)] != MAGIC:
             raise ValueError("no magic")
         (length,) = struct.unpack("<Q", buffer[len(MAGIC):len(MAGIC) + 8])
-        if length > len(buffer):
-            raise ValueError(f"a header of {length} bytes")
+        if len(MAGIC) + 8 + length > len(buffer):
+            raise ValueError(f"cut short: its header is {length} bytes, the file {len(buffer)}")
         header = json.loads(bytes(buffer[len(MAGIC) + 8:len(MAGIC) + 8 + length]))
         out = {}
         for name, entry in header["arrays"].items():
