@@ -57,7 +57,7 @@ from ritrag.layout import IndexLayout, IndexLoadError
 from ritrag.serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N, RitragIndex
 from ritrag.serving.outline import TOKENIZER, count_tokens, preorder, render_outline, toc_json_text
 from ritrag.serving.retrieval import RetrievalParams, node_scores, reciprocal_rank_fusion, top_nodes
-from ritrag.serving.skeleton import fixed_width
+from ritrag.serving_form import utf8_fixed_width
 from ritrag.urls import normalize_url
 
 SYSTEMS = {
@@ -182,7 +182,7 @@ def live_rows(index: RitragIndex) -> np.ndarray:
     ids = idx.reader.table("nodes", ["node_id"])["node_id"]
     if not len(ids):
         raise EvalInputError(f"{idx.reader.layout.root}: the index has no nodes: nothing to evaluate against")
-    return idx.node_row.rows(fixed_width(ids.combine_chunks()))
+    return idx.node_row.rows(utf8_fixed_width(ids.combine_chunks()))
 
 
 class GoldResolver:
@@ -328,7 +328,7 @@ def _tree_roots(index: RitragIndex, live: np.ndarray) -> np.ndarray:
     roots = np.arange(idx.reader.positions("nodes").num_rows)
     has = pc.fill_null(pc.greater(pc.list_value_length(ancestors), 0), False).to_numpy(zero_copy_only=False)
     if has.any():
-        found = idx.node_row.rows(fixed_width(pc.list_element(ancestors.filter(has), 0)))
+        found = idx.node_row.rows(utf8_fixed_width(pc.list_element(ancestors.filter(has), 0)))
         roots[live[has]] = np.where(found >= 0, found, live[has])
     return roots
 

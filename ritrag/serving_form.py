@@ -61,9 +61,8 @@ def utf8_fixed_width(strings: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Arrow strings as a numpy bytes array (`S<w>`, w the longest UTF-8
     encoding), built from Arrow's buffers without a Python object per string.
     numpy compares such arrays bytewise, as Arrow sorted them."""
-    array = pa.chunked_array([strings]).combine_chunks() if isinstance(strings, pa.Array) else \
-        strings.combine_chunks()
-    array = array.cast(pa.large_binary())
+    chunked = pa.chunked_array([strings]) if isinstance(strings, pa.Array) else strings
+    array = chunked.combine_chunks().cast(pa.large_binary())
     n = len(array)
     if n == 0:
         return np.zeros(0, "S1")

@@ -16,7 +16,8 @@ import pyarrow as pa
 
 from ritrag.layout import EDGES_KIND
 from ritrag.reader import IndexReader
-from ritrag.serving.skeleton import SKELETON_COLUMNS, NodeRows, Skeleton, fixed_width, skeleton_columns
+from ritrag.serving.skeleton import SKELETON_COLUMNS, NodeRows, Skeleton, skeleton_columns
+from ritrag.serving_form import utf8_fixed_width
 
 
 def derive_nodes(reader: IndexReader) -> tuple[dict[str, pa.Array], NodeRows, Skeleton]:
@@ -27,7 +28,7 @@ def derive_nodes(reader: IndexReader) -> tuple[dict[str, pa.Array], NodeRows, Sk
     columns = skeleton_columns(pa.concat_tables(tables).combine_chunks())
     live = np.concatenate([f.live_mask(t["node_id"]) for f, t in zip(node_files, tables)])
     live_rows = np.flatnonzero(live)
-    node_row = NodeRows.of(fixed_width(columns["node_id"])[live_rows], live_rows)
+    node_row = NodeRows.of(utf8_fixed_width(columns["node_id"])[live_rows], live_rows)
     return columns, node_row, Skeleton.of(columns, node_row)
 
 
@@ -41,8 +42,8 @@ def derive_links(reader: IndexReader, node_row: NodeRows, n_node_rows: int) -> d
     tables = [f.table(["source_node_id", "target_node_id"]) for f in reader.files(EDGES_KIND)]
     if tables:
         edges = pa.concat_tables(tables)
-        source = node_row.rows(fixed_width(edges["source_node_id"].combine_chunks()))
-        target = node_row.rows(fixed_width(edges["target_node_id"].combine_chunks()))
+        source = node_row.rows(utf8_fixed_width(edges["source_node_id"].combine_chunks()))
+        target = node_row.rows(utf8_fixed_width(edges["target_node_id"].combine_chunks()))
         keep = (source >= 0) & (target >= 0) & (source != target)
         pairs = np.unique(source[keep] * n_node_rows + target[keep])
     else:

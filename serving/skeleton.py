@@ -16,6 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ritrag.serving_form import utf8_fixed_width
+
 SKELETON_COLUMNS = ["node_id", "parent_id", "position", "title", "summary", "keywords", "ancestor_ids"]
 
 
@@ -80,11 +82,6 @@ class NodeRows(Mapping):
         return len(self._sorted)
 
 
-def fixed_width(array: pa.Array) -> np.ndarray:
-    """Node ids (Arrow strings) as fixed-width bytes, the keys `NodeRows` searches."""
-    return np.asarray(array.to_numpy(zero_copy_only=False), dtype=object).astype(bytes)
-
-
 def skeleton_columns(table: pa.Table) -> dict[str, pa.Array]:
     """The skeleton columns as single arrays; a column of one chunk (a mapped
     cache's) is used as it is, not copied by a concatenation."""
@@ -106,9 +103,9 @@ class Skeleton:
     @staticmethod
     def derive(columns: Mapping[str, pa.Array], node_row: NodeRows) -> dict[str, np.ndarray]:
         """The arrays above, from the columns and the live rows' id map."""
-        parents = node_row.rows(fixed_width(pc.fill_null(columns["parent_id"], "")))
+        parents = node_row.rows(utf8_fixed_width(pc.fill_null(columns["parent_id"], "")))
         ancestors = columns["ancestor_ids"]
-        rows = node_row.rows(fixed_width(ancestors.flatten()))
+        rows = node_row.rows(utf8_fixed_width(ancestors.flatten()))
         kept = np.concatenate([[0], np.cumsum(rows >= 0)])
         offsets = ancestors.offsets.to_numpy()
         offsets = offsets - offsets[0]  # flatten() starts at the array's first list
