@@ -47,8 +47,8 @@ from ritrag.embedder import MAX_EMBEDDING_DIMENSION, EmbedderSpec
 from ritrag.lease import lease_holder
 from ritrag.representation import DEFAULT_RETRIEVAL, Representation
 from ritrag.schema import TOMBSTONES_SCHEMA
-from ritrag.storage import (dir_exists, file_size, is_remote, list_dirs, list_files, open_read, remove_file, remove_tree,
-                            sha256_file, write_atomic)
+from ritrag.storage import (dir_exists, file_size, is_remote, list_dirs, list_files, open_read, remove_file,
+                            remove_tree, sha256_file, write_atomic)
 
 # 2: vocabulary sharded by term (vocabulary-SSSSS-of-NNNNN.parquet, was vocabulary.parquet)
 # 3: df per field in the vocabulary; each segment's serving form (serving-SSSSS-of-NNNNN.arrays)

@@ -143,7 +143,8 @@ class RitragIndex:
         live = dense_rows >= 0
         dense_rows, similarities = dense_rows[live], similarities[live]
         if "all" in idx.bm25.fields:
-            return Rankings((top_k(idx.bm25.scores(analyze(query)), k, idx.chunk_ids), (dense_rows, similarities)), None)
+            return Rankings((top_k(idx.bm25.scores(analyze(query)), k, idx.chunk_ids), (dense_rows, similarities)),
+                            None)
         chunk_scores, own = idx.bm25.chunk_scores(analyze(query), {"doc": params.path_weight,
                                                                    "anchors": params.anchor_weight},
                                                   idx.chunk_node, idx.node_chunks)
@@ -151,7 +152,8 @@ class RitragIndex:
         chunks = (top_k(chunk_scores, k, idx.chunk_ids), (dense_rows[~is_doc][:k], similarities[~is_doc][:k]))
         if not node_docs:
             return Rankings(chunks, None)
-        return Rankings(chunks, (top_k(own["doc"], k, idx.chunk_ids), (dense_rows[is_doc][:k], similarities[is_doc][:k])))
+        docs = (top_k(own["doc"], k, idx.chunk_ids), (dense_rows[is_doc][:k], similarities[is_doc][:k]))
+        return Rankings(chunks, docs)
 
     def retrieve(self, query: str, k: int = DEFAULT_K, n: int = DEFAULT_N, query_vector: np.ndarray | None = None,
                  params: RetrievalParams | None = None) -> Retrieval:
