@@ -355,13 +355,13 @@ class IndexLayout:
         size = file_size(path)
         if size is None:
             raise MissingIndexError(f"{path}: listed in the manifest but missing on disk")
-        seen = _seen_unchanged(path, expected["sha256"])
-        if not seen and (size != expected["bytes"] or sha256_file(path) != expected["sha256"]):
+        if _seen_unchanged(path, expected["sha256"]):
+            return path
+        if size != expected["bytes"] or sha256_file(path) != expected["sha256"]:
             raise DamagedIndexError(
                 f"{path}: damaged (size or sha256 differs from the manifest); refusing to load it"
             )
-        if seen is False:
-            _remember_verified(path, expected["sha256"])
+        _remember_verified(path, expected["sha256"])
         return path
 
     def segment_files(self, segment: dict[str, Any], kind: str) -> list[str]:
@@ -382,22 +382,26 @@ class IndexLayout:
 _VERIFIED: dict[tuple[str, str], tuple[int, int, int]] = {}
 
 
-def _seen_unchanged(path: str, sha256: str) -> bool | None:
-    """True when this process hashed the local file at `path` to `sha256` and
-    it is unchanged since; None for a remote file (always hashed); False else."""
-    if is_remote(path):
+def _stat_key(path: str) -> tuple[int, int, int] | None:
+    if is_remote(path):  # an object's stat says too little: always hashed
         return None
     try:
         stat = os.stat(path)
     except OSError:
-        return False
-    key = (os.path.abspath(path), sha256)
-    return _VERIFIED.get(key) == (stat.st_size, stat.st_mtime_ns, stat.st_ino) or False
+        return None
+    return stat.st_size, stat.st_mtime_ns, stat.st_ino
+
+
+def _seen_unchanged(path: str, sha256: str) -> bool:
+    """Whether this process hashed the local file at `path` to `sha256` and it is unchanged since."""
+    key = _stat_key(path)
+    return key is not None and _VERIFIED.get((os.path.abspath(path), sha256)) == key
 
 
 def _remember_verified(path: str, sha256: str) -> None:
-    stat = os.stat(path)
-    _VERIFIED[(os.path.abspath(path), sha256)] = (stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    key = _stat_key(path)
+    if key is not None:
+        _VERIFIED[(os.path.abspath(path), sha256)] = key
 
 
 def new_manifest(

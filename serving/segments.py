@@ -61,26 +61,24 @@ class MappedShard:
 
     def term_range(self, key: bytes) -> tuple[int, int]:
         """The entries of the postings of `key` (UTF-8 term), (0, 0) if none."""
-        return _range(self.arrays["terms"], self.arrays["indptr"], key)
+        i = _position(self.arrays["terms"], key)
+        indptr = self.arrays["indptr"]
+        return (0, 0) if i is None else (int(indptr[i]), int(indptr[i + 1]))
 
     def vocab_df(self, key: bytes) -> np.ndarray | None:
         """The term's df per field in the whole segment, None if not listed."""
-        terms = self.arrays["vocab_terms"]
-        if len(key) > terms.dtype.itemsize:
-            return None
-        i = int(np.searchsorted(terms, key))
-        return self.arrays["vocab_df"][i] if i < len(terms) and terms[i] == key else None
+        i = _position(self.arrays["vocab_terms"], key)
+        return None if i is None else self.arrays["vocab_df"][i]
 
 
-def _range(terms: np.ndarray, indptr: np.ndarray, key: bytes) -> tuple[int, int]:
+def _position(terms: np.ndarray, key: bytes) -> int | None:
+    """The row of `key` in sorted fixed-width `terms`, None if absent."""
     # numpy compares fixed-width bytes with trailing NULs stripped and would
     # truncate a longer key: a key longer than the width is in no row.
     if len(key) > terms.dtype.itemsize:
-        return 0, 0
+        return None
     i = int(np.searchsorted(terms, key))
-    if i < len(terms) and terms[i] == key:
-        return int(indptr[i]), int(indptr[i + 1])
-    return 0, 0
+    return i if i < len(terms) and terms[i] == key else None
 
 
 def term_key(term: str) -> bytes | None:
