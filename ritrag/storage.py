@@ -10,6 +10,7 @@ import hashlib
 import os
 import secrets
 import shutil
+import threading
 
 
 def is_remote(path: str) -> bool:
@@ -33,13 +34,60 @@ def use_pipeline_options(options) -> None:
     calls this first. The options stay in force for the process, as Beam's do."""
     global _store_options
     _store_options = options
-    remote_filesystems().set_options(options)
+    remote_filesystems().set_options(options)  # and shares S3 clients (_share_s3_clients)
 
 
 def remote_filesystems():
     from apache_beam.io.filesystems import FileSystems  # only the jobs write remote indexes
 
+    _share_s3_clients()
     return FileSystems
+
+
+# The S3 options Beam's boto3 wrapper reads (apache_beam/io/aws/clients/s3/boto3_client.py).
+_S3_CLIENT_OPTIONS = ("s3_access_key_id", "s3_secret_access_key", "s3_session_token", "s3_endpoint_url",
+                      "s3_disable_ssl", "s3_region_name", "s3_api_version", "s3_verify")
+_s3_clients_lock = threading.Lock()
+
+
+def _share_s3_clients() -> None:
+    """Beam's S3 file system builds a new boto3 session and client for every
+    call it makes (exists, open, match, delete, ...), and each costs about 0.2 s
+    of CPU reloading botocore's service models: a job's few hundred calls spent
+    minutes there. botocore clients are thread-safe, so the process keeps one
+    per set of S3 options; each Beam wrapper still gets its own stream state,
+    copied from a fresh wrapper of that set. Installed once, where this process
+    first reaches Beam's file systems (workers of a remote runner that never
+    call this pay Beam's own cost)."""
+    try:
+        from apache_beam.io.aws.clients.s3 import boto3_client
+    except ImportError:  # no AWS extra: no S3 file system either
+        return
+    if getattr(boto3_client.Client, "shares_clients", False):
+        return
+    beam_client = boto3_client.Client
+    fresh: dict[tuple, object] = {}
+
+    class SharedS3Client(beam_client):
+        shares_clients = True
+
+        def __init__(self, options):
+            key = _s3_options_key(options)
+            with _s3_clients_lock:
+                if key not in fresh:
+                    fresh[key] = beam_client(options)
+                self.__dict__.update(fresh[key].__dict__)
+
+    boto3_client.Client = SharedS3Client
+
+
+def _s3_options_key(options) -> tuple:
+    if isinstance(options, dict):
+        return tuple(options.get(name) for name in _S3_CLIENT_OPTIONS)
+    from apache_beam.options.pipeline_options import S3Options
+
+    s3 = options.view_as(S3Options)
+    return tuple(getattr(s3, name, None) for name in _S3_CLIENT_OPTIONS)
 
 
 def store_options():

@@ -97,6 +97,24 @@ def test_an_index_on_a_bucket_is_reached_with_the_options_given(object_store):
     assert lease.holder() is None
 
 
+@pytest.mark.parametrize("object_store", ["s3"], indirect=True)
+def test_beams_s3_calls_share_one_botocore_client_per_set_of_options(object_store):
+    """Beam builds a boto3 client for every S3 call (0.2 s of CPU each); the
+    process keeps one per set of options, each call keeping its own stream state."""
+    from apache_beam.io.aws import s3io
+
+    options = PipelineOptions(object_store.flags)
+    use_pipeline_options(options)
+    first, second = s3io.S3IO(options=options), s3io.S3IO(options=options)
+    assert first.client is not second.client and first.client.client is second.client.client
+    other = s3io.S3IO(options=PipelineOptions([*object_store.flags, "--s3_region_name", "eu-west-3"]))
+    assert other.client.client is not first.client.client
+    with FileSystems.create(f"{object_store.url}/probe") as out:
+        out.write(b"written through the shared client")
+    with FileSystems.open(f"{object_store.url}/probe") as back:
+        assert back.read() == b"written through the shared client"
+
+
 def race_for_the_lease(layout: IndexLayout, contenders: int) -> list[IndexLease]:
     """`contenders` jobs take the lease at once, each past its check that LEASE
     is absent before any of them writes it (the window a check-then-write
