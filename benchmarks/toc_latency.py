@@ -80,7 +80,7 @@ def dense_alone(idx, vectors: np.ndarray) -> tuple[list[float], list[float]]:
     search_s, rerank_s = [], []
     for vector in vectors:
         t0 = time.perf_counter()
-        candidates, _ = dense_top_k(vector, idx.dense_shards, idx.dense_rerank * K_PRIME, idx.dense_dead)
+        candidates, _ = dense_top_k(vector, idx.dense_shards, idx.dense_rerank * K_PRIME, idx.dense_params)
         t1 = time.perf_counter()
         if idx.vector_store is not None:
             rerank_exact(vector, candidates, idx.vector_store)

@@ -135,9 +135,9 @@ class RitragIndex:
         # With node documents in the dense index, twice k' neighbours are split into chunks and documents.
         depth = k * (2 if node_docs else 1)
         if idx.vector_store is None:
-            dense_ids, similarities = dense_top_k(vector, idx.dense_shards, depth, idx.dense_dead)
+            dense_ids, similarities = dense_top_k(vector, idx.dense_shards, depth, idx.dense_params)
         else:
-            candidates, _ = dense_top_k(vector, idx.dense_shards, idx.dense_rerank * depth, idx.dense_dead)
+            candidates, _ = dense_top_k(vector, idx.dense_shards, idx.dense_rerank * depth, idx.dense_params)
             dense_ids, similarities = (a[:depth] for a in rerank_exact(vector, candidates, idx.vector_store))
         dense_rows = idx.chunk_rows(dense_ids)
         live = dense_rows >= 0

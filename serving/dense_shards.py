@@ -1,9 +1,9 @@
 """The dense shards a server searches: each segment's FAISS shard files,
 memory-mapped (`read_dense_shard`), joined behind their one coarse quantizer
 when they are IVF (`segment_dense_indexes`), read once per process per
-segment (`segment_indexes`), each with the chunk ids that later segments
-tombstoned (ritrag.serving.retrieval.dense_top_k leaves them out of its
-answers).
+segment (`segment_indexes`), each with the search parameters that leave out
+the chunk ids later segments tombstoned (`tombstone_parameters`: a FAISS ID
+selector the search applies as it scans, so it fetches no deeper).
 """
 from __future__ import annotations
 
@@ -41,24 +41,53 @@ def segment_indexes(paths: list[str], checksums: list[str], nprobe: int) -> Segm
         return found
 
 
-def load_dense_shards(reader: IndexReader) -> tuple[list, list[np.ndarray], list[SegmentIndexes]]:
-    """The indexes to search; for index i the sorted chunk ids that later
-    segments tombstoned (`dead[i]`); and the per-segment holders, which the
-    caller keeps for as long as it searches the indexes."""
+def load_dense_shards(reader: IndexReader) -> tuple[list, list, list[SegmentIndexes]]:
+    """The indexes to search; for index i its search parameters (`params[i]`,
+    None when no later segment tombstoned any of its chunks); and the
+    per-segment holders, which the caller keeps for as long as it searches the
+    indexes."""
     nprobe = int(reader.manifest.config.get("dense", {}).get("nprobe", 64))
     files: dict[str, list] = {}
     for f in reader.files("dense"):
         files.setdefault(f.segment, []).append(f)
     checksums = {seg["id"]: seg["files"] for seg in reader.manifest.segments}
-    indexes, dead_per_index, holders = [], [], []
+    indexes, params, holders = [], [], []
     for segment, shard_files in files.items():
         holder = segment_indexes([f.path for f in shard_files],
                                  [checksums[segment][os.path.basename(f.path)]["sha256"] for f in shard_files], nprobe)
         holders.append(holder)
         dead = np.array(sorted(shard_files[0].dead), np.int64)
         indexes += holder.indexes
-        dead_per_index += [dead] * len(holder.indexes)
-    return indexes, dead_per_index, holders
+        params += [tombstone_parameters(index, dead) for index in holder.indexes]
+    return indexes, params, holders
+
+
+def tombstone_parameters(index, dead: np.ndarray):
+    """Search parameters for `index` that leave out the chunk ids in `dead`
+    (None when there are none): an `IDSelectorNot` over an `IDSelectorBatch`
+    (a hash set behind a Bloom filter), tested as the search scans, so the
+    search asks for k and gets k live ones however many were tombstoned. The
+    IVF parameters carry the index's own nprobe (FAISS otherwise takes the
+    parameters' default of 1)."""
+    if len(dead) == 0:
+        return None
+    batch = faiss.IDSelectorBatch(np.ascontiguousarray(dead, dtype=np.int64))
+    selector = faiss.IDSelectorNot(batch)
+    nprobe = index_nprobe(index)
+    params = (faiss.SearchParametersIVF(sel=selector, nprobe=nprobe) if nprobe is not None
+              else faiss.SearchParameters(sel=selector))
+    params.referenced_objects = [batch, selector]  # SWIG does not keep them alive for the parameters
+    return params
+
+
+def index_nprobe(index) -> int | None:
+    """The lists an IVF index (or joined shards) scans; None for an exact index."""
+    if isinstance(index, JoinedIVFShards):
+        return index.nprobe
+    try:
+        return int(faiss.extract_index_ivf(index).nprobe)
+    except RuntimeError:
+        return None
 
 
 def read_dense_shard(path: str, nprobe: int):
@@ -83,7 +112,7 @@ def read_dense_shard(path: str, nprobe: int):
 
 def segment_dense_indexes(shards: list) -> list:
     """The shards of one segment as the indexes to search. IVF shards trained
-    together (one coarse quantizer) become one `IndexShardsIVF`: a query is
+    together (one coarse quantizer) become one `JoinedIVFShards`: a query is
     assigned to its lists once, not once per shard, and every shard scans those
     lists (the same candidates, up to the order of equal scores). Shards with
     different quantizers, or not IVF, stay as they are."""
@@ -98,9 +127,37 @@ def segment_dense_indexes(shards: list) -> list:
             or not np.array_equal(faiss.vector_to_array(q.codes), faiss.vector_to_array(quantizers[0].codes))
             for ivf, q in zip(ivfs[1:], quantizers[1:])):
         return shards
-    # The quantizer is the first shard's; faiss's add_shard keeps each shard (so
-    # also that quantizer) alive as long as the joined index.
-    joined = faiss.IndexShardsIVF(first.quantizer, first.nlist, False, False)
-    for shard in shards:
-        joined.add_shard(shard)
-    return [joined]
+    return [JoinedIVFShards(shards)]
+
+
+class JoinedIVFShards:
+    """IVF shards of one coarse quantizer searched as one index: the query is
+    assigned to its nprobe lists once (the first shard's quantizer), each shard
+    scans those lists, and the best k of all shards are kept. faiss's own
+    `IndexShardsIVF` does the same but drops the search parameters, so a
+    tombstone selector never reached the shards (faiss 1.15.1); this passes
+    them to each shard's `search_preassigned`."""
+
+    def __init__(self, shards: list):
+        self.shards = shards
+        self.ivfs = [faiss.extract_index_ivf(shard) for shard in shards]
+        self.quantizer = self.ivfs[0].quantizer
+        self.nprobe = int(self.ivfs[0].nprobe)
+        self.ntotal = sum(int(shard.ntotal) for shard in shards)
+
+    def search(self, queries: np.ndarray, k: int, params=None) -> tuple[np.ndarray, np.ndarray]:
+        """(similarities, ids), each (n, k), best first; -1 ids past the hits."""
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        n = len(queries)
+        list_scores, lists = self.quantizer.search(queries, min(self.nprobe, self.ivfs[0].nlist))
+        scores, ids = np.empty((len(self.ivfs), n, k), np.float32), np.empty((len(self.ivfs), n, k), np.int64)
+        for s, ivf in enumerate(self.ivfs):
+            # The wrapper's search_preassigned refuses parameters; its C++
+            # method (kept by faiss as search_preassigned_c) takes them.
+            ivf.search_preassigned_c(n, faiss.swig_ptr(queries), k, faiss.swig_ptr(lists),
+                                     faiss.swig_ptr(list_scores), faiss.swig_ptr(scores[s]),
+                                     faiss.swig_ptr(ids[s]), False, params)
+        scores, ids = scores.transpose(1, 0, 2).reshape(n, -1), ids.transpose(1, 0, 2).reshape(n, -1)
+        scores = np.where(ids >= 0, scores, -np.inf)
+        best = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(scores, best, 1), np.take_along_axis(ids, best, 1)

@@ -120,7 +120,7 @@ class LoadedVersion:
         self.bm25 = Bm25(self.postings, version_fields(segments, self.chunks, n_chunks, n_terms), k1, b)
         self.links = LinkGraph.of(derive_links(self.reader, self.node_row, positions.num_rows))
 
-        self.dense_shards, self.dense_dead, self._dense_segments = load_dense_shards(self.reader)
+        self.dense_shards, self.dense_params, self._dense_segments = load_dense_shards(self.reader)
         self.vector_store = (VectorStore.open([f.path for f in self.reader.files("vectors")], populate=True)
                              if self.dense_rerank > 1 else None)
         LOG.info("loaded %s: %d nodes, %d chunks (%d live) in %d segments, %d links, %d dense shards",

@@ -71,23 +71,21 @@ class RetrievalParams:
                       **{k: v for k, v in overrides.items() if v is not None}})
 
 
-def dense_top_k(query: np.ndarray, shards: list, k: int, dead: Sequence[np.ndarray] | None = None
+def dense_top_k(query: np.ndarray, shards: list, k: int, params: Sequence | None = None
                 ) -> tuple[np.ndarray, np.ndarray]:
-    """(chunk ids, similarities) of the k nearest chunks over every dense shard.
-    `dead[i]`, sorted chunk ids that later segments tombstoned, are skipped in
-    shard i (it is searched that much deeper so that k live ones remain)."""
+    """(chunk ids, similarities) of the k nearest chunks over every dense shard,
+    shard i searched with `params[i]` (its tombstone selector,
+    serving.dense_shards.tombstone_parameters; None: every chunk is live)."""
     ids, sims = [], []
     q = np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32)
     for n, shard in enumerate(shards):
         if shard.ntotal == 0:
             continue
-        shard_dead = dead[n] if dead is not None else np.zeros(0, np.int64)
-        d, i = shard.search(q, min(k + len(shard_dead), shard.ntotal))
+        shard_params = params[n] if params is not None else None
+        d, i = shard.search(q, min(k, shard.ntotal), params=shard_params)
         keep = i[0] >= 0
-        if len(shard_dead):
-            keep &= ~np.isin(i[0], shard_dead)
-        ids.append(i[0][keep][:k])
-        sims.append(d[0][keep][:k])
+        ids.append(i[0][keep])
+        sims.append(d[0][keep])
     if not ids:
         return np.zeros(0, np.int64), np.zeros(0, np.float32)
     all_ids, all_sims = np.concatenate(ids), np.concatenate(sims)

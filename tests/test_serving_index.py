@@ -15,7 +15,7 @@ import pytest
 from ritrag.analyzer import analyze
 from ritrag.bm25 import Bm25, top_k
 from ritrag.layout import DamagedIndexError, IndexLayout
-from ritrag.serving.dense_shards import read_dense_shard, segment_dense_indexes
+from ritrag.serving.dense_shards import JoinedIVFShards, read_dense_shard, segment_dense_indexes, tombstone_parameters
 from ritrag.serving.index import LoadedVersion
 from ritrag.serving.retrieval import dense_top_k
 from support import benchmark_module
@@ -212,15 +212,22 @@ def test_shards_of_one_quantizer_are_searched_as_one_index_like_each_apart():
     vectors = unit_vectors(3000, 16, 0)
     shards = trained_shards(vectors, 3)
     joined = segment_dense_indexes(shards)
-    assert len(joined) == 1 and isinstance(joined[0], faiss.IndexShardsIVF) and joined[0].ntotal == 3000
-    dead = np.array([5, 6, 7], np.int64)
-    for query in unit_vectors(20, 16, 1):
-        ids, scores = dense_top_k(query, joined, 100, [dead])
-        apart_ids, apart_scores = dense_top_k(query, shards, 100, [dead] * 3)
+    assert len(joined) == 1 and isinstance(joined[0], JoinedIVFShards) and joined[0].ntotal == 3000
+    queries = unit_vectors(20, 16, 1)
+    # the ids some query finds first, tombstoned: the search skips them and still answers 100
+    dead = np.unique(np.concatenate([dense_top_k(q, joined, 3)[0] for q in queries[:5]]))
+    joined_params = [tombstone_parameters(joined[0], dead)]
+    apart_params = [tombstone_parameters(shard, dead) for shard in shards]
+    for query in queries:
+        ids, scores = dense_top_k(query, joined, 100, joined_params)
+        apart_ids, apart_scores = dense_top_k(query, shards, 100, apart_params)
+        assert len(ids) == 100 and not np.isin(ids, dead).any()
         np.testing.assert_array_equal(scores, apart_scores)
         above = scores > scores[-1]  # equal scores at the cut may be any of the tied ids
         np.testing.assert_array_equal(np.sort(ids[above]), np.sort(apart_ids[above]))
-        assert not np.isin(ids, dead).any()
+        live_ids, live_scores = dense_top_k(query, joined, 100 + len(dead))
+        kept = ~np.isin(live_ids, dead)
+        np.testing.assert_array_equal(scores, live_scores[kept][:100])  # what an over-fetch would have kept
 
 
 def test_shards_of_different_quantizers_or_exact_ones_stay_apart():
@@ -238,6 +245,6 @@ def test_a_synthetic_ivf_index_loads_joined_with_the_recorded_parameters(tmp_pat
     loaded = LoadedVersion(out)
     dense = loaded.manifest.config["dense"]
     assert dense["factory"] == "IVF16,PQ96x4fs" and (dense["nprobe"], dense["rerank"]) == (4, 4)
-    assert faiss.extract_index_ivf(loaded.dense_shards[0].at(0)).nprobe == 4
-    assert len(loaded.dense_shards) == len(loaded.dense_dead) == 1
+    assert faiss.extract_index_ivf(loaded.dense_shards[0].shards[0]).nprobe == 4
+    assert len(loaded.dense_shards) == len(loaded.dense_params) == 1
     assert loaded.dense_shards[0].ntotal == 3_000 and loaded.vector_store is not None
