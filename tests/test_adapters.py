@@ -255,6 +255,9 @@ def test_llamaindex_retriever_returns_the_hits_as_nodes_with_their_paths(backend
     with pytest.raises(ToolError) as refused:
         retriever.retrieve(QUERY)
     assert refused.value.reason == "budget_exhausted"
+    with pytest.raises(ToolError) as none:
+        RitragRetriever(backend, documents=0).retrieve(QUERY)
+    assert none.value.reason == "invalid_arguments"
 
 
 # ---- OpenAI Agents SDK -------------------------------------------------------------------------------------------

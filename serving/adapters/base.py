@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from ritrag.serving.api import RitragIndex
 from ritrag.serving.budget import GET_TOC
-from ritrag.serving.errors import STATUS, ToolError
+from ritrag.serving.errors import STATUS, ToolError, checked_int
 from ritrag.serving.outline import hit_ranks, preorder, toc_json_text
 from ritrag.serving.tool_models import TOOLS
 from ritrag.serving.tools import TocFormat, ToolService, invalid_arguments
@@ -161,7 +161,9 @@ def retrieve(backend: ToolsBackend, query: str, *, documents: int = DEFAULT_DOCU
     """GetToC's `documents` best hits, read (two calls of the episode): each
     Read node (id, title, path of ancestor titles root first, url, text,
     total_chars, next_offset when cut at `max_chars`) with its GetToC `score`
-    and `rank` (1 = best), best first."""
+    and `rank` (1 = best), best first. `documents` is at most the backend's
+    ids per Read (20 by default)."""
+    checked_int("documents", documents, 1)
     toc = backend.get_toc(query, format="json", episode_id=episode_id)
     ranks = hit_ranks(toc["trees"])
     best = sorted(ranks, key=ranks.__getitem__)[:documents]

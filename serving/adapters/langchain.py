@@ -21,7 +21,7 @@ from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.tools import BaseTool, ToolException
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, field_validator
 
 from ritrag.serving.adapters.base import (DEFAULT_DOCUMENTS, EpisodeTools, ToolsBackend, metadata_of, retrieve,
                                           tools_backend, validation_error_text)
@@ -62,7 +62,7 @@ class RitragRetriever(BaseRetriever):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
     backend: ToolsBackend
-    documents: int = Field(default=DEFAULT_DOCUMENTS, ge=1)
+    documents: int = DEFAULT_DOCUMENTS
     episode_id: str | None = None
     max_chars: int | None = None
 
