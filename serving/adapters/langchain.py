@@ -15,7 +15,7 @@ url, score and rank.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
@@ -34,7 +34,7 @@ class RitragTool(BaseTool):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
     episode: EpisodeTools
-    response_format: str = "content_and_artifact"
+    response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
     handle_tool_error: bool = True
     handle_validation_error: Any = validation_error_text
 
