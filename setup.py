@@ -40,6 +40,13 @@ SERVING = [
     "bpe-openai>=0.1.4",  # o200k_base token counts of the ToC forms, offline
 ]
 
+# The agent-framework adapters (serving/adapters/), each over the serving extra's tools; the releases tested.
+ADAPTERS = {
+    "langchain": ["langchain-core>=1.8.3"],
+    "llamaindex": ["llama-index-core>=0.14.25"],
+    "openai-agents": ["openai-agents>=0.24.0"],
+}
+
 NAMESPACED = ("pipelines", "transforms", "serving", "evaluation", "cli")
 
 setup(
@@ -65,11 +72,12 @@ setup(
         "s3": ["fsspec>=2023.1", "s3fs>=2023.1"],
         "gcs": ["fsspec>=2023.1", "gcsfs>=2023.1"],
         "redis": ["redis>=5"],
+        **{name: [*SERVING, *framework] for name, framework in ADAPTERS.items()},
         # benchmarks/extract.py's reference extractor (never the build); flat_baseline.py's BM25;
         # learned_rank.py's LambdaMART (the learned ranking lost to fusion, so serving does without it)
         "bench": ["trafilatura>=2", "bm25s>=0.2", "lightgbm>=4.7"],
         "dev": ["apache-beam>=2.60", "zarr>=2.18", "psutil>=5.9", *SOURCES, "pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100",
-                *SERVING, *CRAWL,
+                *SERVING, *CRAWL, *(r for framework in ADAPTERS.values() for r in framework),
                 # the fleet tests: an S3-compatible server (moto), Redis, the Kubernetes schemas
                 "fsspec>=2023.1", "s3fs>=2023.1", "moto[server]>=5", "redis>=5", "kubernetes-validate>=1.30",
                 "pyyaml>=6",

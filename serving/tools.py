@@ -171,9 +171,11 @@ class ToolService:
             return self.get_toc(args.query, episode_id=episode_id, collapse_read=args.collapse_read)
         return self.read(args.node_ids, offset=args.offset, episode_id=episode_id, query=args.query)
 
-    def text_of(self, result: dict[str, Any]) -> str:
+    @staticmethod
+    def text_of(result: dict[str, Any]) -> str:
         """What a model reads of a result: the outline of a ToC when the result
-        has one and no trees, else the JSON."""
+        has one and no trees, else the JSON (a static method: the adapters
+        render a remote server's results with it too)."""
         if "outline" in result and "trees" not in result:
             header = f"GetToC {result['version']}: {result['hits']} hits (*rank)"
             if result.get("collapsed"):

@@ -13,6 +13,9 @@ not in a later refactoring.
    not checked: a command imports the job or server it runs when it runs it.
    LAZY lists the lazy ritrag imports that remain, each with its reason; none of
    them may hide a cycle.
+3. Each agent framework's library is imported by its adapter module alone
+   (`ritrag.serving.adapters.*`, each an extra of its own), and the adapters
+   by no other part of the product, so ritrag runs with none of them.
 """
 from __future__ import annotations
 
@@ -38,6 +41,11 @@ LAZY = {
     **{("ritrag.serving.server", f"ritrag.serving.{part}"): SERVER_PARTS
        for part in ("budget_store", "http", "mcp_server", "reload", "remote")},
 }
+
+FRAMEWORKS = {"langchain_core": "ritrag.serving.adapters.langchain",
+              "llama_index": "ritrag.serving.adapters.llamaindex",
+              "agents": "ritrag.serving.adapters.openai_agents"}  # the OpenAI Agents SDK's package
+ADAPTERS = "ritrag.serving.adapters"
 
 
 def module_name(path: Path) -> str:
@@ -103,6 +111,8 @@ def test_the_checks_see_what_they_check():
     assert ("ritrag.transforms.sources.dispatch", "ritrag.transforms.sources.pdf") in {
         ("ritrag.transforms.sources.dispatch", target) for _, target in imports("ritrag.transforms.sources.dispatch")[1]}
     assert "ritrag.transforms.crawl.downloader" in loaded_with("ritrag.transforms.crawl.round")
+    assert {"langchain_core.tools", "ritrag.serving.adapters.base"} <= {
+        target for _, target in imports("ritrag.serving.adapters.langchain")[0]}
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if not is_in(m, CRAWLER) and m not in CRAWLER_IMPORTERS))
@@ -130,3 +140,13 @@ def test_a_lazy_import_left_hides_no_cycle(lazy):
     # The packages above the importer are loaded already when its function runs.
     above = frozenset(".".join(importer.split(".")[:i]) for i in range(1, importer.count(".") + 1))
     assert importer not in loaded_with(target, above), f"{target} imports {importer} back: a cycle"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_a_framework_is_imported_by_its_adapter_only(module):
+    top, local = imports(module)
+    offenders = [f"{MODULES[module].relative_to(REPO)}:{line}: {target}" for line, target in top + local
+                 if FRAMEWORKS.get(target.split(".")[0], module) != module
+                 or (is_in(target, ADAPTERS) and not is_in(module, ADAPTERS))]
+    assert not offenders, ("an agent framework is imported only by its module of ritrag.serving.adapters, and the "
+                           "adapters by nothing else (each framework is an extra of its own):\n" + "\n".join(offenders))
