@@ -49,6 +49,7 @@ from ritrag.crawl_dir import WARC_DIR, crawldb_path, scan_crawldb
 from ritrag.lease import IndexLease
 from ritrag.schema import CRAWL_TARGET_SCHEMA, CRAWLDB_SCHEMA, RESTING_SCHEMA
 from ritrag.transforms.counts import COUNTS, WriteCounts, read_counts, record_counts
+from ritrag.transforms.progress import LogProgress
 from ritrag.transforms.crawl.round import LINKS, ROBOTS, CrawlConfig, FetchHostFn, StoreShardFn, shard_key
 from ritrag.transforms.crawl.crawldb import (CrawlTarget, Generate, UpdateCrawlDb, crawldb_row, record_target,
                                              RESTING, redirect_hops, revisit_record, target_record)
@@ -170,10 +171,12 @@ def accounting_mismatch(keyed: tuple[str, dict]) -> list[str]:
 
 def round_pipeline(p: beam.Pipeline, number: int, work: str, seed_targets: list[dict], previous_dir: str,
                    scheduled_before: int, config: CrawlConfig, robots: dict[str, RobotsRules], warc_dir: str,
-                   crawl_id: str, opts: CrawlJobOptions) -> None:
+                   crawl_id: str, opts: CrawlJobOptions, round_urls: int | None = None) -> None:
     """One round: [generate] -> fetch grouped by host -> store per shard ->
     generate the next fetch list. Everything it produces goes to files under
-    round_dir(work, number) and targets of the next round's directory."""
+    round_dir(work, number) and targets of the next round's directory.
+    `round_urls`, the URLs the previous round scheduled for this one (None for
+    the first, whose list this job generates), is the fetch progress's total."""
     here = round_dir(work, number)
     if number == 0:
         if exists(crawldb_path(previous_dir)):
@@ -198,6 +201,7 @@ def round_pipeline(p: beam.Pipeline, number: int, work: str, seed_targets: list[
                | "GroupByHost" >> beam.GroupByKey()
                | "FetchHost" >> beam.ParDo(FetchHostFn(config, robots)).with_outputs(LINKS, ROBOTS, main="outcomes"))
     rows = record_counts(fetched["outcomes"]
+                         | "FetchProgress" >> LogProgress(f"round {number} fetch (URLs)", round_urls)
                          | "KeyByShard" >> beam.Map(shard_key, opts.warc_shards)
                          | "GroupByShard" >> beam.GroupByKey()
                          | "Store" >> beam.ParDo(StoreShardFn(warc_dir, f"{crawl_id}-r{number:02d}", crawl_id,
@@ -291,7 +295,7 @@ def crawl(options: PipelineOptions, opts: CrawlJobOptions, seeds: list[str], bad
     seed_targets = [target_record(CrawlTarget(s), "seed") for s in dict.fromkeys(seeds)]
     counts: Counter = Counter(f"{r['kind']}_{r['status']}" for r in bad_rows)
     robots: dict[str, RobotsRules] = {}
-    scheduled, started, number = 0, time.time(), 0
+    scheduled, started, number, upcoming = 0, time.time(), 0, None
     LOG.info("crawl %s: %d seeds, re-visiting %s, scope %s", crawl_id, len(seeds),
              crawldb_path(previous_dir) if exists(crawldb_path(previous_dir)) else "nothing",
              ", ".join(config.scope.prefixes))
@@ -299,7 +303,8 @@ def crawl(options: PipelineOptions, opts: CrawlJobOptions, seeds: list[str], bad
         here = round_dir(work, number)
         make_dirs(here)
         run_job(options, lambda p: round_pipeline(
-            p, number, work, seed_targets, previous_dir, scheduled, config, dict(robots), warc_dir, crawl_id, opts))
+            p, number, work, seed_targets, previous_dir, scheduled, config, dict(robots), warc_dir, crawl_id, opts,
+            upcoming))
         counts.update(read_counts(here))  # its CrawlDB rows by kind_status (StoreShardFn)
         check_round(here, number)
         robots.update(read_robots(here))

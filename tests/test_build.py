@@ -254,6 +254,21 @@ def test_progress_lines_give_count_rate_eta_and_memory():
     assert resident_bytes() is None or resident_bytes() > 2 ** 20
 
 
+def test_progress_lines_rate_and_eta_follow_the_last_interval():
+    from ritrag.transforms.progress import ProgressMeter
+
+    meter = ProgressMeter("forest (nodes)", 1000)
+    assert meter.line(5.0) is None  # nothing seen yet: nothing to say
+    meter.add(100.0, 10)  # a slow start: 10 in the first 200 s
+    first = meter.line(300.0)
+    assert first.startswith("forest (nodes): 10 in 200 s (0.05/s), 1.0% of 1,000, ETA 5h30m")
+    meter.add(310.0, 590)  # then 590 in the next 30 s
+    second = meter.line(330.0)
+    assert second.startswith("forest (nodes): 600 in 230 s, 19.7/s over the last 30 s (2.6/s overall), "
+                             "60.0% of 1,000, ETA 0m20s")
+    assert meter.line(360.0).startswith("forest (nodes): 600 in 260 s, 0.0/s over the last 30 s")
+
+
 def dead_letters(index_dir) -> dict[str, str]:
     """Dead letters of the live version's last segment: file name -> reason."""
     layout = IndexLayout(str(index_dir))

@@ -169,7 +169,7 @@ def test_flat_section_lists_nest_by_the_number_where_no_level_is_given(tmp_path)
 # --- item 12: an update's progress is over the pages it parses --------------------
 
 def test_a_progress_line_without_a_total_has_no_share_and_no_eta():
-    assert progress_line("parse (changed pages)", 1, 56.0, None) == "parse (changed pages): 1 in 56 s (0.0/s)"
+    assert progress_line("parse (changed pages)", 1, 56.0, None) == "parse (changed pages): 1 in 56 s (0.018/s)"
     assert progress_line("parse (pages)", 74, 37.0, 296) == "parse (pages): 74 in 37 s (2.0/s), 25.0% of 296, ETA 1m51s"
 
 
