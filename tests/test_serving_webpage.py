@@ -25,8 +25,9 @@ from serving_fixtures import loaded_index, serving
 CHROMIUM = next((path for name in ("chromium", "chromium-browser", "google-chrome")
                  if (path := shutil.which(name))), None)
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (apt-get install chromium)")
-# Swagger UI's colour for a POST operation (its badge and border): seen only once its script ran
+# The colours of a POST operation's badge, seen only once the page's script ran: Swagger UI's
 SWAGGER_POST_GREEN = (73, 204, 144)
+REDOC_POST_BLUE = (24, 111, 175)  # ReDoc's POST badge in its side menu
 
 
 def chromium(profile: Path, *args: str) -> str:
@@ -142,17 +143,19 @@ def test_page_shows_each_hits_cross_links(sample_index, tmp_path):
 
 
 @needs_chromium
-def test_docs_render_offline(tiny_hash_index, tmp_path):
-    """Swagger UI at /docs draws the API from the server's own files: the
-    screenshot is not a blank page, and shows Swagger's POST operations."""
+@pytest.mark.parametrize("page, post_colour", [("/docs", SWAGGER_POST_GREEN), ("/redoc", REDOC_POST_BLUE)])
+def test_api_pages_render_offline(tiny_hash_index, tmp_path, page, post_colour):
+    """Swagger UI (/docs) and ReDoc (/redoc) draw the API from the server's own
+    files: the screenshot is not a blank page (FastAPI's own pages, whose scripts
+    come from a CDN, are one white colour offline), and shows the POST badges."""
     service = ToolService(loaded_index(str(tiny_hash_index)))
-    shot = tmp_path / "docs.png"
+    shot = tmp_path / "page.png"
     with serving(create_app(lambda: service)) as url:
-        chromium(tmp_path / "profile", "--window-size=1000,700", f"--screenshot={shot}", f"{url}/docs")
+        chromium(tmp_path / "profile", "--window-size=1000,700", f"--screenshot={shot}", url + page)
     pixels = png_pixels(shot.read_bytes())[..., :3].astype(np.int64)
     assert pixels.shape[:2] == (700, 1000)
     not_white = (pixels < 240).any(axis=2).mean()
     colours = len(np.unique(pixels.reshape(-1, 3), axis=0))
-    post_green = (abs(pixels - SWAGGER_POST_GREEN).max(axis=2) <= 8).sum()
+    badge = (abs(pixels - post_colour).max(axis=2) <= 8).sum()
     assert not_white > 0.02 and colours > 50, (not_white, colours)
-    assert post_green > 200, post_green
+    assert badge > 200, badge
