@@ -136,7 +136,8 @@ def test_page_shows_each_hits_cross_links(sample_index, tmp_path):
     assert expected, "a ToC of the sample with cross-links to show"
     with serving(create_app(lambda: service)) as url:
         dom = chromium(tmp_path / "profile", "--dump-dom", f"{url}/?q={urllib.parse.quote(query)}&n={n}")
-    label = r'<span class="node hit" title="Read (\w+)">[^<]*<span class="id">[^<]*</span> <span class="score">[^<]*</span></span>'
+    label = (r'<span class="node hit" title="Read (\w+)">[^<]*<span class="id">[^<]*</span> '
+             r'<span class="score">[^<]*</span></span>')
     shown = {hit: re.findall(r'title="Read (\w+)"', links)
              for hit, links in re.findall(label + r'<div class="see">see also: (.*?)</div>', dom)}
     assert shown == expected
