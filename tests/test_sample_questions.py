@@ -28,6 +28,13 @@ def test_sample_questions_pass_the_check_against_the_sample():
     assert {_check.product_of(q) for q in questions} == {p.name for p in PAGES.iterdir()}
 
 
+def test_make_runs_question_is_a_sample_question():
+    """`make run`'s one GetToC asks a question of the sample file, so its gold page is checked above."""
+    question = re.search(r'ritrag toc \$\(INDEX\) "([^"]+)"', (ROOT / "Makefile").read_text(encoding="utf-8"))
+    questions, _ = _check.load_questions(str(SAMPLE_QUESTIONS))
+    assert question and question.group(1) in {q["question"] for q in questions}
+
+
 def test_the_readme_example_gold_is_in_the_sample():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     example = re.search(r'"gold": \["([^"]+)"\]', readme)
