@@ -40,7 +40,7 @@ install: $(VENV)/.installed
 run: install
 	rm -rf $(INDEX)
 	$(VENV)/bin/ritrag build sample/pages --out $(INDEX) --site_depth 1
-	$(VENV)/bin/ritrag toc $(INDEX) "How do I configure SSL client certificates?" --n 8
+	$(VENV)/bin/ritrag toc $(INDEX) "How do I password-protect a directory on my Apache web server?" --n 8
 
 # pytest as a script (not `python -m pytest`, which would put the checkout's
 # ritrag/ folder ahead of the installed package).

@@ -33,6 +33,7 @@ SOURCES = [  # the input kinds besides HTML (transforms/sources)
 ]
 SERVING = [
     "fastapi>=0.115",
+    "fastapi-offline>=1.7",  # Swagger UI and ReDoc files for /docs and /redoc, served without a CDN
     "uvicorn>=0.30",
     "mcp>=2.3",  # the v2 SDK: mcp.Client, the low-level Server with on_* handlers
     "httpx>=0.27",

@@ -4,11 +4,13 @@
     POST /v1/read       Read (ReadRequest -> ReadResult)
     GET  /v1/tools      the tool definitions (?format=openai|anthropic|mcp)
     GET  /healthz       liveness: the process serves (500 once loading failed)
-    GET  /readyz        readiness: the index is loaded and the query model warm;
-                        with a version watcher, its failures to load a newer version
+    GET  /readyz        readiness: the index is loaded and the query model warm; which
+                        index (name, live version, nodes, chunks); with a version
+                        watcher, its failures to load a newer version
     GET  /metrics       Prometheus
-    GET  /docs, /openapi.json   (/docs is FastAPI's Swagger UI page, whose script and
-                        style come from a CDN, cdn.jsdelivr.net: offline, use /openapi.json)
+    GET  /docs, /redoc, /openapi.json   Swagger UI and ReDoc over the OpenAPI document; their
+                        scripts and styles are served from /docs-assets (the package
+                        fastapi-offline bundles them), so both work without the network
     GET  /              a page to try queries, browse the sub-forest and read nodes
 
 Every error is a JSON body {"error": {"reason", "message", ...}} with the status
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -34,6 +37,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi_offline import FastAPIOffline
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector,
                                generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -41,6 +45,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ritrag.layout import IndexLoadError
+from ritrag.serving.api import RitragIndex
 from ritrag.serving.auth import UNAUTHORIZED, header_map, key_matches, send_error
 from ritrag.serving.errors import ToolError
 from ritrag.serving.reload import VersionWatcher
@@ -49,7 +54,8 @@ from ritrag.serving.tool_models import ErrorResult, ReadRequest, ReadResult, Toc
 from ritrag.serving.tools import ToolService, invalid_arguments
 
 LOG = logging.getLogger("ritrag.serving.http")
-OPEN_PATHS = ("/healthz", "/readyz", "/", "/docs", "/openapi.json")  # no data behind them
+DOCS_ASSETS = "/docs-assets"  # Swagger UI's and ReDoc's scripts and styles, from the fastapi-offline package
+OPEN_PATHS = ("/healthz", "/readyz", "/", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")  # no data
 ROUTES = ("/v1/toc", "/v1/read", "/v1/tools", "/healthz", "/readyz", "/metrics", "/")
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResult} for status in (401, 404, 408, 413, 422, 429, 503)}
@@ -184,6 +190,16 @@ def _cache_metrics(found: list[IndexMirror]):
         yield from counters.values()
 
 
+def index_info(index: RitragIndex) -> dict[str, Any]:
+    """Which index is served, for /readyz and the web page: its name (the last
+    part of its path or URL; the rest of a path says nothing to a client, and
+    /readyz answers without the key) and what its live version holds."""
+    loaded = index.index
+    where = (loaded.mirror.uri if loaded.mirror is not None else loaded.reader.layout.root).rstrip("/")
+    return {"name": os.path.basename(where) or where, "nodes": len(loaded.node_row),
+            "chunks": int(loaded.chunks.live.sum())}
+
+
 def _count_episodes(metrics: _Metrics, budgets: Any) -> None:
     if isinstance(budgets, Sized):  # kept in this process; a shared store (Redis) has no per-process count
         metrics.episodes.set(len(budgets))
@@ -247,6 +263,11 @@ class BodyGuard:
         await self.app(scope, replay, send)
 
 
+def _is_open(path: str) -> bool:
+    """Whether `path` answers without the API key: pages with no data behind them."""
+    return path in OPEN_PATHS or path.startswith(DOCS_ASSETS + "/")
+
+
 class _Guard:
     """The ASGI layer in front of the app (inside CORS only): metrics for
     every request, the API key, and the body's size and time limits
@@ -277,7 +298,7 @@ class _Guard:
             self.metrics.latency.labels(route).observe(time.perf_counter() - start)
 
     async def _guarded(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if self.settings.api_key and scope["path"] not in OPEN_PATHS and scope["method"] != "OPTIONS":
+        if self.settings.api_key and not _is_open(scope["path"]) and scope["method"] != "OPTIONS":
             if not key_matches(header_map(scope), self.settings.api_key):
                 self._count(UNAUTHORIZED)
                 return await send_error(send, UNAUTHORIZED)
@@ -339,7 +360,9 @@ def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSet
             if metrics.watcher is not None:
                 metrics.watcher.stop()
 
-    app = FastAPI(title="ritrag", version="1", lifespan=lifespan, description=(
+    # FastAPI's /docs and /redoc load their scripts from a CDN (a blank page offline);
+    # FastAPIOffline is FastAPI with those pages pointing at the files the package ships.
+    app = FastAPIOffline(static_url=DOCS_ASSETS, title="ritrag", version="1", lifespan=lifespan, description=(
         "GetToC and Read over a breadcrumb-forest index (the RIT-RAG tools). Pass an `episode_id` to count "
         "calls against that episode's budget."))
 
@@ -407,7 +430,8 @@ def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSet
         if (state["failed"] or state["waiting"]) and has_key(request):
             raise ToolError("not_ready", state["failed"] or state["waiting"])
         ready = service()
-        body = {"status": "ready", "version": ready.index.version, "limits": asdict(ready.limits),
+        body = {"status": "ready", "version": ready.index.version, "index": index_info(ready.index),
+                "limits": asdict(ready.limits),
                 "budget": asdict(ready.budgets.budget)}
         if metrics.watcher is not None:
             body["reload"] = metrics.watcher.status()

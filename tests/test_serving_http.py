@@ -1,6 +1,7 @@
 """The HTTP face over a real socket with a real client (httpx), on the tiny index."""
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -120,6 +121,8 @@ def test_probes_metrics_openapi_and_tools(client):
     assert client.get("/healthz").json() == {"status": "ok"}
     ready = client.get("/readyz").json()
     assert ready["status"] == "ready" and ready["budget"] == {"calls": 4, "toc_calls": 2}
+    index = ready["index"]  # which index: the last part of its path, and what the live version holds
+    assert index["name"] and "/" not in index["name"] and index["nodes"] > index["chunks"] / 100 > 0
     metrics = client.get("/metrics").text
     assert 'ritrag_http_requests_total{route="/v1/toc",status="200"}' in metrics
     assert "ritrag_ready 1.0" in metrics and "process_resident_memory_bytes" in metrics
@@ -142,6 +145,21 @@ def test_api_key_and_cors_when_configured(service):
                          headers={"authorization": "Bearer s3cret", "origin": "https://app.example"})
         assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == "https://app.example"
         assert client.get("/healthz").status_code == 200 and client.get("/").status_code == 200
+        for open_path in ("/docs", "/redoc", "/openapi.json", "/docs-assets/swagger-ui-bundle.js"):
+            assert client.get(open_path).status_code == 200, open_path
+
+
+def test_api_pages_load_nothing_from_elsewhere(client):
+    """/docs and /redoc name only this server's files: offline they still render."""
+    for page in ("/docs", "/redoc"):
+        html = client.get(page).text
+        assert "/openapi.json" in html
+        assets = re.findall(r'(?:src|href)="([^"]+)"', html)
+        assert assets and all(a.startswith("/docs-assets/") for a in assets), assets
+        assert "://" not in html.replace("http://www.w3.org", "")
+        for asset in assets:
+            response = client.get(asset)
+            assert response.status_code == 200 and len(response.content) > 1000, asset
 
 
 def test_liveness_before_readiness_and_after_a_failed_load(service):
