@@ -215,7 +215,7 @@ def features(forest: Forest, query: str, retrieval: Retrieval) -> tuple[np.ndarr
     f["bm25_ratio"] = f["bm25"] / sparse[1][0] if len(sparse[1]) else np.full(n, np.nan)
     f["dense"], f["dense_rank"], f["dense_chunks"] = _per_node(dense, idx.chunk_node, rows)
     f["dense_gap"] = f["dense"] - dense[1][0] if len(dense[1]) else np.full(n, np.nan)
-    docs = retrieval.rankings.docs
+    docs = retrieval.rankings.docs  # ranked only under node_score "max+doc"
     if docs is not None:
         doc_fused = node_scores(fuse(docs, index.params), idx.chunk_node)
         f["doc_fused"] = np.array([doc_fused.get(int(r), np.nan) for r in rows])

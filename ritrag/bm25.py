@@ -195,18 +195,18 @@ class Bm25:
 
     def chunk_scores(self, terms: Sequence[str], weights: Mapping[str, float], chunk_node: np.ndarray,
                      node_chunks: tuple[np.ndarray, np.ndarray]) -> tuple[Scores, dict[str, Scores]]:
-        """(chunk scores, each node field's own scores) of an index with node
-        fields: a chunk scores its body's BM25 + `weights[f]` x the BM25 of its
-        node's row of field f, for each node field f ("doc", "anchors") in
-        `weights` that the index has, in that order. `node_chunks`: (indptr
-        over node rows, body chunk rows) of each node; a node has at most one
-        row of each node field."""
+        """(chunk scores, each weighted node field's own scores) of an index
+        with node fields: a chunk scores its body's BM25 + `weights[f]` x the
+        BM25 of its node's row of field f, for each node field f ("doc",
+        "anchors") in `weights` that the index has, in that order; a field of
+        weight 0 is not scored at all. `node_chunks`: (indptr over node rows,
+        body chunk rows) of each node; a node has at most one row of each node
+        field."""
         body_rows, body = self.scores(terms, "body")
-        own = {name: self.scores(terms, name) for name in weights if name in self.fields}
+        own = {name: self.scores(terms, name) for name, weight in weights.items()
+               if name in self.fields and weight > 0}
         added = []
         for name, (field_rows, values) in own.items():
-            if weights[name] <= 0:
-                continue
             matched = values > 0
             nodes = chunk_node[field_rows[matched]]
             indptr, node_rows = node_chunks

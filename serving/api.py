@@ -68,7 +68,8 @@ def one_thread_per_query() -> None:
 @dataclass(frozen=True)
 class Rankings:
     """(rows of the chunk arrays, scores), best first: (BM25, dense) top-k'
-    chunks, and the same for node documents (None for an index without them)."""
+    chunks, and the same for node documents (None for an index without them,
+    or parameters that do not fuse them)."""
 
     chunks: tuple[Ranking, Ranking]
     docs: tuple[Ranking, Ranking] | None
@@ -126,9 +127,10 @@ class RitragIndex:
 
     def rankings(self, query: str, k: int = DEFAULT_K, query_vector: np.ndarray | None = None,
                  params: RetrievalParams | None = None) -> Rankings:
-        """BM25's and dense's top-k' chunks and, with node documents, top-k' node
-        documents, with their scores, best first: the rankings GetToC fuses
-        (evaluation also scores each alone, as a baseline)."""
+        """BM25's and dense's top-k' chunks and, where the parameters fuse them
+        (`node_score` "max+doc"), top-k' node documents, with their scores,
+        best first: the rankings GetToC fuses (evaluation also scores each
+        alone, as a baseline). Nothing the parameters do not use is scored."""
         idx, params = self.index, params or self.params
         vector = self.embed_query(query) if query_vector is None else query_vector
         node_docs = "doc" in idx.bm25.fields
@@ -145,14 +147,15 @@ class RitragIndex:
         if "all" in idx.bm25.fields:
             return Rankings((top_k(idx.bm25.scores(analyze(query)), k, idx.chunk_ids), (dense_rows, similarities)),
                             None)
-        chunk_scores, own = idx.bm25.chunk_scores(analyze(query), {"doc": params.path_weight,
-                                                                   "anchors": params.anchor_weight},
+        terms = analyze(query)
+        chunk_scores, own = idx.bm25.chunk_scores(terms, {"doc": params.path_weight, "anchors": params.anchor_weight},
                                                   idx.chunk_node, idx.node_chunks)
         is_doc = idx.chunk_kind[dense_rows] == DOC  # anchor documents have no vectors
         chunks = (top_k(chunk_scores, k, idx.chunk_ids), (dense_rows[~is_doc][:k], similarities[~is_doc][:k]))
-        if not node_docs:
+        if not node_docs or params.node_score != "max+doc":
             return Rankings(chunks, None)
-        docs = (top_k(own["doc"], k, idx.chunk_ids), (dense_rows[is_doc][:k], similarities[is_doc][:k]))
+        doc_scores = own["doc"] if "doc" in own else idx.bm25.scores(terms, "doc")
+        docs = (top_k(doc_scores, k, idx.chunk_ids), (dense_rows[is_doc][:k], similarities[is_doc][:k]))
         return Rankings(chunks, docs)
 
     def retrieve(self, query: str, k: int = DEFAULT_K, n: int = DEFAULT_N, query_vector: np.ndarray | None = None,
