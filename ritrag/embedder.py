@@ -25,7 +25,7 @@ HASHING_PREFIX = "hashing:"  # "hashing:384": the benchmarks' stand-in for a mod
 # wide; "hashing:999999999" would be 7.45 GiB per query.
 MAX_EMBEDDING_DIMENSION = 16_384
 DEFAULT_MODEL = "bundled:all-MiniLM-L6-v2"
-CHUNK_TOKEN_LIMIT = 512  # METHOD.md: chunks are at most 512 tokens
+CHUNK_TOKEN_LIMIT = 512  # docs/METHOD.md: chunks are at most 512 tokens
 # The runtimes this install embeds with. Others were measured and left out
 # (docs/GPU.md, "CPU-only machines"): sentence-transformers' ONNX and OpenVINO
 # backends do not install beside transformers 5, and torch's dynamic int8

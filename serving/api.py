@@ -160,7 +160,7 @@ class RitragIndex:
 
     def retrieve(self, query: str, k: int = DEFAULT_K, n: int = DEFAULT_N, query_vector: np.ndarray | None = None,
                  params: RetrievalParams | None = None) -> Retrieval:
-        """METHOD.md steps 1-3: the rankings, the fused chunk scores and the top-n
+        """docs/METHOD.md steps 1-3: the rankings, the fused chunk scores and the top-n
         (node row, score) hits, best first."""
         params = params or self.params
         rankings = self.rankings(query, k, query_vector, params)

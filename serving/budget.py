@@ -1,5 +1,5 @@
 """Per-episode state, enforced and kept per episode id that the caller passes:
-budgets (METHOD.md: at most 10 tool calls per question, at most 3 of them
+budgets (docs/METHOD.md: at most 10 tool calls per question, at most 3 of them
 GetToC), and what the episode has seen (the outline handles each GetToC
 answer issued, and the nodes Read returned).
 

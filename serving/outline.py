@@ -1,7 +1,7 @@
 """The outline: a compact text form of the query-induced sub-forest, its
 parser, the per-answer handles it names nodes by, and token counts.
 
-METHOD.md names "a compressed string form of the sub-forest" as future work.
+docs/METHOD.md names "a compressed string form of the sub-forest" as future work.
 JSON repeats every key on every node and spells out 12-character ids and
 float scores; the outline says the same with one short line per node:
 

@@ -1,4 +1,4 @@
-"""Hybrid retrieval and the query-induced sub-forest (METHOD.md, steps 1-5).
+"""Hybrid retrieval and the query-induced sub-forest (docs/METHOD.md, steps 1-5).
 
 Pure numpy functions over a `LoadedVersion`'s arrays, so each step is testable on
 its own: BM25 top-k', dense top-k', fusion of the two, node score = max of its
@@ -8,7 +8,7 @@ their best node score and children in document order.
 Fusion (`fusion`): "minmax", the default, is a convex combination of the two
 retrievers' scores, each min-max normalized over its own top-k' (Bruch et al.,
 "An Analysis of Fusion Functions for Hybrid Retrieval", TOIS 2023): unlike
-reciprocal rank fusion ("rrf", METHOD.md's rule, kept as an option) it keeps
+reciprocal rank fusion ("rrf", docs/METHOD.md's rule, kept as an option) it keeps
 how far apart the scores are, so a chunk far ahead in one ranking is not pulled
 level with a chunk that is merely second in both (benchmarks/RESULTS.md,
 "Before and after on the full dev corpus").

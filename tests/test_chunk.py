@@ -23,7 +23,7 @@ def tokenizer():
 
 
 def test_limit_is_the_models_sequence_length_minus_special_tokens(tokenizer):
-    # all-MiniLM-L6-v2 truncates at 256 word pieces, below the 512 of METHOD.md
+    # all-MiniLM-L6-v2 truncates at 256 word pieces, below the 512 of docs/METHOD.md
     assert model_token_limit(EmbedderSpec(), tokenizer) == 254
     assert model_token_limit(EmbedderSpec(max_seq_length=128), tokenizer) == 126
 
