@@ -23,7 +23,8 @@ SPHINX = {
 
 Readings are logged; see :ref:`where the logs go <log-files>`, :ref:`rotation`
 and :ref:`Install <install>`. The whole guide is :doc:`guide/logging`; a
-:ref:`broken reference <no-such-label>` names nothing.
+:ref:`broken reference <no-such-label>` names nothing, :doc:`/` no document
+and :doc:`../../outside` none in the input.
 """,
     "guide/logging.rst": """.. _install:
 

@@ -129,7 +129,7 @@ def cross_reference_target(file: SourceFile, xref: CrossReference) -> tuple[tupl
         name = xref.target
         folder = sphinx_project(file) if name.startswith("/") else posixpath.dirname(file.path) + "/"
         path = posixpath.normpath(folder + name.lstrip("/") + RST_SUFFIX)
-        if not name or file.url_of is None or not file.root or not path.startswith(file.root):
+        if not name.strip("/") or file.url_of is None or not file.root or not path.startswith(file.root):
             return None, ""
         return (file.url_of(path), ""), ""
     label = find_label(file, xref.target)
