@@ -153,3 +153,30 @@ def test_a_mkdocs_sites_inline_and_reference_links_are_edges_to_headings(tmp_pat
                      (guide, f"{logging}#log-files", "Log files"), (guide, f"{logging}#rotation", "rotation")}
     [site] = report["sites"].values()
     assert (site["links"]["edges"], site["links"]["unresolved"]) == (4, 1)  # missing.md
+
+
+@pytest.mark.slow
+def test_an_update_resolves_cross_references_as_a_fresh_build_does(tmp_path):
+    """A changed document's `:ref:` to a label of an unchanged one, and to a
+    document the update adds, give the edges a fresh build of the new input gives."""
+    from ritrag.pipelines import build, update
+    from ritrag.reader import IndexReader
+
+    flags = ["--granularity", "section", "--site_depth", "0", "--embedding_model", "hashing:384"]
+    a, b = write_site(tmp_path / "a", SPHINX), write_site(tmp_path / "b", SPHINX)
+    (b / "index.rst").write_text(SPHINX["index.rst"].replace(":ref:`rotation`", ":ref:`rotating` (:ref:`alarms`)"))
+    (b / "guide/alerts.rst").write_text("Alerts\n======\n\n.. _alarms:\n\nAlarms\n------\n\nA reading out of range.\n\n"
+                                        "Silence\n-------\n\nPress the button.\n")
+    updated, fresh = tmp_path / "updated", tmp_path / "fresh"
+    build.run(["--input", str(a), "--out", str(updated), *flags])
+    update.run(["--input", str(b), "--index", str(updated)])
+    build.run(["--input", str(b), "--out", str(fresh), *flags])
+
+    def edges(index: Path) -> set[tuple]:
+        url = {r["node_id"]: r["url"] for r in IndexReader(str(index)).rows("nodes")}
+        return {(url[e["source_node_id"]], e["position"], url[e["target_node_id"]], e["anchor_text"])
+                for e in IndexReader(str(index)).rows("edges")}
+
+    assert edges(updated) == edges(fresh)
+    assert (BASE, 1, f"{BASE}guide/logging.html#rotation", "Rotation") in edges(fresh)
+    assert (BASE, 2, f"{BASE}guide/alerts.html#alarms", "Alarms") in edges(fresh)

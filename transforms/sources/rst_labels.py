@@ -6,7 +6,7 @@ folder of the nearest `conf.py` at or above the document (Sphinx's source
 folder), else the input; a label names a document of the referring one's
 site only.
 
-Each `.rst` file of the project is scanned once per worker (cached by project
+Each reStructuredText file of the project is scanned once per worker (cached by project
 folder, as the nav files are: transforms/sources/nav.py): one pass over its
 lines, no docutils parse, so the index costs the size of the project's text,
 not a parse of every file for every document. A label followed (past blank
@@ -36,10 +36,10 @@ from apache_beam.io.filesystems import FileSystems
 from docutils import nodes
 
 from ritrag.transforms.sources.common import SourceFile
+from ritrag.transforms.sources.dispatch import RST_SUFFIXES
 from ritrag.transforms.sources.nav import file_exists
 
 SPHINX_CONFIG = "conf.py"
-LABELLED_SUFFIX = ".rst"
 # The largest file scanned for labels: past it a file is no document a person
 # wrote (the parser itself refuses inputs past the job's --max_page_bytes).
 MAX_LABEL_FILE_BYTES = 1 << 24
@@ -111,10 +111,11 @@ def label_definitions(text: str) -> list[tuple[str, str, str]]:
 
 @functools.lru_cache(maxsize=16)
 def project_labels(project: str) -> dict[str, Label]:
-    """Every label of the `.rst` files under the folder `project`, first definition in path order."""
+    """Every label of the reStructuredText files under the folder `project`, first definition in path order."""
     labels: dict[str, Label] = {}
-    matched = FileSystems.match([project + "**" + LABELLED_SUFFIX])[0].metadata_list
-    for path in sorted(m.path for m in matched if m.size_in_bytes <= MAX_LABEL_FILE_BYTES):
+    matched = FileSystems.match([project + "**"])[0].metadata_list
+    for path in sorted(m.path for m in matched
+                       if m.path.lower().endswith(RST_SUFFIXES) and m.size_in_bytes <= MAX_LABEL_FILE_BYTES):
         try:
             with FileSystems.open(path) as fh:
                 text = fh.read(MAX_LABEL_FILE_BYTES).decode("utf-8-sig", "replace")
