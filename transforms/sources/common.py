@@ -36,6 +36,9 @@ class SourceFile:
     url_of: Callable[[str], str] | None = None
 
 
+# The names reStructuredText files go by: the sniffer's (dispatch.py) and where Sphinx labels are read (rst_labels.py).
+RST_SUFFIXES = (".rst", ".rest")
+
 # The most nodes a YAML document may stand for once its aliases are expanded. A
 # real nav or front matter is a few thousand nodes; 9 aliases to 9 aliases ...
 # 8 levels deep (a "billion laughs" of 391 bytes) stand for 43 million, and an

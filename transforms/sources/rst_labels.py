@@ -35,8 +35,7 @@ from typing import NamedTuple
 from apache_beam.io.filesystems import FileSystems
 from docutils import nodes
 
-from ritrag.transforms.sources.common import SourceFile
-from ritrag.transforms.sources.dispatch import RST_SUFFIXES
+from ritrag.transforms.sources.common import RST_SUFFIXES, SourceFile
 from ritrag.transforms.sources.nav import file_exists
 
 SPHINX_CONFIG = "conf.py"
@@ -127,7 +126,8 @@ def project_labels(project: str) -> dict[str, Label]:
 
 
 def sphinx_project(file: SourceFile) -> str:
-    """The folder (ending in "/") of the nearest `conf.py` at or above the document, within the input; else the input."""
+    """The folder (ending in "/") of the nearest `conf.py` at or above the
+    document, within the input; else the input."""
     folders = file.path[len(file.root):].split("/")[:-1]
     for depth in range(len(folders), -1, -1):
         folder = file.root + "".join(f"{name}/" for name in folders[:depth])
