@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ritrag.transforms.pages import PageParser, parse_or_dead_letter, read_file
-from ritrag.transforms.sources.rst_labels import label_definitions
+from ritrag.transforms.sources.rst_labels import document_outline
 
 BASE = "http://localhost/"
 
@@ -91,7 +91,7 @@ def built_edges(root: Path, out: Path, granularity: str) -> tuple[set[tuple[str,
 
 
 def test_labels_name_the_section_they_stand_before_else_their_own_id():
-    assert label_definitions(SPHINX["guide/logging.rst"] + """
+    outline = document_outline(SPHINX["guide/logging.rst"] + """
 .. _fig-1:
 
 .. figure:: probe.png
@@ -108,7 +108,9 @@ Log files
 =========
 
 .. _tail:
-""") == [("install", "logging", "Logging"), ("log-files", "log-files", "Log files"),
+""")
+    assert outline.title == "Logging"
+    assert outline.labels == [("install", "logging", "Logging"), ("log-files", "log-files", "Log files"),
          ("rotation", "rotation", "Rotation"), ("rotating", "rotation", "Rotation"),
          ("fig-1", "fig-1", ""),
          ("again", "again", ""),  # a title repeated in its file: docutils gives it another id
@@ -122,7 +124,7 @@ def test_sphinx_cross_references_become_links_to_the_places_they_name(tmp_path):
         (f"{BASE}guide/logging.html", "log-files", "where the logs go"),
         (f"{BASE}guide/logging.html", "rotation", "Rotation"),  # implicit: the section's title, as Sphinx shows it
         (f"{BASE}guide/logging.html", "logging", "Install"),  # the document's title: no section, so its page
-        (f"{BASE}guide/logging.html", "", "guide/logging"),
+        (f"{BASE}guide/logging.html", "", "Logging"),  # implicit: the document's title
         ("", "no-such-label", "broken reference"),  # a link to nothing, kept to be counted
     ]
     assert "see where the logs go, Rotation and Install." in index.sections[0].text
@@ -136,7 +138,7 @@ def test_a_sphinx_sites_cross_references_are_edges_to_section_nodes(tmp_path):
     edges, report = built_edges(root, tmp_path / "idx", "section")
     page = f"{BASE}guide/logging.html"
     assert edges == {(BASE, f"{page}#log-files", "where the logs go"), (BASE, f"{page}#rotation", "Rotation"),
-                     (BASE, page, "Install"), (BASE, page, "guide/logging"), (page, BASE, "/index")}
+                     (BASE, page, "Install"), (BASE, page, "Logging"), (page, BASE, "Tidepool")}
     [site] = report["sites"].values()
     # inspect counts an edge per linking page and target node (two of the five name the page), and the broken :ref:
     assert (site["links"]["edges"], site["links"]["unresolved"]) == (4, 1)

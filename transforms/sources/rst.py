@@ -24,7 +24,8 @@
   document of its project and site (transforms/sources/rst_labels.py), linked
   to the section the label stands before (page URL and the section's anchor,
   which is the section node where sections are nodes), else to the label's
-  page; an implicit `:ref:` shows the section's title, as Sphinx renders it.
+  page; an implicit `:ref:` shows the section's title and an implicit `:doc:`
+  the document's, as Sphinx renders them.
   A `:ref:` to a label no document defines is a link to nothing (URL "", the
   label as fragment): counted among the links no node answers
   (`links_unresolved`, `ritrag inspect`'s "links to nothing"), never kept.
@@ -47,7 +48,7 @@ from ritrag.transforms.parse.location import url_segment_title
 from ritrag.transforms.sources.common import (SourceFile, document_links, document_page, link_target,
                                               section_path)
 from ritrag.transforms.sources.nav import document_trail
-from ritrag.transforms.sources.rst_labels import find_label, label_key, sphinx_project
+from ritrag.transforms.sources.rst_labels import document_title, find_label, label_key, sphinx_project
 
 RST_SUFFIX = ".rst"
 _SETTINGS = {"report_level": 5, "halt_level": 5, "file_insertion_enabled": False, "raw_enabled": False,
@@ -124,14 +125,14 @@ for _name in CROSS_REFERENCE_ROLES:
 
 def cross_reference_target(file: SourceFile, xref: CrossReference) -> tuple[tuple[str, str] | None, str]:
     """((URL, fragment) the cross-reference names, or None for none in the input;
-    the title an implicit `:ref:` shows, "" for its own text): module doc."""
+    the title an implicit one shows, "" for its own text): module doc."""
     if xref.role == "doc":
         name = xref.target
         folder = sphinx_project(file) if name.startswith("/") else posixpath.dirname(file.path) + "/"
         path = posixpath.normpath(folder + name.lstrip("/") + RST_SUFFIX)
         if not name.strip("/") or file.url_of is None or not file.root or not path.startswith(file.root):
             return None, ""
-        return (file.url_of(path), ""), ""
+        return (file.url_of(path), ""), "" if xref.explicit_title else document_title(file, path)
     label = find_label(file, xref.target)
     if label is None:
         return ("", label_key(xref.target)), ""
@@ -150,8 +151,8 @@ def _link_target(file: SourceFile, href: Any) -> tuple[str, str] | None:
 
 def _document_links(document: nodes.document, file: SourceFile) -> list[tuple[Any, str]]:
     """(href or resolved cross-reference target, text) of the document's links,
-    in document order; an implicit `:ref:`'s text becomes its section's title
-    in the doctree, so the page's text reads as Sphinx renders it."""
+    in document order; an implicit cross-reference's text becomes the title of
+    what it names in the doctree, so the page's text reads as Sphinx renders it."""
     links = []
     for ref in document.findall(nodes.reference):
         if "refuri" in ref:  # hyperlinks with a target URI; references inside the document have none

@@ -13,7 +13,8 @@ not a parse of every file for every document. A label followed (past blank
 lines and the labels chained to it) by a section title names that section: its
 anchor is the id docutils gives the title (`nodes.make_id`), the anchor the
 document's parser gives the section (transforms/sources/rst.py), and its title
-is what an implicit `:ref:` shows; a title repeated in its file (docutils then
+is what an implicit `:ref:` shows (a document's first title what an implicit
+`:doc:` shows); a title repeated in its file (docutils then
 gives the section another id) or any other labelled element names the label's
 own id (`#fig-1`), which no section node has, so the link lands on the page.
 A name defined twice keeps its first definition in path order (Sphinx warns of
@@ -74,10 +75,18 @@ def _title_at(lines: list[str], i: int) -> tuple[str, int] | None:
     return title, start + 2
 
 
-def label_definitions(text: str) -> list[tuple[str, str, str]]:
-    """(label key, anchor, section title or "") of every label `text` defines, in order."""
+class Outline(NamedTuple):
+    """What other documents name of one: its labels and its title."""
+
+    labels: list[tuple[str, str, str]]  # (label key, anchor, section title or ""), in order
+    title: str  # its first section title ("" without one): what an implicit `:doc:` shows
+
+
+def document_outline(text: str) -> Outline:
+    """The labels a reStructuredText document defines and its title (module doc)."""
     lines = text.splitlines()
     out: list[tuple[str, str, str]] = []
+    first_title = ""
     pending: list[str] = []  # labels waiting for the element they name
     seen_titles: set[str] = set()
     i = 0
@@ -101,17 +110,24 @@ def label_definitions(text: str) -> list[tuple[str, str, str]]:
         pending.clear()
         if title:
             seen_titles.add(anchor)
+            first_title = first_title or title[0]
             i = title[1]
         else:
             i += 1
     out.extend((label_key(name), nodes.make_id(name), "") for name in pending)
-    return out
+    return Outline(out, first_title)
+
+
+class Project(NamedTuple):
+    labels: dict[str, Label]  # by label key: the first definition in path order
+    titles: dict[str, str]  # document path -> its title
 
 
 @functools.lru_cache(maxsize=16)
-def project_labels(project: str) -> dict[str, Label]:
-    """Every label of the reStructuredText files under the folder `project`, first definition in path order."""
+def project_outline(project: str) -> Project:
+    """The labels and titles of the reStructuredText files under the folder `project`."""
     labels: dict[str, Label] = {}
+    titles: dict[str, str] = {}
     matched = FileSystems.match([project + "**"])[0].metadata_list
     for path in sorted(m.path for m in matched
                        if m.path.lower().endswith(RST_SUFFIXES) and m.size_in_bytes <= MAX_LABEL_FILE_BYTES):
@@ -120,9 +136,11 @@ def project_labels(project: str) -> dict[str, Label]:
                 text = fh.read(MAX_LABEL_FILE_BYTES).decode("utf-8-sig", "replace")
         except OSError:
             continue
-        for key, anchor, title in label_definitions(text):
+        outline = document_outline(text)
+        titles[path] = outline.title
+        for key, anchor, title in outline.labels:
             labels.setdefault(key, Label(path, anchor, title))
-    return labels
+    return Project(labels, titles)
 
 
 def sphinx_project(file: SourceFile) -> str:
@@ -136,12 +154,19 @@ def sphinx_project(file: SourceFile) -> str:
     return file.root
 
 
+def _readable(file: SourceFile) -> bool:
+    return bool(file.root) and file.url_of is not None and file.path.startswith(file.root)
+
+
 def find_label(file: SourceFile, name: str) -> Label | None:
     """The label `name` of the document's project, where it names a document of the document's site."""
-    if not file.root or file.url_of is None or not file.path.startswith(file.root):
-        return None
-    label = project_labels(sphinx_project(file)).get(label_key(name))
+    label = project_outline(sphinx_project(file)).labels.get(label_key(name)) if _readable(file) else None
     if label is None:
         return None
     url, site = file.url_of(label.path), file.site.rstrip("/")
     return label if url == site or url.startswith(site + "/") else None
+
+
+def document_title(file: SourceFile, path: str) -> str:
+    """The title of the project's document at `path` ("" when there is none)."""
+    return project_outline(sphinx_project(file)).titles.get(path, "") if _readable(file) else ""
