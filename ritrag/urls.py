@@ -2,7 +2,10 @@
 
 * `normalize_url` is the key of a page: the one spelling that recognises the
   same page under different spellings (pages are de-duplicated and node ids
-  derived from it).
+  derived from it). Tracking parameters (`TRACKING_PARAM`: `utm_source`,
+  `gclid`, ...) say where a visitor came from, never which page is shown, so
+  the key drops them (`without_tracking_params`): a link carrying them names
+  the page without them.
 * `site_of` is the key of a site (a forest root): scheme, host and the first
   `site_depth` path segments.
 * `resolve` makes a link absolute against its page and never raises: an href
@@ -14,10 +17,16 @@
 * The schemes: `WEB_SCHEMES` are what a page on the web is at; `PAGE_SCHEMES`
   also admit `file:`, which a local mirror's pages and links may use.
 
-The crawl's own spelling of a URL (`ritrag.transforms.crawl.scope.clean_url`,
-and its de-duplication key `crawl_key`, this module's `normalize_url` of it) is
-httpx's serialization, so that what is checked is what the HTTP client sends;
-it lives with the crawler, which alone depends on httpx.
+The crawl's own spelling of a URL (`ritrag.transforms.crawl.scope.clean_url`)
+is httpx's serialization, so that what is checked is what the HTTP client sends;
+it lives with the crawler, which alone depends on httpx. It drops the tracking
+parameters with this module's `without_tracking_params`, and its
+de-duplication key `crawl_key` is this module's `normalize_url` of it, so the
+relation link resolution relies on holds: `normalize_url(u) ==
+normalize_url(clean_url(u))` for the URLs pages link by (nothing httpx would
+percent-encode or IDNA-encode, no percent-encoded unreserved characters or
+backslashes, which only the crawl reads): a text link with `?utm_source=`
+names the crawled page's node (tests/test_url_spelling.py).
 
 Why not w3lib (Scrapy's URL library): `canonicalize_url` sorts query
 arguments, percent-encodes paths and keeps `index.html` and trailing slashes,
@@ -30,7 +39,8 @@ states anyway.
 from __future__ import annotations
 
 import posixpath
-from urllib.parse import urljoin, urlsplit, urlunsplit
+import re
+from urllib.parse import unquote_plus, urljoin, urlsplit, urlunsplit
 
 WEB_SCHEMES = ("http", "https")
 PAGE_SCHEMES = (*WEB_SCHEMES, "file")
@@ -41,14 +51,30 @@ PAGE_SCHEMES = (*WEB_SCHEMES, "file")
 # directory index names it by its canonical link, which the forest honours.
 _INDEX_FILES = ("index.html", "index.htm", "index.php")
 _DEFAULT_PORTS = (("http", 80), ("https", 443))
+# Query parameters that mark where a visitor came from, never which page is shown.
+TRACKING_PARAM = re.compile(r"^(utm_[a-z]+|gclid|dclid|fbclid|msclkid|yclid|mc_cid|mc_eid|_ga|_gl|ref_src)$",
+                            re.IGNORECASE)
+
+
+def without_tracking_params(query: str) -> str:
+    """A query string without its tracking parameters (TRACKING_PARAM, the name
+    read as `parse_qsl` reads it: percent-decoded, `+` a space); every other
+    parameter kept as written, in order, so a query without tracking
+    parameters is returned unchanged."""
+    if not query:
+        return query
+    pieces = query.split("&")
+    kept = [p for p in pieces if not TRACKING_PARAM.match(unquote_plus(p.partition("=")[0]))]
+    return query if len(kept) == len(pieces) else "&".join(kept)
 
 
 def normalize_url(url: str) -> str:
     """Canonical form used to recognise the same page under different spellings.
 
     Lowercases scheme and host, drops fragments, default ports, `index.html`-style
-    file names and trailing slashes, and resolves `.`/`..` segments. The query
-    string is kept: on many sites it selects a different page.
+    file names, trailing slashes and tracking parameters, and resolves `.`/`..`
+    segments. The rest of the query string is kept as written: on many sites it
+    selects a different page.
     """
     parts = urlsplit(url.strip())
     scheme = parts.scheme.lower()
@@ -63,7 +89,7 @@ def normalize_url(url: str) -> str:
     if tail.lower() in _INDEX_FILES:
         path = head
     path = path.rstrip("/") or "/"
-    return urlunsplit((scheme, host, path, parts.query, ""))
+    return urlunsplit((scheme, host, path, without_tracking_params(parts.query), ""))
 
 
 def path_segments(url: str) -> list[str]:

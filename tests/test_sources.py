@@ -159,7 +159,7 @@ def test_markdown_links_resolve_to_the_pages_their_files_are_served_as(tmp_path)
     assert page.links_past_cap == 0
 
 
-def test_rst_hyperlinks_resolve_like_markdown_links(tmp_path):
+def test_rst_hyperlinks_and_doc_roles_resolve_like_markdown_links(tmp_path):
     (tmp_path / "install.rst").write_text(
         "Install\n=======\n\nSee `the usage notes <usage.rst#first-steps>`_, `Example`_, "
         "https://example.org/bare and `a section`_ of this page.\n\n"
@@ -169,6 +169,7 @@ def test_rst_hyperlinks_resolve_like_markdown_links(tmp_path):
         (f"{BASE}usage.html", "first-steps", "the usage notes"),
         ("https://example.org/named", "", "Example"),
         ("https://example.org/bare", "", "https://example.org/bare"),
+        (f"{BASE}usage.html", "", "usage"),  # :doc:, its page (#first-steps was another target)
     ]
 
 

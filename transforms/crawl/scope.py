@@ -4,7 +4,8 @@
 decision (scope, robots.txt, de-duplication) is made on that string, so what is
 checked is what is requested. It is httpx's own serialization (percent-encoding,
 IDNA hosts, lowercase scheme and host, no default port) of the URL with
-fragment, userinfo and tracking parameters dropped and its path normalized as a
+fragment, userinfo and tracking parameters dropped (`ritrag.urls.without_tracking_params`,
+the rule the index's page keys drop them by) and its path normalized as a
 server would read it: percent-encoded unreserved characters decoded (RFC 3986
 6.2.2.2, so `%2E%2E` is `..`), backslashes read as slashes (as browsers read
 http(s) links), then dot segments removed (RFC 3986 5.2.4). A path whose dot
@@ -24,15 +25,11 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlencode
 
 import httpx
 
-from ritrag.urls import WEB_SCHEMES, directory_of, normalize_url, remove_dot_segments
+from ritrag.urls import WEB_SCHEMES, directory_of, normalize_url, remove_dot_segments, without_tracking_params
 
-# Query parameters that mark where a visitor came from, never which page is shown.
-TRACKING_PARAM = re.compile(r"^(utm_[a-z]+|gclid|dclid|fbclid|msclkid|yclid|mc_cid|mc_eid|_ga|_gl|ref_src)$",
-                            re.IGNORECASE)
 # A host name as httpx spells it (lowercase, IDNA-encoded); IPv6 literals are checked by `ipaddress`.
 HOST_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9_.-]*[a-z0-9_])?")
 PERCENT_ENCODED = re.compile(r"%([0-9A-Fa-f]{2})")
@@ -84,11 +81,7 @@ def clean_url(url: str) -> str:
     if _dots_behind_encoded_slash(path):
         raise BadUrl(f"dot segments behind an encoded slash in URL: {url!r}")
     path = remove_dot_segments(path)
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        kept = [(k, v) for k, v in pairs if not TRACKING_PARAM.match(k)]
-        if len(kept) != len(pairs):
-            query = urlencode(kept)
+    query = without_tracking_params(query)
     netloc = parsed.netloc.decode("ascii")
     return str(httpx.URL(f"{parsed.scheme}://{netloc}{path}" + (f"?{query}" if query else "")))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 import re
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 from urllib.parse import unquote
 
 import lxml.html
@@ -35,6 +35,9 @@ class SourceFile:
     root: str = ""
     url_of: Callable[[str], str] | None = None
 
+
+# The names reStructuredText files go by: the sniffer's (dispatch.py) and where Sphinx labels are read (rst_labels.py).
+RST_SUFFIXES = (".rst", ".rest")
 
 # The most nodes a YAML document may stand for once its aliases are expanded. A
 # real nav or front matter is a few thousand nodes; 9 aliases to 9 aliases ...
@@ -144,18 +147,21 @@ def link_target(file: SourceFile, href: str) -> tuple[str, str] | None:
     return None if url is None else (url, unquote(fragment))
 
 
-def document_links(file: SourceFile, links: Iterable[tuple[str, str]], url: str | None = None
+def document_links(file: SourceFile, links: Iterable[tuple[Any, str]], url: str | None = None,
+                   target_of: Callable[[SourceFile, Any], tuple[str, str] | None] = link_target
                    ) -> tuple[tuple[Link, ...], int]:
     """A document's (href, text) links as ParsedPage.links and links_past_cap,
     as the HTML parser keeps them (transforms/parse/links.py): each target once,
     at its first link, text collapsed and cut, at most MAX_PAGE_LINKS, none to
-    the page itself; `url` for a record other than the file itself."""
+    the page itself; `url` for a record other than the file itself;
+    `target_of` the (URL, fragment) a link names (a format's cross-references
+    name more than an href: transforms/sources/rst.py)."""
     kept: dict[tuple[str, str], Link] = {}
     links = iter(links)
     for href, text in links:
         if len(kept) == MAX_PAGE_LINKS:
             return tuple(kept.values()), 1 + sum(1 for _ in links)
-        target = link_target(file, href)
+        target = target_of(file, href)
         if target is not None and target[0] != (url or file.url) and target not in kept:
             kept[target] = Link(*target, " ".join(text.split())[:MAX_ANCHOR_CHARS], len(kept))
     return tuple(kept.values()), 0

@@ -35,7 +35,7 @@ from typing import Callable
 
 from ritrag.schema import ParsedPage
 from ritrag.transforms.parse import UnparseablePage
-from ritrag.transforms.sources.common import SourceFile
+from ritrag.transforms.sources.common import RST_SUFFIXES, SourceFile
 
 HTML, MARKDOWN, PDF, DISCOURSE, PAPER = "html", "markdown", "pdf", "discourse", "paper"
 STACKEXCHANGE, RST = "stackexchange", "rst"
@@ -47,7 +47,6 @@ HTML_TYPES = ("text/html", "application/xhtml+xml")
 PDF_TYPES = ("application/pdf",)
 HTML_SUFFIXES = (".html", ".htm", ".xhtml", ".shtml")
 MARKDOWN_SUFFIXES = (".md", ".markdown")
-RST_SUFFIXES = (".rst", ".rest")
 WARC_SUFFIXES = (".warc", ".warc.gz")
 _JSON_SNIFF_BYTES = 65536
 _PAPER_KEYS = (b'"abstract"', b'"body_text"', b'"full_text"', b'"sections"')

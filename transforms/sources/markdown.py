@@ -19,7 +19,9 @@
 * Placement: the `mkdocs.yml` nav when one sits in the document's folder or
   above it (inside the input), else the folders (transforms/sources/nav.py).
 * Links: the text's links to other documents (a relative path, as the file it
-  names is served: `../setup.md#usage`) and to the web (`common.document_links`).
+  names is served: `../setup.md#usage`, the fragment a heading's anchor) and to
+  the web (`common.document_links`), inline ones and reference ones alike
+  (`[text][ref]` with `[ref]: other.md`: markdown-it resolves the definitions).
 """
 from __future__ import annotations
 

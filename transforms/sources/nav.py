@@ -109,7 +109,8 @@ def _load_nav(config_path: str) -> Nav | None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _exists(path: str) -> bool:
+def file_exists(path: str) -> bool:
+    """Whether an input file (a nav, category or project file) exists, asked once per worker."""
     return FileSystems.exists(path)
 
 
@@ -120,7 +121,7 @@ def _covering_nav(file: SourceFile) -> Nav | None:
     folders = file.path[len(file.root):].split("/")[:-1]
     for depth in range(len(folders), -1, -1):
         config = file.root + "/".join([*folders[:depth], MKDOCS_CONFIG]).lstrip("/")
-        if _exists(config):
+        if file_exists(config):
             return _load_nav(config)
     return None
 
@@ -178,7 +179,7 @@ def _category_label(folder: str) -> str | None:
     """The `label` of a folder's Docusaurus category file, None without one."""
     for name in CATEGORY_FILES:
         path = posixpath.join(folder, name)
-        if not _exists(path):
+        if not file_exists(path):
             continue
         try:
             with FileSystems.open(path) as fh:

@@ -16,14 +16,26 @@
   them; a `toctree` gives the document's `nav_order`, so the documents it lists
   (relative names, in its folder or below) keep the toctree's order under it.
 * Links: hyperlinks to other documents (a relative path, as the file it names
-  is served) and to the web (`common.document_links`); Sphinx's cross-reference
-  roles (`:doc:`, `:ref:`) are read as text, so they give none.
+  is served) and to the web (`common.document_links`), and Sphinx's
+  cross-references, the same link records in document order: `:doc:` names a
+  document by its path without suffix, relative to the document's folder or,
+  from "/", to its project's (the `conf.py` folder, else the input), linked to
+  the page it is served as; `:ref:` names a label (`.. _log-files:`) of any
+  document of its project and site (transforms/sources/rst_labels.py), linked
+  to the section the label stands before (page URL and the section's anchor,
+  which is the section node where sections are nodes), else to the label's
+  page; an implicit `:ref:` shows the section's title and an implicit `:doc:`
+  the document's, as Sphinx renders them.
+  A `:ref:` to a label no document defines is a link to nothing (URL "", the
+  label as fragment): counted among the links no node answers
+  (`links_unresolved`, `ritrag inspect`'s "links to nothing"), never kept.
 """
 from __future__ import annotations
 
 import io
 import posixpath
 import re
+from typing import Any, NamedTuple
 
 from docutils import nodes
 from docutils.core import publish_doctree
@@ -33,8 +45,10 @@ from docutils.utils import SystemMessage
 from ritrag.schema import ParsedPage, Section
 from ritrag.transforms.parse import UnparseablePage
 from ritrag.transforms.parse.location import url_segment_title
-from ritrag.transforms.sources.common import SourceFile, document_links, document_page, section_path
+from ritrag.transforms.sources.common import (SourceFile, document_links, document_page, link_target,
+                                              section_path)
 from ritrag.transforms.sources.nav import document_trail
+from ritrag.transforms.sources.rst_labels import document_title, find_label, label_key, sphinx_project
 
 RST_SUFFIX = ".rst"
 _SETTINGS = {"report_level": 5, "halt_level": 5, "file_insertion_enabled": False, "raw_enabled": False,
@@ -82,6 +96,74 @@ def _role_text(name, rawtext, text, lineno, inliner, options=None, content=None)
     """A role plain docutils does not know: its text (`Title <target>` -> Title)."""
     shown = text[:text.rindex("<")].strip() if text.endswith(">") and "<" in text else text
     return [nodes.Text(shown.lstrip("~!"))], []
+
+
+class CrossReference(NamedTuple):
+    """A Sphinx cross-reference role (`:ref:`, `:doc:`) as read: what it names."""
+
+    role: str  # "ref" or "doc"
+    target: str  # the label or document name
+    explicit_title: bool  # `Title <target>`: its text is its own
+
+
+# Sphinx's cross-reference roles that name another place of the project (the std domain's, bare or prefixed).
+CROSS_REFERENCE_ROLES = ("ref", "doc", "std:ref", "std:doc")
+
+
+def _cross_reference_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    """A `:ref:` or `:doc:`: a reference node holding the CrossReference, its text shown as `_role_text` shows it."""
+    explicit = text.endswith(">") and "<" in text
+    target = text[text.rindex("<") + 1:-1].strip() if explicit else text.strip()
+    shown = _role_text(name, rawtext, text, lineno, inliner)[0][0].astext()
+    xref = CrossReference(name.rpartition(":")[2], target, explicit)
+    return [nodes.reference(rawtext, shown, cross_reference=xref)], []
+
+
+for _name in CROSS_REFERENCE_ROLES:
+    roles.register_local_role(_name, _cross_reference_role)
+
+
+def cross_reference_target(file: SourceFile, xref: CrossReference) -> tuple[tuple[str, str] | None, str]:
+    """((URL, fragment) the cross-reference names, or None for none in the input;
+    the title an implicit one shows, "" for its own text): module doc."""
+    if xref.role == "doc":
+        name = xref.target
+        folder = sphinx_project(file) if name.startswith("/") else posixpath.dirname(file.path) + "/"
+        path = posixpath.normpath(folder + name.lstrip("/") + RST_SUFFIX)
+        if not name.strip("/") or file.url_of is None or not file.root or not path.startswith(file.root):
+            return None, ""
+        return (file.url_of(path), ""), "" if xref.explicit_title else document_title(file, path)
+    label = find_label(file, xref.target)
+    if label is None:
+        return ("", label_key(xref.target)), ""
+    return (file.url_of(label.path), label.anchor), "" if xref.explicit_title else label.title
+
+
+class _Resolved(NamedTuple):
+    """A link whose target is already known (a cross-reference's)."""
+
+    target: tuple[str, str] | None
+
+
+def _link_target(file: SourceFile, href: Any) -> tuple[str, str] | None:
+    return href.target if isinstance(href, _Resolved) else link_target(file, href)
+
+
+def _document_links(document: nodes.document, file: SourceFile) -> list[tuple[Any, str]]:
+    """(href or resolved cross-reference target, text) of the document's links,
+    in document order; an implicit cross-reference's text becomes the title of
+    what it names in the doctree, so the page's text reads as Sphinx renders it."""
+    links = []
+    for ref in document.findall(nodes.reference):
+        if "refuri" in ref:  # hyperlinks with a target URI; references inside the document have none
+            links.append((ref["refuri"], ref.astext()))
+        elif "cross_reference" in ref:
+            target, title = cross_reference_target(file, ref["cross_reference"])
+            if title:
+                ref.children = []
+                ref += nodes.Text(title)
+            links.append((_Resolved(target), ref.astext()))
+    return links
 
 
 def _register_unknown(source: str) -> None:
@@ -132,6 +214,7 @@ def parse_rst(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
         document = publish_doctree(source, source_path=file.path, settings_overrides=dict(_SETTINGS))
     except (SystemMessage, ValueError, AttributeError, IndexError, TypeError) as exc:  # docutils' bugs on odd input
         raise UnparseablePage("invalid_rst", f"{type(exc).__name__}: {exc}") from exc
+    links = _document_links(document, file)
     title = document.get("title") or ""
     sections = [(title, 0, "", (), _own_text(document))]
     open_titles: list[tuple[int, str]] = []
@@ -154,11 +237,9 @@ def parse_rst(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
         raise UnparseablePage("no_content", "neither text nor a section")
     trail, method, _, _ = document_trail(file)
     title = title or url_segment_title(file.url)
-    # Hyperlinks with a target URI (inline, named, bare URLs); references inside the document have none.
-    links = ((ref["refuri"], ref.astext()) for ref in document.findall(nodes.reference) if "refuri" in ref)
     page = document_page(file, title=title, trail=trail, trail_method=method,
                          nav_order=_toctree_order(file, document.get("toctree", [])),
-                         links=document_links(file, links),
+                         links=document_links(file, links, target_of=_link_target),
                          sections=tuple(Section(t if level else title, level, anchor, text, path)
                                         for t, level, anchor, path, text in sections))
     return [(None, page)]
