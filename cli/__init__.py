@@ -46,6 +46,7 @@ RETRIEVAL_FLAGS: dict[str, tuple[Callable[[str], object], str]] = {
     "dense_weight": (float, "weight of the dense ranking in the fusion"),
     "rrf_k": (float, "reciprocal rank fusion constant (fusion rrf)"),
     "node_doc_weight": (float, "weight of the node's own match under max+doc"),
+    "root_weight": (float, "weight of the query's prior for a node's root: BM25 over the roots' titles and site keys"),
 }
 
 

@@ -169,6 +169,8 @@ class RitragIndex:
         if params.node_score == "max+doc" and rankings.docs is not None:
             docs = fuse(rankings.docs, params)
             scores = with_node_docs(scores, node_scores(docs, self.index.chunk_node), params.node_doc_weight)
+        if params.root_weight > 0:
+            scores = self.index.root_prior().boost(scores, analyze(query), params.root_weight)
         return Retrieval(rankings, fused, top_nodes(scores, n), scores)
 
     def get_toc(self, query: str, k: int = DEFAULT_K, n: int = DEFAULT_N,

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,6 +43,7 @@ from ritrag.vectors import VECTORS_KIND, VectorStore
 from ritrag.serving.dense_shards import load_dense_shards
 from ritrag.serving.derived_arrays import derive_links, derive_nodes
 from ritrag.serving.links import LinkGraph
+from ritrag.serving.root_prior import RootPrior
 from ritrag.serving.remote import IndexMirror, StampedLayout, default_cache_dir, local_stamps, mirror
 from ritrag.serving.segments import SegmentedPostings, VersionChunks, node_chunks, version_fields, version_shards
 from ritrag.serving.skeleton import Column
@@ -119,6 +121,8 @@ class LoadedVersion:
         self.postings = SegmentedPostings(self.chunks)
         self.bm25 = Bm25(self.postings, version_fields(segments, self.chunks, n_chunks, n_terms), k1, b)
         self.links = LinkGraph.of(derive_links(self.reader, self.node_row, positions.num_rows))
+        self._root_prior: RootPrior | None = None
+        self._root_prior_lock = threading.Lock()
 
         self.dense_shards, self.dense_params, self._dense_segments = load_dense_shards(self.reader)
         self.vector_store = (VectorStore.open([f.path for f in self.reader.files("vectors")], populate=True)
@@ -130,6 +134,14 @@ class LoadedVersion:
     def chunk_rows(self, chunk_ids: np.ndarray) -> np.ndarray:
         """Live rows in the chunk arrays of chunk ids; -1 for unknown or dead ones."""
         return self.chunks.rows_of(chunk_ids)
+
+    def root_prior(self) -> RootPrior:
+        """The roots' prior (serving.root_prior), made at the first query that asks for it."""
+        with self._root_prior_lock:
+            if self._root_prior is None:
+                self._root_prior = RootPrior.of(self.reader, self.skeleton, self.nodes["node_id"],
+                                                self.node_row.arrays()[1], *parameters(self.manifest.config))
+            return self._root_prior
 
     def node_records(self, rows: Sequence[int]) -> dict[int, dict[str, Any]]:
         """{"url", "body"} of the given node rows, each read from the one row
