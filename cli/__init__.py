@@ -47,6 +47,8 @@ RETRIEVAL_FLAGS: dict[str, tuple[Callable[[str], object], str]] = {
     "rrf_k": (float, "reciprocal rank fusion constant (fusion rrf)"),
     "node_doc_weight": (float, "weight of the node's own match under max+doc"),
     "root_weight": (float, "weight of the query's prior for a node's root: BM25 over the roots' titles and site keys"),
+    "root_dense_weight": (float, "weight of the query vector's prior for a node's root: its similarity to the root's "
+                                 "title and site key, min-max over the roots"),
 }
 
 

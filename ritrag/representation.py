@@ -64,7 +64,8 @@ DEFAULT_PATH_LEVELS = 4
 # before it existed) takes its default here.
 DEFAULT_RETRIEVAL: dict[str, Any] = {"fusion": "minmax", "rrf_k": 60, "sparse_weight": 1.0, "dense_weight": 1.0,
                                      "path_weight": 0.5, "anchor_weight": 0.0, "node_score": "max",
-                                     "node_doc_weight": 1.0, "root_weight": 0.0}
+                                     "node_doc_weight": 1.0, "root_weight": 0.0,
+                                     "root_dense_weight": 0.0}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,6 +25,7 @@ from ritrag.serving.index import LoadedVersion
 from ritrag.serving.links import DEFAULT_CROSS_LINKS, see_also
 from ritrag.serving.outline import preorder
 from ritrag.serving.passages import focus
+from ritrag.serving.root_prior import RootPrior
 from ritrag.serving.retrieval import (Ranking, RetrievalParams, build_subforest, dense_top_k, fuse, node_scores,
                                      top_nodes, with_node_docs)
 
@@ -99,6 +100,7 @@ class RitragIndex:
         self._device = device
         self._embedder: QueryEmbedder | None = None
         self._embedder_lock = threading.Lock()
+        self._root_vectors: np.ndarray | None = None
 
     @property
     def version(self) -> str:
@@ -116,14 +118,26 @@ class RitragIndex:
         if other._spec == self._spec and other._embedder is not None:
             self._embedder = other._embedder
 
+    def root_vectors(self) -> np.ndarray:
+        """The roots' documents (serving.root_prior) embedded by the query
+        model, at the first query that asks for them."""
+        if self._root_vectors is None:
+            texts = self.index.root_prior().root_texts
+            vectors = self._query_embedder().embed(texts) if texts else np.zeros((0, 1), np.float32)
+            self._root_vectors = np.asarray(vectors, np.float32)  # one assignment: readers see None or all
+        return self._root_vectors
+
     def embed_query(self, query: str) -> np.ndarray:
         """The query's vector, embedded exactly as the index's documents were
         (the model loads on first use)."""
+        return self._query_embedder().embed([query])[0]
+
+    def _query_embedder(self) -> QueryEmbedder:
         if self._embedder is None:
             with self._embedder_lock:
                 if self._embedder is None:
                     self._embedder = QueryEmbedder(self._spec, self._device)
-        return self._embedder.embed([query])[0]
+        return self._embedder
 
     def rankings(self, query: str, k: int = DEFAULT_K, query_vector: np.ndarray | None = None,
                  params: RetrievalParams | None = None) -> Rankings:
@@ -170,7 +184,12 @@ class RitragIndex:
             docs = fuse(rankings.docs, params)
             scores = with_node_docs(scores, node_scores(docs, self.index.chunk_node), params.node_doc_weight)
         if params.root_weight > 0:
-            scores = self.index.root_prior().boost(scores, analyze(query), params.root_weight)
+            prior = self.index.root_prior()
+            scores = prior.boost(scores, prior.root_scores(analyze(query)), params.root_weight)
+        if params.root_dense_weight > 0:
+            vector = self.embed_query(query) if query_vector is None else query_vector
+            scores = self.index.root_prior().boost(scores, RootPrior.dense_scores(vector, self.root_vectors()),
+                                                   params.root_dense_weight)
         return Retrieval(rankings, fused, top_nodes(scores, n), scores)
 
     def get_toc(self, query: str, k: int = DEFAULT_K, n: int = DEFAULT_N,

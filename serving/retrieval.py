@@ -18,8 +18,9 @@ BM25 (one field, or chunk bodies + `path_weight` x their node's document +
 documents) is ritrag/bm25.py's. Node documents are also
 ranked on their own (BM25 and dense), and with `node_score` "max+doc" a node
 scores its best chunk's fused score + `node_doc_weight` x its document's fused
-score; "max" is the paper's rule. With `root_weight` > 0 a node also gains that
-much of the query's prior for its root (serving/root_prior.py).
+score; "max" is the paper's rule. With `root_weight` (BM25) or `root_dense_weight`
+(vectors) > 0 a node also gains that much of the query's prior for its root
+(serving/root_prior.py).
 """
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ class RetrievalParams:
     node_score: str = DEFAULT_RETRIEVAL["node_score"]  # "max": best chunk (the paper); "max+doc": + own match
     node_doc_weight: float = DEFAULT_RETRIEVAL["node_doc_weight"]  # the node's own fused score under "max+doc"
     root_weight: float = DEFAULT_RETRIEVAL["root_weight"]  # x the query's prior for the node's root (root_prior.py)
+    root_dense_weight: float = DEFAULT_RETRIEVAL["root_dense_weight"]  # x the query vector's prior for the root
 
     def __post_init__(self):
         if self.node_score not in NODE_SCORES:
@@ -58,7 +60,8 @@ class RetrievalParams:
         if self.fusion not in FUSIONS:
             raise ValueError(f"fusion must be one of {FUSIONS}, not {self.fusion!r}")
         if self.rrf_k <= 0 or min(self.sparse_weight, self.dense_weight, self.path_weight, self.anchor_weight,
-                                  self.node_doc_weight, self.root_weight) < 0:
+                                  self.node_doc_weight, self.root_weight,
+                                  self.root_dense_weight) < 0:
             raise ValueError("rrf_k must be positive and weights non-negative")
         if self.sparse_weight + self.dense_weight == 0:
             raise ValueError("sparse_weight and dense_weight must not both be 0")

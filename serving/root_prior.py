@@ -9,9 +9,13 @@ documents, divided by the best root's, is each root's prior in [0, 1]; with
 `root_weight` > 0 a candidate node's score gains `root_weight` x its root's
 prior, so among look-alikes the one under the named root wins.
 
+The dense side (`root_dense_weight`): the query vector against each root
+document's vector (embedded by the index's own model), min-max normalized over
+the roots, so the nearest root's nodes gain the most.
+
 The documents are made at the first query that asks for the prior (default
-`root_weight` 0: never), from the roots' titles in the skeleton and their site
-keys read by id: one point read of the root rows, not of the node table.
+weights 0: never), from the roots' titles in the skeleton and their site keys
+read by id: one point read of the root rows, not of the node table.
 """
 from __future__ import annotations
 
@@ -29,10 +33,11 @@ from ritrag.serving.skeleton import Skeleton
 class RootPrior:
     """BM25 over one document per root, and each node row's root."""
 
-    def __init__(self, root_of: np.ndarray, root_docs: Sequence[Sequence[str]], k1: float, b: float):
-        """`root_of[row]`: the index (into `root_docs`) of the row's root, -1
-        for a row no live root holds; `root_docs`: each root's terms."""
-        self.root_of = root_of
+    def __init__(self, root_of: np.ndarray, root_texts: Sequence[str], k1: float, b: float):
+        """`root_of[row]`: the index (into `root_texts`) of the row's root, -1
+        for a row no live root holds; `root_texts`: each root's document."""
+        self.root_of, self.root_texts = root_of, list(root_texts)
+        root_docs = [analyze(text) for text in root_texts]
         self._k1 = k1
         lengths = np.array([len(doc) for doc in root_docs], np.float64)
         avg = float(lengths.mean()) if len(root_docs) else 0.0
@@ -63,9 +68,9 @@ class RootPrior:
         ids = [node_ids[int(r)] for r in roots]
         sites = reader.rows_by_id("nodes", ids, ["site"])
         titles = skeleton.columns["title"]
-        docs = [analyze(f"{titles[int(r)].as_py() or ''} {sites.get(i, {}).get('site') or ''}")
-                for r, i in zip(roots, ids)]
-        return cls(root_of, docs, k1, b)
+        texts = [f"{titles[int(r)].as_py() or ''} {sites.get(i, {}).get('site') or ''}".strip()
+                 for r, i in zip(roots, ids)]
+        return cls(root_of, texts, k1, b)
 
     def root_scores(self, terms: Sequence[str]) -> np.ndarray:
         """Each root's prior for the query terms: BM25 over the root
@@ -78,9 +83,17 @@ class RootPrior:
         best = scores.max() if len(scores) else 0.0
         return scores / best if best > 0 else scores
 
-    def boost(self, node_scores: Mapping[int, float], terms: Sequence[str], weight: float) -> dict[int, float]:
-        """Node row -> its score + `weight` x its root's prior."""
-        prior = self.root_scores(terms)
+    @staticmethod
+    def dense_scores(query_vector: np.ndarray, root_vectors: np.ndarray) -> np.ndarray:
+        """Each root's dense prior: the query's similarity to the root
+        document, min-max normalized over the roots (all 0 when they tie)."""
+        sims = root_vectors @ np.asarray(query_vector, np.float32)
+        if not len(sims) or sims.max() == sims.min():
+            return np.zeros(len(sims))
+        return (sims - sims.min()) / (sims.max() - sims.min())
+
+    def boost(self, node_scores: Mapping[int, float], prior: np.ndarray, weight: float) -> dict[int, float]:
+        """Node row -> its score + `weight` x its root's `prior` (one value per root)."""
         if not prior.any():
             return dict(node_scores)
         rows = np.fromiter(node_scores.keys(), np.int64, len(node_scores))
