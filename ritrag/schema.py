@@ -93,6 +93,10 @@ class ParsedPage:
     # Sections past MAX_PAGE_SECTIONS (transforms/parse/sections.py), merged into
     # their parents: a build counter.
     sections_past_cap: int = 0
+    # How a document without a table of contents of its own got its sections
+    # ("layout": headings induced from a PDF's fonts; "pages": one per page), ""
+    # when it had one: a build counter (toc_induced_<how>).
+    toc_induced: str = ""
 
     @property
     def body(self) -> str:

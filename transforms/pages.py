@@ -64,6 +64,7 @@ DEAD = "dead"  # the tagged output of dead letters
 PAGE_COUNTERS = ("pages_read", "pages_parsed", "pages_indexed", "pages_dead_lettered",
                  "pages_merged_duplicates")
 LINKS_CAPPED_COUNTER = "pages_links_capped"  # pages parsed with more links than ParsedPage.links keeps
+TOC_INDUCED_COUNTER_PREFIX = "toc_induced_"  # + ParsedPage.toc_induced: documents whose ToC was induced, by how
 LINKS_NAVIGATION_COUNTER = "links_navigation"  # link elements of parsed pages left out as navigation
 
 
@@ -286,6 +287,8 @@ class ParsePagesFn(CountingDoFn):
                 self.count(LINKS_CAPPED_COUNTER)
             if page.links_navigation:
                 self.count(LINKS_NAVIGATION_COUNTER, page.links_navigation)
+            if page.toc_induced:
+                self.count(f"{TOC_INDUCED_COUNTER_PREFIX}{page.toc_induced}")
             yield page
 
 
