@@ -199,26 +199,48 @@ def hostile_contents(changes: int = HOSTILE_CHANGES, pages: int = 10) -> list[st
     return contents
 
 
-@pytest.mark.timeout(300)
-def test_a_hostile_pdf_of_100k_font_size_changes_costs_memory_bounded_by_its_size(tmp_path):
-    path = write_pdf(tmp_path / "hostile.pdf", hostile_contents())
-    script = textwrap.dedent(f"""
-        import json, resource, sys, time
-        from ritrag.transforms.pages import PageParser, parse_or_dead_letter, read_file
-        started = time.process_time()
-        parser = PageParser({str(tmp_path) + "/"!r}, "http://localhost/", 1, 1 << 26)
-        [page] = parse_or_dead_letter(parser, {str(path)!r}, lambda: read_file({str(path)!r}), "parse")
-        print(json.dumps({{"cpu_s": time.process_time() - started, "toc_induced": page.toc_induced,
-                          "sections": len(page.sections), "chars": len(page.body),
-                          "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}}))
-    """)
+_MEASURE = """
+import json, sys, time
+from pypdf import PdfReader
+from ritrag.transforms.pages import PageParser, parse_or_dead_letter, read_file
+def status(field):
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith(field))
+path, parse = sys.argv[1], sys.argv[2] == "parse"
+with open("/proc/self/clear_refs", "w") as fh:
+    fh.write("5")  # resets the peak resident size (VmHWM): the imports' peak is not the parse's
+before, started = status("VmRSS:"), time.process_time()
+if parse:
+    [page] = parse_or_dead_letter(PageParser(path.rsplit("/", 1)[0] + "/", "http://localhost/", 1, 1 << 26),
+                                  path, lambda: read_file(path), "parse")
+    outcome = {"toc_induced": page.toc_induced, "chars": len(page.body)}
+else:  # pypdf's own extraction, the floor of any PDF's cost
+    outcome = {"chars": sum(len(p.extract_text()) for p in PdfReader(path).pages)}
+print(json.dumps({**outcome, "cpu_s": time.process_time() - started, "grown": status("VmHWM:") - before}))
+"""
+
+
+def _measured(path: Path, what: str) -> dict:
     limit = 2 << 30  # address space: a runaway costs this subprocess, not the suite
     done = subprocess.run([sys.executable, "-c", f"import resource; resource.setrlimit(resource.RLIMIT_AS, "
-                           f"({limit}, {limit})); exec({script!r})"], capture_output=True, text=True,
-                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": ""})
+                           f"({limit}, {limit})); exec({_MEASURE!r})", str(path), what],
+                          capture_output=True, text=True, cwd=path.parent, env={**os.environ, "PYTHONPATH": ""})
     assert done.returncode == 0, done.stderr[-2000:]
-    outcome = json.loads(done.stdout.strip().splitlines()[-1])
-    print(outcome, "file bytes", path.stat().st_size)
-    assert outcome["chars"] >= HOSTILE_CHANGES * 2  # every word kept
-    assert outcome["toc_induced"] == "pages"  # a size per word is no hierarchy
-    assert outcome["peak_rss"] < 600 << 20
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.timeout(300)
+def test_a_hostile_pdf_of_100k_font_size_changes_costs_memory_bounded_by_its_size(tmp_path):
+    """Parsed in a subprocess under an address-space limit: the peak resident
+    size it grows by is pypdf's own extraction's and a small multiple of the
+    file's size more, whatever the number of styles; it keeps page sections."""
+    path = write_pdf(tmp_path / "hostile.pdf", hostile_contents())
+    size = path.stat().st_size
+    parsed, extracted = _measured(path, "parse"), _measured(path, "extract")
+    print("file bytes", size, "parse", parsed, "pypdf alone", extracted)
+    assert parsed["chars"] >= HOSTILE_CHANGES * 2  # every word kept
+    assert parsed["toc_induced"] == "pages"  # a size per word is no hierarchy
+    # Measured (2-core Xeon, 2.3 MB file): parse 3.0 s CPU, +22 MiB peak; pypdf's
+    # extraction alone 2.6 s, +12 MiB; the rest is the parse's copies of the file and
+    # its text (reading the layout itself costs < 1 MiB). A copy per change would be GiBs.
+    assert parsed["grown"] < extracted["grown"] + 8 * size
