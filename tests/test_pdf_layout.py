@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -173,6 +174,38 @@ def test_a_pdf_with_an_outline_keeps_it():
     path = Path(__file__).resolve().parent.parent / "sample" / "mixed" / "manuals" / "field-guide.pdf"
     [page] = parse_or_dead_letter(parser, str(path), lambda: read_file(str(path)), "parse")
     assert page.toc_induced == "" and [s.title for s in page.sections[1:]] == ["1 Probes", "1.1 Cleaning", "2 Alarms"]
+
+
+@pytest.mark.timeout(300)
+def test_a_build_counts_induced_tocs_and_inspect_reports_them(tmp_path):
+    """One site of three PDFs: one with an outline, one whose ToC comes from its
+    layout, one cut by pages; the build counts toc_induced_<how> per document,
+    `ritrag inspect` reports them, and the layout's sections are nodes with page
+    anchors."""
+    import pyarrow.parquet as pq
+
+    from ritrag.evaluation.forest_report import forest_report, render_html, render_text
+    from ritrag.pipelines import build
+
+    site = tmp_path / "in" / "reports"
+    site.mkdir(parents=True)
+    shutil.copy(Path(__file__).resolve().parent.parent / "sample" / "mixed" / "manuals" / "field-guide.pdf", site)
+    contents, expected = forty_page_report()
+    write_pdf(site / "annual.pdf", contents[:10])
+    write_pdf(site / "flat.pdf", [line_ops(body(10)), line_ops(body(10))])
+    out = tmp_path / "index"
+    build.run(["--input", str(tmp_path / "in"), "--out", str(out), "--site_depth", "1",
+               "--embedding_model", "hashing:384", "--granularity", "section"])
+    report = forest_report(str(out))
+    assert report["toc_induced"] == {"layout": 1, "pages": 1}
+    text = render_text(report)
+    assert "ToCs induced (documents without one of their own, by how): layout 1, pages 1" in text
+    assert "ToCs induced" in render_html(report)
+    segment = next((out / "segments").iterdir())
+    nodes = pq.read_table(next(segment.glob("nodes-*.parquet")), columns=["title", "url"]).to_pylist()
+    urls = {n["title"]: n["url"] for n in nodes}
+    assert urls["Section B of part 1"] == BASE + "reports/annual.pdf#page=5"
+    assert urls["Page 2"] == BASE + "reports/flat.pdf#page=2"
 
 
 def test_numbering_depth():

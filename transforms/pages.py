@@ -44,7 +44,7 @@ from ritrag.ids import raw_hash
 from ritrag.layout import DEAD_LETTERS_FILE
 from ritrag.storage import is_remote
 from ritrag.schema import (DEAD_LETTERS_SCHEMA, DeadLetter, PageSource, ParsedPage, WarcPage, page_from_json, page_json,
-                           table_text)
+                           TOC_INDUCED_COUNTER_PREFIX, table_text)
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 from ritrag.transforms.forest import duplicate_winner
 from ritrag.transforms.parse import UnparseablePage, parse_page
@@ -64,7 +64,6 @@ DEAD = "dead"  # the tagged output of dead letters
 PAGE_COUNTERS = ("pages_read", "pages_parsed", "pages_indexed", "pages_dead_lettered",
                  "pages_merged_duplicates")
 LINKS_CAPPED_COUNTER = "pages_links_capped"  # pages parsed with more links than ParsedPage.links keeps
-TOC_INDUCED_COUNTER_PREFIX = "toc_induced_"  # + ParsedPage.toc_induced: documents whose ToC was induced, by how
 LINKS_NAVIGATION_COUNTER = "links_navigation"  # link elements of parsed pages left out as navigation
 
 

@@ -17,7 +17,10 @@ flag) its characters are drawn in. No model, nothing about one document:
   the next numbered, join as one wrapped heading).
 * Running headers and footers: a heading that is its page's first or last
   line, whose text (digits ignored) opens or closes RUNNING_PAGES pages or
-  more in the same style, is page furniture, dropped.
+  more in the same style, is page furniture, dropped. Labels: a text in one
+  style on LABEL_PAGES pages or more (and LABEL_PAGE_SHARE of them) names a
+  kind of block ('Note', 'Tip', 'Warning'), not a part of the document: dropped.
+  A printed table of contents' entry ('2.1 Title 37') too.
 * Levels: headings sort by size (larger first), then bold, then numbering
   depth ('Part II' 0; 'Chapter 3', 'Item 7.', 'A.', unnumbered 1; '3.2' 2,
   '3.2.1' 3, ...); each distinct key is one level, at most MAX_LEVELS (deeper
@@ -34,6 +37,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +50,8 @@ MAX_HEADING_WORDS = 16
 MAX_HEADING_LINES = 3
 MAX_LINE_STYLES = 8  # past this a line is mixed whatever comes next: its style dict stays small
 RUNNING_PAGES = 3
+LABEL_PAGES = 5  # or LABEL_PAGE_SHARE of the pages, whichever is more
+LABEL_PAGE_SHARE = 0.05
 MIN_HEADINGS = 2
 MAX_HEADING_SHARE = 0.25
 MAX_HEADING_STYLES = 6
@@ -58,6 +64,7 @@ _NUMBERING = re.compile(
     r"|(?P<keyword>part|chapter|appendix|annex|item|section|article|schedule|note)\s+[0-9ivxlcdm]{1,6}[a-z]?[.:]?"
     r"|(?P<letter>[A-Z])\.)(?=\s|$)", re.IGNORECASE)
 _TOP_KEYWORDS = ("part",)
+_TRAILING_PAGE = re.compile(r"(?:\s|\.)\d{1,3}$")  # 4 digits are more often a year than a page
 _PAGE_NUMBER = re.compile(r"^(?:page\s+)?(?:\d+|[ivxlcdm]+)(?:\s*(?:of|/)\s*\d+)?$", re.IGNORECASE)
 
 
@@ -161,7 +168,20 @@ def _reads_as_heading(line: Line, body: Style) -> bool:
     drawn = len(text) - text.count(" ")
     if letters < 2 or letters < 0.5 * drawn or _PAGE_NUMBER.match(text):
         return False  # a table row, a figure's numbers, a page number
+    numbered = _NUMBERING.match(text)
+    if numbered and numbered["dotted"] and _TRAILING_PAGE.search(text, numbered.end()):
+        return False  # '2.1 Package management 37': an entry of a printed table of contents
     return text[-1] not in ",;-"
+
+
+def _pages_of(keyed: Iterable[tuple[Hashable, int]], cap: int) -> dict[Hashable, int]:
+    """On how many distinct pages each key is, counted up to `cap` (a key's set costs at most that)."""
+    seen: dict[Hashable, set[int]] = {}
+    for key, index in keyed:
+        pages = seen.setdefault(key, set())
+        if len(pages) < cap:
+            pages.add(index)
+    return {key: len(pages) for key, pages in seen.items()}
 
 
 def layout_headings(pages: list[list[Line]], max_headings: int) -> list[tuple[int, str, int, str]]:
@@ -190,13 +210,13 @@ def layout_headings(pages: list[list[Line]], max_headings: int) -> list[tuple[in
                 found.append((title, run[0].style, index, run[0].text,
                               re.sub(r"\d+", "#", title.casefold()) if edge else None))
             run = [line] if heading and not line.text[0].islower() else []
-    on_pages: dict[tuple[str, Style], set[int]] = {}
-    for _, style, index, _, key in found:
-        pages_of = on_pages.setdefault((key, style), set()) if key is not None else None
-        if pages_of is not None and len(pages_of) < RUNNING_PAGES:
-            pages_of.add(index)
+    label_pages = max(LABEL_PAGES, math.ceil(LABEL_PAGE_SHARE * len(pages)))
+    at_edges = _pages_of((((key, style), index) for _, style, index, _, key in found if key is not None),
+                         RUNNING_PAGES)
+    anywhere = _pages_of((((title.casefold(), style), index) for title, style, index, _, _ in found), label_pages)
     headings = [(title, style, index, first) for title, style, index, first, key in found
-                if key is None or len(on_pages[(key, style)]) < RUNNING_PAGES]
+                if at_edges.get((key, style), 0) < RUNNING_PAGES
+                and anywhere[(title.casefold(), style)] < label_pages]
     lines_with_text = sum(len(lines) for lines in pages)
     if (len(headings) < MIN_HEADINGS or len(headings) > max_headings
             or len(headings) > MAX_HEADING_SHARE * lines_with_text
