@@ -208,6 +208,37 @@ def test_a_build_counts_induced_tocs_and_inspect_reports_them(tmp_path):
     assert urls["Page 2"] == BASE + "reports/flat.pdf#page=2"
 
 
+# A real typeset PDF (DocBook, FOP) from a Debian package, with its outline: the
+# outline says what the layout's headings should be.
+REAL_PDF = Path("/usr/share/doc/shared-mime-info/shared-mime-info-spec.pdf")
+
+
+@pytest.mark.skipif(not REAL_PDF.exists(), reason="Debian's shared-mime-info package is not installed")
+def test_a_real_pdf_without_its_outline_gets_the_outline_back_from_its_layout(tmp_path):
+    import re
+
+    from pypdf import PdfReader
+    from pypdf.generic import NameObject
+
+    from ritrag.transforms.sources.pdf import outline_entries
+
+    outline = outline_entries(PdfReader(str(REAL_PDF)))
+    writer = PdfWriter(clone_from=str(REAL_PDF))
+    del writer._root_object[NameObject("/Outlines")]
+    stripped = tmp_path / "spec.pdf"
+    with open(stripped, "wb") as fh:
+        writer.write(fh)
+    [page] = parse(stripped)
+    assert page.toc_induced == "layout"
+    letters = lambda text: re.sub(r"[^a-z]+", "", text.casefold())  # noqa: E731
+    induced = {letters(s.title): s.level for s in page.sections[1:]}  # its titles are unique
+    found = [(level, induced[letters(title)]) for level, title, _ in outline if letters(title) in induced]
+    assert len(found) >= 0.9 * len(outline) and len(found) >= 0.9 * len(induced)
+    step = lambda a, b: (b > a) - (b < a)  # noqa: E731
+    # Where the outline goes deeper, stays or comes back, the induced levels do the same.
+    assert all(step(o1, o2) == step(i1, i2) for (o1, i1), (o2, i2) in zip(found, found[1:]))
+
+
 def test_numbering_depth():
     assert [numbering_depth(t) for t in ("Part II", "Chapter 3", "Item 7.", "Item 1A. Risk", "A. Scope",
                                          "Overview", "3.2 Risk Factors", "3.2.1 Rates", "2021 results")] == [
