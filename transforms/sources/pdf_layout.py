@@ -72,8 +72,7 @@ _PAGE_NUMBER = re.compile(r"^(?:page\s+)?(?:\d+|[ivxlcdm]+)(?:\s*(?:of|/)\s*\d+)
 class Line:
     text: str  # whitespace collapsed
     style: Style | None  # None: no single style holds HEADING_STYLE_SHARE of its characters
-    chars: int  # non-space characters
-    top: tuple[Style, int] | None  # its most used style and how many characters it drew
+    top: tuple[Style, int] | None  # its most used style and how many characters (not spaces) it drew
 
 
 class LineCollector:
@@ -93,9 +92,9 @@ class LineCollector:
         for k, piece in enumerate(text.split("\n")):
             if k:
                 self.end_line()
-            drawn = len(piece) - piece.count(" ")
             if not piece:
                 continue
+            drawn = len(piece) - piece.count(" ")
             self._parts.append(piece)
             if drawn and not self._mixed:
                 self._styles[style] = self._styles.get(style, 0) + drawn
@@ -107,7 +106,7 @@ class LineCollector:
             chars = sum(self._styles.values())
             top = max(self._styles.items(), key=lambda kv: kv[1], default=None)
             uniform = top is not None and not self._mixed and top[1] >= HEADING_STYLE_SHARE * chars
-            self.lines.append(Line(text, top[0] if uniform else None, chars, top))
+            self.lines.append(Line(text, top[0] if uniform else None, top))
         self._parts, self._styles, self._mixed = [], {}, False
 
     def _is_bold(self, font: Any) -> bool:
