@@ -13,7 +13,9 @@ or its sections: min, median, 90th percentile, max) and its pages that no
 other page links to; and for the whole build, how often each trail rule was
 tried, taken and passed over (a rule whose markup named nothing in the site)
 and the links the build counted but did not keep (to nothing in the index,
-navigation chrome). Rendered as plain text and as one self-contained HTML
+navigation chrome), and how many documents without a ToC of their own had
+one induced, and how (`toc_induced_<how>`: a PDF's layout, or its pages).
+Rendered as plain text and as one self-contained HTML
 file (inline SVG charts, no scripts, no external assets).
 """
 from __future__ import annotations
@@ -27,6 +29,7 @@ import pyarrow.compute as pc
 
 from ritrag.layout import DEAD_LETTERS_FILE, EDGES_KIND
 from ritrag.reader import IndexReader
+from ritrag.schema import TOC_INDUCED_COUNTER_PREFIX
 from ritrag.storage import open_parquet
 
 SITE_ROOT_METHOD = "site_root"  # the method transforms.forest records for a site's root
@@ -93,6 +96,9 @@ def forest_report(index_dir: str, version: str | None = None) -> dict:
             "trail_cascade": trail_cascade(manifest.stats),
             "link_counters": {name: value for name, value in sorted((manifest.stats.get("pages") or {}).items())
                               if name.startswith(LINK_COUNTER_PREFIXES)},
+            "toc_induced": {name[len(TOC_INDUCED_COUNTER_PREFIX):]: value
+                            for name, value in sorted((manifest.stats.get("pages") or {}).items())
+                            if name.startswith(TOC_INDUCED_COUNTER_PREFIX)},
             "dead_letters": dict(dead), "dead_letters_by_source_dir": {k: dict(v) for k, v in dead_by_site.items()}}
 
 
@@ -214,6 +220,9 @@ def render_text(report: dict) -> str:
         lines.append("\ntrail cascade (pages): " + "; ".join(
             f"{m} tried {c['tried']}, taken {c['taken']}, passed over {c['passed_over']}"
             for m, c in report["trail_cascade"].items()))
+    if report.get("toc_induced"):
+        lines.append("\nToCs induced (documents without one of their own, by how): " + ", ".join(
+            f"{how} {n}" for how, n in report["toc_induced"].items()))
     if report.get("link_counters"):
         lines.append("\nlinks (build counters): " + ", ".join(f"{k} {v}" for k, v in report["link_counters"].items()))
     lines.append("\ndead letters: " + (", ".join(f"{k} {v}" for k, v in sorted(report["dead_letters"].items()))
@@ -261,6 +270,10 @@ def render_html(report: dict) -> str:
         if s["orphan_examples"]:
             parts.append("<p>orphans, e.g.: " + ", ".join(html.escape(u or "") for u in s["orphan_examples"]) + "</p>")
         parts.append("</section>")
+    if report.get("toc_induced"):
+        parts.append("<section><h2>ToCs induced</h2>" + _bar_chart(
+            report["toc_induced"], "documents without a ToC of their own, by how theirs was induced", width=480)
+            + "</section>")
     if report.get("link_counters"):
         parts.append("<section><h2>Links</h2>" + _bar_chart(report["link_counters"], "links by what became of them",
                                                             width=480) + "</section>")

@@ -59,6 +59,7 @@ class Link:
 # is generated, not written, and its cost must stay bounded.
 MAX_PAGE_LINKS = 1000
 MAX_ANCHOR_CHARS = 200
+TOC_INDUCED_COUNTER_PREFIX = "toc_induced_"  # + ParsedPage.toc_induced: documents whose ToC was induced, by how
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,10 @@ class ParsedPage:
     # Sections past MAX_PAGE_SECTIONS (transforms/parse/sections.py), merged into
     # their parents: a build counter.
     sections_past_cap: int = 0
+    # How a document without a table of contents of its own got its sections
+    # ("layout": headings induced from a PDF's fonts; "pages": one per page), ""
+    # when it had one: a build counter (TOC_INDUCED_COUNTER_PREFIX + how).
+    toc_induced: str = ""
 
     @property
     def body(self) -> str:

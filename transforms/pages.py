@@ -44,7 +44,7 @@ from ritrag.ids import raw_hash
 from ritrag.layout import DEAD_LETTERS_FILE
 from ritrag.storage import is_remote
 from ritrag.schema import (DEAD_LETTERS_SCHEMA, DeadLetter, PageSource, ParsedPage, WarcPage, page_from_json, page_json,
-                           table_text)
+                           TOC_INDUCED_COUNTER_PREFIX, table_text)
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 from ritrag.transforms.forest import duplicate_winner
 from ritrag.transforms.parse import UnparseablePage, parse_page
@@ -286,6 +286,8 @@ class ParsePagesFn(CountingDoFn):
                 self.count(LINKS_CAPPED_COUNTER)
             if page.links_navigation:
                 self.count(LINKS_NAVIGATION_COUNTER, page.links_navigation)
+            if page.toc_induced:
+                self.count(f"{TOC_INDUCED_COUNTER_PREFIX}{page.toc_induced}")
             yield page
 
 

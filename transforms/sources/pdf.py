@@ -6,15 +6,20 @@
   starts inside a page opens with that page's marker too.
 * Sections: the outline (bookmarks) in page order, nesting kept as heading
   levels (outline depth 1 = level 1). A section starts where its title first
-  appears in its page's text after the previous cut (at the page's start when
-  the title is not found), and runs to the next entry's start: every character
-  of the text belongs to exactly one node. A cycle in the outline is cut where
-  an entry comes round again (pypdf). Without a usable outline (none; one pypdf
-  refuses: over 100 levels deep or 100,000 entries; or more entries than
-  MAX_OUTLINE_ENTRIES_PER_PAGE per page, a generated or hostile outline rather
-  than a table of contents, whose cuts would cost entries x page length), one
-  section per page titled "Page N". Headings induced from the layout (font
-  sizes, numbering) are not done.
+  opens a line of its page's text after the previous cut (else where it first
+  appears there; at the page's start when the title is not found), and runs to
+  the next entry's start: every character of the text belongs to exactly one
+  node. A cycle in the outline is cut where an entry comes round again (pypdf).
+  An outline is unusable when there is none, pypdf refuses it (over 100 levels
+  deep or 100,000 entries) or it has more entries than
+  MAX_OUTLINE_ENTRIES_PER_PAGE per page (a generated or hostile outline rather
+  than a table of contents, whose cuts would cost entries x page length).
+* Without a usable outline, headings induced from the layout (font size,
+  weight, isolation, numbering: transforms/sources/pdf_layout.py), cut the same
+  way at the line they open, at most MAX_OUTLINE_ENTRIES_PER_PAGE per page;
+  when the layout shows no credible headings, one section per page titled
+  "Page N". The page's `toc_induced` says which ("layout" or "pages"), a build
+  counter (`toc_induced_layout`, `toc_induced_pages`).
 * Anchors: `page=N` (PDF open parameters: a viewer opens `file.pdf#page=N` at
   page N) for a page's first section; later sections of the same page get none.
 * Title: the document information's title, else the file name; description:
@@ -25,6 +30,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 
@@ -37,6 +43,7 @@ from ritrag.transforms.parse import UnparseablePage
 from ritrag.transforms.parse.location import url_segment_title
 from ritrag.transforms.sources.common import SourceFile, document_page, section_path
 from ritrag.transforms.sources.nav import document_trail
+from ritrag.transforms.sources.pdf_layout import Line, LineCollector, layout_headings
 
 # pypdf reports recoverable damage as log warnings: the dead letter or the page is what the job reports.
 logging.getLogger("pypdf").setLevel(logging.ERROR)
@@ -101,36 +108,68 @@ def _open(data: bytes) -> PdfReader:
     return reader
 
 
-def _page_texts(reader: PdfReader) -> list[str]:
-    texts = []
+def _page_texts(reader: PdfReader, collect_lines: bool) -> tuple[list[str], list[list[Line]]]:
+    """Each page's text, and with `collect_lines` its lines with their styles
+    (pdf_layout.py), read in the same pass."""
+    texts, lines = [], []
     for number, page in enumerate(reader.pages, 1):
+        collector = LineCollector() if collect_lines else None
         try:
-            text = page.extract_text() or ""
+            text = page.extract_text(visitor_text=collector) or ""
         except _READ_ERRORS as exc:
             raise UnparseablePage("broken_pdf", f"page {number}: {type(exc).__name__}: {exc}") from exc
         texts.append("\n".join(line.rstrip() for line in text.strip().splitlines()))
-    return texts
+        if collector is not None:
+            collector.end_line()
+            lines.append(collector.lines)
+    return texts, lines
 
 
-def _cuts(texts: list[str], starts: list[int], entries: list[tuple[int, str, int]]) -> list[int]:
+def _line_start(text: str, line: str, start: int) -> int:
+    """Where `line` first opens a line of `text` at or after `start`, else -1."""
+    if text.startswith(line, start) and (start == 0 or text[start - 1] == "\n"):
+        return start
+    found = text.find("\n" + line, max(start - 1, 0))
+    return found + 1 if found >= 0 else -1
+
+
+def _cuts(texts: list[str], starts: list[int], entries: list[tuple[int, str, int, str]]) -> list[int]:
     """Offset in the whole text where each entry's section starts (module doc)."""
     cuts = []
-    for level, title, index in entries:
+    for _, _, index, line in entries:
         page_start = starts[index]
         floor = max(page_start, cuts[-1] if cuts else 0)
         body = page_start + len(page_marker(index + 1)) + 1  # past the page's marker line
         page_text = texts[index]
-        found = page_text.find(title, max(floor - body, 0))
+        start = max(floor - body, 0)
+        found = _line_start(page_text, line, start)
         if found < 0:
-            found = page_text.casefold().find(title.casefold(), max(floor - body, 0))
+            found = page_text.find(line, start)
+        if found < 0:
+            found = page_text.casefold().find(line.casefold(), start)
         # A title opening its page takes the page's marker with it.
         cuts.append(floor if found <= 0 else body + found)
     return cuts
 
 
+def _entries(outline: list[tuple[int, str, int]], texts: list[str],
+             lines: list[list[Line]]) -> tuple[list[tuple[int, str, int, str]], str]:
+    """(level, title, page index, line to cut at: "" for the page's start) of
+    the sections, and how the ToC was induced ("" from the outline, "layout"
+    or "pages": module doc)."""
+    if outline:
+        return [(level, title, index, title) for level, title, index in outline], ""
+    induced = layout_headings(lines, MAX_OUTLINE_ENTRIES_PER_PAGE * len(texts))
+    if induced:
+        return induced, "layout"
+    return [(1, f"Page {n}", n - 1, "") for n in range(1, len(texts) + 1)], "pages"
+
+
 def parse_pdf(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
     reader = _open(file.data)
-    texts = _page_texts(reader)
+    outline = outline_entries(reader)
+    # The layout is read only where it is needed: a visitor makes pypdf parse every content stream.
+    texts, lines = _page_texts(reader, collect_lines=not outline)
     if not any(texts):
         raise UnparseablePage("no_text", f"{len(texts)} pages, no extractable text (a scanned PDF needs OCR)")
     pages = [f"{page_marker(n)}\n{text}" for n, text in enumerate(texts, 1)]
@@ -139,7 +178,7 @@ def parse_pdf(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
         starts.append(offset)
         offset += len(page) + 2  # the "\n\n" between pages
     whole = "\n\n".join(pages)
-    entries = outline_entries(reader) or [(1, f"Page {n}", n - 1) for n in range(1, len(pages) + 1)]
+    entries, toc_induced = _entries(outline, texts, lines)
     cuts = _cuts(texts, starts, entries)
     try:
         info = reader.metadata or {}
@@ -150,7 +189,7 @@ def parse_pdf(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
     sections = [Section(title, 0, "", whole[:cuts[0]].strip(), ())]
     open_titles: list[tuple[int, str]] = []
     anchored: set[int] = set()
-    for k, ((level, heading, index), cut) in enumerate(zip(entries, cuts)):
+    for k, ((level, heading, index, _), cut) in enumerate(zip(entries, cuts)):
         text = whole[cut:cuts[k + 1] if k + 1 < len(cuts) else len(whole)].strip()
         if not text.startswith(page_marker(index + 1)):
             text = f"{page_marker(index + 1)}\n{text}"
@@ -158,5 +197,6 @@ def parse_pdf(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
         anchored.add(index)
         sections.append(Section(heading, level, anchor, text, section_path(open_titles, level, heading)))
     trail, method, _, _ = document_trail(file)
-    return [(None, document_page(file, title=title, trail=trail, trail_method=method,
-                                 description=subject, sections=tuple(sections)))]
+    page = document_page(file, title=title, trail=trail, trail_method=method, description=subject,
+                         sections=tuple(sections))
+    return [(None, dataclasses.replace(page, toc_induced=toc_induced))]
