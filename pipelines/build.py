@@ -38,6 +38,7 @@ from ritrag.transforms.counts import WriteCounts
 from ritrag.transforms.edges import EDGE_COUNTERS, AnchorDocuments, ResolveEdges
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainDenseIndex, WriteDenseIndex
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
+from ritrag.transforms.metadata.enrich import METADATA_COUNTERS, EnrichNodeMetadata, MetadataOptions, MetadataPlan
 from ritrag.transforms.nodes import LINKS_OUTPUT, PAGES_OUTPUT, BuildForestNodes
 from ritrag.transforms.pages import (DEAD, LINKS_CAPPED_COUNTER, PAGE_COUNTERS, InputOptions, PageParser,
                                      ParsePages, ReadInput, WriteDeadLetters, count_input_files,
@@ -57,13 +58,15 @@ class BuildJobOptions(BuildOptions, InputOptions):
     """Every flag the build reads (a view: it defines none of its own)."""
 
 
-FLAGS: JobFlags = {InputOptions: None, BuildOptions: None, EmbedOptions: None, PublishOptions: None}
+FLAGS: JobFlags = {InputOptions: None, BuildOptions: None, EmbedOptions: None, MetadataOptions: None,
+                   PublishOptions: None}
 
 
 def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str, config: IndexConfig,
-                   total_files: int | None = None) -> None:
+                   total_files: int | None = None, metadata: MetadataPlan | None = None) -> None:
     """The build's data flow (docs/ARCHITECTURE.md): stages compute PCollections,
-    then sinks write them, every table into `segment_dir`, the index made as `config` says."""
+    then sinks write them, every table into `segment_dir`, the index made as `config` says;
+    with `metadata`, nodes are described by the model (cache first) before they are chunked."""
     opts = options.view_as(InputOptions)
     spec, representation, num_shards = config.embedder, config.representation, config.num_shards
     root, pattern = input_root_and_pattern(opts.input)
@@ -88,6 +91,8 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
     forest = pages | "Forest" >> BuildForestNodes(parser, config.granularity,
                                                  spill_dir=spill_location(segment_dir, "pages"))
     nodes = forest["nodes"] | "NodeProgress" >> LogProgress("forest (nodes)")
+    if metadata is not None:
+        nodes = nodes | "EnrichNodeMetadata" >> EnrichNodeMetadata(metadata, os.path.basename(segment_dir))
     # Chunks, cut inside each node, in the index's representation.
     node_chunks = (nodes
                    | "Chunk" >> beam.ParDo(ChunkNodesFn(spec, representation))
@@ -129,7 +134,7 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
 
 
 def publish_build(layout: IndexLayout, segment_id: str, options: PipelineOptions, config: IndexConfig,
-                  counts: dict[str, int], elapsed_s: float) -> str:
+                  counts: dict[str, int], elapsed_s: float, metadata: MetadataPlan | None = None) -> str:
     """Checksum the finished segment, write its manifest (which records `config`), flip CURRENT."""
     segment_dir = layout.segment_dir(segment_id)
     with open_read(os.path.join(segment_dir, BM25_STATS_FILE)) as fh:
@@ -141,7 +146,8 @@ def publish_build(layout: IndexLayout, segment_id: str, options: PipelineOptions
         layout,
         segments=[segment],
         stats={"bm25": bm25, "pages": counts, "build_seconds": round(elapsed_s, 1)},
-        config=config.to_manifest(dense, read_site_bases(segment_dir)),
+        config={**config.to_manifest(dense, read_site_bases(segment_dir)),
+                **({"metadata": metadata.manifest()} if metadata else {})},
     )
     return publish_and_prune(layout, manifest, options)
 
@@ -164,18 +170,19 @@ def run(argv: list[str] | None = None) -> str:
     options = job_options(argv, FLAGS)
     opts = required(options, BuildJobOptions, "input", "out")
     config = index_config_of(options)
+    metadata = MetadataPlan.from_options(options, opts.out)
     with prepare_job(options, opts.out, "build") as (layout, segment_id, segment_dir):
         started = time.time()
         total_files = count_input_files(input_root_and_pattern(opts.input)[1])
         LOG.info("building from %s (%d files) into %s", opts.input, total_files, segment_dir)
         result = run_pipeline(options, segment_dir,
-                              lambda p: build_pipeline(p, options, segment_dir, config, total_files))
+                              lambda p: build_pipeline(p, options, segment_dir, config, total_files, metadata))
         counts = job_counts(result, segment_dir, (*PAGE_COUNTERS, LINKS_CAPPED_COUNTER, SECTIONS_CAPPED_COUNTER,
-                                                  *EDGE_COUNTERS))
+                                                  *EDGE_COUNTERS, *(METADATA_COUNTERS if metadata else ())))
         elapsed = time.time() - started
         check_page_accounting(counts, ("pages_indexed", "pages_dead_lettered", "pages_merged_duplicates"))
         refuse_empty(counts, segment_dir)
-        published = publish_build(layout, segment_id, options, config, counts, elapsed)
+        published = publish_build(layout, segment_id, options, config, counts, elapsed, metadata)
         rate = counts["pages_read"] / elapsed if elapsed else 0.0
         LOG.info("published %s in %.1f s (%.1f pages/s): %s", published, elapsed, rate,
                  ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
