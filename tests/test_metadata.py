@@ -355,9 +355,8 @@ def test_metadata_retrieval_off_shows_it_in_the_toc_only(enriched, tmp_path):
     assert manifest_of(out).config["representation"]["metadata_retrieval"] is False
     assert not any("Model summary of" in doc or "modelkw" in doc for doc in node_docs(out))
     nodes = nodes_by_title(out)
-    assert nodes["Install"]["summary"] == "Model summary of Install."
-    shown = json.dumps(RitragIndex(str(out)).get_toc("install"))
-    assert "Model summary of" in shown
+    assert nodes["Deploying"]["summary"] == "Model summary of Deploying."
+    assert "Model summary of Deploying." in json.dumps(RitragIndex(str(out)).get_toc("deploy containers"))
 
 
 def test_without_an_endpoint_nothing_changes(tiny_hash_index):
