@@ -28,7 +28,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from ritrag.pipelines.launcher import (BuildOptions, PublishOptions, check_page_accounting, index_config_of,
                                        job_counts, job_options, prepare_job, publish_and_prune, refuse_empty,
                                        required, run_pipeline)
-from ritrag.pipelines.options import JobFlags
+from ritrag.pipelines.options import JobFlags, JobOptionsError
 from ritrag.index_config import IndexConfig
 from ritrag.layout import BM25_STATS_FILE, DENSE_INFO_FILE, EDGES_KIND, IndexLayout, SITE_BASES_FILE, new_manifest
 from ritrag.storage import open_read
@@ -170,7 +170,10 @@ def run(argv: list[str] | None = None) -> str:
     options = job_options(argv, FLAGS)
     opts = required(options, BuildJobOptions, "input", "out")
     config = index_config_of(options)
-    metadata = MetadataPlan.from_options(options, opts.out)
+    try:
+        metadata = MetadataPlan.from_options(options, opts.out)
+    except ValueError as exc:  # flags that ask for no possible plan: a usage error
+        raise JobOptionsError(str(exc)) from None
     with prepare_job(options, opts.out, "build") as (layout, segment_id, segment_dir):
         started = time.time()
         total_files = count_input_files(input_root_and_pattern(opts.input)[1])

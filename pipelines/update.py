@@ -206,7 +206,10 @@ def run(argv: list[str] | None = None) -> str:
     opts = required(options, UpdateOptions, "input", "index")
     live_config = IndexConfig.from_manifest(IndexLayout(opts.index).load_manifest().config)
     refuse_reshaping(live_config, given_flags(sys.argv[1:] if argv is None else argv, FLAGS))
-    metadata = MetadataPlan.from_options(options, opts.index)
+    try:
+        metadata = MetadataPlan.from_options(options, opts.index)
+    except ValueError as exc:  # flags that ask for no possible plan: a usage error
+        raise JobOptionsError(str(exc)) from None
     with prepare_job(options, opts.index, "update") as (layout, segment_id, segment_dir):
         live = IndexReader(layout)
         started = time.time()

@@ -64,7 +64,7 @@ def chat_completion(client: httpx.Client, base_url: str, body: dict[str, Any], a
     try:
         reply = json.loads(text)
         message = reply["choices"][0]["message"]
-    except (ValueError, KeyError, IndexError, TypeError):
+    except (ValueError, KeyError, IndexError, TypeError, RecursionError):  # RecursionError: absurdly deep JSON
         raise EndpointError(f"not a chat completion from {url}: {text[:500]}", "not_a_completion") from None
     if not isinstance(message, dict):
         raise EndpointError(f"not a chat completion from {url}: message is {type(message).__name__}",

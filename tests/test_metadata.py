@@ -20,6 +20,7 @@ from ritrag.chat import retry_after_seconds
 from ritrag.evaluation.forest_report import forest_report, render_text
 from ritrag.layout import IndexLayout
 from ritrag.pipelines import update
+from ritrag.pipelines.options import JobOptionsError
 from ritrag.representation import NODE_DOC_ORDINAL
 from ritrag.serving.api import RitragIndex
 from ritrag.transforms.metadata.base import (MAX_KEYWORDS, MetadataFailure, MetadataRequest, metadata_key,
@@ -51,7 +52,7 @@ def completion(content: str, body: dict) -> dict:
 class FakeEndpoint:
     """A threaded chat-completions server on 127.0.0.1; `script(body, n)` says
     what to do with the n-th request (0-based): ("ok", content) | ("status",
-    code, headers) | ("hang", content) | ("big", n_bytes)."""
+    code, headers) | ("hang", content) | ("big", n_bytes) | ("raw", bytes)."""
 
     def __init__(self, script: Callable[[dict, int], tuple]):
         self.script, self.log, self._lock = script, [], threading.Lock()
@@ -91,6 +92,11 @@ class FakeEndpoint:
                     self.send_header("content-length", str(len(data)))
                     self.end_headers()
                     self.wfile.write(data)
+                elif kind == "raw":
+                    self.send_response(200)
+                    self.send_header("content-length", str(len(action[1])))
+                    self.end_headers()
+                    self.wfile.write(action[1])
                 elif kind == "big":  # no length: the client learns the size by reading
                     self.send_response(200)
                     self.send_header("content-type", "application/json")
@@ -184,6 +190,12 @@ def test_an_answer_of_1_mb_is_cut_at_the_cap():
     assert (got.metadata, got.failure, got.requests) == (None, "too_large", 1)
 
 
+def test_a_reply_nested_past_the_parser_is_not_a_completion():
+    with FakeEndpoint(lambda body, n: ("raw", b'{"choices": ' + b"[" * 100_000)) as endpoint:
+        (got,) = ask(endpoint, "Install")
+    assert (got.metadata, got.failure, got.requests) == (None, "not_a_completion", 1)
+
+
 def test_one_batch_mixes_answers_in_order():
     script = lambda body, n: ("ok", "not json") if title_of(body) == "Bad" else normal(body, n)  # noqa: E731
     with FakeEndpoint(script) as endpoint:
@@ -204,7 +216,7 @@ def test_parse_answer_takes_the_object_asked_for():
     '{"summary": "", "keywords": []}', '{"summary": "x", "keywords": "a, b"}',
     json.dumps({"summary": "word " * 61, "keywords": []}),
     json.dumps({"summary": "x", "keywords": [f"k{i}" for i in range(MAX_KEYWORDS + 1)]}),
-    '```python\n{"summary": "x", "keywords": []}\n```'])
+    '```python\n{"summary": "x", "keywords": []}\n```', "[" * 100_000])
 def test_parse_answer_refuses_anything_else(content):
     with pytest.raises(MetadataFailure):
         parse_answer(content)
@@ -367,5 +379,5 @@ def test_without_an_endpoint_nothing_changes(tiny_hash_index):
 
 
 def test_a_model_without_an_endpoint_is_refused(tiny_site, tmp_path):
-    with pytest.raises(ValueError, match="--metadata_endpoint"):
+    with pytest.raises(JobOptionsError, match="--metadata_endpoint"):
         build_index(tiny_site, tmp_path / "index", "--metadata_model", "m")

@@ -121,8 +121,8 @@ def parse_answer(content: str) -> NodeMetadata:
         text = rest.rstrip()[:-3].strip()
     try:
         value = json.loads(text)
-    except ValueError as exc:
-        raise MetadataFailure(f"not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than the parser goes
+        raise MetadataFailure(f"not JSON: {type(exc).__name__}") from None
     if not isinstance(value, dict) or set(value) != {"summary", "keywords"}:
         raise MetadataFailure("not an object of exactly summary and keywords")
     summary, keywords = value["summary"], value["keywords"]
