@@ -191,7 +191,7 @@ def test_an_answer_of_1_mb_is_cut_at_the_cap():
 
 
 def test_a_reply_nested_past_the_parser_is_not_a_completion():
-    with FakeEndpoint(lambda body, n: ("raw", b'{"choices": ' + b"[" * 100_000)) as endpoint:
+    with FakeEndpoint(lambda body, n: ("raw", b'{"choices": ' + b"[" * 50_000)) as endpoint:
         (got,) = ask(endpoint, "Install")
     assert (got.metadata, got.failure, got.requests) == (None, "not_a_completion", 1)
 
