@@ -52,8 +52,8 @@ from ritrag.reader import IndexReader
 from ritrag.storage import open_read
 from ritrag.schema import CHUNKS_SCHEMA, EDGES_SCHEMA, EDGES_SORT_KEYS, NODES_SCHEMA, PAGES_SCHEMA, PageSkeleton
 from ritrag.transforms.delta import (CHUNK_REF_COLUMNS, NODE_SKELETON_COLUMNS, ChunkRows, ClassifyFn, DiffInput,
-                              ParseChangedPages, PlanPageUpdates, RemovedChunkTerms, ReplaceRows, ReuseOrEmbedVectors, UpdatePagesFn,
-                              WriteTombstones, tombstone_counts)
+                                     ParseChangedPages, PlanPageUpdates, RemovedChunkTerms, ReplaceRows,
+                                     ReuseOrEmbedVectors, UpdatePagesFn, WriteTombstones, tombstone_counts)
 from ritrag.transforms.counts import WriteCounts
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainedIndex, WriteDenseIndex
 from ritrag.transforms.edges import EDGE_COUNTERS

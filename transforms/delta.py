@@ -467,7 +467,8 @@ class PlanPageUpdates(beam.PTransform):
              "old_chunks": inputs["live_chunks"] | "KeyOldChunkByPage" >> beam.Map(lambda c: (c["page_id"], c))}
             | "JoinByPage" >> beam.CoGroupByKey()
             | "PlanPages" >> beam.ParDo(self._fn).with_outputs(
-                UpdatePagesFn.NEED_BODY, UpdatePagesFn.PAGES, UpdatePagesFn.TOMBSTONE, UpdatePagesFn.TARGETS, UpdatePagesFn.CHANGED_TARGETS, UpdatePagesFn.LINKS, UpdatePagesFn.GONE,
+                UpdatePagesFn.NEED_BODY, UpdatePagesFn.PAGES, UpdatePagesFn.TOMBSTONE, UpdatePagesFn.TARGETS,
+                UpdatePagesFn.CHANGED_TARGETS, UpdatePagesFn.LINKS, UpdatePagesFn.GONE,
                 DEAD, COUNTS, main="nodes"))
 
 

@@ -35,8 +35,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from ritrag.representation import PATH_SEPARATOR
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
-from ritrag.transforms.metadata.base import (MAX_BODY_CHARS, PROMPT_VERSION, SYSTEM_PROMPT, USER_PROMPT, MetadataRequest,
-                                             NodeMetadata, metadata_key)
+from ritrag.transforms.metadata.base import (MAX_BODY_CHARS, PROMPT_VERSION, SYSTEM_PROMPT, USER_PROMPT,
+                                             MetadataRequest, NodeMetadata, metadata_key)
 from ritrag.transforms.metadata.cache import ReadMetadataCache, WriteMetadataCache, cache_record, default_cache_dir
 from ritrag.transforms.metadata.openai_compatible import EndpointConfig, OpenAICompatibleModel
 
