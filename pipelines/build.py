@@ -4,10 +4,11 @@
         [--site_depth N] [--granularity page|section] [--num_shards N]
         [--embedding_model NAME_OR_PATH] [--dense_factory STRING] [--dense_nprobe N]
         [--dense_rerank N] [--chunk_template T] [--path_levels N] [--node_docs on|off]
-        [--anchor_docs on|off] [runner options]
+        [--anchor_docs on|off] [--metadata_endpoint URL --metadata_model NAME ...] [runner options]
 
 Stages: read -> parse (dead letters aside) -> forest (per site, skeletons only)
--> nodes (placements joined with page text) -> chunks; the indexed pages' links
+-> nodes (placements joined with page text) -> with --metadata_endpoint, the
+model's summary and keywords per node (docs/METADATA.md) -> chunks; the indexed pages' links
 resolved to nodes (edges) -> anchor documents; sparse postings of chunks and
 anchor documents, embeddings of chunks -> the trained dense index; sinks write
 each into the segment's files. Then, in the launching process, publish: the manifest, with a checksum

@@ -11,7 +11,9 @@
 3. Page by page (`plan_page_update`): new and changed pages get new node rows and
    chunks; unchanged pages whose placement changed get re-placed rows (bodies read
    back from the live segment); nodes and chunks that no longer exist become
-   tombstones. Chunks whose id survives are not touched.
+   tombstones. Chunks whose id survives are not touched. With --metadata_endpoint,
+   the new and changed pages' nodes are described by the model first (cache
+   first: docs/METADATA.md), then chunked.
 4. New chunks reuse the stored vector of any live chunk with the same text (the
    model never runs on text it has embedded); the rest are embedded and added to
    a copy of the live trained dense index.
