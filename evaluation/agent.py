@@ -30,6 +30,7 @@ from typing import IO, Any
 
 import httpx
 
+from ritrag.chat import EndpointError, chat_completion
 from ritrag.serving.budget import GET_TOC, READ, Budget, EpisodeBudgets
 from ritrag.serving.errors import ToolError
 from ritrag.serving.outline import count_tokens, toc_json_text
@@ -95,34 +96,7 @@ class AgentResult:
         return out
 
 
-class EndpointError(Exception):
-    """The chat-completions endpoint did not give a usable reply."""
-
-
 TIMEOUT_S = 120.0  # seconds one model call may take (connect, read, write)
-
-def chat_completion(client: httpx.Client, base_url: str, body: dict[str, Any], api_key: str | None
-                    ) -> dict[str, Any]:
-    """POST `body` to `{base_url}/chat/completions` and return the parsed
-    reply; raise `EndpointError` with what went wrong."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    url = base_url.rstrip("/") + "/chat/completions"
-    try:
-        response = client.post(url, json=body, headers=headers)
-    except httpx.TimeoutException as exc:
-        raise EndpointError(f"timeout after {client.timeout.read}s: {type(exc).__name__} from {url}") from None
-    except httpx.HTTPError as exc:
-        raise EndpointError(f"request failed: {type(exc).__name__}: {exc} ({url})") from None
-    if response.status_code != 200:
-        raise EndpointError(f"HTTP {response.status_code} from {url}: {response.text[:500]}")
-    try:
-        reply = response.json()
-        message = reply["choices"][0]["message"]
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise EndpointError(f"not a chat completion from {url}: {response.text[:500]}") from None
-    if not isinstance(message, dict):
-        raise EndpointError(f"not a chat completion from {url}: message is {type(message).__name__}")
-    return reply
 
 
 def run_agent(index: str | ToolService, question: str, *, base_url: str, model: str, api_key: str | None = None,

@@ -6,8 +6,9 @@ the public base inferred from what the pages say about themselves, or why none
 was), pages by the parser that read them (source kind) and by the trail
 method that placed them, the depth
 histogram, orphans (pages hung under the site root with no page markup to say
-where they belong), virtual nodes, the largest fan-outs, and dead letters by
-reason, and its link graph (the edges table, issue #30): edges kept from its
+where they belong), virtual nodes, the largest fan-outs, how many nodes carry model metadata
+(transforms/metadata/), and dead letters by reason, and its link graph (the
+edges table, issue #30): edges kept from its
 pages, the in-degree of its pages (distinct other pages linking to the page
 or its sections: min, median, 90th percentile, max) and its pages that no
 other page links to; and for the whole build, how often each trail rule was
@@ -33,7 +34,8 @@ from ritrag.schema import TOC_INDUCED_COUNTER_PREFIX
 from ritrag.storage import open_parquet
 
 SITE_ROOT_METHOD = "site_root"  # the method transforms.forest records for a site's root
-REPORT_COLUMNS = ["node_id", "parent_id", "site", "kind", "depth", "title", "url", "trail_method", "source_kind"]
+REPORT_COLUMNS = ["node_id", "parent_id", "site", "kind", "depth", "title", "url", "trail_method", "source_kind",
+                  "metadata_key"]
 NO_MARKUP_METHODS = ("url", "none")
 TOP_FANOUTS = 10
 # The build's link counters (manifest stats) that say what became of the links
@@ -53,9 +55,10 @@ def forest_report(index_dir: str, version: str | None = None) -> dict:
     children = Counter(n["parent_id"] for n in nodes if n["parent_id"])
     sites: dict[str, dict] = defaultdict(lambda: {
         "pages": 0, "sections": 0, "virtual": 0, "methods": Counter(), "source_kinds": Counter(), "depths": Counter(),
-        "orphans": 0, "orphan_examples": [], "fanouts": []})
+        "orphans": 0, "orphan_examples": [], "fanouts": [], "model_metadata": 0})
     for n in nodes:
         site = sites[n["site"]]
+        site["model_metadata"] += bool(n["metadata_key"])
         if n["kind"] == "virtual":
             site["virtual"] += 1
         elif n["kind"] == "section":
@@ -99,6 +102,10 @@ def forest_report(index_dir: str, version: str | None = None) -> dict:
             "toc_induced": {name[len(TOC_INDUCED_COUNTER_PREFIX):]: value
                             for name, value in sorted((manifest.stats.get("pages") or {}).items())
                             if name.startswith(TOC_INDUCED_COUNTER_PREFIX)},
+            "model_metadata": {"nodes": sum(s["model_metadata"] for s in sites.values()),
+                               "asked_of": manifest.config.get("metadata"),
+                               "counters": {name: value for name, value in sorted(
+                                   (manifest.stats.get("pages") or {}).items()) if name.startswith("metadata_")}},
             "dead_letters": dict(dead), "dead_letters_by_source_dir": {k: dict(v) for k, v in dead_by_site.items()}}
 
 
@@ -211,6 +218,7 @@ def render_text(report: dict) -> str:
         lines.append("  source kinds: " + ", ".join(f"{k} {v}" for k, v in s["source_kinds"].most_common()))
         lines.append("  trail methods: " + ", ".join(f"{k} {v}" for k, v in s["methods"].most_common()))
         lines.append("  depth: " + ", ".join(f"{d}:{c}" for d, c in sorted(s["depths"].items())))
+        lines.append(f"  model metadata: {counted(s['model_metadata'], 'node')}")
         lines.append("  largest fan-outs: " + "; ".join(f"{t!r} {c}" for c, t, _ in s["fanouts"][:5]))
         if "links" in s:
             lines.append("  " + _links_line(s["links"]))
@@ -225,6 +233,11 @@ def render_text(report: dict) -> str:
             f"{how} {n}" for how, n in report["toc_induced"].items()))
     if report.get("link_counters"):
         lines.append("\nlinks (build counters): " + ", ".join(f"{k} {v}" for k, v in report["link_counters"].items()))
+    metadata = report["model_metadata"]
+    asked = metadata["asked_of"]
+    lines.append(f"\nmodel metadata: {counted(metadata['nodes'], 'node')}"
+                 + (f" ({asked['model']}, {asked['prompt_version']})" if asked else "")
+                 + "".join(f", {k} {v}" for k, v in metadata["counters"].items()))
     lines.append("\ndead letters: " + (", ".join(f"{k} {v}" for k, v in sorted(report["dead_letters"].items()))
                                        or "none"))
     return "\n".join(lines)

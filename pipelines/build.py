@@ -4,10 +4,11 @@
         [--site_depth N] [--granularity page|section] [--num_shards N]
         [--embedding_model NAME_OR_PATH] [--dense_factory STRING] [--dense_nprobe N]
         [--dense_rerank N] [--chunk_template T] [--path_levels N] [--node_docs on|off]
-        [--anchor_docs on|off] [runner options]
+        [--anchor_docs on|off] [--metadata_endpoint URL --metadata_model NAME ...] [runner options]
 
 Stages: read -> parse (dead letters aside) -> forest (per site, skeletons only)
--> nodes (placements joined with page text) -> chunks; the indexed pages' links
+-> nodes (placements joined with page text) -> with --metadata_endpoint, the
+model's summary and keywords per node (docs/METADATA.md) -> chunks; the indexed pages' links
 resolved to nodes (edges) -> anchor documents; sparse postings of chunks and
 anchor documents, embeddings of chunks -> the trained dense index; sinks write
 each into the segment's files. Then, in the launching process, publish: the manifest, with a checksum
@@ -28,7 +29,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from ritrag.pipelines.launcher import (BuildOptions, PublishOptions, check_page_accounting, index_config_of,
                                        job_counts, job_options, prepare_job, publish_and_prune, refuse_empty,
                                        required, run_pipeline)
-from ritrag.pipelines.options import JobFlags
+from ritrag.pipelines.options import JobFlags, JobOptionsError
 from ritrag.index_config import IndexConfig
 from ritrag.layout import BM25_STATS_FILE, DENSE_INFO_FILE, EDGES_KIND, IndexLayout, SITE_BASES_FILE, new_manifest
 from ritrag.storage import open_read
@@ -38,6 +39,7 @@ from ritrag.transforms.counts import WriteCounts
 from ritrag.transforms.edges import EDGE_COUNTERS, AnchorDocuments, ResolveEdges
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainDenseIndex, WriteDenseIndex
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
+from ritrag.transforms.metadata.enrich import METADATA_COUNTERS, EnrichNodeMetadata, MetadataOptions, MetadataPlan
 from ritrag.transforms.nodes import LINKS_OUTPUT, PAGES_OUTPUT, BuildForestNodes
 from ritrag.transforms.pages import (DEAD, LINKS_CAPPED_COUNTER, PAGE_COUNTERS, InputOptions, PageParser,
                                      ParsePages, ReadInput, WriteDeadLetters, count_input_files,
@@ -57,13 +59,15 @@ class BuildJobOptions(BuildOptions, InputOptions):
     """Every flag the build reads (a view: it defines none of its own)."""
 
 
-FLAGS: JobFlags = {InputOptions: None, BuildOptions: None, EmbedOptions: None, PublishOptions: None}
+FLAGS: JobFlags = {InputOptions: None, BuildOptions: None, EmbedOptions: None, MetadataOptions: None,
+                   PublishOptions: None}
 
 
 def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str, config: IndexConfig,
-                   total_files: int | None = None) -> None:
+                   total_files: int | None = None, metadata: MetadataPlan | None = None) -> None:
     """The build's data flow (docs/ARCHITECTURE.md): stages compute PCollections,
-    then sinks write them, every table into `segment_dir`, the index made as `config` says."""
+    then sinks write them, every table into `segment_dir`, the index made as `config` says;
+    with `metadata`, nodes are described by the model (cache first) before they are chunked."""
     opts = options.view_as(InputOptions)
     spec, representation, num_shards = config.embedder, config.representation, config.num_shards
     root, pattern = input_root_and_pattern(opts.input)
@@ -88,6 +92,8 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
     forest = pages | "Forest" >> BuildForestNodes(parser, config.granularity,
                                                  spill_dir=spill_location(segment_dir, "pages"))
     nodes = forest["nodes"] | "NodeProgress" >> LogProgress("forest (nodes)")
+    if metadata is not None:
+        nodes = nodes | "EnrichNodeMetadata" >> EnrichNodeMetadata(metadata, os.path.basename(segment_dir))
     # Chunks, cut inside each node, in the index's representation.
     node_chunks = (nodes
                    | "Chunk" >> beam.ParDo(ChunkNodesFn(spec, representation))
@@ -129,7 +135,7 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
 
 
 def publish_build(layout: IndexLayout, segment_id: str, options: PipelineOptions, config: IndexConfig,
-                  counts: dict[str, int], elapsed_s: float) -> str:
+                  counts: dict[str, int], elapsed_s: float, metadata: MetadataPlan | None = None) -> str:
     """Checksum the finished segment, write its manifest (which records `config`), flip CURRENT."""
     segment_dir = layout.segment_dir(segment_id)
     with open_read(os.path.join(segment_dir, BM25_STATS_FILE)) as fh:
@@ -141,7 +147,8 @@ def publish_build(layout: IndexLayout, segment_id: str, options: PipelineOptions
         layout,
         segments=[segment],
         stats={"bm25": bm25, "pages": counts, "build_seconds": round(elapsed_s, 1)},
-        config=config.to_manifest(dense, read_site_bases(segment_dir)),
+        config={**config.to_manifest(dense, read_site_bases(segment_dir)),
+                **({"metadata": metadata.manifest()} if metadata else {})},
     )
     return publish_and_prune(layout, manifest, options)
 
@@ -164,18 +171,22 @@ def run(argv: list[str] | None = None) -> str:
     options = job_options(argv, FLAGS)
     opts = required(options, BuildJobOptions, "input", "out")
     config = index_config_of(options)
+    try:
+        metadata = MetadataPlan.from_options(options, opts.out)
+    except ValueError as exc:  # flags that ask for no possible plan: a usage error
+        raise JobOptionsError(str(exc)) from None
     with prepare_job(options, opts.out, "build") as (layout, segment_id, segment_dir):
         started = time.time()
         total_files = count_input_files(input_root_and_pattern(opts.input)[1])
         LOG.info("building from %s (%d files) into %s", opts.input, total_files, segment_dir)
         result = run_pipeline(options, segment_dir,
-                              lambda p: build_pipeline(p, options, segment_dir, config, total_files))
+                              lambda p: build_pipeline(p, options, segment_dir, config, total_files, metadata))
         counts = job_counts(result, segment_dir, (*PAGE_COUNTERS, LINKS_CAPPED_COUNTER, SECTIONS_CAPPED_COUNTER,
-                                                  *EDGE_COUNTERS))
+                                                  *EDGE_COUNTERS, *(METADATA_COUNTERS if metadata else ())))
         elapsed = time.time() - started
         check_page_accounting(counts, ("pages_indexed", "pages_dead_lettered", "pages_merged_duplicates"))
         refuse_empty(counts, segment_dir)
-        published = publish_build(layout, segment_id, options, config, counts, elapsed)
+        published = publish_build(layout, segment_id, options, config, counts, elapsed, metadata)
         rate = counts["pages_read"] / elapsed if elapsed else 0.0
         LOG.info("published %s in %.1f s (%.1f pages/s): %s", published, elapsed, rate,
                  ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))

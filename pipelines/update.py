@@ -11,7 +11,9 @@
 3. Page by page (`plan_page_update`): new and changed pages get new node rows and
    chunks; unchanged pages whose placement changed get re-placed rows (bodies read
    back from the live segment); nodes and chunks that no longer exist become
-   tombstones. Chunks whose id survives are not touched.
+   tombstones. Chunks whose id survives are not touched. With --metadata_endpoint,
+   the new and changed pages' nodes are described by the model first (cache
+   first: docs/METADATA.md), then chunked.
 4. New chunks reuse the stored vector of any live chunk with the same text (the
    model never runs on text it has embedded); the rest are embedded and added to
    a copy of the live trained dense index.
@@ -51,13 +53,14 @@ from ritrag.layout import BM25_STATS_FILE, EDGES_KIND, IndexLayout, TOMBSTONES_F
 from ritrag.reader import IndexReader
 from ritrag.storage import open_read
 from ritrag.schema import CHUNKS_SCHEMA, EDGES_SCHEMA, EDGES_SORT_KEYS, NODES_SCHEMA, PAGES_SCHEMA, PageSkeleton
-from ritrag.transforms.delta import (CHUNK_REF_COLUMNS, NODE_SKELETON_COLUMNS, ClassifyFn, DiffInput, ParseChangedPages,
-                              PlanPageUpdates, RemovedChunkTerms, ReplaceRows, ReuseOrEmbedVectors, UpdatePagesFn,
-                              WriteTombstones, tombstone_counts)
+from ritrag.transforms.delta import (CHUNK_REF_COLUMNS, NODE_SKELETON_COLUMNS, ChunkRows, ClassifyFn, DiffInput,
+                                     ParseChangedPages, PlanPageUpdates, RemovedChunkTerms, ReplaceRows,
+                                     ReuseOrEmbedVectors, UpdatePagesFn, WriteTombstones, tombstone_counts)
 from ritrag.transforms.counts import WriteCounts
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainedIndex, WriteDenseIndex
 from ritrag.transforms.edges import EDGE_COUNTERS
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
+from ritrag.transforms.metadata.enrich import METADATA_COUNTERS, EnrichNodeMetadata, MetadataOptions, MetadataPlan
 from ritrag.transforms.link_delta import CHANGED_NODES, TOMBSTONE, UpdateAnchorDocs, UpdateEdges
 from ritrag.transforms.nodes import PlaceSkeletons
 from ritrag.transforms.pages import (DEAD, PAGE_COUNTERS, InputOptions, PageParser, WriteDeadLetters, count_input_files,
@@ -70,6 +73,7 @@ from ritrag.transforms.tables import ReadLiveRows, WriteParquetTable
 LOG = logging.getLogger("ritrag.update")
 UPDATE_COUNTERS = PAGE_COUNTERS + ("pages_unchanged", "pages_deleted", "pages_replaced",
                                    "chunks_added", "chunks_reused_vectors", SECTIONS_CAPPED_COUNTER) + EDGE_COUNTERS
+UPDATE_METADATA_COUNTERS = UPDATE_COUNTERS + METADATA_COUNTERS
 
 
 class UpdateOptions(InputOptions, IndexOptions):
@@ -79,7 +83,7 @@ class UpdateOptions(InputOptions, IndexOptions):
 # BuildOptions are accepted so that one command line serves a refresh's first
 # build and its later updates; given explicitly, each must match the live index.
 FLAGS: JobFlags = merge_flags({InputOptions: None, IndexOptions: None, BuildOptions: None, EmbedOptions: None,
-                               PublishOptions: None}, without=("out",))
+                               MetadataOptions: None, PublishOptions: None}, without=("out",))
 
 
 def refuse_reshaping(live: IndexConfig, given: dict[str, object]) -> None:
@@ -95,9 +99,11 @@ def refuse_reshaping(live: IndexConfig, given: dict[str, object]) -> None:
                               f"rebuild the index (ritrag build) to change it")
 
 
-def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReader, segment_dir: str) -> None:
+def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReader, segment_dir: str,
+                    metadata: MetadataPlan | None = None) -> None:
     """The update's data flow (docs/ARCHITECTURE.md): stages compute PCollections,
-    then sinks write them, the delta segment into `segment_dir`."""
+    then sinks write them, the delta segment into `segment_dir`; with `metadata`,
+    the new and changed pages' nodes are described by the model (cache first)."""
     opts = options.view_as(UpdateOptions)
     config = IndexConfig.from_manifest(live.manifest.config)
     spec, representation, num_shards = config.embedder, config.representation, config.num_shards
@@ -125,9 +131,13 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
                   | "Place" >> PlaceSkeletons())
     # Page by page: new rows and chunks, re-placed rows, tombstones.
     delta = ({"placements": placements, "pages": pages, "live_nodes": live_nodes, "live_chunks": live_chunks}
-             | "PlanPages" >> PlanPageUpdates(spec, representation, config.granularity, parser))
+             | "PlanPages" >> PlanPageUpdates(representation, config.granularity, parser))
     replaced = delta[UpdatePagesFn.NEED_BODY] | "ReplaceRows" >> ReplaceRows(spec, representation)
-    nodes = (delta["nodes"], replaced["nodes"]) | "AllNodes" >> beam.Flatten()
+    planned = delta["nodes"]
+    if metadata is not None:
+        planned = planned | "EnrichNodeMetadata" >> EnrichNodeMetadata(metadata, os.path.basename(segment_dir))
+    changed = planned | "ChunkRows" >> ChunkRows(spec, representation)
+    nodes = (changed["nodes"], replaced["nodes"]) | "AllNodes" >> beam.Flatten()
     # Links: the edges of the sources whose edges changed; the anchor documents of
     # the nodes whose in-links changed.
     targets = delta[UpdatePagesFn.TARGETS]
@@ -135,10 +145,11 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
               "changed_urls": delta[UpdatePagesFn.CHANGED_TARGETS], "gone": delta[UpdatePagesFn.GONE],
               "targets": targets, "live_edges": live_edges}
              | "Edges" >> UpdateEdges())
-    dead_parts = [delta[UpdatePagesFn.TOMBSTONE], replaced[UpdatePagesFn.TOMBSTONE], edges[TOMBSTONE],
+    dead_parts = [delta[UpdatePagesFn.TOMBSTONE], changed[UpdatePagesFn.TOMBSTONE], replaced[UpdatePagesFn.TOMBSTONE],
+                  edges[TOMBSTONE],
                   diff[ClassifyFn.DEAD_URL] | "DeadUrls" >> beam.Map(lambda u: ("url", u))]
     # Chunks, sparse (signed deltas of the global statistics) and dense (into the live trained index).
-    chunks = (delta[UpdatePagesFn.CHUNKS], replaced[UpdatePagesFn.CHUNKS]) | "AllChunks" >> beam.Flatten()
+    chunks = (changed[UpdatePagesFn.CHUNKS], replaced[UpdatePagesFn.CHUNKS]) | "AllChunks" >> beam.Flatten()
     indexed = chunks
     if representation.anchor_docs:
         anchor_docs = ({"changed_nodes": edges[CHANGED_NODES], "tombstoned": edges[TOMBSTONE],
@@ -197,6 +208,10 @@ def run(argv: list[str] | None = None) -> str:
     opts = required(options, UpdateOptions, "input", "index")
     live_config = IndexConfig.from_manifest(IndexLayout(opts.index).load_manifest().config)
     refuse_reshaping(live_config, given_flags(sys.argv[1:] if argv is None else argv, FLAGS))
+    try:
+        metadata = MetadataPlan.from_options(options, opts.index)
+    except ValueError as exc:  # flags that ask for no possible plan: a usage error
+        raise JobOptionsError(str(exc)) from None
     with prepare_job(options, opts.index, "update") as (layout, segment_id, segment_dir):
         live = IndexReader(layout)
         started = time.time()
@@ -204,8 +219,8 @@ def run(argv: list[str] | None = None) -> str:
         LOG.info("updating %s (live %s) from %s (%d files) into %s", opts.index, live.manifest.version,
                  opts.input, total_files, segment_dir)
         result = run_pipeline(options, segment_dir,
-                              lambda p: update_pipeline(p, options, live, segment_dir))
-        counts = job_counts(result, segment_dir, UPDATE_COUNTERS)
+                              lambda p: update_pipeline(p, options, live, segment_dir, metadata))
+        counts = job_counts(result, segment_dir, UPDATE_METADATA_COUNTERS if metadata else UPDATE_COUNTERS)
         check_page_accounting(counts, ("pages_unchanged", "pages_indexed", "pages_dead_lettered",
                                        "pages_merged_duplicates"))
         dead = tombstone_counts(os.path.join(segment_dir, TOMBSTONES_FILE))

@@ -189,4 +189,8 @@ INDEX_FLAGS: tuple[ConfigFlag, ...] = (
                f"index the anchor texts other pages link a node with as its anchor document, a third BM25 field, "
                f"never embedded (default {_on_off(Representation.anchor_docs)})",
                choices=ON_OFF, to_config=lambda value: value == ON_OFF[0], to_flag=_on_off, default_in_help=True),
+    ConfigFlag("metadata_retrieval", ("representation", "metadata_retrieval"),
+               f"put model metadata (--metadata_endpoint) into node documents, BM25 and dense; off: show it in the "
+               f"ToC only (default {_on_off(Representation.metadata_retrieval)})",
+               choices=ON_OFF, to_config=lambda value: value == ON_OFF[0], to_flag=_on_off, default_in_help=True),
 )

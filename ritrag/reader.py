@@ -49,7 +49,7 @@ TABLE_SCHEMAS = {"pages": PAGES_SCHEMA, "nodes": NODES_SCHEMA, "chunks": CHUNKS_
 # Columns a table gained after its format began, with the value that rows of
 # older files read as: an index built before them can still be updated,
 # compacted and inspected, its old rows saying "unknown" (or "none": links).
-ADDED_COLUMNS = {"nodes": {"source_kind": ""}, "pages": {"source_kind": "", "links": [], "links_navigation": 0}}
+ADDED_COLUMNS = {"nodes": {"source_kind": "", "source_summary": "", "source_keywords": [], "metadata_key": ""}, "pages": {"source_kind": "", "links": [], "links_navigation": 0}}
 
 
 def live_mask(ids: pa.Array | pa.ChunkedArray, dead: frozenset) -> np.ndarray:

@@ -20,7 +20,8 @@ name disambiguate most.
   does not drown the title and the title does not swamp the body.
 - Node documents (`node_docs`): one extra row per node that holds text, in the
   chunks table with ordinal -1 (NODE_DOC_ORDINAL): the path, then the node's
-  summary and keywords when it has any. It is indexed in BM25 and embedded like
+  summary and keywords when it has any (the model's, from the metadata stage,
+  unless `metadata_retrieval` is off: then its source's). It is indexed in BM25 and embedded like
   a chunk, so it flows through builds, updates, vector reuse and compaction as
   chunks do; the server ranks node documents apart from chunks and combines a
   node's own match with its best chunk (`node_score`).
@@ -76,6 +77,10 @@ class Representation:
     path_levels: int = DEFAULT_PATH_LEVELS
     node_docs: bool = True
     anchor_docs: bool = True
+    # Whether a node document holds the model's summary and keywords (when the
+    # node has them) or only its source's: off keeps model metadata in the ToC
+    # only, so an evaluation can tell its effect on ranking from its effect on reading.
+    metadata_retrieval: bool = True
 
     def __post_init__(self):
         fields = {name for _, name, _, _ in string.Formatter().parse(self.template) if name is not None}
@@ -114,9 +119,12 @@ class Representation:
         return lambda body: self.template.format(path=path, title=title, body=body).strip()
 
     def node_doc(self, node: Mapping[str, Any]) -> str:
-        """The text of a node's own document: its path, summary and keywords."""
-        parts = [self.path(node["title"], node["ancestor_titles"]), (node.get("summary") or "").strip(),
-                 ", ".join(k.strip() for k in node.get("keywords") or () if k.strip())]
+        """The text of a node's own document: its path, summary and keywords
+        (its source's, not the model's, when `metadata_retrieval` is off)."""
+        source = not self.metadata_retrieval and node.get("metadata_key")
+        summary, keywords = (("source_summary", "source_keywords") if source else ("summary", "keywords"))
+        parts = [self.path(node["title"], node["ancestor_titles"]), (node.get(summary) or "").strip(),
+                 ", ".join(k.strip() for k in node.get(keywords) or () if k.strip())]
         return "\n".join(p for p in parts if p)
 
     def node_inputs(self, node: Mapping[str, Any]) -> tuple[str, str]:

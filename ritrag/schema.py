@@ -261,8 +261,15 @@ NODES_SCHEMA = pa.schema(
         pa.field("ancestor_ids", pa.list_(pa.string()), nullable=False),
         pa.field("ancestor_titles", pa.list_(pa.string()), nullable=False),
         pa.field("body", pa.string(), nullable=False),
+        # What the index shows and matches of a node: the model's summary and
+        # keywords when metadata_key is set (transforms/metadata/), else its
+        # source's own (source_summary, source_keywords: a page's meta
+        # description and declared tags, kept either way).
         pa.field("summary", pa.string(), nullable=False),
         pa.field("keywords", pa.list_(pa.string()), nullable=False),
+        pa.field("source_summary", pa.string(), nullable=False),
+        pa.field("source_keywords", pa.list_(pa.string()), nullable=False),
+        pa.field("metadata_key", pa.string(), nullable=False),  # the metadata cache's key, "" when none
         pa.field("content_hash", pa.string(), nullable=False),
         pa.field("trail_method", pa.string(), nullable=False),
         pa.field("source_kind", pa.string(), nullable=False),  # SOURCE_KINDS, or "" (see there)

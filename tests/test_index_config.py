@@ -17,7 +17,8 @@ DENSE_INFO = {"factory": "IDMap2,Flat", "nprobe": 1, "rerank": 1, "dim": 384, "n
 OTHER_VALUES = {"base_url": "https://docs.example/", "site_depth": 2, "granularity": "section", "num_shards": 3,
                 "embedding_model": "hashing:64", "query_prefix": "query: ", "document_prefix": "passage: ",
                 "dense_factory": "IVF1,SQ8", "dense_nprobe": 7, "dense_rerank": 4,
-                "chunk_template": "{title}\\n{body}", "path_levels": 2, "node_docs": "off", "anchor_docs": "off"}
+                "chunk_template": "{title}\\n{body}", "path_levels": 2, "node_docs": "off", "anchor_docs": "off",
+                "metadata_retrieval": "off"}
 
 
 def build_flags(*argv: str) -> argparse.Namespace:
@@ -43,7 +44,8 @@ def test_every_flag_sets_its_value():
     assert config == IndexConfig(base_url="https://docs.example/", site_depth=2, granularity="section", num_shards=3,
                                  embedder=EmbedderSpec("hashing:64", "query: ", "passage: "),
                                  representation=Representation(template="{title}\n{body}", path_levels=2,
-                                                                node_docs=False, anchor_docs=False),
+                                                                node_docs=False, anchor_docs=False,
+                                                                metadata_retrieval=False),
                                  dense_factory="IVF1,SQ8", dense_nprobe=7, dense_rerank=4)
 
 

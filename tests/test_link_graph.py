@@ -180,13 +180,13 @@ def test_a_plan_names_the_urls_whose_nodes_a_link_may_name_changed():
             "source_kind": "html"}
     section = {**page, "node_id": "s1", "kind": "section", "url": "u#a", "depth": 2}
     anchor_doc = {"chunk_id": 9, "node_id": "p", "page_id": "p", "ordinal": ANCHOR_DOC_ORDINAL, "_file": "f"}
-    gone = plan_page_update(None, None, 0, [page, section], [anchor_doc], "section", chunker=lambda row: [],
+    gone = plan_page_update(None, None, 0, [page, section], [anchor_doc], "section",
                             representation=Representation())
     assert (gone.changed_target_urls, gone.targets, gone.dead_source) == (["u"], [], "p")
     assert gone.dead_chunks == [("f", 9)]  # an anchor document dies with its page
     # Moved under another parent, unchanged: the same nodes, no URL to resolve again, its anchor document kept.
     moved = NodePlacement("p", "x", "s", "page", 3, 1, "P", "u", ("x",), ("X",), "url", "html")
-    kept = plan_page_update(moved, None, 0, [page, section], [anchor_doc], "section", chunker=lambda row: [],
+    kept = plan_page_update(moved, None, 0, [page, section], [anchor_doc], "section",
                             representation=Representation(template="{body}"))
     assert kept.changed_target_urls == [] and {t["node_id"] for t in kept.targets} == {"p", "s1"}
     assert kept.dead_chunks == [] and kept.dead_source is None

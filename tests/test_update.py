@@ -159,10 +159,10 @@ def test_replaced_rows_move_sections_with_their_page():
 def test_plan_of_a_deleted_page_tombstones_its_rows_chunks_and_url():
     old_rows = [{"node_id": "p", "page_id": "p", "kind": "page", "url": "u"}]
     old_chunks = [{"chunk_id": 7, "_file": "f"}]
-    plan = plan_page_update(None, None, 0, old_rows, old_chunks, "page", chunker=lambda row: [],
+    plan = plan_page_update(None, None, 0, old_rows, old_chunks, "page",
                             representation=Representation())
     assert (plan.dead_nodes, plan.dead_chunks, plan.dead_urls) == (["p"], [("f", 7)], ["u"])
-    assert plan.rows == [] and plan.chunks == []
+    assert plan.rows == []
 
 
 def test_plan_of_a_new_page_that_could_not_be_read_again_keeps_its_place():
@@ -170,10 +170,10 @@ def test_plan_of_a_new_page_that_could_not_be_read_again_keeps_its_place():
     from ritrag.schema import NodePlacement
 
     placement = NodePlacement("p", "r", "s", "page", 0, 1, "Page", "u", ("r",), ("Root",), "url")
-    plan = plan_page_update(placement, None, 2, [], [], "page", chunker=lambda row: [],
+    plan = plan_page_update(placement, None, 2, [], [], "page",
                             representation=Representation())
-    assert plan.rows == [placement_row(placement)]
-    assert (plan.indexed, plan.merged, plan.chunks, plan.page_rows) == (0, 1, [], [])
+    assert plan.rows == [placement_row(placement)]  # no _old_chunks: nothing for ChunkRows to chunk
+    assert (plan.indexed, plan.merged, plan.page_rows) == (0, 1, [])
 
 
 @pytest.mark.slow

@@ -5,6 +5,8 @@ version -> the rows, chunks, tombstones and vectors of one delta segment.
                        skeleton), new or changed (to parse), gone (a URL tombstone)
   ParseChangedPages    the new and changed files, parsed as the build parses them
   PlanPageUpdates      per page: placement x page source x live rows -> `plan_page_update`
+  ChunkRows            the new and changed pages' rows, chunked once final (after the
+                       metadata stage, when there is one)
   ReplaceRows          re-placed rows of unchanged pages: bodies read back, chunked again
                        where the representation changed
   RemovedChunkTerms    the terms of tombstoned chunks, for signed BM25 deltas
@@ -148,7 +150,6 @@ class PagePlan:
 
     rows: list[dict] = field(default_factory=list)  # node rows to write, bodies known
     rows_needing_body: list[dict] = field(default_factory=list)  # re-placed rows; body from `_file`
-    chunks: list[dict] = field(default_factory=list)  # chunk rows to add
     dead_nodes: list[str] = field(default_factory=list)
     dead_chunks: list[tuple[str, int]] = field(default_factory=list)  # (file, chunk id)
     dead_urls: list[str] = field(default_factory=list)  # pages-table rows
@@ -199,10 +200,10 @@ def replaced_rows(placement: NodePlacement, old_rows: list[dict]) -> list[dict]:
 
 def plan_page_update(placement: NodePlacement | None, page: ParsedPage | None, n_parsed: int,
                      old_rows: list[dict], old_chunks: list[dict], granularity: str,
-                     chunker: Callable[[dict], list[dict]], representation: Representation) -> PagePlan:
+                     representation: Representation) -> PagePlan:
     """`page_plan`, with the nodes of the group a link may name after it, and the
     page URLs whose such nodes it changes (the links to them are resolved again)."""
-    plan = page_plan(placement, page, n_parsed, old_rows, old_chunks, granularity, chunker, representation)
+    plan = page_plan(placement, page, n_parsed, old_rows, old_chunks, granularity, representation)
     final = plan.rows if page is not None and plan.indexed else ([] if placement is None else old_rows)
     plan.targets = [{name: row[name] for name in TARGET_COLUMNS} for row in final if row["page_id"]]
     before = {t for row in old_rows for t in node_targets(row)}
@@ -213,7 +214,7 @@ def plan_page_update(placement: NodePlacement | None, page: ParsedPage | None, n
 
 def page_plan(placement: NodePlacement | None, page: ParsedPage | None, n_parsed: int,
               old_rows: list[dict], old_chunks: list[dict], granularity: str,
-              chunker: Callable[[dict], list[dict]], representation: Representation) -> PagePlan:
+              representation: Representation) -> PagePlan:
     """The delta of one group: a page (its placement, the page indexed of the
     `n_parsed` freshly parsed at its URL, its live node rows and chunk refs) or a
     virtual/site node. `page` is None when nothing was parsed at the URL, or when
@@ -222,6 +223,7 @@ def page_plan(placement: NodePlacement | None, page: ParsedPage | None, n_parsed
     A re-placed row whose representation changed (its path, in a path-aware
     representation) carries `_old_chunks`, the (file, chunk id) of its live
     chunks: it is chunked again once its body is read back (`rechunk_replaced`).
+    So does each row of a page parsed again: it is chunked by `ChunkRows`.
     Anchor documents are the link stages' (transforms/link_delta.py): they die
     here only with their node's page."""
     plan = PagePlan()
@@ -249,11 +251,13 @@ def page_plan(placement: NodePlacement | None, page: ParsedPage | None, n_parsed
         plan.page_rows = [page_row(page)]
         plan.links = page.links
         plan.dead_nodes = old_ids
-        new_chunks = [c for row in plan.rows for c in chunker(row)]
-        new_ids = {c["chunk_id"] for c in new_chunks}
-        old_ids_set = {c["chunk_id"] for c in old_chunks}
-        plan.chunks = [c for c in new_chunks if c["chunk_id"] not in old_ids_set]
-        plan.dead_chunks = [(c["_file"], c["chunk_id"]) for c in old_chunks if c["chunk_id"] not in new_ids]
+        # The rows are chunked later (`ChunkRows`, after the metadata stage that
+        # may change their node documents): each carries the live chunks of its
+        # node id; those of node ids the page no longer has die here.
+        kept = {row["node_id"] for row in plan.rows}
+        for row in plan.rows:
+            row["_old_chunks"] = [(c["_file"], c["chunk_id"]) for c in old_chunks if c["node_id"] == row["node_id"]]
+        plan.dead_chunks = [(c["_file"], c["chunk_id"]) for c in old_chunks if c["node_id"] not in kept]
         return plan
     plan.rows_needing_body = replaced_rows(placement, old_rows)
     plan.dead_nodes = [r["node_id"] for r in plan.rows_needing_body]
@@ -273,13 +277,10 @@ class UpdatePagesFn(CountingDoFn):
     # changed_target_urls; LINKS, (URL, links) of a page indexed; GONE, dead_source.
     TARGETS, CHANGED_TARGETS, LINKS, GONE = "targets", "changed_targets", "links", "gone"
 
-    def __init__(self, spec: EmbedderSpec, representation: Representation, granularity: str, parser: PageParser):
+    def __init__(self, representation: Representation, granularity: str, parser: PageParser):
         super().__init__(COUNTERS)
-        self._spec, self._granularity, self._parser = spec, granularity, parser
+        self._granularity, self._parser = granularity, parser
         self._representation = representation
-
-    def setup(self):
-        self._chunker = node_chunker(self._spec, self._representation)
 
     def process(self, joined):
         _, g = joined
@@ -295,16 +296,13 @@ class UpdatePagesFn(CountingDoFn):
             page = None
         plan = plan_page_update(placements[0] if placements else None, page, len(sources),
                                 list(g["old_nodes"]), list(g["old_chunks"]), self._granularity,
-                                self._chunker, self._representation)
+                                self._representation)
         self.count("pages_indexed", plan.indexed)
         self.count("pages_merged_duplicates", plan.merged)
         self.count(DEPTH_CAPPED_COUNTER, plan.depth_capped)
-        self.count("chunks_added", len(plan.chunks))
         yield from plan.rows
         for row in plan.rows_needing_body:
             yield beam.pvalue.TaggedOutput(self.NEED_BODY, row)
-        for chunk in plan.chunks:
-            yield beam.pvalue.TaggedOutput(self.CHUNKS, chunk)
         for row in plan.page_rows:
             yield beam.pvalue.TaggedOutput(self.PAGES, row)
         for node_id in plan.dead_nodes:
@@ -455,9 +453,9 @@ class PlanPageUpdates(beam.PTransform):
     (NODE_SKELETON_COLUMNS), "live_chunks": live chunk refs (CHUNK_REF_COLUMNS)}, joined by
     page -> node rows (main) and UpdatePagesFn's NEED_BODY, CHUNKS, PAGES, TOMBSTONE and DEAD outputs."""
 
-    def __init__(self, spec: EmbedderSpec, representation: Representation, granularity: str, parser: PageParser):
+    def __init__(self, representation: Representation, granularity: str, parser: PageParser):
         super().__init__()
-        self._fn = UpdatePagesFn(spec, representation, granularity, parser)
+        self._fn = UpdatePagesFn(representation, granularity, parser)
 
     def expand(self, inputs):
         return record_counts(
@@ -469,8 +467,8 @@ class PlanPageUpdates(beam.PTransform):
              "old_chunks": inputs["live_chunks"] | "KeyOldChunkByPage" >> beam.Map(lambda c: (c["page_id"], c))}
             | "JoinByPage" >> beam.CoGroupByKey()
             | "PlanPages" >> beam.ParDo(self._fn).with_outputs(
-                UpdatePagesFn.NEED_BODY, UpdatePagesFn.CHUNKS, UpdatePagesFn.PAGES, UpdatePagesFn.TOMBSTONE,
-                UpdatePagesFn.TARGETS, UpdatePagesFn.CHANGED_TARGETS, UpdatePagesFn.LINKS, UpdatePagesFn.GONE,
+                UpdatePagesFn.NEED_BODY, UpdatePagesFn.PAGES, UpdatePagesFn.TOMBSTONE, UpdatePagesFn.TARGETS,
+                UpdatePagesFn.CHANGED_TARGETS, UpdatePagesFn.LINKS, UpdatePagesFn.GONE,
                 DEAD, COUNTS, main="nodes"))
 
 
@@ -489,6 +487,21 @@ class ReplaceRows(beam.PTransform):
             | "GroupByFile" >> beam.GroupByKey()
             | "AttachBodies" >> beam.FlatMap(attach_bodies)
             | "RechunkReplaced" >> beam.ParDo(RechunkReplacedFn(self._spec, self._representation)).with_outputs(
+                UpdatePagesFn.CHUNKS, UpdatePagesFn.TOMBSTONE, COUNTS, main="nodes"))
+
+
+class ChunkRows(beam.PTransform):
+    """Node rows -> the rows (main) and the CHUNKS and TOMBSTONE outputs of
+    those that carry `_old_chunks` (`rechunk_replaced`): the new and changed
+    pages' rows of PlanPageUpdates, chunked once their metadata is final."""
+
+    def __init__(self, spec: EmbedderSpec, representation: Representation):
+        super().__init__()
+        self._spec, self._representation = spec, representation
+
+    def expand(self, rows):
+        return record_counts(
+            rows | "Rechunk" >> beam.ParDo(RechunkReplacedFn(self._spec, self._representation)).with_outputs(
                 UpdatePagesFn.CHUNKS, UpdatePagesFn.TOMBSTONE, COUNTS, main="nodes"))
 
 

@@ -1,0 +1,276 @@
+"""The stage `EnrichNodeMetadata`: node rows -> the same rows, those the model
+described carrying its summary and keywords (docs/METADATA.md).
+
+    nodes --key--> (metadata_key, node) --join--> cache hit: the cached metadata
+                                  |                cache miss --budget--> batches --model--> metadata | counted failure
+    ReadMetadataCache ------------+                                   \--> new cache records (WriteMetadataCache)
+
+Only nodes that hold text (a page or section with a body) are asked; one
+question per distinct node text (`metadata_key`), however many nodes share it.
+A failed or refused node keeps the metadata it came with (its source's own
+description and tags) and is counted; the job goes on. Every node the stage
+may describe ends in exactly one of metadata_enriched (the model's, asked now
+or cached), metadata_failed, metadata_not_asked (past the token budget); the
+counts go to the segment's counts.json and the manifest with metadata_requests,
+metadata_tokens_in and metadata_tokens_out (what the endpoint reported) and
+metadata_cache_hits.
+
+The budget (`max_tokens`) is planned before any request: the distinct texts not
+in the cache are taken in key order (deterministic, and unrelated to where a
+node sits), each costed at its prompt's characters / CHARS_PER_TOKEN plus the
+answer's token cap, and admitted while the sum stays within the budget; the
+first that does not fit ends the admission, and every text after it is not
+asked (counted). One combiner decides this for the whole job, so the budget is
+global across workers, and the estimate errs high, so the tokens an endpoint
+reports stay under the budget for text in languages BPE tokenizers treat well.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Iterable
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from ritrag.representation import PATH_SEPARATOR
+from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
+from ritrag.transforms.metadata.base import (MAX_BODY_CHARS, PROMPT_VERSION, SYSTEM_PROMPT, USER_PROMPT,
+                                             MetadataRequest, NodeMetadata, metadata_key)
+from ritrag.transforms.metadata.cache import ReadMetadataCache, WriteMetadataCache, cache_record, default_cache_dir
+from ritrag.transforms.metadata.openai_compatible import EndpointConfig, OpenAICompatibleModel
+
+NAMESPACE = "ritrag.metadata"
+CHARS_PER_TOKEN = 3  # the budget's estimate; English text runs about 4 characters a token
+METADATA_COUNTERS = ("metadata_nodes", "metadata_cache_hits", "metadata_asked", "metadata_requests",
+                     "metadata_tokens_in", "metadata_tokens_out", "metadata_enriched", "metadata_failed",
+                     "metadata_not_asked")
+RECORDS = "records"
+MISSES = "misses"
+
+
+class MetadataOptions(PipelineOptions):
+    """Model metadata: a summary and keywords per node from an OpenAI-compatible endpoint (docs/METADATA.md)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        defaults = EndpointConfig("-", "-")
+        parser.add_argument("--metadata_endpoint", default=None,
+                            help="base URL of an OpenAI-compatible chat-completions endpoint (its "
+                                 "/chat/completions is posted to, e.g. http://127.0.0.1:8080/v1); "
+                                 "left out: no model metadata")
+        parser.add_argument("--metadata_model", default=None, help="the model name the endpoint serves")
+        parser.add_argument("--metadata_api_key_env", default=None,
+                            help="environment variable holding the endpoint's API key (read on the workers; "
+                                 "the key itself is never a flag)")
+        parser.add_argument("--metadata_cache", default=None,
+                            help="folder or bucket prefix of the metadata cache (default: INDEX/metadata_cache)")
+        parser.add_argument("--metadata_max_tokens", type=int, default=None,
+                            help="token budget of the job's metadata requests, planned before any request "
+                                 "(docs/METADATA.md); default: no budget")
+        parser.add_argument("--metadata_in_flight", type=int, default=defaults.in_flight,
+                            help="metadata requests open at once per worker")
+        parser.add_argument("--metadata_batch_size", type=int, default=16,
+                            help="most nodes a worker takes into one batch of requests")
+        parser.add_argument("--metadata_deadline_s", type=float, default=defaults.deadline_s,
+                            help="seconds one metadata request may take, its whole answer included")
+        parser.add_argument("--metadata_max_attempts", type=int, default=defaults.max_attempts,
+                            help="tries of one request that got 429 or 5xx, the first included")
+        parser.add_argument("--metadata_max_answer_tokens", type=int, default=defaults.max_answer_tokens,
+                            help="max_tokens asked of the model per answer")
+
+
+@dataclasses.dataclass(frozen=True)
+class MetadataPlan:
+    """What the stage does in one job: whom to ask, where the cache lives, the budget."""
+
+    endpoint: EndpointConfig
+    cache_dir: str
+    max_tokens: int | None = None
+    batch_size: int = 16
+
+    @classmethod
+    def from_options(cls, options: PipelineOptions, index_dir: str) -> "MetadataPlan | None":
+        """The plan a job's flags ask for; None without --metadata_endpoint."""
+        opts = options.view_as(MetadataOptions)
+        if opts.metadata_endpoint is None:
+            if opts.metadata_model is not None:
+                raise ValueError("--metadata_model needs --metadata_endpoint")
+            return None
+        if opts.metadata_max_tokens is not None and opts.metadata_max_tokens < 0:
+            raise ValueError(f"--metadata_max_tokens must be at least 0, not {opts.metadata_max_tokens}")
+        if opts.metadata_batch_size < 1:
+            raise ValueError(f"--metadata_batch_size must be at least 1, not {opts.metadata_batch_size}")
+        endpoint = EndpointConfig(opts.metadata_endpoint, opts.metadata_model or "", opts.metadata_api_key_env,
+                                  in_flight=opts.metadata_in_flight, deadline_s=opts.metadata_deadline_s,
+                                  max_attempts=opts.metadata_max_attempts,
+                                  max_answer_tokens=opts.metadata_max_answer_tokens)
+        return cls(endpoint, opts.metadata_cache or default_cache_dir(index_dir), opts.metadata_max_tokens,
+                   opts.metadata_batch_size)
+
+    def manifest(self) -> dict[str, Any]:
+        """What the manifest's config records of the metadata a job asked for."""
+        return {"model": self.endpoint.model, "prompt_version": PROMPT_VERSION}
+
+
+def describable(node: dict) -> bool:
+    """A node the model is asked about: one that holds text."""
+    return node["kind"] not in ("site", "virtual") and bool(node["body"].strip())
+
+
+def metadata_request(key: str, node: dict) -> MetadataRequest:
+    path = PATH_SEPARATOR.join(t.strip() for t in (*node["ancestor_titles"], node["title"]) if t.strip())
+    return MetadataRequest(key, path, node["body"][:MAX_BODY_CHARS])
+
+
+def estimated_tokens(request: MetadataRequest, max_answer_tokens: int) -> int:
+    """The budget's cost of one request (module docstring): high rather than low."""
+    chars = len(SYSTEM_PROMPT) + len(USER_PROMPT.format(path=request.path, body=request.body))
+    return math.ceil(chars / CHARS_PER_TOKEN) + max_answer_tokens
+
+
+def with_model_metadata(node: dict, key: str, metadata: NodeMetadata) -> dict:
+    """The node row with the model's summary and keywords (its source's stay in source_*)."""
+    return {**node, "summary": metadata.summary, "keywords": list(metadata.keywords), "metadata_key": key}
+
+
+class JoinCacheFn(CountingDoFn):
+    """(key, {"nodes", "cached"}) -> enriched nodes (cache hits), or (key, nodes) on MISSES."""
+
+    def __init__(self):
+        super().__init__(NAMESPACE)
+
+    def process(self, joined: tuple[str, dict]):
+        key, group = joined
+        nodes = list(group["nodes"])
+        if not nodes:
+            return
+        self.count("metadata_nodes", len(nodes))
+        cached = next(iter(group["cached"]), None)
+        if cached is None:
+            yield beam.pvalue.TaggedOutput(MISSES, (key, nodes))
+            return
+        self.count("metadata_cache_hits", len(nodes))
+        self.count("metadata_enriched", len(nodes))
+        for node in nodes:
+            yield with_model_metadata(node, key, cached)
+
+
+class AdmitWithinBudget(beam.CombineFn):
+    """(key, estimated tokens) -> the last key admitted in key order within the
+    budget ("" when none is), keeping at most what the budget can admit."""
+
+    def __init__(self, budget: int):
+        self._budget = budget
+
+    def create_accumulator(self) -> list[tuple[str, int]]:
+        return []
+
+    def add_input(self, accumulator, element):
+        accumulator.append(element)
+        return self._trimmed(accumulator) if len(accumulator) > 4096 else accumulator
+
+    def merge_accumulators(self, accumulators):
+        return self._trimmed([e for acc in accumulators for e in acc])
+
+    def extract_output(self, accumulator) -> str:
+        admitted = self._trimmed(accumulator)
+        return admitted[-1][0] if admitted else ""
+
+    def _trimmed(self, elements: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        # A text not admitted among some of the texts is not admitted among all:
+        # more texts can only come before it, so trimming early is exact.
+        kept, spent = [], 0
+        for key, cost in sorted(elements):
+            if spent + cost > self._budget:
+                break
+            kept.append((key, cost))
+            spent += cost
+        return kept
+
+
+class SplitByBudgetFn(CountingDoFn):
+    """(key, nodes) -> itself when admitted (main), else its nodes unchanged on "not_asked", counted."""
+
+    def __init__(self):
+        super().__init__(NAMESPACE)
+
+    def process(self, miss: tuple[str, list[dict]], last_admitted: str):
+        key, nodes = miss
+        if last_admitted and key <= last_admitted:
+            yield miss
+            return
+        self.count("metadata_not_asked", len(nodes))
+        for node in nodes:
+            yield beam.pvalue.TaggedOutput("not_asked", node)
+
+
+class AskModelFn(CountingDoFn):
+    """Batches of (key, nodes) -> their nodes, described by the model or as
+    they came (counted failures); the new cache lines on RECORDS."""
+
+    def __init__(self, endpoint: EndpointConfig):
+        super().__init__(NAMESPACE)
+        self._endpoint = endpoint
+
+    def setup(self):
+        self._model = OpenAICompatibleModel(self._endpoint)
+
+    def teardown(self):
+        self._model.close()
+
+    def process(self, batch: list[tuple[str, list[dict]]]) -> Iterable:
+        requests = [metadata_request(key, nodes[0]) for key, nodes in batch]
+        for (key, nodes), answer in zip(batch, self._model.describe(requests)):
+            self.count("metadata_asked")
+            self.count("metadata_requests", answer.requests)
+            self.count("metadata_tokens_in", answer.tokens_in)
+            self.count("metadata_tokens_out", answer.tokens_out)
+            if answer.metadata is None:
+                self.count("metadata_failed", len(nodes))
+                self.count(f"metadata_failed_{answer.failure}", len(nodes))
+                yield from nodes
+                continue
+            self.count("metadata_enriched", len(nodes))
+            yield beam.pvalue.TaggedOutput(RECORDS, cache_record(key, self._endpoint.model, answer.metadata,
+                                                                 answer.tokens_in, answer.tokens_out))
+            for node in nodes:
+                yield with_model_metadata(node, key, answer.metadata)
+
+
+class EnrichNodeMetadata(beam.PTransform):
+    """Node rows -> node rows with model metadata (module docstring); the
+    stage reads the cache in `plan.cache_dir` and adds this `job`'s answers to it."""
+
+    def __init__(self, plan: MetadataPlan, job: str):
+        super().__init__()
+        self._plan, self._job = plan, job
+
+    def expand(self, nodes):
+        plan = self._plan
+        model = plan.endpoint.model
+        split = nodes | "Describable" >> beam.Partition(lambda node, _: 0 if describable(node) else 1, 2)
+        keyed = split[0] | "Key" >> beam.Map(lambda node: (metadata_key(model, node), node))
+        cached = nodes.pipeline | "ReadCache" >> ReadMetadataCache(plan.cache_dir)
+        joined = record_counts({"nodes": keyed, "cached": cached}
+                               | "JoinCache" >> beam.CoGroupByKey()
+                               | "Hits" >> beam.ParDo(JoinCacheFn()).with_outputs(MISSES, COUNTS, main="hits"))
+        misses, parts = joined[MISSES], [split[1], joined.hits]
+        if plan.max_tokens is not None:
+            max_answer = plan.endpoint.max_answer_tokens
+            last_admitted = (misses
+                             | "Cost" >> beam.Map(lambda miss: (miss[0], estimated_tokens(
+                                 metadata_request(miss[0], miss[1][0]), max_answer)))
+                             | "Admit" >> beam.CombineGlobally(AdmitWithinBudget(plan.max_tokens)))
+            budgeted = record_counts(misses | "Budget" >> beam.ParDo(
+                SplitByBudgetFn(), beam.pvalue.AsSingleton(last_admitted)).with_outputs(
+                    "not_asked", COUNTS, main="asked"))
+            misses = budgeted.asked
+            parts.append(budgeted.not_asked)
+        asked = record_counts(misses
+                              | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=plan.batch_size)
+                              | "Ask" >> beam.ParDo(AskModelFn(plan.endpoint)).with_outputs(
+                                  RECORDS, COUNTS, main="nodes"))
+        asked[RECORDS] | "WriteCache" >> WriteMetadataCache(plan.cache_dir, self._job)
+        parts.append(asked.nodes)
+        return tuple(parts) | "AllNodes" >> beam.Flatten()

@@ -1,0 +1,103 @@
+"""The metadata backend of any OpenAI-compatible chat-completions endpoint
+(vLLM, llama.cpp's server, Ollama, hosted APIs), over the one chat client
+(`ritrag.chat.chat_completion`).
+
+Per batch, at most `in_flight` requests are open at once (a thread pool per
+worker's DoFn instance). Each request has a deadline (`deadline_s`: every read
+and the whole answer); an answer past `max_answer_bytes` is cut off and
+refused. A 429 or a 5xx is tried again, up to `max_attempts` in all, after the
+Retry-After the endpoint asked for (capped at `max_retry_after_s`) or an
+exponential backoff; a timeout, a refused connection that persists, another
+4xx or a malformed answer fails the node at once, counted by its reason.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Sequence
+
+import httpx
+
+from ritrag.chat import EndpointError, chat_completion
+from ritrag.transforms.metadata.base import MetadataAnswer, MetadataFailure, MetadataRequest, parse_answer
+
+RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+@dataclasses.dataclass(frozen=True)
+class EndpointConfig:
+    """How to reach the model and how patient to be with it."""
+
+    endpoint: str  # the base URL: `{endpoint}/chat/completions` is posted to
+    model: str
+    api_key_env: str | None = None  # the environment variable holding the key, read where the requests are made
+    in_flight: int = 4
+    deadline_s: float = 60.0
+    max_attempts: int = 3
+    backoff_s: float = 1.0  # the first retry's wait without Retry-After; doubled per attempt
+    max_retry_after_s: float = 30.0
+    max_answer_tokens: int = 256
+    max_answer_bytes: int = 64 << 10
+
+    def __post_init__(self):
+        if not self.endpoint or not self.model:
+            raise ValueError("a metadata endpoint needs both --metadata_endpoint and --metadata_model")
+        if self.in_flight < 1 or self.max_attempts < 1 or self.deadline_s <= 0 or self.max_answer_bytes < 1:
+            raise ValueError("metadata requests in flight, attempts, deadline and answer size must be positive")
+
+
+class OpenAICompatibleModel:
+    """`NodeMetadataModel` over an OpenAI-compatible endpoint."""
+
+    def __init__(self, config: EndpointConfig):
+        self.config = config
+        self._api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
+        timeout = httpx.Timeout(config.deadline_s)
+        self._client = httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=config.in_flight))
+        self._pool = ThreadPoolExecutor(max_workers=config.in_flight, thread_name_prefix="ritrag-metadata")
+
+    def describe(self, requests: Sequence[MetadataRequest]) -> list[MetadataAnswer]:
+        return list(self._pool.map(self._describe_one, requests))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        self._client.close()
+
+    def _describe_one(self, request: MetadataRequest) -> MetadataAnswer:
+        config = self.config
+        body = {"model": config.model, "messages": request.messages(), "temperature": 0,
+                "max_tokens": config.max_answer_tokens}
+        attempts = tokens_in = tokens_out = 0
+        while True:
+            attempts += 1
+            try:
+                reply = chat_completion(self._client, config.endpoint, body, self._api_key,
+                                        max_bytes=config.max_answer_bytes, deadline_s=config.deadline_s)
+            except EndpointError as exc:
+                retried = exc.status in RETRIED_STATUSES or exc.reason == "connection"
+                if not retried or attempts >= config.max_attempts:
+                    reason = f"http_{exc.status}" if exc.reason == "http_status" else exc.reason
+                    return MetadataAnswer(None, reason, attempts, tokens_in, tokens_out)
+                time.sleep(self._wait_s(exc, attempts))
+                continue
+            usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
+            tokens_in += _tokens(usage.get("prompt_tokens"))
+            tokens_out += _tokens(usage.get("completion_tokens"))
+            try:
+                content = reply["choices"][0]["message"].get("content")
+                if not isinstance(content, str):
+                    raise MetadataFailure("no text content in the message")
+                return MetadataAnswer(parse_answer(content), None, attempts, tokens_in, tokens_out)
+            except MetadataFailure as exc:
+                return MetadataAnswer(None, exc.reason, attempts, tokens_in, tokens_out)
+
+    def _wait_s(self, error: EndpointError, attempts: int) -> float:
+        if error.retry_after_s is not None:
+            return min(error.retry_after_s, self.config.max_retry_after_s)
+        return min(self.config.backoff_s * 2 ** (attempts - 1), self.config.max_retry_after_s)
+
+
+def _tokens(value: object) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0
