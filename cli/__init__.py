@@ -9,6 +9,7 @@
     ritrag compact INDEX | ritrag versions INDEX | ritrag rollback INDEX VERSION
     ritrag prune INDEX [--keep 5]
     ritrag inspect INDEX [--html REPORT.html]
+    ritrag adapt INDEX --out MODEL_DIR [--steps 200 --max_minutes 60 --batch_size 32 --seed 0 --lr 2e-5]
     ritrag synth --pages N --out DIR [--sites 4 --depth 4 --fanout 8 --words 400 --seed 0]
     ritrag serve INDEX|URL [--host 127.0.0.1 --port 8000]  HTTP: /v1/toc, /v1/read, /docs, a web page
     ritrag mcp INDEX [--transport stdio|streamable-http]  MCP server with the GetToC and Read tools
@@ -248,6 +249,18 @@ def _inspect(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def _adapt(args: argparse.Namespace, extra: list[str]) -> int:
+    from ritrag.adaptation import AdaptConfig, AdaptError, adapt
+
+    try:
+        record = adapt(args.index, args.out, AdaptConfig.from_arguments(args),
+                       progress=lambda line: print(line, file=sys.stderr))
+    except AdaptError as exc:  # a clean refusal, printed by main as one JSON line
+        raise ToolError("invalid_arguments", str(exc)) from None
+    print(json.dumps(record, ensure_ascii=False))
+    return 0
+
+
 def _serve(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.serving.server import ServerConfig, run_http
 
@@ -412,6 +425,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     store_commands.append(p)
     for p in store_commands if command in ("versions", "rollback", "prune", "inspect") else ():
         _add_store_arguments(p)  # only for the command run (imports Beam)
+
+    p = sub.add_parser("adapt", help="fine-tune the index's embedder on pairs from its own forest",
+                       description="Fine-tunes the index's embedding model (or --base_model) on (node path -> "
+                                   "chunk) and (link text -> target) pairs with in-batch and look-alike "
+                                   "negatives, and saves it to --out as a sentence-transformers folder with its "
+                                   "training record and checksum. Re-embed with: ritrag build INPUT --out "
+                                   "NEW_INDEX --embedding_model OUT (docs/OPERATING.md, 'Adapting the embedder').")
+    p.add_argument("index", help="index directory or object-store prefix")
+    p.add_argument("--out", required=True, help="new folder for the adapted model")
+    if command == "adapt":  # the options' home imports nothing heavy, but only the command run needs it
+        from ritrag.adaptation.train import AdaptConfig
+
+        AdaptConfig.add_arguments(p)
+    p.set_defaults(func=_adapt)
 
     p = sub.add_parser("synth", help="write a deterministic synthetic corpus of documentation sites")
     p.add_argument("--pages", type=int, required=True, help="pages to write")
