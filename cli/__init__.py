@@ -15,7 +15,7 @@
     ritrag mcp INDEX [--transport stdio|streamable-http]  MCP server with the GetToC and Read tools
     ritrag tools [--format openai|anthropic|mcp]        the tool definitions, as JSON
     ritrag agent INDEX "question" --base_url URL --model NAME [--api_key_env VAR] [--transcript FILE]
-    ritrag eval INDEX QUESTIONS.jsonl [--k 200 --n 50 --max_calls 10 --chunks 10] [--out DIR] [--agent ...]
+    ritrag eval INDEX QUESTIONS.jsonl [--k 200 --n 50 --max_calls 10 --chunks 10] [--out DIR] [--compare IDX] ...
 
 The CLI is the top of the dependency graph: it imports the jobs lazily, so the
 serving commands never load Beam.
@@ -308,8 +308,9 @@ def _agent(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _eval(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.serving.api import one_thread_per_query
-    from ritrag.evaluation.eval import AgentConfig, EvalConfig, EvalInputError, evaluate, load_questions, open_index
-    from ritrag.evaluation.report import render_text, write_report
+    from ritrag.evaluation.eval import (AgentConfig, EvalConfig, EvalInputError, compare_runs, evaluate,
+                                        load_questions, open_index)
+    from ritrag.evaluation.report import render_comparison, render_text, write_report
     from ritrag.serving.retrieval import RetrievalParams
 
     one_thread_per_query()  # questions run one after another; see one_thread_per_query
@@ -330,11 +331,17 @@ def _eval(args: argparse.Namespace, extra: list[str]) -> int:
                         max_chars=args.max_chars, chunks=args.chunks, retrieval=retrieval or None)
     try:
         questions = load_questions(args.questions)
-        report = evaluate(open_index(args.index), questions, config, agent,
-                          progress=lambda line: print(line, file=sys.stderr))
+        # One index loaded at a time: the first is let go before the second loads.
+        reports = [evaluate(open_index(path), questions, config, agent,
+                            progress=lambda line: print(line, file=sys.stderr))
+                   for path in (args.index, *([args.compare] if args.compare else []))]
     except EvalInputError as exc:  # a clean refusal, printed by main as one JSON line
         raise ToolError("invalid_arguments", str(exc)) from None
+    report = reports[0]
     print(render_text(report))
+    if args.compare:
+        report["comparison"] = compare_runs(report, reports[1])
+        print("\n" + render_comparison(report["comparison"]))
     if args.out:
         paths = write_report(report, args.out)
         print(f"\nreport: {paths['json']}, {paths['html']}")
@@ -504,6 +511,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name, (kind, help_text) in RETRIEVAL_FLAGS.items():
         p.add_argument(f"--{name}", type=kind, help=f"{help_text} (default: the index's recorded value)")
     p.add_argument("--out", help="directory for eval.json and eval.html")
+    p.add_argument("--compare", metavar="OTHER_INDEX",
+                   help="also evaluate OTHER_INDEX (e.g. the same input embedded by an adapted model) on the same "
+                        "questions and set its metrics beside INDEX's, per system (the report's 'comparison')")
     p.add_argument("--agent", action="store_true", help="also run the agent loop on every question")
     p.add_argument("--base_url", help="OpenAI-compatible endpoint (with --agent)")
     p.add_argument("--model", help="model name (with --agent)")
