@@ -53,8 +53,10 @@ class EmbedderSpec:
         """Refuse (ValueError) a spec of the wrong types, or one whose numbers
         would size a query's work out of all proportion: a spec comes from
         the command line and from manifests, which a server may not trust."""
-        if self.model_sha256 is not None and not isinstance(self.model_sha256, str):
-            raise ValueError(f"embedder model_sha256 must be a string or null, not {self.model_sha256!r}")
+        digest = self.model_sha256
+        if digest is not None and not (isinstance(digest, str) and len(digest) == 64
+                                       and all(c in "0123456789abcdef" for c in digest)):
+            raise ValueError(f"embedder model_sha256 must be 64 hex digits or null, not {str(digest)[:80]!r}")
         for name in ("model", "query_prefix", "document_prefix", "backend"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"embedder {name} must be a string, not {type(getattr(self, name)).__name__}")
@@ -132,14 +134,15 @@ def is_model_folder(model: str) -> bool:
 def model_checksum(folder: str) -> str:
     """The one checksum of a model folder: sha256 over every file that shapes its
     vectors (weights, configs, tokenizer: all but ADAPTATION_RECORD), each as its
-    relative path, its size and its bytes, in path order."""
+    relative path, its size and its bytes, in path order. Only regular files
+    count (a FIFO would block the read)."""
     digest = hashlib.sha256()
     paths = sorted(os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")
                    for root, _, names in os.walk(folder) for name in names)
     for relative in paths:
-        if relative == ADAPTATION_RECORD:
-            continue
         path = os.path.join(folder, relative)
+        if relative == ADAPTATION_RECORD or not os.path.isfile(path):
+            continue
         digest.update(f"{relative}\0{os.path.getsize(path)}\0".encode())
         with open(path, "rb") as fh:
             while block := fh.read(1 << 20):

@@ -181,3 +181,12 @@ def test_eval_compares_two_indexes_in_one_run(hash_index, adapted_index, tmp_pat
     dense = comparison["overall"]["dense"]["mrr"]
     assert dense["change"] == pytest.approx(dense["other"] - dense["base"])
     assert comparison["overall"]["scored"] == [2, 2]
+
+
+def test_a_manifest_checksum_is_64_hex_digits():
+    from ritrag.embedder import EmbedderSpec
+
+    assert EmbedderSpec(model_sha256="ab" * 32).model_sha256 == "ab" * 32
+    for bad in (12, "abc", "AB" * 32, "../" * 30):
+        with pytest.raises(ValueError, match="model_sha256 must be 64 hex digits"):
+            EmbedderSpec(model_sha256=bad)

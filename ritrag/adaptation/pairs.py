@@ -141,13 +141,13 @@ class _LookAlikes:
     """The `LOOK_ALIKES_KEPT` nodes of smallest rank per parent and per title."""
 
     by_parent: dict[str, list[tuple[int, str, str]]]  # parent id -> [(rank, node id, site)]
-    by_title: dict[str, list[tuple[int, str, str]]]  # title (casefolded) -> [(rank, node id, site)]
+    by_title: dict[str, list[tuple[int, str, str]]]  # title (lowercased) -> [(rank, node id, site)]
 
     def candidates(self, node: dict[str, Any]) -> list[str]:
         """Look-alikes of `node` (a node row), best rank first: its siblings and
         the nodes of its title on other sites."""
         found = [entry for entry in self.by_parent.get(node["parent_id"], ()) if entry[1] != node["node_id"]]
-        found += [entry for entry in self.by_title.get(node["title"].casefold(), ())
+        found += [entry for entry in self.by_title.get(node["title"].lower(), ())
                   if entry[2] != node["site"] and entry[1] != node["node_id"]]
         return [node_id for _, node_id, _ in sorted(set(found))]
 
@@ -175,18 +175,16 @@ def read_nodes(reader: IndexReader, node_ids: set[str]) -> dict[str, dict[str, A
 def find_look_alikes(reader: IndexReader, nodes: Sequence[dict[str, Any]], seed: int) -> _LookAlikes:
     """The siblings and same-titled nodes of `nodes`, `LOOK_ALIKES_KEPT` per key."""
     parents = pa.array(sorted({n["parent_id"] for n in nodes if n["parent_id"]}), pa.string())
-    titles = pa.array(sorted({n["title"].casefold() for n in nodes if n["title"].strip()}), pa.string())
+    titles = pa.array(sorted({n["title"].lower() for n in nodes if n["title"].strip()}), pa.string())
     look_alikes = _LookAlikes({}, {})
     for batch in _batches(reader, "nodes", ["node_id", "parent_id", "site", "title"]):
-        folded = pc.utf8_lower(batch.column("title"))  # the candidates; casefold below decides
         match = pc.or_(pc.fill_null(pc.is_in(batch.column("parent_id"), parents), False),
-                       pc.is_in(folded, titles))
+                       pc.is_in(pc.utf8_lower(batch.column("title")), titles))
         for row in batch.filter(match).to_pylist():
             entry = (text_rank(seed, row["node_id"]), row["node_id"], row["site"])
             if row["parent_id"] is not None:
                 _keep_smallest(look_alikes.by_parent, row["parent_id"], entry)
-            _keep_smallest(look_alikes.by_title, row["title"].casefold(), entry)
-    # Titles matched by utf8_lower but not by casefold were kept under a title no node asks for: harmless.
+            _keep_smallest(look_alikes.by_title, row["title"].lower(), entry)
     return look_alikes
 
 

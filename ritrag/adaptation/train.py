@@ -248,7 +248,8 @@ def adapt(index: str, out: str, config: AdaptConfig = AdaptConfig(), version: st
     shutil.rmtree(partial, ignore_errors=True)
     model.save(partial, create_model_card=False)
     record = {
-        "index": index, "index_version": reader.version, "base_model": base,
+        "index": index if is_remote(index) else os.path.abspath(index), "index_version": reader.version,
+        "base_model": base,
         "base_model_sha256": model_checksum(base_folder),
         "config": {**dataclasses.asdict(config), "base_model": base}, "pairs": sample.counts, **run,
         "model_sha256": model_checksum(partial),
