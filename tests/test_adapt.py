@@ -124,7 +124,7 @@ def test_adapt_refuses_what_it_cannot_start_from(hash_index, tmp_path, capsys):
     assert not (tmp_path / "m").exists()
 
 
-def test_an_adapted_model_round_trips_through_build_and_serve(adapted_index, adapted_model):
+def test_an_adapted_model_round_trips_through_build_and_serve(adapted_index, adapted_model, capsys):
     embedder = _manifest_embedder(adapted_index)
     record = json.loads((adapted_model / ADAPTATION_RECORD).read_text())
     assert embedder["model"] == str(adapted_model.resolve()) and embedder["model_sha256"] == record["model_sha256"]
@@ -132,6 +132,8 @@ def test_an_adapted_model_round_trips_through_build_and_serve(adapted_index, ada
     index = RitragIndex(str(adapted_index))
     toc = index.get_toc("How often do logs rotate?", k=20, n=5)
     assert any(entry["title"] == "Logging" for entry in _entries(toc["trees"]))
+    assert cli.main(["toc", str(adapted_index), "How often do logs rotate?"]) == 0  # the command's face too
+    assert json.loads(capsys.readouterr().out)["version"] == index.version
 
 
 def _entries(trees: list[dict]) -> list[dict]:

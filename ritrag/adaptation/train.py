@@ -10,8 +10,8 @@ at norm 1) and lets a step budget and a time budget stop it between steps.
 
 Deterministic: the pairs are a function of the index and the seed, batches are
 cut by a seeded permutation, torch is seeded and runs its deterministic
-algorithms, so two runs on one CPU build write byte-identical weights. The
-model is saved in the sentence-transformers format with ADAPTATION_RECORD
+algorithms, so two runs on one CPU (same torch build and thread count) write
+byte-identical weights. The model is saved in the sentence-transformers format with ADAPTATION_RECORD
 beside it: the training's settings, pair counts, source index version, losses
 and the folder's checksum (`model_checksum`, which a build with
 `--embedding_model FOLDER` records and the server checks).
@@ -156,8 +156,9 @@ def fine_tune(model, pairs: Sequence[TrainingPair], config: AdaptConfig, spec: E
     loss_fn = MultipleNegativesRankingLoss(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=WEIGHT_DECAY)
     warmup = max(1, round(config.steps * WARMUP_FRACTION))
+    decay = max(1, config.steps - warmup)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min((step + 1) / warmup, max(0.0, (config.steps - step) / max(1, config.steps - warmup))))
+        optimizer, lambda step: min((step + 1) / warmup, max(0.0, (config.steps - step) / decay)))
     model.train()
     started, losses, window = time.monotonic(), [], []
     every = max(1, config.steps // PROGRESS_LINES)
