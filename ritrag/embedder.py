@@ -228,14 +228,30 @@ def model_token_limit(spec: EmbedderSpec, tokenizer) -> int:
 
 
 def _sentence_transformers_max_length(spec: EmbedderSpec) -> int | None:
+    return folder_max_seq_length(resolve_model_path(spec.model))
+
+
+# A tokenizer's model_max_length above this is transformers' "no limit" sentinel (1e30).
+_NO_TOKENIZER_LIMIT = 1_000_000
+
+
+def folder_max_seq_length(folder: str) -> int | None:
+    """The longest input a sentence-transformers folder's model reads, as
+    sentence-transformers loads it: `max_seq_length` of sentence_bert_config.json
+    (folders saved before sentence-transformers 6), else the tokenizer's
+    `model_max_length` (6 saves it there: an adapted model's folder); None when
+    neither says."""
     import json
 
-    path = os.path.join(resolve_model_path(spec.model), "sentence_bert_config.json")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return int(json.load(fh)["max_seq_length"])
-    except (OSError, KeyError, ValueError):
-        return None
+    for name, key in (("sentence_bert_config.json", "max_seq_length"), ("tokenizer_config.json", "model_max_length")):
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as fh:
+                value = int(json.load(fh)[key])
+        except (OSError, KeyError, TypeError, ValueError, OverflowError):
+            continue
+        if 0 < value < _NO_TOKENIZER_LIMIT:
+            return value
+    return None
 
 
 class IncompatibleEmbedderError(ValueError):

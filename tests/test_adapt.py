@@ -14,7 +14,7 @@ from ritrag import cli
 from ritrag.adaptation import AdaptConfig, adapt
 from ritrag.adaptation.pairs import TrainingPair, sample_pairs
 from ritrag.adaptation.train import pack_batches, training_batches
-from ritrag.embedder import ADAPTATION_RECORD, resolve_model_path, model_checksum
+from ritrag.embedder import ADAPTATION_RECORD, folder_max_seq_length, model_checksum, resolve_model_path
 from ritrag.layout import DamagedIndexError, IndexLayout, MissingIndexError
 from ritrag.reader import IndexReader
 from ritrag.serving.api import RitragIndex
@@ -124,7 +124,11 @@ def test_adapt_refuses_what_it_cannot_start_from(hash_index, tmp_path, capsys):
     assert not (tmp_path / "m").exists()
 
 
-def test_an_adapted_model_round_trips_through_build_and_serve(adapted_index, adapted_model, capsys):
+def test_an_adapted_model_round_trips_through_build_and_serve(hash_index, adapted_index, adapted_model, capsys):
+    # sentence-transformers 6 saves the length limit with the tokenizer: the adapted folder reads as 256
+    # tokens like the bundled one, so the index is chunked exactly like one of the bundled model's.
+    assert folder_max_seq_length(str(adapted_model)) == folder_max_seq_length(resolve_model_path(BUNDLED)) == 256
+    assert _chunk_ids(adapted_index) == _chunk_ids(hash_index)
     embedder = _manifest_embedder(adapted_index)
     record = json.loads((adapted_model / ADAPTATION_RECORD).read_text())
     assert embedder["model"] == str(adapted_model.resolve()) and embedder["model_sha256"] == record["model_sha256"]
@@ -134,6 +138,10 @@ def test_an_adapted_model_round_trips_through_build_and_serve(adapted_index, ada
     assert any(entry["title"] == "Logging" for entry in _entries(toc["trees"]))
     assert cli.main(["toc", str(adapted_index), "How often do logs rotate?"]) == 0  # the command's face too
     assert json.loads(capsys.readouterr().out)["version"] == index.version
+
+
+def _chunk_ids(index: Path) -> set[int]:
+    return set(IndexReader(str(index)).table("chunks", ["chunk_id"])["chunk_id"].to_pylist())
 
 
 def _entries(trees: list[dict]) -> list[dict]:
