@@ -58,8 +58,9 @@ setup(
     # ritrag.pipelines, transforms/ ritrag.transforms, serving/ ritrag.serving,
     # cli/ ritrag.cli (docs/ARCHITECTURE.md, "Packages").
     package_dir={"ritrag": "ritrag", **{f"ritrag.{folder}": folder for folder in NAMESPACED}},
-    packages=["ritrag", *(f"ritrag.{folder}{sub}" for folder in NAMESPACED
-                          for sub in ["", *(f".{p}" for p in find_packages(folder))])],
+    packages=["ritrag", *(f"ritrag.{p}" for p in find_packages("ritrag")),
+              *(f"ritrag.{folder}{sub}" for folder in NAMESPACED
+                for sub in ["", *(f".{p}" for p in find_packages(folder))])],
     package_data={"ritrag.serving": ["web/*.html"]},
     python_requires=">=3.10",
     install_requires=CORE + EMBED,

@@ -9,12 +9,13 @@
     ritrag compact INDEX | ritrag versions INDEX | ritrag rollback INDEX VERSION
     ritrag prune INDEX [--keep 5]
     ritrag inspect INDEX [--html REPORT.html]
+    ritrag adapt INDEX --out MODEL_DIR [--steps 200 --max_minutes 60 --batch_size 32 --seed 0 --lr 2e-5]
     ritrag synth --pages N --out DIR [--sites 4 --depth 4 --fanout 8 --words 400 --seed 0]
     ritrag serve INDEX|URL [--host 127.0.0.1 --port 8000]  HTTP: /v1/toc, /v1/read, /docs, a web page
     ritrag mcp INDEX [--transport stdio|streamable-http]  MCP server with the GetToC and Read tools
     ritrag tools [--format openai|anthropic|mcp]        the tool definitions, as JSON
     ritrag agent INDEX "question" --base_url URL --model NAME [--api_key_env VAR] [--transcript FILE]
-    ritrag eval INDEX QUESTIONS.jsonl [--k 200 --n 50 --max_calls 10 --chunks 10] [--out DIR] [--agent ...]
+    ritrag eval INDEX QUESTIONS.jsonl [--k 200 --n 50 --max_calls 10 --chunks 10] [--out DIR] [--compare IDX] ...
 
 The CLI is the top of the dependency graph: it imports the jobs lazily, so the
 serving commands never load Beam.
@@ -251,6 +252,18 @@ def _inspect(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def _adapt(args: argparse.Namespace, extra: list[str]) -> int:
+    from ritrag.adaptation import AdaptConfig, AdaptError, adapt
+
+    try:
+        record = adapt(args.index, args.out, AdaptConfig.from_arguments(args),
+                       progress=lambda line: print(line, file=sys.stderr))
+    except AdaptError as exc:  # a clean refusal, printed by main as one JSON line
+        raise ToolError("invalid_arguments", str(exc)) from None
+    print(json.dumps(record, ensure_ascii=False))
+    return 0
+
+
 def _serve(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.serving.server import ServerConfig, run_http
 
@@ -298,8 +311,9 @@ def _agent(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _eval(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.serving.api import one_thread_per_query
-    from ritrag.evaluation.eval import AgentConfig, EvalConfig, EvalInputError, evaluate, load_questions, open_index
-    from ritrag.evaluation.report import render_text, write_report
+    from ritrag.evaluation.eval import (AgentConfig, EvalConfig, EvalInputError, compare_runs, evaluate,
+                                        load_questions, open_index)
+    from ritrag.evaluation.report import render_comparison, render_text, write_report
     from ritrag.serving.retrieval import RetrievalParams
 
     one_thread_per_query()  # questions run one after another; see one_thread_per_query
@@ -320,11 +334,17 @@ def _eval(args: argparse.Namespace, extra: list[str]) -> int:
                         max_chars=args.max_chars, chunks=args.chunks, retrieval=retrieval or None)
     try:
         questions = load_questions(args.questions)
-        report = evaluate(open_index(args.index), questions, config, agent,
-                          progress=lambda line: print(line, file=sys.stderr))
+        # One index loaded at a time: the first is let go before the second loads.
+        reports = [evaluate(open_index(path), questions, config, agent,
+                            progress=lambda line: print(line, file=sys.stderr))
+                   for path in (args.index, *([args.compare] if args.compare else []))]
     except EvalInputError as exc:  # a clean refusal, printed by main as one JSON line
         raise ToolError("invalid_arguments", str(exc)) from None
+    report = reports[0]
     print(render_text(report))
+    if args.compare:
+        report["comparison"] = compare_runs(report, reports[1])
+        print("\n" + render_comparison(report["comparison"]))
     if args.out:
         paths = write_report(report, args.out)
         print(f"\nreport: {paths['json']}, {paths['html']}")
@@ -416,6 +436,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for p in store_commands if command in ("versions", "rollback", "prune", "inspect") else ():
         _add_store_arguments(p)  # only for the command run (imports Beam)
 
+    p = sub.add_parser("adapt", help="fine-tune the index's embedder on pairs from its own forest",
+                       description="Fine-tunes the index's embedding model (or --base_model) on (node path -> "
+                                   "chunk) and (link text -> target) pairs with in-batch and look-alike "
+                                   "negatives, and saves it to --out as a sentence-transformers folder with its "
+                                   "training record and checksum. Re-embed with: ritrag build INPUT --out "
+                                   "NEW_INDEX --embedding_model OUT (docs/OPERATING.md, 'Adapting the embedder').")
+    p.add_argument("index", help="index directory or object-store prefix")
+    p.add_argument("--out", required=True, help="new folder for the adapted model")
+    if command == "adapt":  # the options' home imports nothing heavy, but only the command run needs it
+        from ritrag.adaptation.train import AdaptConfig
+
+        AdaptConfig.add_arguments(p)
+    p.set_defaults(func=_adapt)
+
     p = sub.add_parser("synth", help="write a deterministic synthetic corpus of documentation sites")
     p.add_argument("--pages", type=int, required=True, help="pages to write")
     p.add_argument("--out", required=True, help="directory to write them to")
@@ -480,6 +514,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name, (kind, help_text) in RETRIEVAL_FLAGS.items():
         p.add_argument(f"--{name}", type=kind, help=f"{help_text} (default: the index's recorded value)")
     p.add_argument("--out", help="directory for eval.json and eval.html")
+    p.add_argument("--compare", metavar="OTHER_INDEX",
+                   help="also evaluate OTHER_INDEX (e.g. the same input embedded by an adapted model) on the same "
+                        "questions and set its metrics beside INDEX's, per system (the report's 'comparison')")
     p.add_argument("--agent", action="store_true", help="also run the agent loop on every question")
     p.add_argument("--base_url", help="OpenAI-compatible endpoint (with --agent)")
     p.add_argument("--model", help="model name (with --agent)")

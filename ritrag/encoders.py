@@ -20,8 +20,8 @@ from typing import Callable, Iterable, NamedTuple, Sequence
 
 import numpy as np
 
-from ritrag.embedder import (HASHING_PREFIX, EmbedderSpec, check_backend_available, choose_device, hashing_dimension,
-                             load_sentence_transformer, resolve_dtype, resolve_model_path)
+from ritrag.embedder import (HASHING_PREFIX, EmbedderSpec, check_backend_available, check_model_files, choose_device,
+                             hashing_dimension, load_sentence_transformer, resolve_dtype, resolve_model_path)
 from ritrag.numpy_bert import NumpyBert, numpy_bert_refusal
 
 # Padded tokens (rows x longest row) per forward pass. On one CPU thread, 1024
@@ -283,6 +283,7 @@ def load_query_encoder(spec: EmbedderSpec, device: str | None = None):
     second); any other model, or an explicit accelerator, gets `load_encoder`'s.
     Both are the torch backend's arithmetic in float32, to float rounding."""
     if not spec.model.startswith(HASHING_PREFIX) and spec.backend == "torch" and device in (None, "cpu"):
+        check_model_files(spec)  # the weights the index's vectors were made with, or none
         folder = numpy_bert_refusal(resolve_model_path(spec.model))
         if not isinstance(folder, str):
             return BertQueryEncoder(NumpyBert(folder, spec.max_seq_length, spec.normalize))

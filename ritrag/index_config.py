@@ -93,6 +93,11 @@ class IndexConfig:
         for flag in INDEX_FLAGS:
             if flags.get(flag.name) is not None:
                 config = flag.applied(config, flags[flag.name])
+        if config.embedder.model != self.embedder.model:
+            # Another model: a folder's checksum is taken now, before any vector
+            # is made with it (and the previous model's is not kept).
+            config = dataclasses.replace(
+                config, embedder=dataclasses.replace(config.embedder, model_sha256=None).pinned())
         return config
 
     def changes_asked(self, flags: Mapping[str, Any]) -> list[str]:
@@ -160,7 +165,8 @@ INDEX_FLAGS: tuple[ConfigFlag, ...] = (
     ConfigFlag("num_shards", ("num_shards",),
                "files per table, BM25 postings and dense index (parallel writers and loaders)", type=int),
     ConfigFlag("embedding_model", ("embedder", "model"),
-               "sentence-transformers model name or local path, or hashing:DIM (a model-free stand-in for tests)"),
+               "sentence-transformers model name or local folder (recorded with its checksum, e.g. ritrag adapt's "
+               "output), or hashing:DIM (a model-free stand-in for tests)"),
     ConfigFlag("query_prefix", ("embedder", "query_prefix"),
                "text the model expects before a query (e.g. 'query: ' for E5 models)"),
     ConfigFlag("document_prefix", ("embedder", "document_prefix"),

@@ -21,6 +21,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ritrag.embedder import folder_max_seq_length
+
 # erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7, float32's own rounding): numpy has no erf,
 # and BERT's "gelu" is the exact one.
 _ERF_P = 0.3275911
@@ -93,8 +95,7 @@ def numpy_bert_refusal(path: str) -> str | BertFolder:
     for name in ("model.safetensors", "tokenizer.json"):
         if not os.path.isfile(os.path.join(path, name)):
             return f"no {name}"
-    st_config = _read_json(os.path.join(path, "sentence_bert_config.json")) or {}
-    max_len = st_config.get("max_seq_length") or config.get("max_position_embeddings", 512)
+    max_len = folder_max_seq_length(path) or config.get("max_position_embeddings", 512)
     return BertFolder(path, config, modes[0], types[2:] == ["Normalize"], int(max_len))
 
 

@@ -17,9 +17,9 @@ import numpy as np
 from ritrag.analyzer import analyze
 from ritrag.bm25 import DOC, top_k
 from ritrag.vectors import rerank_exact
-from ritrag.embedder import EmbedderSpec, check_backend_available
+from ritrag.embedder import EmbedderSpec, ModelFilesError, check_backend_available, check_model_files
 from ritrag.encoders import QueryEmbedder
-from ritrag.layout import DamagedIndexError
+from ritrag.layout import DamagedIndexError, MissingIndexError
 from ritrag.serving.errors import ToolError, checked_int, checked_text
 from ritrag.serving.index import LoadedVersion
 from ritrag.serving.links import DEFAULT_CROSS_LINKS, see_also
@@ -97,6 +97,10 @@ class RitragIndex:
             raise DamagedIndexError(f"{index_dir}: the manifest's retrieval parameters: {exc}") from None
         self._spec = EmbedderSpec.from_dict(self.index.manifest.config["embedder"])
         check_backend_available(self._spec)  # refused at load, not at the first query
+        try:
+            check_model_files(self._spec)  # an adapted model's folder: there, with the same weights
+        except ModelFilesError as exc:  # a refusal of the index, as a missing or damaged file of it is
+            raise (MissingIndexError if exc.missing else DamagedIndexError)(f"{index_dir}: {exc}") from None
         self._device = device
         self._embedder: QueryEmbedder | None = None
         self._embedder_lock = threading.Lock()
