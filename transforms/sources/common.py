@@ -18,6 +18,10 @@ import yaml
 from lxml import etree
 
 from ritrag.schema import MAX_ANCHOR_CHARS, MAX_PAGE_LINKS, MAX_TREE_DEPTH, Crumb, Link, ParsedPage, Section
+# What a kind's parser takes from the HTML parser, in one place: the error that
+# dead-letters an input, the title a URL gives, the finishing of a page.
+from ritrag.transforms.parse import UnparseablePage
+from ritrag.transforms.parse.location import url_segment_title
 from ritrag.transforms.parse.page import finished_page
 from ritrag.urls import is_web_url, normalize_url
 
@@ -35,9 +39,6 @@ class SourceFile:
     root: str = ""
     url_of: Callable[[str], str] | None = None
 
-
-# The names reStructuredText files go by: the sniffer's (dispatch.py) and where Sphinx labels are read (rst_labels.py).
-RST_SUFFIXES = (".rst", ".rest")
 
 # The most nodes a YAML document may stand for once its aliases are expanded. A
 # real nav or front matter is a few thousand nodes; 9 aliases to 9 aliases ...

@@ -32,10 +32,9 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 from ritrag.schema import ParsedPage, Section
-from ritrag.transforms.parse import UnparseablePage
-from ritrag.transforms.parse.location import url_segment_title
-from ritrag.transforms.sources.common import (SourceFile, RefusedYaml, document_links, document_page, heading_anchor,
-                                              html_text, load_yaml, meta_text, section_path)
+from ritrag.transforms.sources.common import (SourceFile, RefusedYaml, UnparseablePage, document_links, document_page,
+                                              heading_anchor, html_text, load_yaml, meta_text, section_path,
+                                              url_segment_title)
 from ritrag.transforms.sources.nav import document_trail
 
 # The deepest markdown-it nests blocks (each list counts two levels, with its

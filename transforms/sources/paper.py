@@ -22,9 +22,8 @@ from __future__ import annotations
 import re
 
 from ritrag.schema import ParsedPage, Section
-from ritrag.transforms.parse import UnparseablePage
-from ritrag.transforms.parse.location import url_segment_title
-from ritrag.transforms.sources.common import SourceFile, document_page, heading_anchor, meta_text, section_path
+from ritrag.transforms.sources.common import (SourceFile, UnparseablePage, document_page, heading_anchor, meta_text,
+                                              section_path, url_segment_title)
 from ritrag.transforms.sources.discourse import load_json_object
 from ritrag.transforms.sources.nav import document_trail
 
