@@ -118,15 +118,19 @@ _NOT_SLUG = re.compile(r"[^\w\s-]")
 _SPACES = re.compile(r"[-\s]+")
 
 
-def heading_anchor(title: str, taken: set[str]) -> str:
+def heading_anchor(title: str, taken: dict[str, int]) -> str:
     """The anchor static-site generators give a heading (Python-Markdown's toc:
-    lowercase, punctuation dropped, spaces to hyphens, repeats suffixed _1, _2)."""
+    lowercase, punctuation dropped, spaces to hyphens, repeats suffixed _1, _2).
+    `taken`: the page's anchors so far, each with the last suffix tried for it, so
+    that a title repeated n times costs n tries in all, not n squared."""
     slug = _SPACES.sub("-", _NOT_SLUG.sub("", title).strip().lower()) or "section"
-    anchor, n = slug, 0
+    n = taken.get(slug, 0)  # every suffix below it is taken already
+    anchor = f"{slug}_{n}" if n else slug
     while anchor in taken:
         n += 1
         anchor = f"{slug}_{n}"
-    taken.add(anchor)
+    taken[anchor] = 0
+    taken[slug] = n
     return anchor
 
 

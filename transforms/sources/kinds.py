@@ -66,10 +66,11 @@ MARKDOWN = SourceKind("markdown", "Markdown docs (with mkdocs.yml nav)",
                       packages=("markdown-it-py>=3", "pyyaml>=6"))  # pyyaml: front matter, mkdocs.yml
 RST = SourceKind("rst", "reStructuredText", "ritrag.transforms.sources.rst:parse_rst", suffixes=RST_SUFFIXES,
                  url_path=served_as_html(RST_SUFFIXES), packages=("docutils>=0.20",))
+TEXT = SourceKind("text", "plain text (.txt)", "ritrag.transforms.sources.text:parse_text", suffixes=(".txt",))
 
 # Content sniffs first in this order (an HTML opening before a PDF header found
 # further in), then content types, then suffixes.
-KINDS: tuple[SourceKind, ...] = (HTML, PDF, STACKEXCHANGE, DISCOURSE, PAPER, MARKDOWN, RST)
+KINDS: tuple[SourceKind, ...] = (HTML, PDF, STACKEXCHANGE, DISCOURSE, PAPER, MARKDOWN, RST, TEXT)
 BY_NAME = {kind.name: kind for kind in KINDS}
 SOURCE_KINDS = tuple(BY_NAME)  # every name ParsedPage.source_kind may hold (besides "")
 # What a web response (a fetched body, a WARC record's payload) is read as: one

@@ -179,7 +179,7 @@ def parse_markdown(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
         blocks = blocks[1:]
     title = title or nav_title or url_segment_title(file.url)
     sections: list[tuple[str, int, str, tuple[str, ...], list[str]]] = [(title, 0, "", (), [])]
-    anchors: set[str] = set()
+    anchors: dict[str, int] = {}
     open_titles: list[tuple[int, str]] = []
     for block in blocks:
         if isinstance(block, _Heading):

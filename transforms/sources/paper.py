@@ -94,7 +94,7 @@ def parse_paper(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
     found = paper_sections(paper)
     if not abstract and not any(text for _, _, text in found):
         raise UnparseablePage("no_content", "a paper without an abstract or section text")
-    anchors: set[str] = set()
+    anchors: dict[str, int] = {}
     open_titles: list[tuple[int, str]] = []
     sections = [Section(title, 0, "", abstract, ())]
     sections += [Section(name, level, heading_anchor(name, anchors), text, section_path(open_titles, level, name))
