@@ -25,7 +25,7 @@ CRAWL = [
     "protego>=0.3",  # robots.txt (Scrapy's parser)
     "httpx>=0.27",  # pooled HTTP/1.1 keep-alive client
 ]
-SOURCES = [  # the input kinds besides HTML (transforms/sources)
+SOURCES = [  # the input kinds besides HTML: their `packages` in transforms/sources/kinds.py (tests/test_boundaries.py)
     "markdown-it-py>=3",  # Markdown
     "pyyaml>=6",  # front matter, mkdocs.yml
     "pypdf>=7.1",  # PDF text and outlines; the release tested to cut cyclic, too deep and huge outlines

@@ -63,8 +63,8 @@ JOBS: dict[str, tuple[str, str]] = {
     "refresh": ("the scheduled loop: crawl -> update (or first build) -> publish", "seed"),
 }
 JOB_DESCRIPTIONS = {
-    "build": "INPUT may mix kinds, each file sniffed by content: HTML pages, Markdown docs (with mkdocs.yml "
-             "nav), reStructuredText, PDF, Discourse topic JSON, Stack Exchange Posts.xml, paper JSON, WARC "
+    # {kinds}: the registry's (transforms/sources/kinds.py), filled in once the job is imported
+    "build": "INPUT may mix kinds, each file sniffed by content: {kinds}, WARC "
              "files and crawl directories (ritrag crawl's output); a directory, a glob, or an object-store "
              "URL (any Beam file system).",
     "update": "INPUT: the new snapshot, of the same kinds as a build's. What shaped the index (base URL, "
@@ -95,7 +95,9 @@ def _add_job_parser(sub, name: str):
 
     summary, positional = JOBS[name]
     job = _job_module(name)
-    p = sub.add_parser(name, help=summary, description=f"{summary}. {JOB_DESCRIPTIONS[name]}",
+    from ritrag.transforms.sources.kinds import described_kinds  # loaded with the job, which reads input
+    description = JOB_DESCRIPTIONS[name].format(kinds=described_kinds())
+    p = sub.add_parser(name, help=summary, description=f"{summary}. {description}",
                        epilog=BEAM_OPTIONS_HELP)
     if positional == "input":
         p.add_argument("input", help="directory, glob or object-store URL of the input files (see above)")

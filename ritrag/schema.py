@@ -239,11 +239,11 @@ NODE_KINDS = ("site", "page", "virtual", "section")
 # can answer every tree a build produces. Real documentation trees are a few
 # levels deep; 64 is far past them and far below JSON parsers' nesting limits.
 MAX_TREE_DEPTH = 64
-# The parser that read a page (transforms/sources/dispatch.py decides). A page
-# node and its sections carry their page's; a site or virtual node carries the
-# kind of every page below it when they all share one, else "" (none below, or
-# several kinds: a folder of Markdown next to a PDF).
-SOURCE_KINDS = ("html", "markdown", "rst", "pdf", "discourse", "paper", "stackexchange")
+# source_kind: the parser that read a page, one of SOURCE_KINDS, the names of the
+# registry of input kinds (transforms/sources/kinds.py, which the sniffer decides
+# by). A page node and its sections carry their page's; a site or virtual node
+# carries the kind of every page below it when they all share one, else "" (none
+# below, or several kinds: a folder of Markdown next to a PDF).
 
 NODES_SCHEMA = pa.schema(
     [

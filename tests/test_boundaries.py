@@ -16,13 +16,22 @@ not in a later refactoring.
 3. Each agent framework's library is imported by its adapter module alone
    (`ritrag.serving.adapters.*`, each an extra of its own), and the adapters
    by no other part of the product, so ritrag runs with none of them.
+4. The input kinds, read from their registry (`transforms/sources/kinds.py`):
+   sniffing (the contract, the registry, the sniffer) needs the standard library
+   alone, and neither it, dispatch nor the crawler loads a kind's parser (each
+   is imported on first use, its packages being the pipeline extra's, not the
+   crawl extra's); a parser takes what it needs of the HTML parser from
+   `sources.common`; setup.py's SOURCES extra is the kinds' packages.
 """
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
+
+from ritrag.transforms.sources.kinds import KINDS
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = {"ritrag": "ritrag", "transforms": "ritrag.transforms", "pipelines": "ritrag.pipelines",
@@ -31,16 +40,10 @@ PACKAGES = {"ritrag": "ritrag", "transforms": "ritrag.transforms", "pipelines": 
 CRAWLER = "ritrag.transforms.crawl"
 CRAWLER_IMPORTERS = {"ritrag.pipelines.crawl", "ritrag.pipelines.refresh"}
 NO_LAZY_RITRAG = ("ritrag", "transforms", "pipelines", "serving")
-OPTIONAL_SOURCES = "a source kind's parser, loaded on first use: its package (pypdf, markdown-it, docutils) " \
-                   "is in the pipeline extra, not the crawl extra, and the crawler imports dispatch"
 SERVER_PARTS = "a part of the server one mode needs (REST, MCP, a shared budget store, an object-store " \
                "mirror, the version watcher), loaded by the command that runs it"
-LAZY = {
-    **{("ritrag.transforms.sources.dispatch", f"ritrag.transforms.sources.{kind}"): OPTIONAL_SOURCES
-       for kind in ("discourse", "markdown", "paper", "pdf", "rst", "stackexchange")},
-    **{("ritrag.serving.server", f"ritrag.serving.{part}"): SERVER_PARTS
-       for part in ("budget_store", "http", "mcp_server", "reload", "remote")},
-}
+LAZY = {("ritrag.serving.server", f"ritrag.serving.{part}"): SERVER_PARTS
+        for part in ("budget_store", "http", "mcp_server", "reload", "remote")}
 
 FRAMEWORKS = {"langchain_core": "ritrag.serving.adapters.langchain",
               "llama_index": "ritrag.serving.adapters.llamaindex",
@@ -108,8 +111,8 @@ def is_in(module: str, package: str) -> bool:
 def test_the_checks_see_what_they_check():
     assert {"ritrag.transforms.crawl.round", "ritrag.transforms.sources.warc", "ritrag.urls"} <= set(MODULES)
     assert any(is_in(target, CRAWLER) for _, target in imports("ritrag.pipelines.crawl")[0])
-    assert ("ritrag.transforms.sources.dispatch", "ritrag.transforms.sources.pdf") in {
-        ("ritrag.transforms.sources.dispatch", target) for _, target in imports("ritrag.transforms.sources.dispatch")[1]}
+    assert "ritrag.transforms.sources.pdf" in PARSER_MODULES and "pypdf" in third_party("ritrag.transforms.sources.pdf")
+    assert "ritrag.transforms.sources.kinds" in loaded_with("ritrag.transforms.sources.sniff")
     assert "ritrag.transforms.crawl.downloader" in loaded_with("ritrag.transforms.crawl.round")
     assert {"langchain_core.tools", "ritrag.serving.adapters.base"} <= {
         target for _, target in imports("ritrag.serving.adapters.langchain")[0]}
@@ -150,3 +153,50 @@ def test_a_framework_is_imported_by_its_adapter_only(module):
                  or (is_in(target, ADAPTERS) and not is_in(module, ADAPTERS))]
     assert not offenders, ("an agent framework is imported only by its module of ritrag.serving.adapters, and the "
                            "adapters by nothing else (each framework is an extra of its own):\n" + "\n".join(offenders))
+
+
+SNIFFING = ("ritrag.transforms.sources.base", "ritrag.transforms.sources.kinds", "ritrag.transforms.sources.sniff")
+# The module of each kind's parser ("module:function"; HTML is read by transforms/parse).
+PARSER_MODULES = {kind.parser.partition(":")[0]: kind for kind in KINDS if kind.parser}
+
+
+def third_party(module: str) -> set[str]:
+    """The top-level packages outside ritrag that `module` imports (at its head or in a function)."""
+    top, local = imports(module)
+    return {target.split(".")[0] for _, target in top + local if not is_in(target, "ritrag")}
+
+
+@pytest.mark.parametrize("module", SNIFFING)
+def test_sniffing_needs_the_standard_library_alone(module):
+    top, local = imports(module)
+    assert {target for _, target in top + local if is_in(target, "ritrag")} <= set(SNIFFING)
+    assert third_party(module) <= sys.stdlib_module_names | {"__future__"}
+
+
+@pytest.mark.parametrize("module", sorted({"ritrag.transforms.sources.sniff", "ritrag.transforms.sources.dispatch",
+                                           *(m for m in MODULES if is_in(m, CRAWLER))}))
+def test_no_kind_parser_is_loaded_before_it_is_used(module):
+    loaded = loaded_with(module) & set(PARSER_MODULES)
+    assert not loaded, f"{module} loads the parsers of {sorted(PARSER_MODULES[m].name for m in loaded)}; " \
+                       "dispatch imports a kind's parser on first use"
+
+
+@pytest.mark.parametrize("module", sorted(PARSER_MODULES))
+def test_a_kind_names_a_parser_that_exists(module):
+    function = PARSER_MODULES[module].parser.partition(":")[2]
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    assert function in {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+
+
+@pytest.mark.parametrize("module", sorted(PARSER_MODULES))
+def test_a_kind_takes_the_html_parsers_pieces_from_common(module):
+    offenders = [f"{MODULES[module].relative_to(REPO)}:{line}: {target}" for line, target in sum(imports(module), [])
+                 if is_in(target, "ritrag.transforms.parse")]
+    assert not offenders, "import them from ritrag.transforms.sources.common:\n" + "\n".join(offenders)
+
+
+def test_the_sources_extra_is_the_kinds_packages():
+    tree = ast.parse((REPO / "setup.py").read_text(encoding="utf-8"))
+    extra = next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                 and any(isinstance(t, ast.Name) and t.id == "SOURCES" for t in node.targets))
+    assert sorted(extra) == sorted({package for kind in KINDS for package in kind.packages})

@@ -144,7 +144,7 @@ def test_a_build_with_nothing_to_index_refuses_in_one_line(tmp_path):
     junk = tmp_path / "junk"
     junk.mkdir()
     (junk / "a.bin").write_bytes(b"\x00\x01 not a page")
-    (junk / "b.txt").write_text("plain text has no known kind")
+    (junk / "b.cfg").write_text("a configuration file has no known kind")
     done = ritrag("build", str(junk), "--out", str(tmp_path / "idx"), "--embedding_model", "hashing:384", cwd=tmp_path)
     assert done.returncode == 1
     assert "Traceback" not in done.stderr

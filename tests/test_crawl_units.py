@@ -16,7 +16,7 @@ from ritrag.transforms.crawl.round import HostGate, Link, RecentLinks
 from ritrag.transforms.crawl.scope import BadUrl, Scope, clean_url, crawl_key, seed_prefix
 from ritrag.transforms.crawl.sitemaps import InvalidSitemap, parse_sitemap
 from ritrag.transforms.crawl.warc_writer import WarcFileWriter
-from ritrag.transforms.sources.dispatch import web_kind
+from ritrag.transforms.sources.sniff import web_kind
 from ritrag.transforms.sources.record_source import split_record_source
 from ritrag.transforms.sources.warc import read_record, read_warc_pages
 

@@ -9,9 +9,9 @@ records.
 Each file is one page (or several: a forum thread's posts), or a dead letter
 with a reason (`DEAD` output): of no kind a parser reads (`unknown_kind`),
 outside the input root, not a regular file, unreadable, unparseable. Which
-parser reads a file is decided by its content first and its name second
-(transforms/sources/dispatch.py): HTML (transforms/parse), Markdown, PDF,
-Discourse topics, paper JSON (transforms/sources). No shuffle carries page
+parser reads a file is decided by its content first and its name second,
+among the kinds of the registry (transforms/sources/kinds.py): HTML by
+transforms/parse, the others through transforms/sources/dispatch.py. No shuffle carries page
 text: once placed, a page is either read back from the spill file its first
 parse wrote (`SpillPagesFn`, `placed_page`: the build) or read and parsed
 again (`reread_page`: the update); `PageParser` keeps the two parses
@@ -52,7 +52,8 @@ from ritrag.transforms.parse.decode import DEFAULT_MAX_BYTES
 from ritrag.transforms.site_base import public_url
 from ritrag.transforms.sources import (HTML, SourceFile, document_url_path, is_multi_page, is_warc, parse_document,
                                       record_source, sniff_kind, split_record_source, web_kind)
-from ritrag.transforms.sources.dispatch import WARC_SNIFF_BYTES
+from ritrag.transforms.sources.kinds import described_kinds
+from ritrag.transforms.sources.sniff import WARC_SNIFF_BYTES
 from ritrag.transforms.tables import parquet_bytes, write_bytes
 from ritrag.transforms.sources.warc import ReadCrawlDirPages, crawl_dir_of, open_raw, read_record, read_warc_pages
 from ritrag.urls import normalize_url, site_of
@@ -75,8 +76,7 @@ class InputOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser):
-        parser.add_argument("--input", help="directory or glob of input files: HTML, Markdown, reStructuredText, PDF, Discourse "
-                                            "topic or paper JSON, Stack Exchange Posts.xml, by content "
+        parser.add_argument("--input", help=f"directory or glob of input files: {described_kinds()}, by content "
                                             "(any Beam filesystem)")
         parser.add_argument("--max_page_bytes", type=int, default=20 * 1024 * 1024,
                             help="a larger input file (or WARC record) is a dead letter (too_large)")

@@ -41,7 +41,7 @@ from typing import Callable, Iterator
 import httpcore
 import httpx
 
-from ritrag.transforms.sources.dispatch import web_kind
+from ritrag.transforms.sources.sniff import web_kind
 from ritrag.urls import is_web_url, resolve
 
 # fetched: HTML kept; kept_other: PDF kept aside (in the WARC) for a later stage;

@@ -18,6 +18,10 @@ import yaml
 from lxml import etree
 
 from ritrag.schema import MAX_ANCHOR_CHARS, MAX_PAGE_LINKS, MAX_TREE_DEPTH, Crumb, Link, ParsedPage, Section
+# What a kind's parser takes from the HTML parser, in one place: the error that
+# dead-letters an input, the title a URL gives, the finishing of a page.
+from ritrag.transforms.parse import UnparseablePage
+from ritrag.transforms.parse.location import url_segment_title
 from ritrag.transforms.parse.page import finished_page
 from ritrag.urls import is_web_url, normalize_url
 
@@ -35,9 +39,6 @@ class SourceFile:
     root: str = ""
     url_of: Callable[[str], str] | None = None
 
-
-# The names reStructuredText files go by: the sniffer's (dispatch.py) and where Sphinx labels are read (rst_labels.py).
-RST_SUFFIXES = (".rst", ".rest")
 
 # The most nodes a YAML document may stand for once its aliases are expanded. A
 # real nav or front matter is a few thousand nodes; 9 aliases to 9 aliases ...
@@ -117,15 +118,19 @@ _NOT_SLUG = re.compile(r"[^\w\s-]")
 _SPACES = re.compile(r"[-\s]+")
 
 
-def heading_anchor(title: str, taken: set[str]) -> str:
+def heading_anchor(title: str, taken: dict[str, int]) -> str:
     """The anchor static-site generators give a heading (Python-Markdown's toc:
-    lowercase, punctuation dropped, spaces to hyphens, repeats suffixed _1, _2)."""
+    lowercase, punctuation dropped, spaces to hyphens, repeats suffixed _1, _2).
+    `taken`: the page's anchors so far, each with the last suffix tried for it, so
+    that a title repeated n times costs n tries in all, not n squared."""
     slug = _SPACES.sub("-", _NOT_SLUG.sub("", title).strip().lower()) or "section"
-    anchor, n = slug, 0
+    n = taken.get(slug, 0)  # every suffix below it is taken already
+    anchor = f"{slug}_{n}" if n else slug
     while anchor in taken:
         n += 1
         anchor = f"{slug}_{n}"
-    taken.add(anchor)
+    taken[anchor] = 0
+    taken[slug] = n
     return anchor
 
 

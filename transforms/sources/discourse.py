@@ -38,9 +38,8 @@ import lxml.html
 from lxml import etree
 
 from ritrag.schema import MAX_TREE_DEPTH, Crumb, Link, ParsedPage, Section
-from ritrag.transforms.parse import UnparseablePage
-from ritrag.transforms.parse.location import url_segment_title
-from ritrag.transforms.sources.common import SourceFile, document_links, document_page, html_text, meta_text
+from ritrag.transforms.sources.common import (SourceFile, UnparseablePage, document_links, document_page, html_text,
+                                              meta_text, url_segment_title)
 from ritrag.transforms.sources.nav import document_trail
 
 

@@ -32,10 +32,9 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 from ritrag.schema import ParsedPage, Section
-from ritrag.transforms.parse import UnparseablePage
-from ritrag.transforms.parse.location import url_segment_title
-from ritrag.transforms.sources.common import (SourceFile, RefusedYaml, document_links, document_page, heading_anchor,
-                                              html_text, load_yaml, meta_text, section_path)
+from ritrag.transforms.sources.common import (SourceFile, RefusedYaml, UnparseablePage, document_links, document_page,
+                                              heading_anchor, html_text, load_yaml, meta_text, section_path,
+                                              url_segment_title)
 from ritrag.transforms.sources.nav import document_trail
 
 # The deepest markdown-it nests blocks (each list counts two levels, with its
@@ -180,7 +179,7 @@ def parse_markdown(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
         blocks = blocks[1:]
     title = title or nav_title or url_segment_title(file.url)
     sections: list[tuple[str, int, str, tuple[str, ...], list[str]]] = [(title, 0, "", (), [])]
-    anchors: set[str] = set()
+    anchors: dict[str, int] = {}
     open_titles: list[tuple[int, str]] = []
     for block in blocks:
         if isinstance(block, _Heading):

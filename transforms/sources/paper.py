@@ -22,9 +22,8 @@ from __future__ import annotations
 import re
 
 from ritrag.schema import ParsedPage, Section
-from ritrag.transforms.parse import UnparseablePage
-from ritrag.transforms.parse.location import url_segment_title
-from ritrag.transforms.sources.common import SourceFile, document_page, heading_anchor, meta_text, section_path
+from ritrag.transforms.sources.common import (SourceFile, UnparseablePage, document_page, heading_anchor, meta_text,
+                                              section_path, url_segment_title)
 from ritrag.transforms.sources.discourse import load_json_object
 from ritrag.transforms.sources.nav import document_trail
 
@@ -95,7 +94,7 @@ def parse_paper(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
     found = paper_sections(paper)
     if not abstract and not any(text for _, _, text in found):
         raise UnparseablePage("no_content", "a paper without an abstract or section text")
-    anchors: set[str] = set()
+    anchors: dict[str, int] = {}
     open_titles: list[tuple[int, str]] = []
     sections = [Section(title, 0, "", abstract, ())]
     sections += [Section(name, level, heading_anchor(name, anchors), text, section_path(open_titles, level, name))

@@ -39,9 +39,7 @@ from pypdf.errors import FileNotDecryptedError, PyPdfError
 from pypdf.generic import Destination
 
 from ritrag.schema import ParsedPage, Section
-from ritrag.transforms.parse import UnparseablePage
-from ritrag.transforms.parse.location import url_segment_title
-from ritrag.transforms.sources.common import SourceFile, document_page, section_path
+from ritrag.transforms.sources.common import SourceFile, UnparseablePage, document_page, section_path, url_segment_title
 from ritrag.transforms.sources.nav import document_trail
 from ritrag.transforms.sources.pdf_layout import Line, LineCollector, layout_headings
 

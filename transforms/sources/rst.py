@@ -43,10 +43,8 @@ from docutils.parsers.rst import Directive, directives, roles
 from docutils.utils import SystemMessage
 
 from ritrag.schema import ParsedPage, Section
-from ritrag.transforms.parse import UnparseablePage
-from ritrag.transforms.parse.location import url_segment_title
-from ritrag.transforms.sources.common import (SourceFile, document_links, document_page, link_target,
-                                              section_path)
+from ritrag.transforms.sources.common import (SourceFile, UnparseablePage, document_links, document_page, link_target,
+                                              section_path, url_segment_title)
 from ritrag.transforms.sources.nav import document_trail
 from ritrag.transforms.sources.rst_labels import document_title, find_label, label_key, sphinx_project
 

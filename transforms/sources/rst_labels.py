@@ -36,7 +36,8 @@ from typing import NamedTuple
 from apache_beam.io.filesystems import FileSystems
 from docutils import nodes
 
-from ritrag.transforms.sources.common import RST_SUFFIXES, SourceFile
+from ritrag.transforms.sources.common import SourceFile
+from ritrag.transforms.sources.kinds import RST_SUFFIXES
 from ritrag.transforms.sources.nav import file_exists
 
 SPHINX_CONFIG = "conf.py"

@@ -31,8 +31,7 @@ import re
 from lxml import etree
 
 from ritrag.schema import Crumb, ParsedPage, Section
-from ritrag.transforms.parse import UnparseablePage
-from ritrag.transforms.sources.common import SourceFile, document_page, html_text
+from ritrag.transforms.sources.common import SourceFile, UnparseablePage, document_page, html_text
 from ritrag.transforms.sources.nav import document_trail
 
 QUESTION, ANSWER = "1", "2"
