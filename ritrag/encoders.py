@@ -255,9 +255,12 @@ class HashingEncoder:
 
         words = [re.findall(r"\w+", (prefix + text).lower()) for text in texts]
         # Hash each distinct word once per batch: words repeat, crc32 calls from
-        # Python are what this encoder spends its time on.
-        distinct, inverse = np.unique(np.array([w for ws in words for w in ws] or [""]), return_inverse=True)
-        codes = np.fromiter((zlib.crc32(w.encode()) for w in distinct.tolist()), np.int64, len(distinct))[inverse]
+        # Python are what this encoder spends its time on. A dict, not a numpy
+        # string array: that array is as wide as the longest word for every word
+        # (one 5 MB word among 100k asked for 1.8 TiB).
+        first: dict[str, int] = {}
+        inverse = np.fromiter((first.setdefault(w, len(first)) for ws in words for w in ws), np.int64)
+        codes = np.fromiter((zlib.crc32(w.encode()) for w in first), np.int64, len(first))[inverse]
         rows = np.repeat(np.arange(len(texts)), [len(ws) for ws in words])
         signs = np.where(codes[: len(rows)] & (1 << 31), -1.0, 1.0)
         flat = np.bincount(rows * self._dimension + codes[: len(rows)] % self._dimension, weights=signs,

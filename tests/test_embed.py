@@ -326,3 +326,13 @@ def test_hashing_encoder_is_a_deterministic_normalized_stand_in():
     assert float(first[0] @ encoder.embed(["daily logs rotate"]).vectors[0]) == pytest.approx(1.0)
     # chunks are cut with the bundled model's tokenizer, exactly as for the default model
     assert resolve_model_path("hashing:64") == resolve_model_path("bundled:all-MiniLM-L6-v2")
+
+
+def test_the_hashing_encoder_costs_what_its_words_hold_not_the_longest_word_times_their_count():
+    from ritrag.encoders import HashingEncoder
+
+    encoder = HashingEncoder(64)
+    texts = ["x" * 5_000_000, " ".join(["word"] * 100_000), "Logs rotate daily"]
+    vectors = encoder.embed(texts).vectors  # a fixed-width array of the words asked for 1.8 TiB here
+    assert vectors.shape == (3, 64)
+    np.testing.assert_array_equal(vectors[2], encoder.embed(["Logs rotate daily"]).vectors[0])
