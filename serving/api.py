@@ -181,7 +181,9 @@ class RitragIndex:
         """docs/METHOD.md steps 1-3: the rankings, the fused chunk scores and the top-n
         (node row, score) hits, best first."""
         params = params or self.params
-        rankings = self.rankings(query, k, query_vector, params)
+        # embedded once: the rankings and the dense root prior both use it
+        vector = self.embed_query(query) if query_vector is None else query_vector
+        rankings = self.rankings(query, k, vector, params)
         fused = fuse(rankings.chunks, params)
         scores = node_scores(fused, self.index.chunk_node)
         if params.node_score == "max+doc" and rankings.docs is not None:
@@ -191,7 +193,6 @@ class RitragIndex:
             prior = self.index.root_prior()
             scores = prior.boost(scores, prior.root_scores(analyze(query)), params.root_weight)
         if params.root_dense_weight > 0:
-            vector = self.embed_query(query) if query_vector is None else query_vector
             scores = self.index.root_prior().boost(scores, RootPrior.dense_scores(vector, self.root_vectors()),
                                                    params.root_dense_weight)
         return Retrieval(rankings, fused, top_nodes(scores, n), scores)
