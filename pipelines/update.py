@@ -4,10 +4,13 @@
 
 1. Diff: every input file is hashed and joined by URL with the live pages table:
    unchanged (same raw bytes), new or changed (parsed), deleted (tombstoned).
-2. Forest: recomputed for every site from skeletons only: the stored skeletons of
-   unchanged pages and the parsed ones of new and changed pages, so moved pages
-   land under their new parents and children of deleted pages re-attach. Node ids
-   depend on URLs alone, so unchanged pages keep theirs.
+2. Forest: recomputed from skeletons only for every site whose skeletons changed
+   (a page came, went, or was parsed into another title, trail or canonical):
+   the stored skeletons of its unchanged pages and the parsed ones of its new and
+   changed pages, so moved pages land under their new parents and children of
+   deleted pages re-attach. A page parsed into the skeleton it had keeps its live
+   placement, and the rest of its site is not read. Node ids depend on URLs alone,
+   so unchanged pages keep theirs.
 3. Page by page (`plan_page_update`): new and changed pages get new node rows and
    chunks; unchanged pages whose placement changed get re-placed rows (bodies read
    back from the live segment); nodes and chunks that no longer exist become
@@ -52,27 +55,28 @@ from ritrag.index_config import IndexConfig
 from ritrag.layout import BM25_STATS_FILE, EDGES_KIND, IndexLayout, TOMBSTONES_FILE, new_manifest
 from ritrag.reader import IndexReader
 from ritrag.storage import open_read
-from ritrag.schema import CHUNKS_SCHEMA, EDGES_SCHEMA, EDGES_SORT_KEYS, NODES_SCHEMA, PAGES_SCHEMA, PageSkeleton
-from ritrag.transforms.delta import (CHUNK_REF_COLUMNS, NODE_SKELETON_COLUMNS, ChunkRows, ClassifyFn, DiffInput,
+from ritrag.schema import CHUNKS_SCHEMA, EDGES_SCHEMA, EDGES_SORT_KEYS, NODES_SCHEMA, PAGES_SCHEMA
+from ritrag.transforms.delta import (ChunkRows, ClassifyFn, DiffInput, PlaceChangedForests,
                                      ParseChangedPages, PlanPageUpdates, RemovedChunkTerms, ReplaceRows,
                                      ReuseOrEmbedVectors, UpdatePagesFn, WriteTombstones, tombstone_counts)
 from ritrag.transforms.counts import WriteCounts
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainedIndex, WriteDenseIndex
 from ritrag.transforms.edges import EDGE_COUNTERS
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
+from ritrag.transforms.nodes import SITES_PLACED_COUNTER
 from ritrag.transforms.metadata.enrich import METADATA_COUNTERS, EnrichNodeMetadata, MetadataOptions, MetadataPlan
 from ritrag.transforms.link_delta import CHANGED_NODES, TOMBSTONE, UpdateAnchorDocs, UpdateEdges
-from ritrag.transforms.nodes import PlaceSkeletons
 from ritrag.transforms.pages import (DEAD, PAGE_COUNTERS, InputOptions, PageParser, WriteDeadLetters, count_input_files,
                               input_root_and_pattern)
 from ritrag.transforms.progress import SECTIONS_CAPPED_COUNTER, CountSectionsCapped, LogProgress
 from ritrag.transforms.serving_files import WriteServingForm
 from ritrag.transforms.sparse import BuildSparseIndex, WriteSparseIndex
-from ritrag.transforms.tables import ReadLiveRows, WriteParquetTable
+from ritrag.transforms.tables import WriteParquetTable
 
 LOG = logging.getLogger("ritrag.update")
 UPDATE_COUNTERS = PAGE_COUNTERS + ("pages_unchanged", "pages_deleted", "pages_replaced",
-                                   "chunks_added", "chunks_reused_vectors", SECTIONS_CAPPED_COUNTER) + EDGE_COUNTERS
+                                   "chunks_added", "chunks_reused_vectors", SECTIONS_CAPPED_COUNTER,
+                                   SITES_PLACED_COUNTER) + EDGE_COUNTERS
 UPDATE_METADATA_COUNTERS = UPDATE_COUNTERS + METADATA_COUNTERS
 
 
@@ -113,27 +117,27 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     # The sites' public bases the build inferred (config.site_bases) key the pages as they did then.
     parser = PageParser(root, config.page_base_url, config.site_depth, opts.max_page_bytes,
                         opts.follow_links_outside_input).with_site_bases(live.manifest.config.get("site_bases"))
-    live_nodes = p | "LiveNodes" >> ReadLiveRows(live, "nodes", NODE_SKELETON_COLUMNS)
-    live_chunks = p | "LiveChunks" >> ReadLiveRows(live, "chunks", CHUNK_REF_COLUMNS)
-    live_edges = p | "LiveEdges" >> ReadLiveRows(live, EDGES_KIND)
-
     # Diff: unchanged pages keep their stored skeleton; new and changed ones are parsed.
     diff = p | "Diff" >> DiffInput(pattern, parser, live)
-    parsed = diff[ClassifyFn.PARSE] | "ParseChanged" >> ParseChangedPages(parser)
+    parsed = diff["parse"] | "ParseChanged" >> ParseChangedPages(parser)
     # Only new and changed pages are parsed, and how many there are is known only
     # once the diff has hashed every input: their progress is a count and a rate,
     # no share of the input files (one changed page of 296 read "0.3% of 296, ETA 4h35m").
     pages = (parsed["pages"]
              | "CountSectionsCapped" >> CountSectionsCapped()
              | "ParseProgress" >> LogProgress("parse (changed pages)"))
-    # Forest: every site placed again, from skeletons only.
-    placements = ((diff["unchanged"], pages | "Skeleton" >> beam.Map(PageSkeleton.of))
-                  | "AllSkeletons" >> beam.Flatten()
-                  | "Place" >> PlaceSkeletons())
+    # Forest: the sites whose skeletons changed placed again, from skeletons
+    # only; the pages parsed into the skeleton they had keep their placement.
+    # Of the live tables, only the rows these pages and sites touch are read
+    # (ReadLiveRows' `where`), so an edit costs its page, not the index.
+    placed = ({"parsed": pages, "old_skeletons": diff[ClassifyFn.OLD_SKELETON],
+               "gone_sites": diff[ClassifyFn.GONE_SITE], "dead_urls": diff[ClassifyFn.DEAD_URL]}
+              | "PlaceChanged" >> PlaceChangedForests(live))
     # Page by page: new rows and chunks, re-placed rows, tombstones.
-    delta = ({"placements": placements, "pages": pages, "live_nodes": live_nodes, "live_chunks": live_chunks}
-             | "PlanPages" >> PlanPageUpdates(representation, config.granularity, parser))
-    replaced = delta[UpdatePagesFn.NEED_BODY] | "ReplaceRows" >> ReplaceRows(spec, representation)
+    delta = ({"placements": placed["placements"], "pages": pages, "live_nodes": placed["live_nodes"],
+              "dead_urls": diff[ClassifyFn.DEAD_URL]}
+             | "PlanPages" >> PlanPageUpdates(live, representation, config.granularity, parser))
+    replaced = delta[UpdatePagesFn.NEED_BODY] | "ReplaceRows" >> ReplaceRows(live, spec, representation)
     planned = delta["nodes"]
     if metadata is not None:
         planned = planned | "EnrichNodeMetadata" >> EnrichNodeMetadata(metadata, os.path.basename(segment_dir))
@@ -142,10 +146,10 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     # Links: the edges of the sources whose edges changed; the anchor documents of
     # the nodes whose in-links changed.
     targets = delta[UpdatePagesFn.TARGETS]
-    edges = ({"indexed": delta[UpdatePagesFn.LINKS], "unchanged": diff[ClassifyFn.LINKS],
+    edges = ({"indexed": delta[UpdatePagesFn.LINKS], "dead_urls": diff[ClassifyFn.DEAD_URL],
               "changed_urls": delta[UpdatePagesFn.CHANGED_TARGETS], "gone": delta[UpdatePagesFn.GONE],
-              "targets": targets, "live_edges": live_edges}
-             | "Edges" >> UpdateEdges())
+              "targets": targets, "placed_sites": placed["sites"], "placed_pages": placed["pages"]}
+             | "Edges" >> UpdateEdges(live))
     dead_parts = [delta[UpdatePagesFn.TOMBSTONE], changed[UpdatePagesFn.TOMBSTONE], replaced[UpdatePagesFn.TOMBSTONE],
                   edges[TOMBSTONE],
                   diff[ClassifyFn.DEAD_URL] | "DeadUrls" >> beam.Map(lambda u: ("url", u))]
@@ -154,16 +158,15 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     indexed = chunks
     if representation.anchor_docs:
         anchor_docs = ({"changed_nodes": edges[CHANGED_NODES], "tombstoned": edges[TOMBSTONE],
-                        "edges": edges["edges"], "live_edges": live_edges, "targets": targets,
-                        "live_chunks": live_chunks}
-                       | "AnchorDocs" >> UpdateAnchorDocs(spec))
+                        "edges": edges["edges"], "targets": targets, "placed_sites": placed["sites"],
+                        "placed_pages": placed["pages"]}
+                       | "AnchorDocs" >> UpdateAnchorDocs(live, spec))
         dead_parts.append(anchor_docs[TOMBSTONE])
         indexed = (chunks, anchor_docs["anchor_docs"]) | "ChunksAndAnchorDocs" >> beam.Flatten()
     dead = dead_parts | "AllDead" >> beam.Flatten()
     removed = dead | "Removed" >> RemovedChunkTerms(representation)
     sparse = indexed | "Sparse" >> BuildSparseIndex(representation, removed=removed)
-    vectors = ({"new": chunks, "live": live_chunks}
-               | "Vectors" >> ReuseOrEmbedVectors(live, EmbedChunks.from_options(spec, options)))
+    vectors = chunks | "Vectors" >> ReuseOrEmbedVectors(live, EmbedChunks.from_options(spec, options))
     trained = p | "LiveTrainedIndex" >> beam.Create([TrainedIndex(live.trained_dense_index())])
 
     # Sinks: the delta segment's files.

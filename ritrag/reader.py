@@ -22,7 +22,7 @@ among all rows of its kind's files in manifest order, dead rows included
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -129,11 +129,39 @@ class LiveFile:
         table = self.read(columns)
         return table.filter(self.live_mask(table[self.id_column]))
 
-    def rows(self, columns: list[str] | None = None) -> Iterator[dict[str, Any]]:
-        """The live rows as dicts; each carries `_file`, this file, for later point reads."""
-        for row in self.table(columns).to_pylist():
+    def rows(self, columns: list[str] | None = None, where: Mapping[str, Collection] | None = None
+             ) -> Iterator[dict[str, Any]]:
+        """The live rows as dicts; each carries `_file`, this file, for later point reads.
+        With `where` ({column: values}), only the rows whose every named column
+        holds one of its values; "list.field" names a field of a list of structs,
+        and a row matches when any of its elements' does. The filter is
+        vectorized, so a job that needs a few rows of a large table pays a
+        column scan, not a dict per row."""
+        table = self.table(columns)
+        if where:
+            keep = np.ones(len(table), bool)
+            for name, values in where.items():
+                keep &= _holds_one_of(table, name, values)
+            table = table.filter(keep)
+        for row in table.to_pylist():
             row["_file"] = self.path
             yield row
+
+
+def _holds_one_of(table: pa.Table, name: str, values: Collection) -> np.ndarray:
+    """Which rows of `table` hold one of `values` in column `name` (a flat
+    column, or "list.field": any element of a list-of-structs column)."""
+    column, _, member = name.partition(".")
+    array = table[column].combine_chunks()
+    if not member:
+        return pc.is_in(array, value_set=pa.array(list(values), array.type)).to_numpy(zero_copy_only=False)
+    elements = pc.list_flatten(array)
+    field = pc.struct_field(elements, member)
+    hit = pc.is_in(field, value_set=pa.array(list(values), field.type)).to_numpy(zero_copy_only=False)
+    rows = pc.list_parent_indices(array).to_numpy()
+    out = np.zeros(len(table), bool)
+    out[rows[hit]] = True
+    return out
 
 
 def _mapped_whole(path: str) -> pa.Buffer:

@@ -190,3 +190,50 @@ def test_a_plan_names_the_urls_whose_nodes_a_link_may_name_changed():
                             representation=Representation(template="{body}"))
     assert kept.changed_target_urls == [] and {t["node_id"] for t in kept.targets} == {"p", "s1"}
     assert kept.dead_chunks == [] and kept.dead_source is None
+
+
+def ref_link(path: str, text: str) -> str:
+    return f'<a href="{BASE}/ref/{path}">{text}</a>'
+
+
+# A second site that links into the guide; in v2 only the API page's text
+# changes (a link to the moving page dropped, one to the other site added), so
+# its skeleton, and every forest, stays as it was.
+REF_SITE = {
+    "ref/index.html": ("Reference", [], [("Index", f"See {ref_link('cli.html', 'the CLI')} and "
+                                                   f"{link('api.html', 'the API guide')}.")]),
+    "ref/cli.html": ("CLI", [("Reference", "ref/")], [("Flags", f"Flags mirror {link('config.html', 'configuration')}."),
+                                                      ("Exit", "Status 0 means success.")]),
+}
+API_EDITED = ("API", [("Calls", f"Ports are in {link('config.html#s1', 'port settings')}; the flags are in "
+                                f"{ref_link('cli.html#s0', 'the CLI flags')}.")])
+
+
+def write_two_sites(directory: Path, guide: dict) -> Path:
+    write_site(directory, guide)
+    for path, (title, trail, sections) in REF_SITE.items():
+        (directory / path).parent.mkdir(parents=True, exist_ok=True)
+        (directory / path).write_text(tiny_page(title, trail, sections), encoding="utf-8")
+    return directory
+
+
+def test_an_edit_that_keeps_every_forest_reads_no_site_and_equals_a_fresh_build(tmp_path):
+    flags = ("--granularity", "section", "--embedding_model", "hashing:384")
+    updated, fresh = tmp_path / "updated", tmp_path / "fresh"
+    build_index(write_two_sites(tmp_path / "v1", SITE_V1), updated, *flags)
+    edited = write_two_sites(tmp_path / "v2", {**SITE_V1, "guide/api.html": API_EDITED})
+    update.run(["--input", str(edited), "--index", str(updated)])
+    build_index(edited, fresh, *flags)
+
+    counts = IndexLayout(str(updated)).load_manifest().stats["pages"]
+    assert counts["pages_indexed"] == 1 and counts["sites_placed"] == 0  # the page kept its place
+    assert IndexLayout(str(fresh)).load_manifest().stats["pages"]["sites_placed"] == 2
+    assert live_edges(updated) == live_edges(fresh)
+    for kind in ("chunks", "nodes", "pages"):
+        assert live_table(updated, kind) == live_table(fresh, kind), kind
+    # The new cross-site link resolved against a node the update did not place,
+    # and the in-links of both pages it touched were recounted.
+    cli_flags = node_id_for(f"{BASE}/ref/cli.html#s0")
+    assert any(s == url_id("api.html") and t == cli_flags for s, _, t, _ in live_edges(updated))
+    docs = {c["node_id"]: c["text"] for c in live_table(updated, "chunks").values() if c["ordinal"] == ANCHOR_DOC_ORDINAL}
+    assert docs[cli_flags] == "the CLI flags" and docs[url_id("moving.html")] == "the moving page"

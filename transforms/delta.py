@@ -1,9 +1,11 @@
 """The incremental update's stages: a new input snapshot against the live
 version -> the rows, chunks, tombstones and vectors of one delta segment.
 
-  DiffInput            input files x live pages table, by URL: unchanged (the stored
-                       skeleton), new or changed (to parse), gone (a URL tombstone)
+  DiffInput            input files x live pages table, by URL: unchanged (counted),
+                       new or changed (to parse), gone (a URL tombstone)
   ParseChangedPages    the new and changed files, parsed as the build parses them
+  PlaceChangedForests  the forests of the sites whose skeletons changed, placed again;
+                       a page parsed into the skeleton it had keeps its live placement
   PlanPageUpdates      per page: placement x page source x live rows -> `plan_page_update`
   ChunkRows            the new and changed pages' rows, chunked once final (after the
                        metadata stage, when there is one)
@@ -19,8 +21,9 @@ directly. The job (pipelines/update.py) strings these together.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 import apache_beam as beam
@@ -34,18 +37,18 @@ from ritrag.reader import IndexReader, read_rows_by_id
 from ritrag.storage import open_parquet
 from ritrag.representation import ANCHOR_DOC_ORDINAL, Representation
 from ritrag.schema import (NODES_SCHEMA, TOMBSTONES_SCHEMA, DeadLetter, Link, NodePlacement, PageSkeleton, PageSource,
-                           ParsedPage, WarcPage, page_row, row_links)
+                           ParsedPage, WarcPage, page_row)
 from ritrag.transforms.chunk import node_chunker
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 from ritrag.transforms.edges import node_targets
 from ritrag.transforms.embed import EmbedChunks
-from ritrag.transforms.nodes import DEPTH_CAPPED_COUNTER, page_node_rows, placement_row
+from ritrag.transforms.nodes import DEPTH_CAPPED_COUNTER, PlaceSkeletons, page_node_rows, placement_row
 from ritrag.transforms.pages import (COUNTERS, DEAD, PageParser, ParsePages, ReadInput, chosen_source,
                                     duplicate_letter, read_bounded, reread_page)
 from ritrag.transforms.parse import UnparseablePage
 from ritrag.transforms.sources import split_record_source
 from ritrag.transforms.sparse import ChunkTerms, chunk_terms
-from ritrag.transforms.tables import ReadLiveRows, parquet_bytes, write_bytes
+from ritrag.transforms.tables import ReadLiveRows, as_set, parquet_bytes, write_bytes
 from ritrag.transforms.sources.warc import read_record
 from ritrag.urls import normalize_url
 from ritrag.vectors import VectorStore
@@ -54,6 +57,8 @@ PLACEMENT_FIELDS = ("parent_id", "site", "kind", "position", "depth", "title", "
                     "ancestor_ids", "ancestor_titles", "trail_method", "source_kind")
 NODE_SKELETON_COLUMNS = [f.name for f in NODES_SCHEMA if f.name != "body"]
 CHUNK_REF_COLUMNS = ["chunk_id", "node_id", "page_id", "ordinal", "text_hash"]
+PAGE_SKELETON_COLUMNS = [f.name for f in dataclasses.fields(PageSkeleton)]  # PAGES_SCHEMA's, PageSkeleton.from_row's
+RECHUNK = "_rechunk"  # a re-placed row whose representation changed: ReplaceRows attaches its `_old_chunks`
 # What the link stages (transforms/link_delta.py) need of a node a link may name.
 TARGET_COLUMNS = ("node_id", "page_id", "kind", "url")
 
@@ -67,10 +72,13 @@ class InputFile:
 
 
 class ClassifyFn(CountingDoFn):
-    """Per URL: unchanged -> stored skeleton (and its stored links, on LINKS);
-    new/changed -> to parse; gone -> tombstone."""
+    """Per URL: unchanged -> counted, nothing else (the stages that need an
+    unchanged page read it back, filtered); new/changed -> its path, to parse
+    (main), and its stored skeleton (OLD_SKELETON); gone -> its URL, to
+    tombstone (DEAD_URL, as a changed page's), and its site (GONE_SITE: the
+    site's forest changes)."""
 
-    PARSE, DEAD_URL, LINKS = "parse", "dead_url", "links"
+    DEAD_URL, OLD_SKELETON, GONE_SITE = "dead_url", "old_skeleton", "gone_site"
 
     def __init__(self):
         super().__init__(COUNTERS)
@@ -82,22 +90,23 @@ class ClassifyFn(CountingDoFn):
         if not inputs:
             self.count("pages_deleted")
             yield beam.pvalue.TaggedOutput(self.DEAD_URL, url)
+            for row in old:
+                yield beam.pvalue.TaggedOutput(self.GONE_SITE, row["site"])
             return
         if len(inputs) == 1 and len(old) == 1 and inputs[0].raw_hash == old[0]["raw_hash"]:
             self.count("pages_unchanged")
-            yield PageSkeleton.from_row(old[0])
-            if old[0]["links"]:
-                yield beam.pvalue.TaggedOutput(self.LINKS, (url, row_links(old[0])))
             return
         if old:
             self.count("pages_replaced")
             yield beam.pvalue.TaggedOutput(self.DEAD_URL, url)
+            for row in old:
+                yield beam.pvalue.TaggedOutput(self.OLD_SKELETON, (url, PageSkeleton.from_row(row)))
         for item in inputs:
             # A record of a file of several pages is parsed with its file, which the
             # file's own page sends (every record of a file changes with the file).
             in_file = split_record_source(item.path)
             if in_file is None or in_file.warc_offset is not None:
-                yield beam.pvalue.TaggedOutput(self.PARSE, item.path)
+                yield item.path
 
 
 class HashInputFn(beam.DoFn):
@@ -140,6 +149,27 @@ class OpenForParse(beam.DoFn):
             yield read_record(path, self._max_page_bytes)
             return
         yield fileio.ReadableFile(FileSystems.match([path])[0].metadata_list[0])
+
+
+# --- which forests change -----------------------------------------------------
+
+def reshaped_sites(joined: tuple[str, dict]) -> Iterable[str]:
+    """One URL's skeletons parsed now ("new") and stored ("old") -> the sites
+    whose forest they change: none when the page was parsed again into the
+    skeleton it had (its text changed, not its place), else theirs. The input
+    path a skeleton was read from is no part of the forest (it only chooses
+    among several inputs at one URL, and then there are several)."""
+    _, group = joined
+    new, old = list(group["new"]), list(group["old"])
+    if len(new) == 1 and len(old) == 1 and replace(new[0], source="") == replace(old[0], source=""):
+        return
+    yield from {s.site for s in new + old}
+
+
+def live_placement(row: dict) -> NodePlacement:
+    """The placement a live node row records (NODES_SCHEMA)."""
+    return NodePlacement(row["node_id"], **{name: tuple(row[name]) if isinstance(row[name], list) else row[name]
+                                            for name in PLACEMENT_FIELDS})
 
 
 # --- page by page ---------------------------------------------------------------
@@ -221,9 +251,11 @@ def page_plan(placement: NodePlacement | None, page: ParsedPage | None, n_parsed
     the page indexed could not be read again (then it is dead-lettered).
 
     A re-placed row whose representation changed (its path, in a path-aware
-    representation) carries `_old_chunks`, the (file, chunk id) of its live
-    chunks: it is chunked again once its body is read back (`rechunk_replaced`).
-    So does each row of a page parsed again: it is chunked by `ChunkRows`.
+    representation) is marked RECHUNK: it is chunked again once its body and its
+    live chunks are read back (ReplaceRows, `rechunk_replaced`). Each row of a
+    page parsed again carries `_old_chunks`, the (file, chunk id) of its live
+    chunks, from `old_chunks`: it is chunked by `ChunkRows`. `old_chunks` need
+    only be given for pages parsed again or gone (PlanPageUpdates reads no others).
     Anchor documents are the link stages' (transforms/link_delta.py): they die
     here only with their node's page."""
     plan = PagePlan()
@@ -264,7 +296,9 @@ def page_plan(placement: NodePlacement | None, page: ParsedPage | None, n_parsed
     old_by_id = {r["node_id"]: r for r in old_rows}
     for row in plan.rows_needing_body:
         if representation.node_inputs(row) != representation.node_inputs(old_by_id[row["node_id"]]):
-            row["_old_chunks"] = [(c["_file"], c["chunk_id"]) for c in old_chunks if c["node_id"] == row["node_id"]]
+            # Its live chunks are read with its body (ReplaceRows): an unchanged
+            # page's chunks are not among the group's (PlanPageUpdates).
+            row[RECHUNK] = True
     return plan
 
 
@@ -327,6 +361,17 @@ def attach_bodies(file_and_rows: tuple[str, Iterable[dict]]) -> Iterable[dict]:
     found = read_rows_by_id(path, "node_id", [r["node_id"] for r in rows], ["body"])
     for row in rows:
         yield {**{k: v for k, v in row.items() if k != "_file"}, "body": found[row["node_id"]]["body"]}
+
+
+def attach_old_chunks(joined: tuple[str, dict]) -> Iterable[dict]:
+    """A re-placed row and its node's live chunk refs -> the row, with
+    `_old_chunks` (file, chunk id) when it is marked RECHUNK."""
+    _, group = joined
+    old = sorted((c["_file"], c["chunk_id"]) for c in group["old"])
+    for row in group["row"]:
+        if row.pop(RECHUNK, False):
+            row["_old_chunks"] = old
+        yield row
 
 
 def rechunk_replaced(row: dict, chunker: Callable[[dict], list[dict]]
@@ -417,8 +462,10 @@ class ReadStoredVectorsFn(CountingDoFn):
 # --- the stages, as composite transforms ------------------------------------------
 
 class DiffInput(beam.PTransform):
-    """pbegin -> unchanged pages' stored skeletons (main) and links (ClassifyFn.LINKS),
-    paths to parse (ClassifyFn.PARSE) and URLs to tombstone (ClassifyFn.DEAD_URL)."""
+    """pbegin -> paths to parse (main) with the stored skeletons of those that had
+    one (ClassifyFn.OLD_SKELETON), URLs to tombstone (ClassifyFn.DEAD_URL) and the
+    sites of the pages gone (ClassifyFn.GONE_SITE). Of the live pages, only the
+    columns that say what changed are read."""
 
     def __init__(self, pattern: str, parser: PageParser, live: IndexReader):
         super().__init__()
@@ -426,13 +473,66 @@ class DiffInput(beam.PTransform):
 
     def expand(self, pbegin):
         old_pages = (pbegin
-                     | "LivePages" >> ReadLiveRows(self._live, "pages")
+                     | "LivePages" >> ReadLiveRows(self._live, "pages", ["raw_hash", *PAGE_SKELETON_COLUMNS])
                      | "KeyOldPageByUrl" >> beam.Map(lambda r: (r["url"], r)))
         inputs = pbegin | "Read" >> ReadInput(self._pattern, self._parser) | "HashInputs" >> beam.ParDo(HashInputFn(self._parser))
         return record_counts({"input": inputs, "old": old_pages}
                              | "JoinByUrl" >> beam.CoGroupByKey()
                              | "Classify" >> beam.ParDo(ClassifyFn()).with_outputs(
-                                 ClassifyFn.PARSE, ClassifyFn.DEAD_URL, ClassifyFn.LINKS, COUNTS, main="unchanged"))
+                                 ClassifyFn.DEAD_URL, ClassifyFn.OLD_SKELETON, ClassifyFn.GONE_SITE, COUNTS,
+                                 main="parse"))
+
+
+class PlaceChangedForests(beam.PTransform):
+    """{"parsed": parsed pages, "old_skeletons", "gone_sites" and "dead_urls"
+    (DiffInput's)} -> {"placements": the placement of every node
+    whose page changed or whose site's forest changed, "live_nodes": the live node
+    rows of the same pages (NODE_SKELETON_COLUMNS), "sites": the sites placed again,
+    "pages": the ids of the pages parsed}.
+
+    A site's forest is a function of its pages' skeletons (PlaceSkeletons): it is
+    placed again only when a page of it came, went or was parsed into another
+    skeleton. A page parsed again into the skeleton it had keeps its live
+    placement, and the other pages of its site are not the update's business, so
+    an edit costs its page, not its site."""
+
+    def __init__(self, live: IndexReader):
+        super().__init__()
+        self._live = live
+
+    def expand(self, inputs):
+        parsed = inputs["parsed"] | "ParsedSkeletons" >> beam.Map(PageSkeleton.of)
+        reshaped = ((inputs["gone_sites"],
+                     {"new": parsed | "KeyParsedByUrl" >> beam.Map(lambda sk: (sk.url, sk)),
+                      "old": inputs["old_skeletons"]}
+                     | "JoinSkeletonsByUrl" >> beam.CoGroupByKey()
+                     | "ChangedForests" >> beam.FlatMap(reshaped_sites))
+                    | "AllReshaped" >> beam.Flatten()
+                    | "DistinctSites" >> beam.Distinct())
+        sites = as_set(reshaped, "Reshaped")
+        pipeline = parsed.pipeline
+        # The stored skeletons of the unchanged pages of those sites.
+        unchanged = (pipeline
+                     | "PagesOfSites" >> ReadLiveRows(self._live, "pages", PAGE_SKELETON_COLUMNS,
+                                                      where={"site": reshaped})
+                     | "Unchanged" >> beam.Filter(lambda r, dead: r["url"] not in dead,
+                                                  as_set(inputs["dead_urls"], "Dead"))
+                     | "StoredSkeletons" >> beam.Map(PageSkeleton.from_row))
+        placed = ((unchanged, parsed | "OfReshapedSites" >> beam.Filter(lambda sk, placed: sk.site in placed, sites))
+                  | "AllSkeletons" >> beam.Flatten()
+                  | "Place" >> PlaceSkeletons())
+        parsed_ids = inputs["parsed"] | "ParsedIds" >> beam.Map(lambda pg: node_id_for(pg.url))
+        of_sites = pipeline | "NodesOfSites" >> ReadLiveRows(self._live, "nodes", NODE_SKELETON_COLUMNS,
+                                                             where={"site": reshaped})
+        of_pages = (pipeline
+                    | "NodesOfParsed" >> ReadLiveRows(self._live, "nodes", NODE_SKELETON_COLUMNS,
+                                                      where={"page_id": parsed_ids})
+                    | "OutsideSites" >> beam.Filter(lambda r, placed: r["site"] not in placed, sites))
+        kept = of_pages | "KeptPlacements" >> beam.FlatMap(
+            lambda r: [live_placement(r)] if r["node_id"] == r["page_id"] else [])
+        return {"placements": (placed, kept) | "Placements" >> beam.Flatten(),
+                "live_nodes": (of_sites, of_pages) | "LiveNodes" >> beam.Flatten(),
+                "sites": reshaped, "pages": parsed_ids}
 
 
 class ParseChangedPages(beam.PTransform):
@@ -450,21 +550,29 @@ class ParseChangedPages(beam.PTransform):
 
 class PlanPageUpdates(beam.PTransform):
     """{"placements": NodePlacement, "pages": parsed pages, "live_nodes": live node rows
-    (NODE_SKELETON_COLUMNS), "live_chunks": live chunk refs (CHUNK_REF_COLUMNS)}, joined by
-    page -> node rows (main) and UpdatePagesFn's NEED_BODY, CHUNKS, PAGES, TOMBSTONE and DEAD outputs."""
+    (NODE_SKELETON_COLUMNS), "dead_urls": the URLs of live pages gone or parsed again}, joined
+    by page with the live chunk refs (CHUNK_REF_COLUMNS) of the pages parsed again or gone ->
+    node rows (main) and UpdatePagesFn's NEED_BODY, CHUNKS, PAGES, TOMBSTONE and DEAD outputs.
+    Only those pages' chunks are read: an unchanged page's are the update's business only
+    when it is re-placed under a new path, and ReplaceRows reads those."""
 
-    def __init__(self, representation: Representation, granularity: str, parser: PageParser):
+    def __init__(self, live: IndexReader, representation: Representation, granularity: str, parser: PageParser):
         super().__init__()
+        self._live = live
         self._fn = UpdatePagesFn(representation, granularity, parser)
 
     def expand(self, inputs):
+        parsed = inputs["pages"] | "KeySourceById" >> beam.Map(lambda pg: (node_id_for(pg.url), PageSource.of(pg)))
+        touched = ((parsed | "ParsedIds" >> beam.Keys(), inputs["dead_urls"] | "GoneIds" >> beam.Map(node_id_for))
+                   | "TouchedPages" >> beam.Flatten())
+        old_chunks = inputs["pages"].pipeline | "OldChunks" >> ReadLiveRows(
+            self._live, "chunks", CHUNK_REF_COLUMNS, where={"page_id": touched})
         return record_counts(
             {"placement": inputs["placements"] | "KeyPlacement" >> beam.Map(lambda n: (n.node_id, n)),
-             "parsed": inputs["pages"] | "KeySourceById" >> beam.Map(
-                 lambda pg: (node_id_for(pg.url), PageSource.of(pg))),
+             "parsed": parsed,
              "old_nodes": inputs["live_nodes"] | "KeyOldNodeByPage" >> beam.Map(
                  lambda r: (r["page_id"] or r["node_id"], r)),
-             "old_chunks": inputs["live_chunks"] | "KeyOldChunkByPage" >> beam.Map(lambda c: (c["page_id"], c))}
+             "old_chunks": old_chunks | "KeyOldChunkByPage" >> beam.Map(lambda c: (c["page_id"], c))}
             | "JoinByPage" >> beam.CoGroupByKey()
             | "PlanPages" >> beam.ParDo(self._fn).with_outputs(
                 UpdatePagesFn.NEED_BODY, UpdatePagesFn.PAGES, UpdatePagesFn.TOMBSTONE, UpdatePagesFn.TARGETS,
@@ -474,18 +582,27 @@ class PlanPageUpdates(beam.PTransform):
 
 class ReplaceRows(beam.PTransform):
     """Re-placed rows without bodies -> the rows with their bodies read back (main),
-    and the CHUNKS and TOMBSTONE outputs of those chunked again."""
+    and the CHUNKS and TOMBSTONE outputs of those chunked again (marked RECHUNK:
+    their live chunk refs are read back too, by node id)."""
 
-    def __init__(self, spec: EmbedderSpec, representation: Representation):
+    def __init__(self, live: IndexReader, spec: EmbedderSpec, representation: Representation):
         super().__init__()
-        self._spec, self._representation = spec, representation
+        self._live, self._spec, self._representation = live, spec, representation
 
     def expand(self, rows):
+        rechunked = rows | "RechunkIds" >> beam.FlatMap(lambda r: [r["node_id"]] if r.get(RECHUNK) else [])
+        old = (rows.pipeline
+               | "OldChunks" >> ReadLiveRows(self._live, "chunks", CHUNK_REF_COLUMNS, where={"node_id": rechunked})
+               | "NoAnchorDocs" >> beam.Filter(lambda c: c["ordinal"] != ANCHOR_DOC_ORDINAL))
+        with_bodies = (rows
+                       | "KeyByFile" >> beam.Map(lambda r: (r["_file"], r))
+                       | "GroupByFile" >> beam.GroupByKey()
+                       | "AttachBodies" >> beam.FlatMap(attach_bodies))
         return record_counts(
-            rows
-            | "KeyByFile" >> beam.Map(lambda r: (r["_file"], r))
-            | "GroupByFile" >> beam.GroupByKey()
-            | "AttachBodies" >> beam.FlatMap(attach_bodies)
+            {"row": with_bodies | "KeyRowByNode" >> beam.Map(lambda r: (r["node_id"], r)),
+             "old": old | "KeyOldByNode" >> beam.Map(lambda c: (c["node_id"], c))}
+            | "JoinByNode" >> beam.CoGroupByKey()
+            | "AttachOldChunks" >> beam.FlatMap(attach_old_chunks)
             | "RechunkReplaced" >> beam.ParDo(RechunkReplacedFn(self._spec, self._representation)).with_outputs(
                 UpdatePagesFn.CHUNKS, UpdatePagesFn.TOMBSTONE, COUNTS, main="nodes"))
 
@@ -536,19 +653,24 @@ class WriteTombstones(beam.PTransform):
 
 
 class ReuseOrEmbedVectors(beam.PTransform):
-    """{"new": new chunk rows, "live": live chunk refs} -> (chunk id, vector) of every new
-    chunk: the stored vector of a live chunk with the same text, else the model's."""
+    """New chunk rows -> (chunk id, vector) of every new chunk: the stored vector of
+    a live chunk with the same text, else the model's. Only the live chunk refs
+    whose text hash a new chunk has are read."""
 
     def __init__(self, live: IndexReader, embed: EmbedChunks):
         super().__init__()
+        self._live = live
         self._vector_files = [f.path for f in live.files("vectors")]
         self._embed = embed
 
     def expand(self, chunks):
+        live = chunks.pipeline | "SameText" >> ReadLiveRows(
+            self._live, "chunks", CHUNK_REF_COLUMNS, where={"text_hash": chunks | "TextHashes" >> beam.Map(
+                lambda c: c["text_hash"])})
         split = (
-            {"new": chunks["new"] | "KeyNewByText" >> beam.Map(lambda c: (c["text_hash"], c)),
+            {"new": chunks | "KeyNewByText" >> beam.Map(lambda c: (c["text_hash"], c)),
              # Anchor documents have no vector to lend.
-             "live": chunks["live"] | "KeyLiveByText" >> beam.FlatMap(
+             "live": live | "KeyLiveByText" >> beam.FlatMap(
                  lambda c: [(c["text_hash"], c)] if c["ordinal"] != ANCHOR_DOC_ORDINAL else [])}
             | "JoinByText" >> beam.CoGroupByKey()
             | "SplitReuse" >> beam.FlatMap(split_reuse).with_outputs("embed", main="reuse"))

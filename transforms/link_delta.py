@@ -15,7 +15,8 @@ A source page's edges are one unit (EDGES_SCHEMA): when any of them changes, the
 source is tombstoned (TOMBSTONES_SCHEMA.source_node_id) and all its edges are
 written again; a page gone takes its edges with it. Only what changed is read
 back: the sets of changed URLs, sources and nodes are side inputs (small: an
-update's changes), against which the live edges and pages are filtered.
+update's changes), against which the live edges and chunks are filtered as
+they are read (ReadLiveRows' `where`).
 """
 from __future__ import annotations
 
@@ -25,23 +26,17 @@ import apache_beam as beam
 
 from ritrag.embedder import EmbedderSpec
 from ritrag.ids import node_id_for
+from ritrag.layout import EDGES_KIND
+from ritrag.reader import IndexReader
 from ritrag.representation import ANCHOR_DOC_ORDINAL
+from ritrag.schema import row_links
+from ritrag.transforms.delta import CHUNK_REF_COLUMNS, TARGET_COLUMNS
 from ritrag.transforms.edges import AnchorDocuments, ResolveEdges
+from ritrag.transforms.tables import ReadLiveRows, as_set
 
 TOMBSTONE = "tombstone"  # the tagged output of (TOMBSTONES_SCHEMA column, id) pairs
 CHANGED_NODES = "changed_nodes"  # UpdateEdges' tagged output: nodes whose in-links changed
 EdgeKey = tuple[int, str, str]  # (position, target node, anchor text): an edge of one source
-
-
-def as_set(ids: beam.PCollection, label: str) -> beam.pvalue.AsDict:
-    """A side input holding `ids` (an update's changes, small) for membership tests."""
-    return beam.pvalue.AsDict(ids | f"{label}Distinct" >> beam.Distinct()
-                              | f"{label}AsKeys" >> beam.Map(lambda i: (i, None)))
-
-
-def names_any(page_links: tuple, urls: dict) -> bool:
-    """Whether a page's (URL, links) names one of `urls`."""
-    return any(link.url in urls for link in page_links[1])
 
 
 def edge_key(edge: dict) -> EdgeKey:
@@ -66,23 +61,50 @@ def source_delta(joined: tuple[str, dict]) -> Iterable:
         yield beam.pvalue.TaggedOutput(CHANGED_NODES, target)
 
 
+def stored_targets(live: IndexReader, label: str, column: str, ids: beam.PCollection,
+                   placed_sites: beam.PCollection, placed_pages: beam.PCollection) -> beam.PCollection:
+    """The targets (TARGET_COLUMNS) of the `live` node rows whose `column` holds
+    one of `ids`, on pages the update did not place (a page of a site placed
+    again, or a page parsed again, has its targets from PlanPageUpdates)."""
+    return (ids.pipeline
+            | f"{label}Nodes" >> ReadLiveRows(live, "nodes", [*TARGET_COLUMNS, "site"], where={column: ids})
+            | f"{label}NotPlaced" >> beam.Filter(
+                lambda r, sites, pages: r["site"] not in sites and r["page_id"] not in pages,
+                as_set(placed_sites, f"{label}Sites"), as_set(placed_pages, f"{label}Pages"))
+            | f"{label}Targets" >> beam.Map(lambda r: {name: r[name] for name in TARGET_COLUMNS}))
+
+
 class UpdateEdges(beam.PTransform):
-    """{"indexed": (URL, links) of the pages indexed, "unchanged": (URL, stored
-    links) of the unchanged pages, "changed_urls": page URLs whose nodes changed,
-    "gone": page nodes gone, "targets": every node a link may name after the
-    update (TARGET_COLUMNS), "live_edges": the live edges rows} -> edges rows to
-    write (main), (column, id) tombstones (TOMBSTONE), node ids whose in-links
-    changed (CHANGED_NODES)."""
+    """{"indexed": (URL, links) of the pages indexed, "dead_urls": the URLs of
+    the live pages gone or parsed again, "changed_urls": page URLs whose nodes changed,
+    "gone": page nodes gone, "targets": the nodes a link may name on the pages
+    the update placed (TARGET_COLUMNS), "placed_sites" and "placed_pages": the
+    sites and parsed pages it placed} -> edges rows to write (main), (column, id)
+    tombstones (TOMBSTONE), node ids whose in-links changed (CHANGED_NODES).
+    Of the `live` version, only the unchanged pages that link to a changed URL,
+    the resolved sources' edges and the nodes of the pages linked to are read
+    (`stored_targets`)."""
+
+    def __init__(self, live: IndexReader):
+        super().__init__()
+        self._live = live
 
     def expand(self, inputs):
-        changed_urls = as_set(inputs["changed_urls"], "ChangedUrls")
-        relinked = inputs["unchanged"] | "NamingChangedUrls" >> beam.Filter(names_any, changed_urls)
+        relinked = (inputs["changed_urls"].pipeline
+                    | "NamingChangedUrls" >> ReadLiveRows(self._live, "pages", ["url", "links"],
+                                                          where={"links.url": inputs["changed_urls"]})
+                    | "Unchanged" >> beam.Filter(lambda r, dead: r["url"] not in dead,
+                                                 as_set(inputs["dead_urls"], "Dead"))
+                    | "StoredLinks" >> beam.Map(lambda r: (r["url"], row_links(r))))
         page_links = (inputs["indexed"], relinked) | "LinksToResolve" >> beam.Flatten()
-        new = page_links | "Resolve" >> ResolveEdges(inputs["targets"])
+        linked = page_links | "LinkedPages" >> beam.FlatMap(lambda pl: {node_id_for(link.url) for link in pl[1]})
+        targets = ((inputs["targets"], stored_targets(self._live, "Linked", "page_id", linked,
+                                                      inputs["placed_sites"], inputs["placed_pages"]))
+                   | "AllTargets" >> beam.Flatten())
+        new = page_links | "Resolve" >> ResolveEdges(targets)
         sources = ((page_links | "SourceIds" >> beam.Map(lambda pl: node_id_for(pl[0])), inputs["gone"])
                    | "Sources" >> beam.Flatten())
-        old = inputs["live_edges"] | "OfSources" >> beam.Filter(
-            lambda e, ids: e["source_node_id"] in ids, as_set(sources, "Sources"))
+        old = sources.pipeline | "OfSources" >> ReadLiveRows(self._live, EDGES_KIND, where={"source_node_id": sources})
         return ({"old": old | "KeyOld" >> beam.Map(lambda e: (e["source_node_id"], e)),
                  "new": new | "KeyNew" >> beam.Map(lambda e: (e["source_node_id"], e)),
                  "gone": inputs["gone"] | "KeyGone" >> beam.Map(lambda i: (i, True))}
@@ -107,25 +129,33 @@ def anchor_doc_delta(joined: tuple[str, dict]) -> Iterable:
 class UpdateAnchorDocs(beam.PTransform):
     """{"changed_nodes": node ids whose in-links changed, "tombstoned": the
     ("source_node_id", id) tombstones of UpdateEdges, "edges": the edges it
-    writes, "live_edges", "targets" (as UpdateEdges'), "live_chunks": live chunk
-    refs} -> anchor-document rows to add (main) and chunk tombstones (TOMBSTONE)."""
+    writes, "targets", "placed_sites", "placed_pages" (as UpdateEdges')} ->
+    anchor-document rows to add (main) and chunk tombstones (TOMBSTONE). Of the
+    `live` version, only the in-links, anchor documents and node rows of the
+    changed nodes are read."""
 
-    def __init__(self, spec: EmbedderSpec):
+    def __init__(self, live: IndexReader, spec: EmbedderSpec):
         super().__init__()
-        self._spec = spec
+        self._live, self._spec = live, spec
 
     def expand(self, inputs):
-        changed = as_set(inputs["changed_nodes"], "Changed")
+        changed_ids = inputs["changed_nodes"]
+        changed = as_set(changed_ids, "Changed")
         rewritten = as_set(inputs["tombstoned"] | "SourceIds" >> beam.Map(lambda kv: kv[1]), "Rewritten")
-        kept = inputs["live_edges"] | "KeptInLinks" >> beam.Filter(
-            lambda e, nodes, sources: e["target_node_id"] in nodes and e["source_node_id"] not in sources,
-            changed, rewritten)
+        kept = (changed_ids.pipeline
+                | "InLinksOfChanged" >> ReadLiveRows(self._live, EDGES_KIND, where={"target_node_id": changed_ids})
+                | "KeptInLinks" >> beam.Filter(lambda e, sources: e["source_node_id"] not in sources, rewritten))
         written = inputs["edges"] | "NewInLinks" >> beam.Filter(lambda e, nodes: e["target_node_id"] in nodes, changed)
-        targets = inputs["targets"] | "ChangedTargets" >> beam.Filter(lambda t, nodes: t["node_id"] in nodes, changed)
+        targets = ((inputs["targets"] | "PlacedChangedTargets" >> beam.Filter(lambda t, nodes: t["node_id"] in nodes, changed),
+                    stored_targets(self._live, "Stored", "node_id", changed_ids, inputs["placed_sites"],
+                                   inputs["placed_pages"]))
+                   | "AllChangedTargets" >> beam.Flatten())
         new = ((kept, written) | "InLinks" >> beam.Flatten()
                | "AnchorDocuments" >> AnchorDocuments(targets, self._spec))
-        old = inputs["live_chunks"] | "LiveAnchorDocs" >> beam.Filter(
-            lambda c, nodes: c["ordinal"] == ANCHOR_DOC_ORDINAL and c["node_id"] in nodes, changed)
+        old = (changed_ids.pipeline
+               | "ChunksOfChanged" >> ReadLiveRows(self._live, "chunks", CHUNK_REF_COLUMNS,
+                                                   where={"node_id": changed_ids})
+               | "LiveAnchorDocs" >> beam.Filter(lambda c: c["ordinal"] == ANCHOR_DOC_ORDINAL))
         return ({"new": new | "KeyNew" >> beam.Map(lambda c: (c["node_id"], c)),
                  "old": old | "KeyOld" >> beam.Map(lambda c: (c["node_id"], c))}
                 | "JoinByNode" >> beam.CoGroupByKey()

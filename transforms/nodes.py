@@ -26,16 +26,20 @@ LINKS_OUTPUT = "links"  # the tagged output of (page URL, ParsedPage.links) of t
 # them (pages by the forest, sections by their page), and sections kept in the
 # text of a page placed at the cap.
 DEPTH_CAPPED_COUNTER = "nodes_depth_capped"
+SITES_PLACED_COUNTER = "sites_placed"
 
 
 class PlaceSiteFn(CountingDoFn):
-    """(site, its skeletons) -> its placements, counting the cycles broken and nodes depth-capped."""
+    """(site, its skeletons) -> its placements, counting the sites placed (an
+    update places only those whose skeletons changed), the cycles broken and
+    nodes depth-capped."""
 
     def __init__(self):
         super().__init__(COUNTERS)
 
     def process(self, site_and_pages: tuple[str, Iterable[PageSkeleton]]) -> Iterable[NodePlacement]:
         forest = build_site_forest(*site_and_pages)
+        self.count(SITES_PLACED_COUNTER)
         self.count("cycles_broken", forest.broken_cycles)
         self.count(DEPTH_CAPPED_COUNTER, forest.depth_capped)
         yield from forest.placements

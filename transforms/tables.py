@@ -270,15 +270,31 @@ class WriteParquetTable(beam.PTransform):
         )
 
 
-class ReadLiveRows(beam.PTransform):
-    """The live rows of one kind of table (`ritrag.reader.LiveFile.rows`), each with its `_file`."""
+def as_set(ids: beam.PCollection, label: str) -> beam.pvalue.AsDict:
+    """A side input holding `ids` (an update's changes, small) for membership tests."""
+    return beam.pvalue.AsDict(ids | f"{label}Distinct" >> beam.Distinct()
+                              | f"{label}AsKeys" >> beam.Map(lambda i: (i, None)))
 
-    def __init__(self, live: IndexReader, kind: str, columns: list[str] | None = None):
+
+class ReadLiveRows(beam.PTransform):
+    """The live rows of one kind of table (`ritrag.reader.LiveFile.rows`), each with its `_file`.
+
+    `where` ({column: PCollection of values}) keeps only the rows whose
+    columns hold one of those values: the values (an update's changes, small)
+    are a side input, and each file is filtered as it is read, so the rows
+    that do not match never become elements."""
+
+    def __init__(self, live: IndexReader, kind: str, columns: list[str] | None = None,
+                 where: dict[str, beam.PCollection] | None = None):
         super().__init__()
-        self._files, self._columns = live.files(kind), columns
+        self._files, self._columns, self._where = live.files(kind), columns, dict(where or {})
 
     def expand(self, pbegin):
-        columns = self._columns
-        return (pbegin
-                | "Files" >> beam.Create(self._files)
-                | "Rows" >> beam.FlatMap(lambda f: f.rows(columns)))
+        columns, names = self._columns, list(self._where)
+        files = pbegin | "Files" >> beam.Create(self._files)
+        if not names:
+            return files | "Rows" >> beam.FlatMap(lambda f: f.rows(columns))
+        values = [beam.pvalue.AsList(self._where[name] | f"Distinct{i}" >> beam.Distinct())
+                  for i, name in enumerate(names)]
+        return files | "RowsWhere" >> beam.FlatMap(
+            lambda f, *wanted: f.rows(columns, dict(zip(names, wanted))), *values)
