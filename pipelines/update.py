@@ -56,7 +56,7 @@ from ritrag.layout import BM25_STATS_FILE, EDGES_KIND, IndexLayout, TOMBSTONES_F
 from ritrag.reader import IndexReader
 from ritrag.storage import open_read
 from ritrag.schema import CHUNKS_SCHEMA, EDGES_SCHEMA, EDGES_SORT_KEYS, NODES_SCHEMA, PAGES_SCHEMA
-from ritrag.transforms.delta import (ChunkRows, ClassifyFn, DiffInput, PlaceChangedForests,
+from ritrag.transforms.delta import (ChunkRows, ClassifyShardFn, DiffInput, PlaceChangedForests,
                                      ParseChangedPages, PlanPageUpdates, RemovedChunkTerms, ReplaceRows,
                                      ReuseOrEmbedVectors, UpdatePagesFn, WriteTombstones, tombstone_counts)
 from ritrag.transforms.counts import WriteCounts
@@ -130,12 +130,12 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     # only; the pages parsed into the skeleton they had keep their placement.
     # Of the live tables, only the rows these pages and sites touch are read
     # (ReadLiveRows' `where`), so an edit costs its page, not the index.
-    placed = ({"parsed": pages, "old_skeletons": diff[ClassifyFn.OLD_SKELETON],
-               "gone_sites": diff[ClassifyFn.GONE_SITE], "dead_urls": diff[ClassifyFn.DEAD_URL]}
+    placed = ({"parsed": pages, "old_skeletons": diff[ClassifyShardFn.OLD_SKELETON],
+               "gone_sites": diff[ClassifyShardFn.GONE_SITE], "dead_urls": diff[ClassifyShardFn.DEAD_URL]}
               | "PlaceChanged" >> PlaceChangedForests(live))
     # Page by page: new rows and chunks, re-placed rows, tombstones.
     delta = ({"placements": placed["placements"], "pages": pages, "live_nodes": placed["live_nodes"],
-              "dead_urls": diff[ClassifyFn.DEAD_URL]}
+              "dead_urls": diff[ClassifyShardFn.DEAD_URL]}
              | "PlanPages" >> PlanPageUpdates(live, representation, config.granularity, parser))
     replaced = delta[UpdatePagesFn.NEED_BODY] | "ReplaceRows" >> ReplaceRows(live, spec, representation)
     planned = delta["nodes"]
@@ -146,13 +146,13 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     # Links: the edges of the sources whose edges changed; the anchor documents of
     # the nodes whose in-links changed.
     targets = delta[UpdatePagesFn.TARGETS]
-    edges = ({"indexed": delta[UpdatePagesFn.LINKS], "dead_urls": diff[ClassifyFn.DEAD_URL],
+    edges = ({"indexed": delta[UpdatePagesFn.LINKS], "dead_urls": diff[ClassifyShardFn.DEAD_URL],
               "changed_urls": delta[UpdatePagesFn.CHANGED_TARGETS], "gone": delta[UpdatePagesFn.GONE],
               "targets": targets, "placed_sites": placed["sites"], "placed_pages": placed["pages"]}
              | "Edges" >> UpdateEdges(live))
     dead_parts = [delta[UpdatePagesFn.TOMBSTONE], changed[UpdatePagesFn.TOMBSTONE], replaced[UpdatePagesFn.TOMBSTONE],
                   edges[TOMBSTONE],
-                  diff[ClassifyFn.DEAD_URL] | "DeadUrls" >> beam.Map(lambda u: ("url", u))]
+                  diff[ClassifyShardFn.DEAD_URL] | "DeadUrls" >> beam.Map(lambda u: ("url", u))]
     # Chunks, sparse (signed deltas of the global statistics) and dense (into the live trained index).
     chunks = (changed[UpdatePagesFn.CHUNKS], replaced[UpdatePagesFn.CHUNKS]) | "AllChunks" >> beam.Flatten()
     indexed = chunks
