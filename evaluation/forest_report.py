@@ -28,9 +28,9 @@ from collections import Counter, defaultdict
 import numpy as np
 import pyarrow.compute as pc
 
-from ritrag.layout import DEAD_LETTERS_FILE, EDGES_KIND
+from ritrag.layout import DEAD_LETTERS_FILE
+from ritrag.schema import EDGES_KIND, TOC_INDUCED_COUNTER_PREFIX
 from ritrag.reader import IndexReader
-from ritrag.schema import TOC_INDUCED_COUNTER_PREFIX
 from ritrag.storage import open_parquet
 
 SITE_ROOT_METHOD = "site_root"  # the method transforms.forest records for a site's root

@@ -31,9 +31,9 @@ from ritrag.pipelines.launcher import (BuildOptions, PublishOptions, check_page_
                                        required, run_pipeline)
 from ritrag.pipelines.options import JobFlags, JobOptionsError
 from ritrag.index_config import IndexConfig
-from ritrag.layout import BM25_STATS_FILE, DENSE_INFO_FILE, EDGES_KIND, IndexLayout, SITE_BASES_FILE, new_manifest
+from ritrag.layout import BM25_STATS_FILE, DENSE_INFO_FILE, IndexLayout, SITE_BASES_FILE, new_manifest
+from ritrag.schema import EDGES_KIND
 from ritrag.storage import open_read
-from ritrag.schema import CHUNKS_SCHEMA, EDGES_SCHEMA, EDGES_SORT_KEYS, NODES_SCHEMA, PAGES_SCHEMA
 from ritrag.transforms.chunk import ChunkNodesFn
 from ritrag.transforms.counts import WriteCounts
 from ritrag.transforms.edges import EDGE_COUNTERS, AnchorDocuments, ResolveEdges
@@ -49,7 +49,7 @@ from ritrag.transforms.site_base import InferSiteBases
 from ritrag.transforms.sources.dispatch import HTML_SUFFIXES
 from ritrag.transforms.serving_files import WriteServingForm
 from ritrag.transforms.sparse import BuildSparseIndex, WriteSparseIndex
-from ritrag.transforms.tables import WriteParquetTable, spill_location, write_bytes
+from ritrag.transforms.tables import WriteSegmentTables, spill_location, write_bytes
 from ritrag.transforms.sources.warc import crawl_dir_of
 
 LOG = logging.getLogger("ritrag.build")
@@ -119,15 +119,10 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
     if site_bases is not None:
         site_bases | "WriteSiteBases" >> beam.Map(write_site_bases, segment_dir)
     (parsed[DEAD], forest[DEAD]) | "DeadLetters" >> WriteDeadLetters(segment_dir)
-    forest[PAGES_OUTPUT] | "WritePages" >> WriteParquetTable(segment_dir, "pages", PAGES_SCHEMA, "url", num_shards)
-    nodes_written = nodes | "WriteNodes" >> WriteParquetTable(segment_dir, "nodes", NODES_SCHEMA, "node_id",
-                                                              num_shards)
-    chunks_written = chunks | "WriteChunks" >> WriteParquetTable(segment_dir, "chunks", CHUNKS_SCHEMA, "chunk_id",
-                                                                 num_shards)
-    edges | "WriteEdges" >> WriteParquetTable(segment_dir, EDGES_KIND, EDGES_SCHEMA, "source_node_id",
-                                              num_shards, EDGES_SORT_KEYS)
+    written = ({"pages": forest[PAGES_OUTPUT], "nodes": nodes, "chunks": chunks, EDGES_KIND: edges}
+               | "WriteTables" >> WriteSegmentTables(segment_dir, num_shards))
     sparse_written = sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, num_shards)
-    ((nodes_written, chunks_written, sparse_written)
+    ((written["nodes"], written["chunks"], sparse_written)
      | "WriteServingForm" >> WriteServingForm(segment_dir, num_shards))
     {VECTORS: vectors, TRAINED: trained} | "WriteDense" >> WriteDenseIndex(segment_dir, num_shards)
     # Last: every count the stages recorded (what the manifest records), as data.

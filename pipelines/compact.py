@@ -22,22 +22,19 @@ import numpy as np
 from ritrag.pipelines.launcher import (IndexOptions, PublishOptions, job_options, prepare_job,
                                        publish_and_prune, required, run_pipeline)
 from ritrag.pipelines.options import JobFlags
-from ritrag.layout import BM25_STATS_FILE, EDGES_KIND, new_manifest
+from ritrag.layout import BM25_STATS_FILE, new_manifest
 from ritrag.reader import IndexReader, LiveFile
 from ritrag.storage import open_read
 from ritrag.representation import Representation
-from ritrag.schema import CHUNKS_SCHEMA, EDGES_SCHEMA, EDGES_SORT_KEYS, NODES_SCHEMA, PAGES_SCHEMA
+from ritrag.schema import TABLES
 from ritrag.vectors import VectorShard
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainedIndex, WriteDenseIndex
 from ritrag.transforms.serving_files import WriteServingForm
 from ritrag.transforms.sparse import BuildSparseIndex, WriteSparseIndex
-from ritrag.transforms.tables import ReadLiveRows, WriteParquetTable
+from ritrag.transforms.tables import ReadLiveRows, WriteSegmentTables
 
 LOG = logging.getLogger("ritrag.compact")
 FLAGS: JobFlags = {IndexOptions: None, PublishOptions: None}
-# (kind, schema, shard key, sort keys) of every table a compaction rewrites.
-TABLES = (("nodes", NODES_SCHEMA, "node_id", None), ("pages", PAGES_SCHEMA, "url", None),
-          ("chunks", CHUNKS_SCHEMA, "chunk_id", None), (EDGES_KIND, EDGES_SCHEMA, "source_node_id", EDGES_SORT_KEYS))
 
 
 def without_file(row: dict) -> dict:
@@ -58,18 +55,17 @@ def compact_pipeline(p: beam.Pipeline, live: IndexReader, segment_dir: str) -> N
     num_shards = live.manifest.config["num_shards"]
     rows = {kind: (p | f"Live{kind.title()}" >> ReadLiveRows(live, kind)
                    | f"Strip{kind.title()}" >> beam.Map(without_file))
-            for kind, _, _, _ in TABLES}
+            for kind in TABLES}  # every table of the segment, rewritten
     sparse = rows["chunks"] | "Sparse" >> BuildSparseIndex(Representation.from_config(live.manifest.config))
     vectors = (p
                | "VectorFiles" >> beam.Create(live.files("vectors"))
                | "LiveVectors" >> beam.FlatMap(live_vectors))
     trained = p | "LiveTrainedIndex" >> beam.Create([TrainedIndex(live.trained_dense_index())])
 
-    written = [rows[kind] | f"Write{kind.title()}" >> WriteParquetTable(segment_dir, kind, schema, id_column,
-                                                                        num_shards, sort_keys)
-               for kind, schema, id_column, sort_keys in TABLES]
-    written.append(sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, num_shards))
-    tuple(written) | "WriteServingForm" >> WriteServingForm(segment_dir, num_shards)
+    written = rows | "WriteTables" >> WriteSegmentTables(segment_dir, num_shards)
+    sparse_written = sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, num_shards)
+    ((written["nodes"], written["chunks"], sparse_written)
+     | "WriteServingForm" >> WriteServingForm(segment_dir, num_shards))
     {VECTORS: vectors, TRAINED: trained} | "WriteDense" >> WriteDenseIndex(segment_dir, num_shards)
 
 

@@ -52,10 +52,10 @@ from ritrag.pipelines.launcher import (BuildOptions, IndexOptions, PublishOption
 from ritrag.pipelines.options import JobFlags, JobOptionsError, given_flags, merge_flags
 from ritrag.embedder import check_backend_available, check_model_files
 from ritrag.index_config import IndexConfig
-from ritrag.layout import BM25_STATS_FILE, EDGES_KIND, IndexLayout, TOMBSTONES_FILE, new_manifest
+from ritrag.layout import BM25_STATS_FILE, IndexLayout, TOMBSTONES_FILE, new_manifest
+from ritrag.schema import EDGES_KIND
 from ritrag.reader import IndexReader
 from ritrag.storage import open_read
-from ritrag.schema import CHUNKS_SCHEMA, EDGES_SCHEMA, EDGES_SORT_KEYS, NODES_SCHEMA, PAGES_SCHEMA
 from ritrag.transforms.delta import (ChunkRows, ClassifyShardFn, DiffInput, PlaceChangedForests,
                                      ParseChangedPages, PlanPageUpdates, RemovedChunkTerms, ReplaceRows,
                                      ReuseOrEmbedVectors, UpdatePagesFn, WriteTombstones, tombstone_counts)
@@ -71,7 +71,7 @@ from ritrag.transforms.pages import (DEAD, PAGE_COUNTERS, InputOptions, PagePars
 from ritrag.transforms.progress import SECTIONS_CAPPED_COUNTER, CountSectionsCapped, LogProgress
 from ritrag.transforms.serving_files import WriteServingForm
 from ritrag.transforms.sparse import BuildSparseIndex, WriteSparseIndex
-from ritrag.transforms.tables import WriteParquetTable
+from ritrag.transforms.tables import WriteSegmentTables
 
 LOG = logging.getLogger("ritrag.update")
 UPDATE_COUNTERS = PAGE_COUNTERS + ("pages_unchanged", "pages_deleted", "pages_replaced",
@@ -171,17 +171,11 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
 
     # Sinks: the delta segment's files.
     (parsed[DEAD], delta[DEAD]) | "DeadLetters" >> WriteDeadLetters(segment_dir)
-    nodes_written = nodes | "WriteNodes" >> WriteParquetTable(segment_dir, "nodes", NODES_SCHEMA, "node_id",
-                                                              num_shards)
-    delta[UpdatePagesFn.PAGES] | "WritePages" >> WriteParquetTable(segment_dir, "pages", PAGES_SCHEMA, "url",
-                                                                   num_shards)
     dead | "Tombstones" >> WriteTombstones(segment_dir)
-    chunks_written = indexed | "WriteChunks" >> WriteParquetTable(segment_dir, "chunks", CHUNKS_SCHEMA, "chunk_id",
-                                                                  num_shards)
-    edges["edges"] | "WriteEdges" >> WriteParquetTable(segment_dir, EDGES_KIND, EDGES_SCHEMA, "source_node_id",
-                                                       num_shards, EDGES_SORT_KEYS)
+    written = ({"pages": delta[UpdatePagesFn.PAGES], "nodes": nodes, "chunks": indexed, EDGES_KIND: edges["edges"]}
+               | "WriteTables" >> WriteSegmentTables(segment_dir, num_shards))
     sparse_written = sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, num_shards)
-    ((nodes_written, chunks_written, sparse_written)
+    ((written["nodes"], written["chunks"], sparse_written)
      | "WriteServingForm" >> WriteServingForm(segment_dir, num_shards))
     {VECTORS: vectors, TRAINED: trained} | "WriteDense" >> WriteDenseIndex(segment_dir, num_shards)
     # Last: every count the stages recorded (what the manifest records), as data.

@@ -64,7 +64,6 @@ DENSE_TRAINED_FILE = "dense_trained.faiss"  # the trained empty index: later seg
 DEAD_LETTERS_FILE = "dead_letters.parquet"
 SITE_BASES_FILE = "site_bases.json"  # each site's inferred public base, when --base_url was not given
 COUNTS_FILE = "counts.json"  # the job's counts by name (transforms/counts.py): what the manifest's counts record
-EDGES_KIND = "edges"  # edges-SSSSS-of-NNNNN.parquet: EDGES_SCHEMA, the resolved links of the segment's pages
 LOG = logging.getLogger("ritrag.layout")
 _VERSION_RE = re.compile(r"^v(\d{6})$")
 _SEGMENT_RE = re.compile(r"^seg-v\d{6}$")

@@ -35,21 +35,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ritrag.ids import shard_of
-from ritrag.layout import (DENSE_TRAINED_FILE, EDGES_KIND, TOMBSTONES_FILE, DamagedIndexError, IndexLayout, Manifest,
+from ritrag.layout import (DENSE_TRAINED_FILE, TOMBSTONES_FILE, DamagedIndexError, IndexLayout, Manifest,
                            parse_shard_file_name)
-from ritrag.schema import CHUNKS_SCHEMA, EDGES_SCHEMA, NODES_SCHEMA, PAGES_SCHEMA
+from ritrag.schema import TABLES
 from ritrag.storage import is_remote, open_parquet, open_read
 
 # The id column that keys each kind of shard file, and that tombstones name
 # (the tombstones table has one column per id: node_id, chunk_id, url,
-# source_node_id). An edges row is live unless its source was tombstoned.
-ID_COLUMNS = {"pages": "url", "nodes": "node_id", "chunks": "chunk_id", "postings": "chunk_id",
-              "vectors": "chunk_id", "dense": "chunk_id", EDGES_KIND: "source_node_id"}
-TABLE_SCHEMAS = {"pages": PAGES_SCHEMA, "nodes": NODES_SCHEMA, "chunks": CHUNKS_SCHEMA, EDGES_KIND: EDGES_SCHEMA}
-# Columns a table gained after its format began, with the value that rows of
-# older files read as: an index built before them can still be updated,
-# compacted and inspected, its old rows saying "unknown" (or "none": links).
-ADDED_COLUMNS = {"nodes": {"source_kind": "", "source_summary": "", "source_keywords": [], "metadata_key": ""}, "pages": {"source_kind": "", "links": [], "links_navigation": 0}}
+# source_node_id): the tables' (ritrag.schema.TABLES) and the chunk files'.
+ID_COLUMNS = {**{kind: spec.id_column for kind, spec in TABLES.items()},
+              "postings": "chunk_id", "vectors": "chunk_id", "dense": "chunk_id"}
 
 
 def live_mask(ids: pa.Array | pa.ChunkedArray, dead: frozenset) -> np.ndarray:
@@ -110,15 +105,15 @@ class LiveFile:
 
     def read(self, columns: list[str] | None = None) -> pa.Table:
         """Every row of a table file, dead ones too; a column added since the
-        file was written (ADDED_COLUMNS) is filled with its default."""
+        file was written (TableSpec.added) is filled with its default."""
         with refused_if_unreadable(self.path):
             parquet = open_parquet(self.path)  # one open for the schema and the rows
             present = set(parquet.schema_arrow.names)
-            added = {name: value for name, value in ADDED_COLUMNS.get(self.kind, {}).items()
+            added = {name: value for name, value in TABLES[self.kind].added.items()
                      if name not in present and (columns is None or name in columns)}
             table = parquet.read(columns=[c for c in columns if c not in added] if columns is not None else None)
         for name, value in added.items():
-            field = TABLE_SCHEMAS[self.kind].field(name)
+            field = TABLES[self.kind].schema.field(name)
             table = table.append_column(field, pa.array([value] * len(table), field.type))
         return table.select(columns) if columns is not None else table
 
@@ -201,7 +196,7 @@ class RowPositions:
     def column(self, name: str) -> pa.ChunkedArray:
         """One column of every row, in position order."""
         if not self.files:
-            return pa.chunked_array([], TABLE_SCHEMAS[self.kind].field(name).type)
+            return pa.chunked_array([], TABLES[self.kind].schema.field(name).type)
         return pa.concat_tables([f.read([name]) for f in self.files])[name]
 
     def read(self, positions: Sequence[int], columns: list[str]) -> dict[int, dict[str, Any]]:
@@ -289,7 +284,7 @@ class IndexReader:
         """The live rows of a table (pages, nodes, chunks, edges) as one Arrow table."""
         tables = [f.table(columns) for f in self.files(kind)]
         if not tables:
-            schema = TABLE_SCHEMAS[kind]
+            schema = TABLES[kind].schema
             return schema.empty_table().select(columns) if columns is not None else schema.empty_table()
         return pa.concat_tables(tables)
 

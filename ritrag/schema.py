@@ -328,7 +328,35 @@ EDGES_SCHEMA = pa.schema(
         pa.field("anchor_text", pa.string(), nullable=False),  # "" for a link without text
     ]
 )
-EDGES_SORT_KEYS = ("source_node_id", "position")  # the order of an edges shard
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One table of a segment, as every job writes it and every reader reads it
+    (docs/ARCHITECTURE.md, "On-disk format"): `kind` names its files
+    (KIND-SSSSS-of-NNNNN.parquet); rows are sharded by `id_column` (the id that
+    tombstones name; ritrag.ids.shard_of) and sorted on `sort_keys` within a
+    shard; `added` holds the columns it gained after its format began, with the
+    value rows of older files read as (an index built before them can still be
+    updated, compacted and inspected, its old rows saying "unknown")."""
+
+    kind: str
+    schema: pa.Schema
+    id_column: str
+    sort_keys: tuple[str, ...]
+    added: dict = field(default_factory=dict)
+
+
+EDGES_KIND = "edges"  # the resolved links of the segment's pages
+# The segment's tables, by kind: the one definition of each.
+TABLES = {spec.kind: spec for spec in (
+    TableSpec("pages", PAGES_SCHEMA, "url", ("url",), {"source_kind": "", "links": [], "links_navigation": 0}),
+    TableSpec("nodes", NODES_SCHEMA, "node_id", ("node_id",),
+              {"source_kind": "", "source_summary": "", "source_keywords": [], "metadata_key": ""}),
+    TableSpec("chunks", CHUNKS_SCHEMA, "chunk_id", ("chunk_id",)),
+    # An edges row is live unless its source was tombstoned.
+    TableSpec(EDGES_KIND, EDGES_SCHEMA, "source_node_id", ("source_node_id", "position")),
+)}
 
 DEAD_LETTERS_SCHEMA = pa.schema(
     [

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ritrag.layout import EDGES_KIND
+from ritrag.schema import EDGES_KIND
 from ritrag.reader import IndexReader
 from ritrag.serving.skeleton import SKELETON_COLUMNS, NodeRows, Skeleton, skeleton_columns
 from ritrag.serving_form import utf8_fixed_width

@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 
 from ritrag.bm25 import Bm25, parameters
-from ritrag.layout import BM25_STATS_FILE, EDGES_KIND, DamagedIndexError, IndexLoadError
+from ritrag.layout import BM25_STATS_FILE, DamagedIndexError, IndexLoadError
+from ritrag.schema import EDGES_KIND
 from ritrag.reader import IndexReader
 from ritrag.storage import is_remote
 from ritrag.serving_form import SERVING_KIND

@@ -11,7 +11,8 @@ from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from ritrag.ids import node_id_for
-from ritrag.layout import EDGES_KIND, IndexLayout
+from ritrag.layout import IndexLayout
+from ritrag.schema import EDGES_KIND
 from ritrag.pipelines import compact, update
 from ritrag.reader import IndexReader
 from ritrag.representation import ANCHOR_DOC_ORDINAL, Representation

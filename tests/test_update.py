@@ -398,7 +398,7 @@ def test_an_update_refuses_another_representation(hashed_snapshots, tmp_path):
 
 @pytest.mark.slow
 def test_an_index_built_before_source_kind_still_updates(tmp_path):
-    """Its nodes and pages files lack the column added later (ADDED_COLUMNS): an
+    """Its nodes and pages files lack the column added later (TableSpec.added): an
     update reads their rows as kind "" (unknown) and writes its own with kinds."""
     import pyarrow.parquet as pq
 

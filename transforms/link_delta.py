@@ -26,10 +26,9 @@ import apache_beam as beam
 
 from ritrag.embedder import EmbedderSpec
 from ritrag.ids import node_id_for
-from ritrag.layout import EDGES_KIND
+from ritrag.schema import EDGES_KIND, row_links
 from ritrag.reader import IndexReader
 from ritrag.representation import ANCHOR_DOC_ORDINAL
-from ritrag.schema import row_links
 from ritrag.transforms.delta import CHUNK_REF_COLUMNS, TARGET_COLUMNS
 from ritrag.transforms.edges import AnchorDocuments, ResolveEdges
 from ritrag.transforms.tables import ReadLiveRows, as_set

@@ -37,6 +37,7 @@ from apache_beam.transforms.window import GlobalWindows
 from ritrag.ids import shard_of
 from ritrag.layout import shard_file_name
 from ritrag.reader import IndexReader
+from ritrag.schema import TABLES, TableSpec
 from ritrag.storage import is_remote
 
 LOG = logging.getLogger("ritrag.tables")
@@ -247,27 +248,36 @@ def remove_spill_files(segment_dir: str) -> None:
 
 
 class WriteParquetTable(beam.PTransform):
-    """Rows (dicts of `schema`) -> Parquet files sharded by `id_column` and
-    sorted on `sort_keys` (default: the id column, then unique)."""
+    """Rows (dicts of the table's schema) -> the table's Parquet files, as its
+    `ritrag.schema.TableSpec` says: sharded by its id column, sorted on its
+    sort keys (the id column alone: then unique)."""
 
-    def __init__(self, out_dir: str, kind: str, schema: pa.Schema, id_column: str, num_shards: int,
-                 sort_keys: Sequence[str] | None = None):
+    def __init__(self, out_dir: str, spec: TableSpec, num_shards: int):
         super().__init__()
-        self._out_dir = out_dir
-        self._kind = kind
-        self._schema = schema
-        self._id_column = id_column
-        self._num_shards = num_shards
-        self._sort_keys = list(sort_keys or [id_column])
+        self._out_dir, self._spec, self._num_shards = out_dir, spec, num_shards
 
     def expand(self, rows):
-        schema, id_column, sort_keys = self._schema, self._id_column, self._sort_keys
+        schema, id_column, sort_keys = self._spec.schema, self._spec.id_column, list(self._spec.sort_keys)
         return rows | WriteShards(
-            self._out_dir, self._kind, self._num_shards,
+            self._out_dir, self._spec.kind, self._num_shards,
             shard_key=lambda r: r[id_column],
             to_table=lambda shard_rows: pa.Table.from_pylist(shard_rows, schema=schema),
             write=lambda path, table: write_sorted_table(path, table, schema, sort_keys),
         )
+
+
+class WriteSegmentTables(beam.PTransform):
+    """{table kind: rows} -> {table kind: its writes, (kind, rows) per shard
+    file}: the segment's tables (ritrag.schema.TABLES), each written by
+    WriteParquetTable; what build, update and compact write alike."""
+
+    def __init__(self, out_dir: str, num_shards: int):
+        super().__init__()
+        self._out_dir, self._num_shards = out_dir, num_shards
+
+    def expand(self, tables: dict):
+        return {kind: rows | f"Write{kind.title()}" >> WriteParquetTable(self._out_dir, TABLES[kind], self._num_shards)
+                for kind, rows in tables.items()}
 
 
 def as_set(ids: beam.PCollection, label: str) -> beam.pvalue.AsDict:

@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ritrag.layout import EDGES_KIND
+from ritrag.schema import EDGES_KIND
 from ritrag.reader import IndexReader
 from ritrag.representation import Representation
 from ritrag.storage import open_parquet
