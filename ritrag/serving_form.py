@@ -70,6 +70,11 @@ def utf8_fixed_width(strings: pa.Array | pa.ChunkedArray) -> np.ndarray:
     data = np.frombuffer(array.buffers()[2], np.uint8) if array.buffers()[2] is not None else np.zeros(0, np.uint8)
     lengths = np.diff(offsets)
     width = max(int(lengths.max()), 1)
+    full = lengths == width
+    if not lengths[~full].any():  # ids: all of one length, or empty (a root's parent): one view, no scatter
+        out = np.zeros(n, f"S{width}")
+        out[full] = data[offsets[0]:offsets[-1]].view(f"S{width}")
+        return out
     out = np.zeros((n, width), np.uint8)
     row = np.repeat(np.arange(n), lengths)
     column = np.arange(int(lengths.sum())) - np.repeat(offsets[:-1] - offsets[0], lengths)

@@ -14,7 +14,9 @@ segment (ritrag.serving.segments): a new version maps only the segments it
 adds. The version's own arrays, the chunks' node rows and which are live,
 the fields' statistics, the node skeleton (ritrag.serving.skeleton) and the
 link graph (ritrag.serving.derived_arrays), are derived at each load from
-the per-chunk arrays and the node and edge files, never from the postings.
+the per-chunk arrays and the node and edge files, never from the postings;
+of the node files, a version decodes only those that no version this process
+holds has decoded before it (`derived_arrays.node_columns`).
 The dense shards are ritrag.serving.dense_shards'. Bodies and URLs, the bulk
 of the node table, stay on disk and are read by position (`node_records`):
 only the row group that holds a node is read.
@@ -107,8 +109,9 @@ class LoadedVersion:
         k1, b = parameters(self.manifest.config)
 
         positions = self.reader.positions("nodes")
-        columns, self.node_row, self.skeleton = derive_nodes(self.reader)
-        self.nodes: dict[str, Sequence] = {name: Column(array) for name, array in columns.items()}
+        # held: the node columns (shared with the next version this process loads)
+        self.node_columns, self.node_row, self.skeleton = derive_nodes(self.reader)
+        self.nodes: dict[str, Sequence] = {name: Column(array) for name, array in self.node_columns.columns.items()}
         self.nodes["position"] = self.skeleton.position
         segments = version_shards(self.reader)
         first_file = {}

@@ -105,6 +105,34 @@ def test_update_serves_like_a_fresh_build(snapshots):
     assert a.read(ids)["nodes"] == b.read(ids)["nodes"]
 
 
+def test_a_reload_decodes_only_the_node_files_the_new_version_adds(snapshots, tmp_path):
+    import gc
+
+    import numpy as np
+
+    from ritrag.serving.index import LoadedVersion
+
+    index = shutil.copytree(snapshots[2], tmp_path / "index")  # its own paths: no other test's loads share it
+    v1 = LoadedVersion(str(index), "v000001")
+    v2 = LoadedVersion(str(index), "v000002")
+    files = v2.reader.positions("nodes").files
+    added = [f for f in files if f.segment == v2.manifest.segments[-1]["id"]]
+    assert v2.node_columns.files_read == len(added) < len(files)
+    reloaded = ({name: array for name, array in v2.node_columns.columns.items()}, v2.node_row.arrays(),
+                (v2.skeleton.parent_row, v2.skeleton.ancestor_indptr, v2.skeleton.ancestor_rows), v2.chunks.chunk_node)
+    del v1, v2
+    gc.collect()
+    alone = LoadedVersion(str(index), "v000002")
+    assert alone.node_columns.files_read == len(files)  # nothing held: every file decoded
+    columns, (ids, rows), skeleton, chunk_node = reloaded
+    assert all(columns[name].equals(array) for name, array in alone.node_columns.columns.items())
+    assert np.array_equal(ids, alone.node_row.arrays()[0]) and np.array_equal(rows, alone.node_row.arrays()[1])
+    for got, want in zip(skeleton, (alone.skeleton.parent_row, alone.skeleton.ancestor_indptr,
+                                    alone.skeleton.ancestor_rows)):
+        assert np.array_equal(got, want)
+    assert np.array_equal(chunk_node, alone.chunks.chunk_node)
+
+
 def failing_on_call(n: int, real):
     calls = []
 
