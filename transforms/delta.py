@@ -85,7 +85,8 @@ class ClassifyShardFn(CountingDoFn):
 
     The shard's live rows are read column-wise, once, and a row becomes a dict
     only when its page changed: the diff's elements are the inputs, not the
-    index's pages too."""
+    index's pages too. A worker holds one shard's inputs and live rows (URL,
+    hash, skeleton): the pages over `--num_shards`."""
 
     DEAD_URL, OLD_SKELETON, GONE_SITE = "dead_url", "old_skeleton", "gone_site"
 
