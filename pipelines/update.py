@@ -56,9 +56,10 @@ from ritrag.layout import BM25_STATS_FILE, IndexLayout, TOMBSTONES_FILE, new_man
 from ritrag.schema import EDGES_KIND
 from ritrag.reader import IndexReader
 from ritrag.storage import open_read
-from ritrag.transforms.delta import (ChunkRows, ClassifyShardFn, DiffInput, PlaceChangedForests,
-                                     ParseChangedPages, PlanPageUpdates, RemovedChunkTerms, ReplaceRows,
-                                     ReuseOrEmbedVectors, UpdatePagesFn, WriteTombstones, tombstone_counts)
+from ritrag.transforms.delta import (ChunkRows, PlaceChangedForests, ParseChangedPages, PlanPageUpdates,
+                                     RemovedChunkTerms, ReplaceRows, ReuseOrEmbedVectors, UpdatePagesFn,
+                                     WriteTombstones, tombstone_counts)
+from ritrag.transforms.diff import ClassifyShardFn, DiffInput
 from ritrag.transforms.counts import WriteCounts
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainedIndex, WriteDenseIndex
 from ritrag.transforms.edges import EDGE_COUNTERS

@@ -1,8 +1,8 @@
 """The incremental update's stages: a new input snapshot against the live
 version -> the rows, chunks, tombstones and vectors of one delta segment.
 
-  DiffInput            input files x live pages table, by URL: unchanged (counted),
-                       new or changed (to parse), gone (a URL tombstone)
+  DiffInput            (transforms/diff.py) input files x live pages table: unchanged
+                       (counted), new or changed (to parse), gone (a URL tombstone)
   ParseChangedPages    the new and changed files, parsed as the build parses them
   PlaceChangedForests  the forests of the sites whose skeletons changed, placed again;
                        a page parsed into the skeleton it had keeps its live placement
@@ -21,162 +21,43 @@ directly. The job (pipelines/update.py) strings these together.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
-from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 import apache_beam as beam
-import pyarrow as pa
 from apache_beam.io import fileio
-from apache_beam.io.filesystem import FileMetadata
 from apache_beam.io.filesystems import FileSystems
 
 from ritrag.embedder import EmbedderSpec
-from ritrag.ids import node_id_for, raw_hash, shard_of
+from ritrag.ids import node_id_for
 from ritrag.layout import TOMBSTONES_FILE
 from ritrag.reader import IndexReader, read_rows_by_id
 from ritrag.storage import open_parquet
 from ritrag.representation import ANCHOR_DOC_ORDINAL, Representation
 from ritrag.schema import (NODES_SCHEMA, TOMBSTONES_SCHEMA, DeadLetter, Link, NodePlacement, PageSkeleton, PageSource,
-                           ParsedPage, WarcPage, page_row)
+                           ParsedPage, page_row)
 from ritrag.transforms.chunk import node_chunker
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
+from ritrag.transforms.diff import PAGE_SKELETON_COLUMNS
 from ritrag.transforms.edges import node_targets
 from ritrag.transforms.embed import EmbedChunks
 from ritrag.transforms.nodes import DEPTH_CAPPED_COUNTER, PlaceSkeletons, page_node_rows, placement_row
-from ritrag.transforms.pages import (COUNTERS, DEAD, PageParser, ParsePages, ReadInput, chosen_source,
-                                    duplicate_letter, read_bounded, reread_page, warc_records_or_file)
-from ritrag.transforms.parse import UnparseablePage
+from ritrag.transforms.pages import (COUNTERS, DEAD, PageParser, ParsePages, chosen_source, duplicate_letter,
+                                    reread_page)
 from ritrag.transforms.sources import split_record_source
 from ritrag.transforms.sparse import ChunkTerms, chunk_terms
 from ritrag.transforms.tables import ReadLiveRows, as_set, parquet_bytes, write_bytes
-from ritrag.transforms.sources.warc import crawl_dir_of, read_record
-from ritrag.urls import normalize_url
+from ritrag.transforms.sources.warc import read_record
 from ritrag.vectors import VectorStore
 
 PLACEMENT_FIELDS = ("parent_id", "site", "kind", "position", "depth", "title", "url",
                     "ancestor_ids", "ancestor_titles", "trail_method", "source_kind")
 NODE_SKELETON_COLUMNS = [f.name for f in NODES_SCHEMA if f.name != "body"]
 CHUNK_REF_COLUMNS = ["chunk_id", "node_id", "page_id", "ordinal", "text_hash"]
-DIFF_BATCH_FILES = 256  # input files the diff reads and hashes per element (HashInputBatchFn)
-PAGE_SKELETON_COLUMNS = [f.name for f in dataclasses.fields(PageSkeleton)]  # PAGES_SCHEMA's, PageSkeleton.from_row's
 RECHUNK = "_rechunk"  # a re-placed row whose representation changed: ReplaceRows attaches its `_old_chunks`
 # What the link stages (transforms/link_delta.py) need of a node a link may name.
 TARGET_COLUMNS = ("node_id", "page_id", "kind", "url")
-
-
-# --- diff ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class InputFile:
-    path: str
-    raw_hash: str
-
-
-class ClassifyShardFn(CountingDoFn):
-    """(pages shard, the inputs at the URLs it owns) -> per URL of the shard,
-    its inputs against its live pages row: unchanged -> counted, nothing else
-    (the stages that need an unchanged page read it back, filtered);
-    new/changed -> its path, to parse (main), and its stored skeleton
-    (OLD_SKELETON); gone -> its URL, to tombstone (DEAD_URL, as a changed
-    page's), and its site (GONE_SITE: the site's forest changes).
-
-    The shard's live rows are read column-wise, once, and a row becomes a dict
-    only when its page changed: the diff's elements are the inputs, not the
-    index's pages too. A worker holds one shard's inputs and live rows (URL,
-    hash, skeleton): the pages over `--num_shards`."""
-
-    DEAD_URL, OLD_SKELETON, GONE_SITE = "dead_url", "old_skeleton", "gone_site"
-
-    def __init__(self, live: IndexReader):
-        super().__init__(COUNTERS)
-        self._files = live.files("pages")
-
-    def process(self, shard_and_inputs: tuple[int, Iterable[list[tuple[str, InputFile]]]]):
-        shard, batches = shard_and_inputs
-        inputs_at: dict[str, list[InputFile]] = defaultdict(list)
-        for batch in batches:  # one is empty: the marker that makes every shard's group exist
-            for url, item in batch:
-                inputs_at[url].append(item)
-        tables = [f.table(["raw_hash", *PAGE_SKELETON_COLUMNS]) for f in self._files if f.shard == shard]
-        table = pa.concat_tables(tables) if tables else None
-        old_at: dict[str, list[int]] = defaultdict(list)
-        hashes = table["raw_hash"].to_pylist() if table is not None else []
-        for row, url in enumerate(table["url"].to_pylist() if table is not None else []):
-            old_at[url].append(row)
-        for url in inputs_at.keys() | old_at.keys():
-            inputs, old_rows = inputs_at.get(url, []), old_at.get(url, [])
-            self.count("pages_read", len(inputs))
-            if len(inputs) == 1 and len(old_rows) == 1 and inputs[0].raw_hash == hashes[old_rows[0]]:
-                self.count("pages_unchanged")
-                continue
-            yield from self._changed(url, inputs, [table.slice(r, 1).to_pylist()[0] for r in old_rows])
-
-    def _changed(self, url: str, inputs: list[InputFile], old: list[dict]) -> Iterable:
-        if not inputs:
-            self.count("pages_deleted")
-            yield beam.pvalue.TaggedOutput(self.DEAD_URL, url)
-            for row in old:
-                yield beam.pvalue.TaggedOutput(self.GONE_SITE, row["site"])
-            return
-        if old:
-            self.count("pages_replaced")
-            yield beam.pvalue.TaggedOutput(self.DEAD_URL, url)
-            for row in old:
-                yield beam.pvalue.TaggedOutput(self.OLD_SKELETON, (url, PageSkeleton.from_row(row)))
-        for item in inputs:
-            # A record of a file of several pages is parsed with its file, which the
-            # file's own page sends (every record of a file changes with the file).
-            in_file = split_record_source(item.path)
-            if in_file is None or in_file.warc_offset is not None:
-                yield item.path
-
-
-def hashed_input(parser: PageParser, readable: fileio.ReadableFile | WarcPage | DeadLetter
-                 ) -> Iterable[tuple[str, InputFile]]:
-    """An input file -> (its URL, its path and raw hash). A file the parser
-    refuses to open (outside the input, not a regular file) is not read: its
-    empty hash matches no page, so it goes to ParsePagesFn, which dead-letters it."""
-    if isinstance(readable, WarcPage):  # a WARC input's record: its URL is in it
-        yield normalize_url(readable.url), InputFile(readable.source, raw_hash(readable.payload))
-        return
-    if isinstance(readable, DeadLetter):  # an unreadable WARC record: read again by ParsePagesFn, dead-lettered
-        yield readable.source, InputFile(readable.source, "")
-        return
-    path = readable.metadata.path
-    if parser.refusal(path):
-        yield normalize_url(parser.locate(path)[0]), InputFile(path, "")
-        return
-    try:
-        data = read_bounded(readable.open, parser.max_page_bytes)
-    except UnparseablePage:  # too large: like a refused file, no page's hash; ParsePagesFn dead-letters it
-        yield normalize_url(parser.locate(path)[0]), InputFile(path, "")
-        return
-    for url, source in parser.input_pages(path, data):  # a thread's posts: one each
-        yield url, InputFile(source, raw_hash(data))
-
-
-class HashInputBatchFn(beam.DoFn):
-    """A batch of matched input files -> (pages shard, the (URL, InputFile) of
-    the batch's pages whose URL it owns), one element per shard: reading and
-    hashing a file is cheap, so the runner's cost per element is paid per
-    batch. A WARC file is its records (`warc_records_or_file`), hashed as they
-    are read, never held together."""
-
-    def __init__(self, parser: PageParser, num_shards: int):
-        self._parser, self._num_shards = parser, num_shards
-
-    def process(self, batch: list[FileMetadata]):
-        by_shard: dict[int, list[tuple[str, InputFile]]] = defaultdict(list)
-        for metadata in batch:
-            if metadata.path.endswith(("/", "\\")):  # a directory, as ReadMatches skips it
-                continue
-            for readable in warc_records_or_file(fileio.ReadableFile(metadata), self._parser):
-                for url, item in hashed_input(self._parser, readable):
-                    by_shard[shard_of(url, self._num_shards)].append((url, item))
-        yield from by_shard.items()
 
 
 class OpenForParse(beam.DoFn):
@@ -502,40 +383,6 @@ class ReadStoredVectorsFn(CountingDoFn):
 
 
 # --- the stages, as composite transforms ------------------------------------------
-
-class DiffInput(beam.PTransform):
-    """pbegin -> paths to parse (main) with the stored skeletons of those that had
-    one (ClassifyShardFn.OLD_SKELETON), URLs to tombstone (ClassifyShardFn.DEAD_URL)
-    and the sites of the pages gone (ClassifyShardFn.GONE_SITE). The inputs are
-    hashed in batches and grouped by the pages shard that owns their URL
-    (ritrag.ids.shard_of, as the pages table is written), and each shard is
-    compared with its live rows there."""
-
-    def __init__(self, pattern: str, parser: PageParser, live: IndexReader):
-        super().__init__()
-        self._pattern, self._parser, self._live = pattern, parser, live
-
-    def expand(self, pbegin):
-        num_shards, parser = self._live.manifest.config["num_shards"], self._parser
-        if crawl_dir_of(self._pattern) is not None:  # a crawl's pages, one element each as its directory yields them
-            inputs = (pbegin
-                      | "Read" >> ReadInput(self._pattern, parser)
-                      | "HashInputs" >> beam.FlatMap(lambda readable: hashed_input(parser, readable))
-                      | "KeyByShard" >> beam.Map(lambda item: (shard_of(item[0], num_shards), [item])))
-        else:
-            inputs = (pbegin
-                      | "MatchFiles" >> fileio.MatchFiles(self._pattern)
-                      | "Batch" >> beam.BatchElements(min_batch_size=DIFF_BATCH_FILES, max_batch_size=DIFF_BATCH_FILES)
-                      | "Reshuffle" >> beam.Reshuffle()  # batches spread over workers
-                      | "HashBatches" >> beam.ParDo(HashInputBatchFn(parser, num_shards)))
-        every_shard = pbegin | "EveryShard" >> beam.Create([(shard, []) for shard in range(num_shards)])
-        return record_counts((inputs, every_shard)
-                             | "Shards" >> beam.Flatten()
-                             | "GroupByShard" >> beam.GroupByKey()
-                             | "Classify" >> beam.ParDo(ClassifyShardFn(self._live)).with_outputs(
-                                 ClassifyShardFn.DEAD_URL, ClassifyShardFn.OLD_SKELETON, ClassifyShardFn.GONE_SITE,
-                                 COUNTS, main="parse"))
-
 
 class PlaceChangedForests(beam.PTransform):
     """{"parsed": parsed pages, "old_skeletons", "gone_sites" and "dead_urls"
