@@ -7,9 +7,10 @@ The chunk-side arrays and the postings are the segments' own serving files
 Rows are read through the version's `IndexReader`; the rule of which rows
 are live is the reader's. The node files' columns are decoded once per
 process: the next version, whose node files begin with the same files,
-copies their rows and decodes only the files it adds (`node_columns`). Node rows keep the position of every row of the
-node files (`RowPositions`), dead ones included, so that a body is read by
-position; no id maps to a dead row.
+copies their rows and decodes only the files it adds (`node_columns`).
+Node rows keep the position of every row of the node files (`RowPositions`),
+dead ones included, so that a body is read by position; no id maps to a dead
+row.
 """
 from __future__ import annotations
 
@@ -75,10 +76,9 @@ def derive_nodes(reader: IndexReader) -> tuple[NodeColumns, NodeRows, Skeleton]:
     columns = held.columns
     positions = reader.positions("nodes")
     ids = utf8_fixed_width(columns["node_id"])
-    live = np.concatenate([
-        f.live_mask(columns["node_id"].slice(int(positions.file_start[i]), int(positions.file_start[i + 1] -
-                                                                              positions.file_start[i])))
-        for i, f in enumerate(positions.files)]) if positions.files else np.zeros(0, bool)
+    bounds = positions.file_start.tolist()  # each file's first row, and the end
+    live = np.concatenate([f.live_mask(columns["node_id"][start:end])
+                           for f, start, end in zip(positions.files, bounds, bounds[1:])] or [np.zeros(0, bool)])
     live_rows = np.flatnonzero(live)
     node_row = NodeRows.of(ids[live_rows], live_rows)
     return held, node_row, Skeleton.of(columns, node_row)
