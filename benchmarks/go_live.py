@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pages", type=int, default=10_000)
     parser.add_argument("--work", default="/tmp/bench-go-live")
-    parser.add_argument("--reuse", action="store_true", help="keep a built index of the same size in --work")
+    parser.add_argument("--reuse", action="store_true", help="keep a built index of the same size in --work "
+                                                             "(or, with none built, the synthetic pages there)")
     parser.add_argument("--watch_s", type=float, default=1.0, help="the running server's --watch_s")
     parser.add_argument("--label", default="current", help="which code ran (run the script with a baseline "
                                                           "checkout's Python to measure that code)")
@@ -104,8 +105,11 @@ def main(argv: list[str] | None = None) -> None:
     pages, index = os.path.join(args.work, "pages"), os.path.join(args.work, "index")
     built_s = None
     if not (args.reuse and os.path.exists(os.path.join(index, "CURRENT"))):
-        shutil.rmtree(args.work, ignore_errors=True)
-        ritrag("synth", "--pages", str(args.pages), "--out", pages)
+        if args.reuse and os.path.isdir(pages):
+            shutil.rmtree(index, ignore_errors=True)
+        else:
+            shutil.rmtree(args.work, ignore_errors=True)
+            ritrag("synth", "--pages", str(args.pages), "--out", pages)
         built_s = ritrag("build", pages, "--out", index, "--embedding_model", "hashing:384")
     before = open(os.path.join(index, "CURRENT")).read().strip()
     load_before = os.getloadavg()[0]
@@ -130,7 +134,8 @@ def main(argv: list[str] | None = None) -> None:
         server.wait()
     cold = python(COLD_LOAD, index)
     reload = python(RELOAD, index, before, after)
-    n_segments = len(json.load(open(os.path.join(index, "versions", f"{after}.json")))["segments"])
+    manifest = json.load(open(os.path.join(index, "versions", f"{after}.json")))
+    n_segments, update_counts = len(manifest["segments"]), manifest["stats"]["pages"]
     lines = [
         f"## A version going live (benchmarks/go_live.py): {args.pages:,} synthetic pages, one changed, "
         f"{args.label}",
@@ -141,7 +146,9 @@ def main(argv: list[str] | None = None) -> None:
         f"representation){f' in {built_s:.0f} s' if built_s else ''}; one page edited; {n_segments} segments after "
         f"the update; load average {load_before:.1f} at the start",
         f"- `ritrag serve --watch_s {args.watch_s:g}` ready in {ready_s:.1f} s",
-        f"- `ritrag update` (one changed page): {update_s:.1f} s wall (CURRENT replaced after {published - started:.1f} s)",
+        f"- `ritrag update` (one changed page): {update_s:.1f} s wall (CURRENT replaced after {published - started:.1f} s); "
+        f"files unread, their size and mtime unchanged: {update_counts.get('pages_trusted_by_stamp', 0):,} of "
+        f"{update_counts['pages_read']:,}",
         f"- CURRENT replaced -> served by the running server: {served - published:.2f} s; update start -> served: "
         f"{served - started:.1f} s",
         f"- baseline, a fresh process's cold load of {after}: {cold['load_s']:.2f} s to loaded, "

@@ -2,8 +2,10 @@
 
     python -m ritrag.pipelines.update --input DIR_OR_GLOB --index INDEX [runner options]
 
-1. Diff: every input file is hashed and joined by URL with the live pages table:
-   unchanged (same raw bytes), new or changed (parsed), deleted (tombstoned).
+1. Diff (transforms/diff.py): every input file is joined by URL with the live
+   pages table: unchanged (the size and mtime its page was indexed with, not
+   read; else the same raw bytes, read and hashed), new or changed (parsed),
+   deleted (tombstoned).
 2. Forest: recomputed from skeletons only for every site whose skeletons changed
    (a page came, went, or was parsed into another title, trail or canonical):
    the stored skeletons of its unchanged pages and the parsed ones of its new and
@@ -59,7 +61,7 @@ from ritrag.storage import open_read
 from ritrag.transforms.delta import (ChunkRows, PlaceChangedForests, ParseChangedPages, PlanPageUpdates,
                                      RemovedChunkTerms, ReplaceRows, ReuseOrEmbedVectors, UpdatePagesFn,
                                      WriteTombstones, tombstone_counts)
-from ritrag.transforms.diff import ClassifyShardFn, DiffInput
+from ritrag.transforms.diff import STAMP_COUNTER, ClassifyShardFn, DiffInput, DiffOptions
 from ritrag.transforms.counts import WriteCounts
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainedIndex, WriteDenseIndex
 from ritrag.transforms.edges import EDGE_COUNTERS
@@ -75,20 +77,20 @@ from ritrag.transforms.sparse import BuildSparseIndex, WriteSparseIndex
 from ritrag.transforms.tables import WriteSegmentTables
 
 LOG = logging.getLogger("ritrag.update")
-UPDATE_COUNTERS = PAGE_COUNTERS + ("pages_unchanged", "pages_deleted", "pages_replaced",
+UPDATE_COUNTERS = PAGE_COUNTERS + ("pages_unchanged", STAMP_COUNTER, "pages_deleted", "pages_replaced",
                                    "chunks_added", "chunks_reused_vectors", SECTIONS_CAPPED_COUNTER,
                                    SITES_PLACED_COUNTER) + EDGE_COUNTERS
 UPDATE_METADATA_COUNTERS = UPDATE_COUNTERS + METADATA_COUNTERS
 
 
-class UpdateOptions(InputOptions, IndexOptions):
-    """--input (the new snapshot) and --index."""
+class UpdateOptions(InputOptions, IndexOptions, DiffOptions):
+    """--input (the new snapshot), --index and how the diff reads the input."""
 
 
 # BuildOptions are accepted so that one command line serves a refresh's first
 # build and its later updates; given explicitly, each must match the live index.
-FLAGS: JobFlags = merge_flags({InputOptions: None, IndexOptions: None, BuildOptions: None, EmbedOptions: None,
-                               MetadataOptions: None, PublishOptions: None}, without=("out",))
+FLAGS: JobFlags = merge_flags({InputOptions: None, IndexOptions: None, DiffOptions: None, BuildOptions: None,
+                               EmbedOptions: None, MetadataOptions: None, PublishOptions: None}, without=("out",))
 
 
 def refuse_reshaping(live: IndexConfig, given: dict[str, object]) -> None:
@@ -119,7 +121,7 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     parser = PageParser(root, config.page_base_url, config.site_depth, opts.max_page_bytes,
                         opts.follow_links_outside_input).with_site_bases(live.manifest.config.get("site_bases"))
     # Diff: unchanged pages keep their stored skeleton; new and changed ones are parsed.
-    diff = p | "Diff" >> DiffInput(pattern, parser, live)
+    diff = p | "Diff" >> DiffInput(pattern, parser, live, opts.read_every_input)
     parsed = diff["parse"] | "ParseChanged" >> ParseChangedPages(parser)
     # Only new and changed pages are parsed, and how many there are is known only
     # once the diff has hashed every input: their progress is a count and a rate,

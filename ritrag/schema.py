@@ -80,6 +80,10 @@ class ParsedPage:
     nav_order: tuple[str, ...] = field(default=())  # child URLs in the page's own nav order
     source: str = ""  # the input file, set by the job that read it
     raw_hash: str = ""  # hash of the input bytes: unchanged pages are found without parsing
+    # The input file's size and modification time as listed before it was read
+    # (transforms/pages.py `file_stamp`), "" where none is trusted: an update
+    # keeps a file whose stamp is unchanged without reading it.
+    source_stamp: str = ""
     # Trail rules whose markup the page has but that named nothing in the site (only
     # the page, the root, or places outside the site), in cascade order: build counters.
     trail_passed_over: tuple[str, ...] = ()
@@ -173,6 +177,7 @@ def page_row(page: ParsedPage) -> dict:
     """The PAGES_SCHEMA row of a parsed page."""
     return {
         "url": page.url, "source": table_text(page.source), "raw_hash": page.raw_hash,
+        "source_stamp": page.source_stamp,
         "content_hash": page.content_hash, "canonical_url": page.canonical_url, "site": page.site,
         "title": page.title, "trail": [{"title": c.title, "url": c.url} for c in page.trail],
         "trail_method": page.trail_method, "nav_order": list(page.nav_order), "source_kind": page.source_kind,
@@ -311,6 +316,7 @@ PAGES_SCHEMA = pa.schema(
         pa.field("source_kind", pa.string(), nullable=False),
         pa.field("links", pa.list_(LINK_TYPE), nullable=False),  # ParsedPage.links, in position order
         pa.field("links_navigation", pa.int32(), nullable=False),  # ParsedPage.links_navigation
+        pa.field("source_stamp", pa.string(), nullable=False),  # ParsedPage.source_stamp
     ]
 )
 
@@ -350,7 +356,8 @@ class TableSpec:
 EDGES_KIND = "edges"  # the resolved links of the segment's pages
 # The segment's tables, by kind: the one definition of each.
 TABLES = {spec.kind: spec for spec in (
-    TableSpec("pages", PAGES_SCHEMA, "url", ("url",), {"source_kind": "", "links": [], "links_navigation": 0}),
+    TableSpec("pages", PAGES_SCHEMA, "url", ("url",), {"source_kind": "", "links": [], "links_navigation": 0,
+                                                       "source_stamp": ""}),
     TableSpec("nodes", NODES_SCHEMA, "node_id", ("node_id",),
               {"source_kind": "", "source_summary": "", "source_keywords": [], "metadata_key": ""}),
     TableSpec("chunks", CHUNKS_SCHEMA, "chunk_id", ("chunk_id",)),

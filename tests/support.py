@@ -94,8 +94,9 @@ def live_table(index_dir: Path, kind: str) -> dict:
     rows = {}
     for row in IndexReader(str(index_dir)).rows(kind):
         row.pop("_file")
-        if kind == "pages":
+        if kind == "pages":  # where and when the input was, not what it holds
             row.pop("source")
+            row.pop("source_stamp")
         assert row[key] not in rows, f"{kind} {row[key]} live twice"
         rows[row[key]] = row
     return rows

@@ -2,11 +2,21 @@
 version's pages table -> what to parse, what is gone, and which sites' forests
 may change (transforms/delta.py takes it from there).
 
-  DiffInput  input files, read and hashed in batches (`HashInputBatchFn`), grouped
-             by the pages shard that owns their URL, each shard compared with its
-             live pages rows (`ClassifyShardFn`): unchanged (counted), new or
-             changed (to parse, with the stored skeleton), gone (a URL tombstone,
-             with its site)
+  DiffInput  input files listed in batches, located (the URL their path names,
+             `LocateInputBatchFn`) and grouped by the pages shard that owns it;
+             a file whose URL's live row records the same stamp (size, mtime:
+             `file_stamp`) is taken as unchanged without being read
+             (`MatchStampsFn`, rsync's quick check); every other file is read
+             and hashed (`HashInputBatchFn`). Then each shard compares its
+             inputs with its live pages rows (`ClassifyShardFn`): unchanged
+             (counted), new or changed (to parse, with the stored skeleton),
+             gone (a URL tombstone, with its site).
+
+A stamp is trusted only where it was recorded (a file's own page, read from a
+folder or glob, not modified within `STAMP_SETTLE_S` of its read); a file whose
+content changed while both its size and mtime stayed (a restore that keeps
+times, a clock set back) is missed, as by rsync: `--read_every_input` reads
+and hashes every file instead.
 """
 from __future__ import annotations
 
@@ -19,19 +29,32 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.io import fileio
 from apache_beam.io.filesystem import FileMetadata
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from ritrag.ids import raw_hash, shard_of
 from ritrag.reader import IndexReader
 from ritrag.schema import DeadLetter, PageSkeleton, WarcPage
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
-from ritrag.transforms.pages import COUNTERS, PageParser, ReadInput, read_bounded, warc_records_or_file
+from ritrag.transforms.pages import (COUNTERS, PageParser, ReadInput, file_stamp, read_bounded,
+                                     warc_records_or_file)
 from ritrag.transforms.parse import UnparseablePage
 from ritrag.transforms.sources import split_record_source
 from ritrag.transforms.sources.warc import crawl_dir_of
 from ritrag.urls import normalize_url
 
-DIFF_BATCH_FILES = 256  # input files the diff reads and hashes per element (HashInputBatchFn)
+DIFF_BATCH_FILES = 256  # input files the diff locates, or reads and hashes, per element
+STAMP_COUNTER = "pages_trusted_by_stamp"  # of pages_unchanged: files not read, their stamp unchanged
 PAGE_SKELETON_COLUMNS = [f.name for f in dataclasses.fields(PageSkeleton)]  # PAGES_SCHEMA's, PageSkeleton.from_row's
+
+
+class DiffOptions(PipelineOptions):
+    """How an update finds the input files that changed."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument("--read_every_input", action="store_true",
+                            help="read and hash every input file; by default a file whose size and modification "
+                                 "time equal those its page was indexed with is taken as unchanged unread")
 
 
 @dataclass(frozen=True)
@@ -123,6 +146,69 @@ def hashed_input(parser: PageParser, readable: fileio.ReadableFile | WarcPage | 
         yield url, InputFile(source, raw_hash(data))
 
 
+class LocateInputBatchFn(beam.DoFn):
+    """A batch of listed input files -> (pages shard, the (URL, FileMetadata) of
+    the batch's files whose located URL it owns): the URL the file's path names
+    (`PageParser.locate`), nothing read. For a file of one page that is its
+    page's URL; a file of several pages (a WARC file, a thread) is matched by
+    no live row of its path and is read (MatchStampsFn)."""
+
+    def __init__(self, parser: PageParser, num_shards: int):
+        self._parser, self._num_shards = parser, num_shards
+
+    def process(self, batch: list[FileMetadata]):
+        by_shard: dict[int, list[tuple[str, FileMetadata]]] = defaultdict(list)
+        for metadata in batch:
+            if metadata.path.endswith(("/", "\\")):  # a directory, as ReadMatches skips it
+                continue
+            url = normalize_url(self._parser.locate(metadata.path)[0])
+            by_shard[shard_of(url, self._num_shards)].append((url, metadata))
+        yield from by_shard.items()
+
+
+class MatchStampsFn(CountingDoFn):
+    """(pages shard, the located input files of its URLs) -> (shard, [(URL,
+    InputFile)]) of the files taken as unchanged: alone at their URL, whose one
+    live row records the same stamp (`file_stamp`: only a file's own page has
+    one). The path may differ: a snapshot copied with its times kept (cp -a,
+    rsync -a) is the same content at the same URLs. The InputFile carries the
+    live row's raw hash, so ClassifyShardFn finds it unchanged as if it had
+    been read. Every other file's metadata goes to READ, to be read and hashed.
+    Only the shard's live (url, stamp, hash) columns are held."""
+
+    READ = "read"
+
+    def __init__(self, live: IndexReader):
+        super().__init__(COUNTERS)
+        self._files = live.files("pages")
+
+    def process(self, shard_and_files: tuple[int, Iterable[list[tuple[str, FileMetadata]]]]):
+        shard, batches = shard_and_files
+        located: dict[str, list[FileMetadata]] = defaultdict(list)
+        for batch in batches:
+            for url, metadata in batch:
+                located[url].append(metadata)
+        stored: dict[str, tuple[str, str] | None] = {}  # url -> (stamp, raw hash); None: several rows
+        for f in self._files:
+            if f.shard != shard:
+                continue
+            table = f.table(["url", "source_stamp", "raw_hash"])
+            for url, stamp, digest in zip(*(table[c].to_pylist() for c in table.column_names)):
+                if url in located:
+                    stored[url] = None if url in stored else (stamp, digest)
+        unchanged = []
+        for url, files in located.items():
+            row = stored.get(url)
+            if len(files) == 1 and row is not None and row[0] and row[0] == file_stamp(files[0]):
+                unchanged.append((url, InputFile(files[0].path, row[1])))
+                self.count(STAMP_COUNTER)
+            else:
+                for metadata in files:
+                    yield beam.pvalue.TaggedOutput(self.READ, metadata)
+        if unchanged:
+            yield shard, unchanged
+
+
 class HashInputBatchFn(beam.DoFn):
     """A batch of matched input files -> (pages shard, the (URL, InputFile) of
     the batch's pages whose URL it owns), one element per shard: reading and
@@ -144,6 +230,16 @@ class HashInputBatchFn(beam.DoFn):
         yield from by_shard.items()
 
 
+class _Batches(beam.PTransform):
+    """Listed files -> lists of DIFF_BATCH_FILES, spread over workers: listing or
+    reading one file is cheap, so the runner's cost per element is paid per batch."""
+
+    def expand(self, files):
+        return (files
+                | "Batch" >> beam.BatchElements(min_batch_size=DIFF_BATCH_FILES, max_batch_size=DIFF_BATCH_FILES)
+                | "Reshuffle" >> beam.Reshuffle())
+
+
 class DiffInput(beam.PTransform):
     """pbegin -> paths to parse (main) with the stored skeletons of those that had
     one (ClassifyShardFn.OLD_SKELETON), URLs to tombstone (ClassifyShardFn.DEAD_URL)
@@ -152,9 +248,10 @@ class DiffInput(beam.PTransform):
     (ritrag.ids.shard_of, as the pages table is written), and each shard is
     compared with its live rows there."""
 
-    def __init__(self, pattern: str, parser: PageParser, live: IndexReader):
+    def __init__(self, pattern: str, parser: PageParser, live: IndexReader, read_every_input: bool = False):
         super().__init__()
         self._pattern, self._parser, self._live = pattern, parser, live
+        self._read_every_input = read_every_input
 
     def expand(self, pbegin):
         num_shards, parser = self._live.manifest.config["num_shards"], self._parser
@@ -164,13 +261,22 @@ class DiffInput(beam.PTransform):
                       | "HashInputs" >> beam.FlatMap(lambda readable: hashed_input(parser, readable))
                       | "KeyByShard" >> beam.Map(lambda item: (shard_of(item[0], num_shards), [item])))
         else:
-            inputs = (pbegin
-                      | "MatchFiles" >> fileio.MatchFiles(self._pattern)
-                      | "Batch" >> beam.BatchElements(min_batch_size=DIFF_BATCH_FILES, max_batch_size=DIFF_BATCH_FILES)
-                      | "Reshuffle" >> beam.Reshuffle()  # batches spread over workers
-                      | "HashBatches" >> beam.ParDo(HashInputBatchFn(parser, num_shards)))
+            to_read = pbegin | "MatchFiles" >> fileio.MatchFiles(self._pattern)
+            inputs = []
+            if not self._read_every_input:
+                stamps = record_counts(to_read
+                                       | "BatchListed" >> _Batches()
+                                       | "Locate" >> beam.ParDo(LocateInputBatchFn(parser, num_shards))
+                                       | "GroupLocated" >> beam.GroupByKey()
+                                       | "MatchStamps" >> beam.ParDo(MatchStampsFn(self._live)).with_outputs(
+                                           MatchStampsFn.READ, COUNTS, main="unchanged"))
+                inputs.append(stamps["unchanged"])
+                to_read = stamps[MatchStampsFn.READ]
+            inputs.append(to_read
+                          | "BatchToRead" >> _Batches()
+                          | "HashBatches" >> beam.ParDo(HashInputBatchFn(parser, num_shards)))
         every_shard = pbegin | "EveryShard" >> beam.Create([(shard, []) for shard in range(num_shards)])
-        return record_counts((inputs, every_shard)
+        return record_counts((*inputs, every_shard)
                              | "Shards" >> beam.Flatten()
                              | "GroupByShard" >> beam.GroupByKey()
                              | "Classify" >> beam.ParDo(ClassifyShardFn(self._live)).with_outputs(

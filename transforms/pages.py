@@ -32,11 +32,12 @@ import logging
 import os
 import re
 import stat
+import time
 from typing import BinaryIO, Callable, Iterable
 
 import apache_beam as beam
 from apache_beam.io import fileio
-from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystem import CompressionTypes, FileMetadata
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -66,6 +67,11 @@ PAGE_COUNTERS = ("pages_read", "pages_parsed", "pages_indexed", "pages_dead_lett
                  "pages_merged_duplicates")
 LINKS_CAPPED_COUNTER = "pages_links_capped"  # pages parsed with more links than ParsedPage.links keeps
 LINKS_NAVIGATION_COUNTER = "links_navigation"  # link elements of parsed pages left out as navigation
+# A file modified this recently when it was read gets no stamp (always read by
+# the next update): a second write within the file system's timestamp tick
+# (coarse clocks: milliseconds; FAT: 2 s), or within a clock skew between the
+# writer and this worker, could keep both size and mtime (git's "racily clean").
+STAMP_SETTLE_S = 60.0
 
 
 class InputOptions(PipelineOptions):
@@ -257,8 +263,13 @@ class ParsePagesFn(CountingDoFn):
             yield from self._process_record(readable, parser)
             return
         path = readable.metadata.path
-        yield from self._emit(parser.refusal(path) or parse_or_dead_letter(
-            parser, path, lambda: read_bounded(readable.open, parser.max_page_bytes), "parse"))
+        outcome = parser.refusal(path) or parse_or_dead_letter(
+            parser, path, lambda: read_bounded(readable.open, parser.max_page_bytes), "parse")
+        if not isinstance(outcome, DeadLetter):  # the file's own page carries the stamp it was listed with
+            stamp = file_stamp(readable.metadata, time.time())
+            outcome = [dataclasses.replace(page, source_stamp=stamp) if page.source == path else page
+                       for page in outcome]
+        yield from self._emit(outcome)
 
     def _process_record(self, record: WarcPage | DeadLetter, parser: PageParser):
         if isinstance(record, WarcPage) and warc_kind(record) is None:
@@ -289,6 +300,17 @@ class ParsePagesFn(CountingDoFn):
             if page.toc_induced:
                 self.count(f"{TOC_INDUCED_COUNTER_PREFIX}{page.toc_induced}")
             yield page
+
+
+def file_stamp(metadata: FileMetadata, read_at: float | None = None) -> str:
+    """A listed input file's size and modification time, as `ParsedPage.source_stamp`
+    records it and an update's diff compares it: "" (never equal to a stored
+    one, so the file is read) where the file system gives no time, or where the
+    file had been modified within STAMP_SETTLE_S of `read_at`, when it was read."""
+    mtime = metadata.last_updated_in_seconds
+    if not mtime or (read_at is not None and read_at - mtime < STAMP_SETTLE_S):
+        return ""
+    return f"{metadata.size_in_bytes}:{mtime!r}"
 
 
 def read_bounded(open_file: Callable[[], BinaryIO], max_bytes: int) -> bytes:

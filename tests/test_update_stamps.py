@@ -1,0 +1,120 @@
+"""An update's quick check: a file whose size and mtime equal those its page was
+indexed with is taken as unchanged without being read (transforms/diff.py);
+`--read_every_input` reads and hashes every file instead."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from ritrag.layout import IndexLayout
+from ritrag.pipelines import update
+from ritrag.reader import IndexReader
+from support import TINY_SITE, build_index, live_table, tiny_page, write_tiny_site
+
+HOUR_AGO = time.time() - 3600
+
+
+def age(directory: Path, when: float = HOUR_AGO) -> None:
+    """Every file's mtime set to `when`: files written by a test are seconds old,
+    and a file modified within STAMP_SETTLE_S of its read gets no stamp."""
+    for path in directory.rglob("*.html"):
+        os.utime(path, (when, when))
+
+
+def counts(index: Path) -> dict:
+    return IndexLayout(str(index)).load_manifest().stats["pages"]
+
+
+def same_size_edit(path: Path, old: bytes, new: bytes) -> None:
+    """Change the file's bytes, keeping its size and its mtime."""
+    assert len(old) == len(new)
+    stat = path.stat()
+    data = path.read_bytes()
+    assert old in data
+    path.write_bytes(data.replace(old, new, 1))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert path.stat().st_size == stat.st_size
+
+
+@pytest.fixture(scope="module")
+def aged_index(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("stamps")
+    site = write_tiny_site(root / "site")
+    age(site)
+    index = root / "index"
+    build_index(site, index, "--embedding_model", "hashing:384")
+    return site, index
+
+
+def test_a_build_records_each_file_page_with_its_size_and_mtime(aged_index):
+    site, index = aged_index
+    pages = IndexReader(str(index)).table("pages", ["url", "source", "source_stamp"]).to_pylist()
+    assert len(pages) == len(TINY_SITE)
+    for row in pages:
+        stat = os.stat(row["source"])
+        assert row["source_stamp"] == f"{stat.st_size}:{os.path.getmtime(row['source'])!r}"
+
+
+def test_a_file_modified_just_before_its_read_gets_no_stamp(tmp_path):
+    site = write_tiny_site(tmp_path / "site")  # written now: within STAMP_SETTLE_S of the build's read
+    build_index(site, tmp_path / "index", "--embedding_model", "hashing:384")
+    stamps = IndexReader(str(tmp_path / "index")).table("pages", ["source_stamp"])["source_stamp"].to_pylist()
+    assert stamps == [""] * len(TINY_SITE)
+
+
+@pytest.mark.timeout(600)
+def test_unchanged_stamps_are_trusted_unread_and_read_every_input_reads_them(aged_index, tmp_path):
+    import shutil
+
+    site, built = aged_index
+    snapshot = tmp_path / "site"
+    shutil.copytree(site, snapshot, copy_function=shutil.copy2)  # copy2 keeps the mtimes
+    index = tmp_path / "index"
+    shutil.copytree(built, index)
+
+    # One page edited as an editor does (new mtime), one with its size and mtime kept.
+    title, trail, _ = TINY_SITE["shop/v3/logging.html"]
+    (snapshot / "shop/v3/logging.html").write_text(tiny_page(
+        title, trail, [("Rotation", "Logs rotate hourly; keep thirty files.")]))
+    same_size_edit(snapshot / "shop/v2/config.html", b"port 8080", b"port 9090")
+
+    update.run(["--input", str(snapshot), "--index", str(index)])
+    first = counts(index)
+    assert first["pages_trusted_by_stamp"] == len(TINY_SITE) - 1  # every file but the edited one, unread
+    assert first["pages_unchanged"] == len(TINY_SITE) - 1
+    assert first["pages_indexed"] == 1
+    bodies = " ".join(r["body"] for r in live_table(index, "nodes").values())
+    assert "keep thirty files" in bodies
+    assert "port 9090" not in bodies  # the edit that kept size and mtime is missed, as by rsync's quick check
+
+    update.run(["--input", str(snapshot), "--index", str(index), "--read_every_input"])
+    second = counts(index)
+    assert second["pages_trusted_by_stamp"] == 0
+    assert second["pages_indexed"] == 1  # the edit that kept size and mtime, found by its hash
+    assert "port 9090" in " ".join(r["body"] for r in live_table(index, "nodes").values())
+
+
+@pytest.mark.timeout(600)
+def test_a_new_file_at_a_trusted_url_and_a_deleted_one_are_still_found(aged_index, tmp_path):
+    import shutil
+
+    site, built = aged_index
+    snapshot = tmp_path / "site"
+    shutil.copytree(site, snapshot, copy_function=shutil.copy2)
+    index = tmp_path / "index"
+    shutil.copytree(built, index)
+    (snapshot / "shop/v2/config.html").unlink()
+    (snapshot / "shop/v3/metrics.html").write_text(tiny_page(
+        "Metrics", [("Shop Server", "shop/"), ("Version 3", "shop/v3/")],
+        [("Endpoint", "Prometheus scrapes /metrics on the admin port.")]))
+    update.run(["--input", str(snapshot), "--index", str(index)])
+    result = counts(index)
+    assert result["pages_deleted"] == 1
+    assert result["pages_indexed"] == 1
+    assert result["pages_trusted_by_stamp"] == len(TINY_SITE) - 1
+    urls = {r["url"] for r in live_table(index, "pages").values()}
+    assert any(u.endswith("shop/v3/metrics.html") for u in urls)
+    assert not any(u.endswith("shop/v2/config.html") for u in urls)
