@@ -62,6 +62,26 @@ for _ in range(5):
 print(json.dumps({"reload_s": statistics.median(times)}))
 """
 
+# Retrieval-only GetToC (the query vector given: no embedding) on one version, in
+# process: 200 node titles drawn with a fixed seed, 20 warm-up calls, then p50/p99.
+TOC_LATENCY = r"""
+import json, random, sys, time
+import numpy as np
+from ritrag.serving.api import RitragIndex
+index = RitragIndex(sys.argv[1], sys.argv[2])
+titles = index.index.nodes["title"]
+queries = [titles[r] for r in random.Random(0).sample(range(len(titles)), 200)]
+vectors = [index.embed_query(q) for q in queries]
+for q, v in zip(queries[:20], vectors):
+    index.get_toc(q, query_vector=v)
+seconds = []
+for q, v in zip(queries, vectors):
+    start = time.perf_counter()
+    index.get_toc(q, query_vector=v)
+    seconds.append(time.perf_counter() - start)
+print(json.dumps({"p50_ms": float(np.median(seconds)) * 1000, "p99_ms": float(np.percentile(seconds, 99)) * 1000}))
+"""
+
 
 def ritrag(*args: str) -> float:
     start = time.perf_counter()
@@ -134,6 +154,7 @@ def main(argv: list[str] | None = None) -> None:
         server.wait()
     cold = python(COLD_LOAD, index)
     reload = python(RELOAD, index, before, after)
+    latency = {version: python(TOC_LATENCY, index, version) for version in (before, after)}
     manifest = json.load(open(os.path.join(index, "versions", f"{after}.json")))
     n_segments, update_counts = len(manifest["segments"]), manifest["stats"]["pages"]
     lines = [
@@ -157,6 +178,9 @@ def main(argv: list[str] | None = None) -> None:
         f"- reload of {after} in a process that serves {before} (what the watcher pays; median of 5): "
         f"{reload['reload_s']:.2f} s; "
         f"reload / cold load {reload['reload_s'] / cold['first_toc_s']:.2f}",
+        *(f"- GetToC retrieval only (query vector given), {version} ({'1 segment' if version == before else f'{n_segments} segments'}), "
+          f"200 node titles in process: p50 {latency[version]['p50_ms']:.2f} ms, p99 {latency[version]['p99_ms']:.2f} ms"
+          for version in (before, after)),
     ]
     write_section("benchmarks/go_live.py", f"{args.pages} pages, watch {args.watch_s:g} s, {args.label}", "\n".join(lines))
     print("\n".join(lines))
