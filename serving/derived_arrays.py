@@ -70,8 +70,7 @@ def node_columns(reader: IndexReader) -> NodeColumns:
 
 
 def derive_nodes(reader: IndexReader) -> tuple[NodeColumns, NodeRows, Skeleton]:
-    """(skeleton columns of every node row, live ids -> rows, the skeleton
-    with parents and ancestors resolved to live rows)."""
+    """(skeleton columns of every node row, live ids -> rows, the skeleton)."""
     held = node_columns(reader)
     columns = held.columns
     positions = reader.positions("nodes")
@@ -81,7 +80,7 @@ def derive_nodes(reader: IndexReader) -> tuple[NodeColumns, NodeRows, Skeleton]:
                            for f, start, end in zip(positions.files, bounds, bounds[1:])] or [np.zeros(0, bool)])
     live_rows = np.flatnonzero(live)
     node_row = NodeRows.of(ids[live_rows], live_rows)
-    return held, node_row, Skeleton.of(columns, node_row)
+    return held, node_row, Skeleton(columns, node_row)
 
 
 def derive_links(reader: IndexReader, node_row: NodeRows, n_node_rows: int) -> dict[str, np.ndarray]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ritrag.serving.skeleton import Skeleton, csr_positions
+from ritrag.serving.skeleton import Skeleton
 
 MAX_SEE_ALSO = 3  # related nodes per hit: a few handles, not a second ToC
 DEFAULT_CROSS_LINKS = True  # GetToC lists them unless asked not to (benchmarks/RESULTS.md, "The link graph")
@@ -85,9 +85,8 @@ def see_also(hits: Sequence[int], shown: np.ndarray, graph: LinkGraph, skeleton:
         if not unscored:
             rows, score = rows[score > 0], score[score > 0]
         # A descendant of the hit has it among its ancestors; its ancestors are in `shown`.
-        indptr = skeleton.ancestor_indptr
-        chain = skeleton.ancestor_rows[csr_positions(indptr, rows)]
-        below = np.repeat(np.arange(len(rows)), indptr[rows + 1] - indptr[rows])[chain == hit]
+        counts, chain = skeleton.ancestor_lists(rows)
+        below = np.repeat(np.arange(len(rows)), counts)[chain == hit]
         rows, score = np.delete(rows, below), np.delete(score, below)
         if not len(rows):
             continue

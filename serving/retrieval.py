@@ -184,7 +184,7 @@ def build_subforest(hits: list[tuple[int, float]], skeleton: Skeleton, fields: S
     is_hit = np.zeros(len(rows), bool)
     at = np.searchsorted(rows, hit_rows)
     score[at], is_hit[at] = [s for _, s in hits], True
-    parent = skeleton.parent_row[rows].astype(np.int64)
+    parent = skeleton.parents(rows)
     up = np.minimum(np.searchsorted(rows, parent), len(rows) - 1)  # each row's parent's place in `rows`
     has_parent = (parent >= 0) & (rows[up] == parent)
     ids = skeleton.columns["node_id"].take(rows).to_pylist()

@@ -1,15 +1,15 @@
 """The node skeleton as serving holds it: what every GetToC touches, in
 arrays. `Skeleton` is the skeleton columns of every node row (ids, parents,
-positions, titles, optional summary and keywords, ancestors; Arrow) with each
-row's parent and ancestors resolved to live rows once (numpy); `NodeRows`
-maps node ids to rows. Rows are node positions in the version's files
+positions, titles, optional summary and keywords, ancestors; Arrow), a row's
+parent and ancestors resolved to live rows as a query asks; `NodeRows` maps
+node ids to rows. Rows are node positions in the version's files
 (ritrag.reader.RowPositions): rows that later segments replaced stay, but no
 id maps to them.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -89,43 +89,58 @@ def skeleton_columns(table: pa.Table) -> dict[str, pa.Array]:
             for name in SKELETON_COLUMNS}
 
 
-@dataclass(frozen=True)
 class Skeleton:
     """Every node row as the sub-forest reads it: the skeleton columns (Arrow)
-    and, resolved to live rows once, each row's parent and ancestors."""
+    and the live rows' id map. A row's parent and ancestors are resolved to
+    live rows when a query asks for them (`parents`, `ancestor_lists`): a few
+    hundred id searches per GetToC, where resolving every row at load cost a
+    search per node and per ancestor (seconds at a million nodes, at every
+    version a server loads). The whole-version arrays (`parent_row`,
+    `ancestor_indptr`, `ancestor_rows`) are resolved once, at first use, for
+    what needs every row (the root prior)."""
 
-    columns: Mapping[str, pa.Array]  # SKELETON_COLUMNS
-    position: np.ndarray  # int32 place among its siblings
-    parent_row: np.ndarray  # int32 live row of its parent; -1 for a root or a parent no live row holds
-    ancestor_indptr: np.ndarray  # int64 (rows + 1): row r's ancestors are ancestor_rows[indptr[r]:indptr[r + 1]]
-    ancestor_rows: np.ndarray  # int32 live rows of the ancestors, root first (ids no live row holds left out)
+    def __init__(self, columns: Mapping[str, pa.Array], node_row: NodeRows):
+        self.columns, self.node_row = columns, node_row
+        self.position = columns["position"].to_numpy()  # int32 place among its siblings
 
-    @staticmethod
-    def derive(columns: Mapping[str, pa.Array], node_row: NodeRows) -> dict[str, np.ndarray]:
-        """The arrays above, from the columns and the live rows' id map."""
-        parents = node_row.rows(utf8_fixed_width(pc.fill_null(columns["parent_id"], "")))
-        ancestors = columns["ancestor_ids"]
-        rows = node_row.rows(utf8_fixed_width(ancestors.flatten()))
-        kept = np.concatenate([[0], np.cumsum(rows >= 0)])
-        offsets = ancestors.offsets.to_numpy()
+    def parents(self, rows: np.ndarray) -> np.ndarray:
+        """The live row of each row's parent (int64); -1 for a root or a parent no live row holds."""
+        parent_ids = self.columns["parent_id"].take(pa.array(rows, pa.int64()))
+        return self.node_row.rows(utf8_fixed_width(pc.fill_null(parent_ids, "")))
+
+    def ancestor_lists(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(how many live ancestors each row has, their rows concatenated, each
+        row's root first); ids no live row holds are left out."""
+        lists = self.columns["ancestor_ids"].take(pa.array(rows, pa.int64()))
+        found = self.node_row.rows(utf8_fixed_width(lists.flatten()))
+        offsets = lists.offsets.to_numpy()
         offsets = offsets - offsets[0]  # flatten() starts at the array's first list
-        return {"parent_row": parents.astype(np.int32), "ancestor_indptr": kept[offsets].astype(np.int64),
-                "ancestor_rows": rows[rows >= 0].astype(np.int32)}
-
-    @classmethod
-    def of(cls, columns: Mapping[str, pa.Array], node_row: NodeRows, arrays: Mapping[str, np.ndarray] | None = None
-           ) -> "Skeleton":
-        arrays = cls.derive(columns, node_row) if arrays is None else arrays
-        return cls(columns, columns["position"].to_numpy(), arrays["parent_row"], arrays["ancestor_indptr"],
-                   arrays["ancestor_rows"])
+        kept = np.concatenate([[0], np.cumsum(found >= 0)])[offsets]
+        return np.diff(kept), found[found >= 0]
 
     def ancestors(self, rows: np.ndarray) -> np.ndarray:
         """The ancestor rows of all `rows`, concatenated."""
-        return self.ancestor_rows[csr_positions(self.ancestor_indptr, rows)]
+        return self.ancestor_lists(rows)[1]
 
+    @functools.cached_property
+    def _every_row(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        every = np.arange(len(self.position))
+        counts, ancestors = self.ancestor_lists(every)
+        indptr = np.zeros(len(every) + 1, np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        return self.parents(every).astype(np.int32), indptr, ancestors.astype(np.int32)
 
-def csr_positions(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Positions of the entries of `rows` in a CSR with `indptr`, concatenated in order."""
-    counts = indptr[rows + 1] - indptr[rows]
-    return np.repeat(indptr[rows] - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+    @property
+    def parent_row(self) -> np.ndarray:
+        """int32, every row's `parents`."""
+        return self._every_row[0]
 
+    @property
+    def ancestor_indptr(self) -> np.ndarray:
+        """int64 (rows + 1): row r's ancestors are ancestor_rows[indptr[r]:indptr[r + 1]]."""
+        return self._every_row[1]
+
+    @property
+    def ancestor_rows(self) -> np.ndarray:
+        """int32, every row's `ancestor_lists`, concatenated."""
+        return self._every_row[2]

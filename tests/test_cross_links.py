@@ -8,6 +8,7 @@ import threading
 
 import httpx
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from ritrag.evaluation.forest_report import forest_report, render_html, render_text
@@ -15,7 +16,7 @@ from ritrag.reader import IndexReader
 from ritrag.serving.http import create_app
 from ritrag.serving.links import MAX_SEE_ALSO, LinkGraph, see_also
 from ritrag.serving.outline import SEE_MARK, outline_ids, parse_outline, preorder
-from ritrag.serving.skeleton import Skeleton
+from ritrag.serving.skeleton import NodeRows, Skeleton
 from ritrag.serving.tool_models import TocResult
 from ritrag.serving.tools import ToolService
 from serving_fixtures import loaded_index, serving
@@ -56,8 +57,11 @@ def test_hits_list_related_nodes_outside_their_chain_and_the_toc(service):
 
 def test_related_nodes_are_those_the_query_scored_best_first_then_by_in_links():
     # rows: 0 root; 1, 2, 3, 4 its children; hit 1 links to 2, 3 and 4, and 3 links to 4
-    skeleton = Skeleton(columns={}, position=np.zeros(5, np.int32), parent_row=np.array([-1, 0, 0, 0, 0], np.int32),
-                        ancestor_indptr=np.array([0, 0, 1, 2, 3, 4]), ancestor_rows=np.zeros(4, np.int32))
+    ids = ["n0", "n1", "n2", "n3", "n4"]
+    skeleton = Skeleton({"node_id": pa.array(ids), "parent_id": pa.array([None, "n0", "n0", "n0", "n0"]),
+                         "position": pa.array([0] * 5, pa.int32()),
+                         "ancestor_ids": pa.array([[], ["n0"], ["n0"], ["n0"], ["n0"]], pa.list_(pa.string()))},
+                        NodeRows.of(np.array(ids, dtype=bytes)))
     graph = LinkGraph(out_indptr=np.array([0, 0, 3, 3, 4, 4]), out_rows=np.array([2, 3, 4, 4], np.int32),
                       in_indptr=np.array([0, 0, 0, 1, 2, 4]), in_rows=np.array([1, 1, 1, 3], np.int32))
     shown = np.array([0, 1])

@@ -40,7 +40,7 @@ def test_node_score_is_the_max_of_its_chunks():
 def skeleton_of(columns: dict[str, list]) -> Skeleton:
     types = {"keywords": pa.list_(pa.string()), "ancestor_ids": pa.list_(pa.string()), "position": pa.int32()}
     arrays = {name: pa.array(values, types.get(name, pa.string())) for name, values in columns.items()}
-    return Skeleton.of(arrays, NodeRows.of(np.array(columns["node_id"], dtype=bytes)))
+    return Skeleton(arrays, NodeRows.of(np.array(columns["node_id"], dtype=bytes)))
 
 
 def test_subforest_holds_hits_and_every_ancestor_in_document_order():
