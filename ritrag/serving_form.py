@@ -27,6 +27,11 @@ The arrays of shard s (numbers of ritrag.bm25.KIND_FIELDS for fields):
     vocab_terms   S<w> (v,)    the terms of vocabulary-s, ascending
     vocab_df      int64 (v, 3) their document frequency per field over the whole
                                segment (signed in an update's delta)
+    link_out_source S<w> (e,)  the node links of edges-s, each (source, target)
+    link_out_target S<w> (e,)  pair once, a node's links to itself left out,
+                               sorted by source then target (a node's out-links)
+    link_in_target  S<w> (e,)  the same pairs sorted by target then source
+    link_in_source  S<w> (e,)  (a node's in-links)
 
 The container: 8 bytes of magic `RITRAG\\x01\\x00`, a little-endian uint64
 header length, the header as UTF-8 JSON ({"arrays": {name: {"dtype",
@@ -46,6 +51,7 @@ import pyarrow.compute as pc
 
 from ritrag.bm25 import row_kinds
 from ritrag.layout import DamagedIndexError, shard_file_name
+from ritrag.schema import EDGES_KIND, TABLES
 from ritrag.storage import is_remote, open_parquet, open_read
 
 SERVING_KIND = "serving"
@@ -183,6 +189,23 @@ def shard_serving_arrays(chunks: pa.Table, postings: pa.Table, vocabulary: pa.Ta
     }
 
 
+LINK_ARRAYS = ("link_out_source", "link_out_target", "link_in_target", "link_in_source")
+
+
+def shard_link_arrays(edges: pa.Table) -> dict[str, np.ndarray]:
+    """The link arrays of one edges shard (module docstring) from its
+    source_node_id and target_node_id columns: a server answers a node's links
+    by binary search in them, so no version derives a link graph at load."""
+    source, target = utf8_fixed_width(edges["source_node_id"]), utf8_fixed_width(edges["target_node_id"])
+    width = max(source.dtype.itemsize, target.dtype.itemsize)
+    pairs = np.zeros(len(source), [("source", f"S{width}"), ("target", f"S{width}")])
+    pairs["source"], pairs["target"] = source, target
+    pairs = np.unique(pairs[pairs["source"] != pairs["target"]])  # sorted by source, then target
+    by_target = pairs[np.argsort(pairs, order=("target", "source"), kind="stable")]
+    return {"link_out_source": pairs["source"], "link_out_target": pairs["target"],
+            "link_in_target": by_target["target"], "link_in_source": by_target["source"]}
+
+
 def segment_node_ids(segment_dir: str, num_shards: int) -> pa.Array:
     """The node ids of a segment's node files, in position order (shard order, then row)."""
     return pa.concat_arrays([
@@ -191,9 +214,11 @@ def segment_node_ids(segment_dir: str, num_shards: int) -> pa.Array:
 
 
 def write_shard_serving_form(segment_dir: str, shard: int, num_shards: int, node_ids: pa.Array) -> str:
-    """Write shard `shard`'s serving file from its chunks, postings and
-    vocabulary files (written before); returns its path. `node_ids`:
+    """Write shard `shard`'s serving file from its chunks, postings,
+    vocabulary and edges files (written before); returns its path. `node_ids`:
     `segment_node_ids`. Memory follows the shard."""
+    from apache_beam.io.filesystems import FileSystems
+
     def read(kind: str, columns: list[str]) -> pa.Table:
         return open_parquet(os.path.join(segment_dir, shard_file_name(kind, shard, num_shards, "parquet"))).read(
             columns)
@@ -201,6 +226,11 @@ def write_shard_serving_form(segment_dir: str, shard: int, num_shards: int, node
     arrays = shard_serving_arrays(read("chunks", ["chunk_id", "ordinal", "node_id"]),
                                   read("postings", ["term", "chunk_id", "tf"]),
                                   read("vocabulary", ["term", "df_body", "df_doc", "df_anchors"]), node_ids)
+    link_columns = ["source_node_id", "target_node_id"]
+    edges_path = os.path.join(segment_dir, shard_file_name(EDGES_KIND, shard, num_shards, "parquet"))
+    # Every job writes an edges file per shard; a segment of benchmarks/synthetic_index.py has none (no links).
+    arrays.update(shard_link_arrays(read(EDGES_KIND, link_columns) if FileSystems.exists(edges_path)
+                                    else TABLES[EDGES_KIND].schema.empty_table().select(link_columns)))
     path = os.path.join(segment_dir, shard_file_name(SERVING_KIND, shard, num_shards, SERVING_EXT))
     write_arrays(path, arrays)
     return path

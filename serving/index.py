@@ -44,7 +44,7 @@ from ritrag.storage import is_remote
 from ritrag.serving_form import SERVING_KIND
 from ritrag.vectors import VECTORS_KIND, VectorStore
 from ritrag.serving.dense_shards import load_dense_shards
-from ritrag.serving.derived_arrays import derive_links, derive_nodes
+from ritrag.serving.derived_arrays import derive_nodes
 from ritrag.serving.links import LinkGraph
 from ritrag.serving.root_prior import RootPrior
 from ritrag.serving.remote import IndexMirror, StampedLayout, default_cache_dir, local_stamps, mirror
@@ -124,7 +124,7 @@ class LoadedVersion:
         self.node_chunks = node_chunks(self.chunks, positions.num_rows)  # each node's body chunks
         self.postings = SegmentedPostings(self.chunks)
         self.bm25 = Bm25(self.postings, version_fields(segments, self.chunks, n_chunks, n_terms), k1, b)
-        self.links = LinkGraph.of(derive_links(self.reader, self.node_row, positions.num_rows))
+        self.links = LinkGraph.of(self.reader, segments, self.node_columns.columns["node_id"], self.node_row)
         self._root_prior: RootPrior | None = None
         self._root_prior_lock = threading.Lock()
 

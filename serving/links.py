@@ -3,8 +3,8 @@ its trees do not show, taken from the link graph (the edges table, issue #30).
 
 The ToC shows a hit inside its ancestor chain; what the pages themselves link
 to, or are linked from, sits elsewhere in the forest, often in another
-chapter or version. `LinkGraph` holds every live edge between node rows as
-two CSRs (derived once at load, ritrag.serving.derived_arrays); `see_also`
+chapter or version. `LinkGraph` answers a node's live links from the
+segments' link arrays (ritrag/serving_form.py, mapped as written); `see_also`
 picks, per hit, up to `MAX_SEE_ALSO` of its out- and in-link neighbours that
 are neither in its own chain (ancestors, descendants) nor anywhere in the
 ToC and that the query scored (retrieval's candidates below the top n),
@@ -21,42 +21,96 @@ benchmarks/cross_links.py measures both).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
-from ritrag.serving.skeleton import Skeleton
+from ritrag.reader import IndexReader
+from ritrag.schema import EDGES_KIND
+from ritrag.serving.segments import SegmentShards
+from ritrag.serving.skeleton import NodeRows, Skeleton
+from ritrag.serving_form import utf8_fixed_width
 
 MAX_SEE_ALSO = 3  # related nodes per hit: a few handles, not a second ToC
 DEFAULT_CROSS_LINKS = True  # GetToC lists them unless asked not to (benchmarks/RESULTS.md, "The link graph")
 
 
-@dataclass(frozen=True)
-class LinkGraph:
-    """Node row -> the node rows it links to (out) and that link to it (in),
-    as CSRs over node rows, each edge once, neighbours ascending."""
+class ShardLinks:
+    """The link arrays of one edges shard of a segment (ritrag.serving_form
+    LINK_ARRAYS: mapped from its serving file), and the sources whose edges
+    later segments tombstoned there (sorted ids: an edge is live unless its
+    source was tombstoned)."""
 
-    out_indptr: np.ndarray  # int64, node rows + 1
-    out_rows: np.ndarray  # int32
-    in_indptr: np.ndarray  # int64, node rows + 1
-    in_rows: np.ndarray  # int32
+    def __init__(self, arrays: Mapping[str, np.ndarray], dead_sources: frozenset):
+        self.out_source, self.out_target = arrays["link_out_source"], arrays["link_out_target"]
+        self.in_target, self.in_source = arrays["link_in_target"], arrays["link_in_source"]
+        self.dead = np.array(sorted(s.encode("ascii") for s in dead_sources), dtype=bytes)
+
+    def _live(self, sources: np.ndarray) -> np.ndarray:
+        return ~np.isin(sources, self.dead) if len(self.dead) else np.ones(len(sources), bool)
+
+    def out_links(self, key: np.ndarray) -> np.ndarray:
+        """The ids `key` (one id, as a 1-array) links to, if its edges here are live."""
+        lo, hi = np.searchsorted(self.out_source, key), np.searchsorted(self.out_source, key, "right")
+        return self.out_target[lo[0]:hi[0]] if hi[0] > lo[0] and self._live(key)[0] else self.out_target[:0]
+
+    def in_links(self, key: np.ndarray) -> np.ndarray:
+        """The ids of the live sources that link to `key`."""
+        lo, hi = np.searchsorted(self.in_target, key), np.searchsorted(self.in_target, key, "right")
+        sources = self.in_source[lo[0]:hi[0]]
+        return sources[self._live(sources)]
+
+    def in_counts(self, keys: np.ndarray) -> np.ndarray:
+        """How many live sources link to each of `keys`."""
+        lo, hi = np.searchsorted(self.in_target, keys), np.searchsorted(self.in_target, keys, "right")
+        counts = hi - lo
+        if len(self.dead) and counts.any():
+            at = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+            dead = ~self._live(self.in_source[at])
+            counts = counts - np.bincount(np.repeat(np.arange(len(keys)), counts)[dead], minlength=len(keys))
+        return counts
+
+
+class LinkGraph:
+    """Node row -> the live node rows it links to (out) and that link to it
+    (in), each once, answered by binary search in every segment shard's link
+    arrays, as written by the job that wrote the segment (mapped, shared by the
+    versions a process holds): a new version derives nothing, and a query's
+    cost follows the hits it asks about (a search per shard). An edge counts
+    when both its nodes are live rows and its source's edges are live; a
+    node's in-degree counts its live edges (each source once)."""
+
+    def __init__(self, shards: list[ShardLinks], node_ids: pa.Array, node_row: NodeRows):
+        self._shards, self._node_ids, self._node_row = shards, node_ids, node_row
+        self.edge_rows = sum(len(s.out_source) for s in shards)  # stored pairs, dead ones too
 
     @classmethod
-    def of(cls, arrays: Mapping[str, np.ndarray]) -> "LinkGraph":
-        return cls(arrays["link_out_indptr"], arrays["link_out_rows"], arrays["link_in_indptr"],
-                   arrays["link_in_rows"])
+    def of(cls, reader: IndexReader, segments: list[SegmentShards], node_ids: pa.Array, node_row: NodeRows
+           ) -> "LinkGraph":
+        """The link graph of a loaded version: every edges file's link arrays,
+        from the serving file of its segment and shard."""
+        mapped = {(segment.segment, number): shard for segment in segments
+                  for number, shard in enumerate(segment.shards)}
+        return cls([ShardLinks(mapped[f.segment, f.shard].links(f), f.dead) for f in reader.files(EDGES_KIND)],
+                   node_ids, node_row)
 
     def __len__(self) -> int:
-        """The number of edges."""
-        return len(self.out_rows)
+        """The number of stored (source, target) pairs, live or not: 0 when the version has no links."""
+        return self.edge_rows
+
+    def _keys(self, rows: np.ndarray) -> np.ndarray:
+        return utf8_fixed_width(self._node_ids.take(pa.array(np.asarray(rows, np.int64))))
 
     def in_degree(self, rows: np.ndarray) -> np.ndarray:
-        return self.in_indptr[rows + 1] - self.in_indptr[rows]
+        keys = self._keys(rows)
+        return sum((s.in_counts(keys) for s in self._shards), np.zeros(len(keys), np.int64))
 
     def neighbours(self, row: int) -> np.ndarray:
         """The rows `row` links to or is linked from, ascending, each once."""
-        return np.union1d(self.out_rows[self.out_indptr[row]:self.out_indptr[row + 1]],
-                          self.in_rows[self.in_indptr[row]:self.in_indptr[row + 1]])
+        key = self._keys(np.array([row]))
+        found = [ids for s in self._shards for ids in (s.out_links(key), s.in_links(key)) if len(ids)]
+        rows = self._node_row.rows(np.concatenate(found)) if found else np.zeros(0, np.int64)
+        return np.unique(rows[(rows >= 0) & (rows != row)])
 
 
 def see_also(hits: Sequence[int], shown: np.ndarray, graph: LinkGraph, skeleton: Skeleton,

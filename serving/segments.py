@@ -27,8 +27,8 @@ import numpy as np
 from ritrag.bm25 import BODY, KIND_FIELDS, Field
 from ritrag.ids import shard_of
 from ritrag.layout import DamagedIndexError, IndexLoadError
-from ritrag.reader import IndexReader
-from ritrag.serving_form import SERVING_KIND, map_arrays
+from ritrag.reader import IndexReader, LiveFile
+from ritrag.serving_form import LINK_ARRAYS, SERVING_KIND, map_arrays, shard_link_arrays
 from ritrag.serving.skeleton import NodeRows
 
 LOG = logging.getLogger("ritrag.serving")
@@ -58,6 +58,20 @@ class MappedShard:
             raise DamagedIndexError(f"{path}: its serving arrays do not fit together")
         self.arrays = arrays
         self.n_chunks = n_chunks
+        self._links: dict[str, np.ndarray] | None = None
+        self._links_lock = threading.Lock()
+
+    def links(self, edges: LiveFile) -> dict[str, np.ndarray]:
+        """The link arrays of the segment shard's edges (ritrag.serving_form
+        LINK_ARRAYS) as the file holds them; a file written before they were
+        has them derived from `edges` once per process (its version's edges
+        file of this shard)."""
+        if all(name in self.arrays for name in LINK_ARRAYS):
+            return self.arrays
+        with self._links_lock:
+            if self._links is None:
+                self._links = shard_link_arrays(edges.read(["source_node_id", "target_node_id"]))
+            return self._links
 
     def term_range(self, key: bytes) -> tuple[int, int]:
         """The entries of the postings of `key` (UTF-8 term), (0, 0) if none."""

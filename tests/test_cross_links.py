@@ -14,7 +14,8 @@ import pytest
 from ritrag.evaluation.forest_report import forest_report, render_html, render_text
 from ritrag.reader import IndexReader
 from ritrag.serving.http import create_app
-from ritrag.serving.links import MAX_SEE_ALSO, LinkGraph, see_also
+from ritrag.serving.links import MAX_SEE_ALSO, LinkGraph, ShardLinks, see_also
+from ritrag.serving_form import shard_link_arrays
 from ritrag.serving.outline import SEE_MARK, outline_ids, parse_outline, preorder
 from ritrag.serving.skeleton import NodeRows, Skeleton
 from ritrag.serving.tool_models import TocResult
@@ -62,8 +63,17 @@ def test_related_nodes_are_those_the_query_scored_best_first_then_by_in_links():
                          "position": pa.array([0] * 5, pa.int32()),
                          "ancestor_ids": pa.array([[], ["n0"], ["n0"], ["n0"], ["n0"]], pa.list_(pa.string()))},
                         NodeRows.of(np.array(ids, dtype=bytes)))
-    graph = LinkGraph(out_indptr=np.array([0, 0, 3, 3, 4, 4]), out_rows=np.array([2, 3, 4, 4], np.int32),
-                      in_indptr=np.array([0, 0, 0, 1, 2, 4]), in_rows=np.array([1, 1, 1, 3], np.int32))
+    edges = pa.table({"source_node_id": ["n1", "n1", "n1", "n3", "n1", "n2"],
+                      "target_node_id": ["n2", "n3", "n4", "n4", "n2", "n2"]})  # a repeated link, a link to itself
+    graph = LinkGraph([ShardLinks(shard_link_arrays(edges), frozenset())], pa.array(ids),
+                      NodeRows.of(np.array(ids, dtype=bytes)))
+    assert graph.neighbours(1).tolist() == [2, 3, 4] and graph.neighbours(4).tolist() == [1, 3]
+    assert graph.in_degree(np.array([2, 3, 4, 0])).tolist() == [1, 1, 2, 0]
+    # n3's edges tombstoned by a later segment: its link to n4 is gone both ways
+    pruned = LinkGraph([ShardLinks(shard_link_arrays(edges), frozenset({"n3"}))], pa.array(ids),
+                       NodeRows.of(np.array(ids, dtype=bytes)))
+    assert pruned.neighbours(4).tolist() == [1] and pruned.in_degree(np.array([4, 3])).tolist() == [1, 1]
+    assert pruned.neighbours(3).tolist() == [1]
     shown = np.array([0, 1])
     assert see_also([1], shown, graph, skeleton, {}) == {}  # the query scored none of them
     assert see_also([1], shown, graph, skeleton, {2: 0.1, 3: 0.1, 0: 0.9}) == {1: [2, 3]}  # not the root, in the ToC
@@ -124,3 +134,23 @@ def test_inspect_reports_the_link_graph_per_site(sample_index, tmp_path):
     text, page = render_text(report), render_html(report)
     assert "pages with no in-links" in text and "links (build counters)" in text
     assert "pages with no in-links" in page and "links by what became of them" in page
+
+
+def test_a_serving_file_written_before_the_link_arrays_derives_them_from_its_edges(sample_index, tmp_path):
+    from ritrag.serving.segments import MappedShard
+    from ritrag.serving_form import LINK_ARRAYS, map_arrays, write_arrays
+
+    class Edges:  # the shard's edges file, as a LiveFile reads it
+        reads = 0
+
+        def read(self, columns):
+            Edges.reads += 1
+            return pa.table({"source_node_id": ["n1", "n1"], "target_node_id": ["n2", "n0"]}).select(columns)
+
+    arrays = {name: np.array(a) for name, a in map_arrays(str(next(sample_index.rglob("serving-*.arrays")))).items() if name not in LINK_ARRAYS}
+    write_arrays(str(tmp_path / "old.arrays"), arrays)
+    shard = MappedShard(str(tmp_path / "old.arrays"))
+    links = shard.links(Edges())
+    assert links["link_out_source"].tolist() == [b"n1", b"n1"] and links["link_out_target"].tolist() == [b"n0", b"n2"]
+    assert links["link_in_target"].tolist() == [b"n0", b"n2"]
+    assert shard.links(Edges()) is links and Edges.reads == 1  # once per process

@@ -111,7 +111,7 @@ def test_a_load_that_fails_while_deriving_is_a_damaged_index(synthetic, monkeypa
     def broken(*args):
         raise RuntimeError("edges of another index")
 
-    monkeypatch.setattr(index, "derive_links", broken)
+    monkeypatch.setattr(index, "derive_nodes", broken)
     with pytest.raises(DamagedIndexError, match="edges of another index"):
         LoadedVersion(synthetic)
 
