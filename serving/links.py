@@ -35,6 +35,15 @@ MAX_SEE_ALSO = 3  # related nodes per hit: a few handles, not a second ToC
 DEFAULT_CROSS_LINKS = True  # GetToC lists them unless asked not to (benchmarks/RESULTS.md, "The link graph")
 
 
+def _ranges(sorted_ids: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the positions in `sorted_ids` of the entries equal to each of `keys`,
+    concatenated; the index in `keys` of each)."""
+    lo, hi = np.searchsorted(sorted_ids, keys), np.searchsorted(sorted_ids, keys, "right")
+    counts = hi - lo
+    owner = np.repeat(np.arange(len(keys)), counts)
+    return np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(len(owner)), owner
+
+
 class ShardLinks:
     """The link arrays of one edges shard of a segment (ritrag.serving_form
     LINK_ARRAYS: mapped from its serving file), and the sources whose edges
@@ -49,26 +58,22 @@ class ShardLinks:
     def _live(self, sources: np.ndarray) -> np.ndarray:
         return ~np.isin(sources, self.dead) if len(self.dead) else np.ones(len(sources), bool)
 
-    def out_links(self, key: np.ndarray) -> np.ndarray:
-        """The ids `key` (one id, as a 1-array) links to, if its edges here are live."""
-        lo, hi = np.searchsorted(self.out_source, key), np.searchsorted(self.out_source, key, "right")
-        return self.out_target[lo[0]:hi[0]] if hi[0] > lo[0] and self._live(key)[0] else self.out_target[:0]
-
-    def in_links(self, key: np.ndarray) -> np.ndarray:
-        """The ids of the live sources that link to `key`."""
-        lo, hi = np.searchsorted(self.in_target, key), np.searchsorted(self.in_target, key, "right")
-        sources = self.in_source[lo[0]:hi[0]]
-        return sources[self._live(sources)]
+    def links_of(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the ids each of `keys` links to or is linked from by a live edge
+        here, concatenated; the index in `keys` of each)."""
+        out_at, out_owner = _ranges(self.out_source, keys)
+        out_owner_live = self._live(keys)[out_owner] if len(self.dead) else np.ones(len(out_owner), bool)
+        in_at, in_owner = _ranges(self.in_target, keys)
+        sources = self.in_source[in_at]
+        in_live = self._live(sources)
+        return (np.concatenate([self.out_target[out_at[out_owner_live]], sources[in_live]]),
+                np.concatenate([out_owner[out_owner_live], in_owner[in_live]]))
 
     def in_counts(self, keys: np.ndarray) -> np.ndarray:
         """How many live sources link to each of `keys`."""
-        lo, hi = np.searchsorted(self.in_target, keys), np.searchsorted(self.in_target, keys, "right")
-        counts = hi - lo
-        if len(self.dead) and counts.any():
-            at = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
-            dead = ~self._live(self.in_source[at])
-            counts = counts - np.bincount(np.repeat(np.arange(len(keys)), counts)[dead], minlength=len(keys))
-        return counts
+        at, owner = _ranges(self.in_target, keys)
+        live = self._live(self.in_source[at])
+        return np.bincount(owner[live], minlength=len(keys))
 
 
 class LinkGraph:
@@ -105,12 +110,23 @@ class LinkGraph:
         keys = self._keys(rows)
         return sum((s.in_counts(keys) for s in self._shards), np.zeros(len(keys), np.int64))
 
+    def neighbour_lists(self, rows: np.ndarray) -> list[np.ndarray]:
+        """For each of `rows`, the rows it links to or is linked from,
+        ascending, each once: one search per shard for all of them."""
+        rows = np.asarray(rows, np.int64)
+        keys = self._keys(rows)
+        found = [s.links_of(keys) for s in self._shards]
+        ids = np.concatenate([f[0] for f in found]) if found else np.zeros(0, "S1")
+        owner = np.concatenate([f[1] for f in found]) if found else np.zeros(0, np.int64)
+        linked = self._node_row.rows(ids) if len(ids) else np.zeros(0, np.int64)
+        keep = (linked >= 0) & (linked != rows[owner])
+        pairs = np.unique(owner[keep] * (len(self._node_ids) + 1) + linked[keep])
+        owner, linked = np.divmod(pairs, len(self._node_ids) + 1)
+        return np.split(linked, np.searchsorted(owner, np.arange(1, len(rows))))
+
     def neighbours(self, row: int) -> np.ndarray:
         """The rows `row` links to or is linked from, ascending, each once."""
-        key = self._keys(np.array([row]))
-        found = [ids for s in self._shards for ids in (s.out_links(key), s.in_links(key)) if len(ids)]
-        rows = self._node_row.rows(np.concatenate(found)) if found else np.zeros(0, np.int64)
-        return np.unique(rows[(rows >= 0) & (rows != row)])
+        return self.neighbour_lists(np.array([row]))[0]
 
 
 def see_also(hits: Sequence[int], shown: np.ndarray, graph: LinkGraph, skeleton: Skeleton,
@@ -122,29 +138,42 @@ def see_also(hits: Sequence[int], shown: np.ndarray, graph: LinkGraph, skeleton:
     row is a neighbour of the hit outside the hit's chain and outside
     `shown` with a positive score (with `unscored`, any such neighbour,
     those without a score after the others), listed under the first hit that
-    has it; ties by in-link count, then row. Array operations per hit, so a
-    hub page's thousands of neighbours cost no Python loop."""
+    has it; ties by in-link count, then row. The links, ancestors and
+    in-degrees are asked once for all hits (a search per shard), and the rest
+    is array operations per hit, so a hub page's thousands of neighbours cost
+    no Python loop."""
     if not len(graph) or per_hit <= 0 or not len(hits):
         return {}
     scored = np.fromiter(scores, np.int64, len(scores))
     order = np.argsort(scored)
     scored, score_of = scored[order], np.fromiter(scores.values(), np.float64, len(scores))[order]
-    listed = np.asarray(shown, np.int64)
-    out: dict[int, list[int]] = {}
-    for hit in hits:
-        rows = graph.neighbours(hit)
-        rows = rows[~np.isin(rows, listed)]
+
+    def score(rows: np.ndarray) -> np.ndarray:
         at = np.clip(np.searchsorted(scored, rows), 0, max(len(scored) - 1, 0))
-        score = np.where(scored[at] == rows, score_of[at], 0.0) if len(scored) else np.zeros(len(rows))
-        if not unscored:
-            rows, score = rows[score > 0], score[score > 0]
+        return np.where(scored[at] == rows, score_of[at], 0.0) if len(scored) else np.zeros(len(rows))
+
+    neighbours = graph.neighbour_lists(np.asarray(hits, np.int64))
+    listed = np.asarray(shown, np.int64)
+    # Every candidate's ancestors and in-degree, asked once for all hits.
+    candidates = np.unique(np.concatenate(neighbours))
+    candidates = candidates[~np.isin(candidates, listed)]
+    if not unscored:
+        candidates = candidates[score(candidates) > 0]
+    counts, chain = skeleton.ancestor_lists(candidates)
+    indptr = np.concatenate([[0], np.cumsum(counts)])
+    degree = graph.in_degree(candidates)
+    out: dict[int, list[int]] = {}
+    for hit, rows in zip(hits, neighbours):
+        rows = rows[np.isin(rows, candidates) & ~np.isin(rows, listed)]
+        at = np.searchsorted(candidates, rows)
         # A descendant of the hit has it among its ancestors; its ancestors are in `shown`.
-        counts, chain = skeleton.ancestor_lists(rows)
-        below = np.repeat(np.arange(len(rows)), counts)[chain == hit]
-        rows, score = np.delete(rows, below), np.delete(score, below)
+        own = np.repeat(np.arange(len(rows)), counts[at])
+        positions = np.repeat(indptr[at] - np.cumsum(counts[at]) + counts[at], counts[at]) + np.arange(len(own))
+        rows = np.delete(rows, own[chain[positions] == hit])
         if not len(rows):
             continue
-        chosen = rows[np.lexsort((rows, -graph.in_degree(rows), -score))[:per_hit]]
+        at = np.searchsorted(candidates, rows)
+        chosen = rows[np.lexsort((rows, -degree[at], -score(rows)))[:per_hit]]
         listed = np.concatenate([listed, chosen])
         out[hit] = chosen.tolist()
     return out
