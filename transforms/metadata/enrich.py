@@ -78,6 +78,14 @@ class MetadataOptions(PipelineOptions):
                             help="tries of one request that got 429 or 5xx, the first included")
         parser.add_argument("--metadata_max_answer_tokens", type=int, default=defaults.max_answer_tokens,
                             help="max_tokens asked of the model per answer")
+        parser.add_argument("--induce_toc", choices=["llm"], default=None,
+                            help="llm: a PDF without a usable outline (its ToC induced from its layout or one "
+                                 "section per page) of at least --induce_toc_min_pages pages is cut at the "
+                                 "headings the model reads in its pages, each verified against the page it "
+                                 "names (docs/METADATA.md); needs --metadata_endpoint and --metadata_model; "
+                                 "left out: off")
+        parser.add_argument("--induce_toc_min_pages", type=int, default=8,
+                            help="the fewest pages of a PDF whose ToC --induce_toc llm asks the model for")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,16 +234,16 @@ class AskModelFn(CountingDoFn):
             self.count("metadata_requests", answer.requests)
             self.count("metadata_tokens_in", answer.tokens_in)
             self.count("metadata_tokens_out", answer.tokens_out)
-            if answer.metadata is None:
+            if answer.value is None:
                 self.count("metadata_failed", len(nodes))
                 self.count(f"metadata_failed_{answer.failure}", len(nodes))
                 yield from nodes
                 continue
             self.count("metadata_enriched", len(nodes))
-            yield beam.pvalue.TaggedOutput(RECORDS, cache_record(key, self._endpoint.model, answer.metadata,
+            yield beam.pvalue.TaggedOutput(RECORDS, cache_record(key, self._endpoint.model, answer.value,
                                                                  answer.tokens_in, answer.tokens_out))
             for node in nodes:
-                yield with_model_metadata(node, key, answer.metadata)
+                yield with_model_metadata(node, key, answer.value)
 
 
 class EnrichNodeMetadata(beam.PTransform):
