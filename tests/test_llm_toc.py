@@ -44,10 +44,10 @@ MODEL_HEADINGS = [
 ]
 
 
-def manual_pdf(path: Path) -> Path:
+def manual_pdf(path: Path, edition: str = "") -> Path:
     contents = []
     for number, headings in PAGES.items():
-        lines = [(f"{number}0 " + FILLER[:80], BODY, False)]
+        lines = [(f"{number}0 {edition}" + FILLER[:80], BODY, False)]
         for k, heading in enumerate(headings):
             lines += [(heading, BODY, False), *[(f"{number}{k}{j} " + FILLER[:80], BODY, False) for j in range(3)]]
         contents.append(line_ops(lines))
@@ -191,6 +191,23 @@ def test_a_rebuild_from_the_cache_asks_nothing_of_the_pdf(induced, manual_site, 
     counts = counts_of(tmp_path / "again")
     assert counts["toc_llm_cache_hits"] == 1 and counts["toc_induced_llm"] == 1
     assert set(sections(tmp_path / "again")) == set(sections(index))
+
+
+def test_an_update_cuts_a_changed_pdf_as_the_build_does(induced, manual_site, tmp_path):
+    built, _ = induced
+    index = tmp_path / "index"
+    shutil.copytree(built, index)  # the index and its cache
+    snapshot = tmp_path / "snapshot"
+    shutil.copytree(manual_site, snapshot)
+    manual_pdf(snapshot / "manuals" / "probe.pdf", edition="Second edition. ")
+    with FakeEndpoint(model()) as endpoint:
+        update.run(["--input", str(snapshot), "--index", str(index), *toc_flags(endpoint)[4:]])
+    [question] = toc_questions(endpoint)  # its text changed: asked again
+    assert "Second edition." in question["messages"][-1]["content"]
+    found = sections(index)
+    assert set(found) == set(sections(built)) and found["Alarm codes"]["ancestor_titles"][-1] == "Alarms"
+    assert "20 Second edition." in found["Unpacking the probe"]["body"]  # page 2 opens before its heading
+    assert counts_of(index)["toc_induced_llm"] == 1
 
 
 @pytest.mark.parametrize("action, reason", [(("ok", "Here is the table of contents: 1. Start"), "malformed"),
