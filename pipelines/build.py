@@ -42,7 +42,7 @@ from ritrag.transforms.edges import EDGE_COUNTERS, AnchorDocuments, ResolveEdges
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainDenseIndex, WriteDenseIndex
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
 from ritrag.transforms.metadata.enrich import METADATA_COUNTERS, EnrichNodeMetadata, MetadataOptions, MetadataPlan
-from ritrag.transforms.metadata.induce_toc import TOC_COUNTERS, InduceTocFromModel, TocPlan
+from ritrag.transforms.metadata.induce_toc import PAGES, SPENT, TOC_COUNTERS, InduceTocFromModel, TocPlan
 from ritrag.transforms.nodes import LINKS_OUTPUT, PAGES_OUTPUT, BuildForestNodes
 from ritrag.transforms.pages import (DEAD, LINKS_CAPPED_COUNTER, PAGE_COUNTERS, InputOptions, PageParser,
                                      ParsePages, ReadInput, WriteDeadLetters, count_input_files,
@@ -92,15 +92,18 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
     pages = (parsed["pages"]
              | "CountSectionsCapped" >> CountSectionsCapped()
              | "ParseProgress" >> LogProgress("parse (pages)", total_files))
+    toc_spent = None  # the tokens of the budget the ToC stage admitted: the metadata stage's budget is what is left
     if toc is not None:
-        pages = pages | "InduceToc" >> InduceTocFromModel(toc, os.path.basename(segment_dir))
+        induced = pages | "InduceToc" >> InduceTocFromModel(toc, os.path.basename(segment_dir))
+        pages, toc_spent = induced[PAGES], induced.get(SPENT)
     # Forest: skeletons placed per site, joined with the page text -> node rows.
     # Each page's first parse is spilled and read back for its node rows (not parsed twice).
     forest = pages | "Forest" >> BuildForestNodes(parser, config.granularity,
                                                  spill_dir=spill_location(segment_dir, "pages"))
     nodes = forest["nodes"] | "NodeProgress" >> LogProgress("forest (nodes)")
     if metadata is not None:
-        nodes = nodes | "EnrichNodeMetadata" >> EnrichNodeMetadata(metadata, os.path.basename(segment_dir))
+        nodes = nodes | "EnrichNodeMetadata" >> EnrichNodeMetadata(metadata, os.path.basename(segment_dir),
+                                                                      toc_spent)
     # Chunks, cut inside each node, in the index's representation.
     node_chunks = (nodes
                    | "Chunk" >> beam.ParDo(ChunkNodesFn(spec, representation))

@@ -70,7 +70,7 @@ from ritrag.transforms.edges import EDGE_COUNTERS
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
 from ritrag.transforms.nodes import SITES_PLACED_COUNTER
 from ritrag.transforms.metadata.enrich import METADATA_COUNTERS, EnrichNodeMetadata, MetadataOptions, MetadataPlan
-from ritrag.transforms.metadata.induce_toc import TOC_COUNTERS, InduceTocFromModel, TocPlan
+from ritrag.transforms.metadata.induce_toc import PAGES, SPENT, TOC_COUNTERS, InduceTocFromModel, TocPlan
 from ritrag.transforms.link_delta import CHANGED_NODES, TOMBSTONE, UpdateAnchorDocs, UpdateEdges
 from ritrag.transforms.pages import (DEAD, PAGE_COUNTERS, InputOptions, PageParser, WriteDeadLetters, count_input_files,
                               input_root_and_pattern)
@@ -133,8 +133,10 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     pages = (parsed["pages"]
              | "CountSectionsCapped" >> CountSectionsCapped()
              | "ParseProgress" >> LogProgress("parse (changed pages)"))
+    toc_spent = None  # the tokens of the budget the ToC stage admitted: the metadata stage's budget is what is left
     if toc is not None:
-        pages = pages | "InduceToc" >> InduceTocFromModel(toc, os.path.basename(segment_dir))
+        induced = pages | "InduceToc" >> InduceTocFromModel(toc, os.path.basename(segment_dir))
+        pages, toc_spent = induced[PAGES], induced.get(SPENT)
     # Forest: the sites whose skeletons changed placed again, from skeletons
     # only; the pages parsed into the skeleton they had keep their placement.
     # Of the live tables, only the rows these pages and sites touch are read
@@ -150,7 +152,8 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     replaced = delta[UpdatePagesFn.NEED_BODY] | "ReplaceRows" >> ReplaceRows(live, spec, representation)
     planned = delta["nodes"]
     if metadata is not None:
-        planned = planned | "EnrichNodeMetadata" >> EnrichNodeMetadata(metadata, os.path.basename(segment_dir))
+        planned = planned | "EnrichNodeMetadata" >> EnrichNodeMetadata(metadata, os.path.basename(segment_dir),
+                                                                          toc_spent)
     changed = planned | "ChunkRows" >> ChunkRows(spec, representation)
     nodes = (changed["nodes"], replaced["nodes"]) | "AllNodes" >> beam.Flatten()
     # Links: the edges of the sources whose edges changed; the anchor documents of

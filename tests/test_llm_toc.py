@@ -18,6 +18,7 @@ from ritrag.layout import IndexLayout
 from ritrag.pipelines import update
 from ritrag.pipelines.options import JobOptionsError
 from ritrag.transforms.metadata.base import MetadataFailure
+from ritrag.transforms.metadata.induce_toc import estimated_tokens
 from ritrag.transforms.metadata.toc import (MAX_HEADINGS_PER_WINDOW, TOC_SYSTEM_PROMPT, WINDOW_CHARS,
                                             ProposedHeading, parse_toc_answer, verified_headings, windows)
 from ritrag.transforms.sources.pdf import page_texts
@@ -228,6 +229,18 @@ def test_a_budget_too_small_for_the_pdf_keeps_its_sections(manual_site, tmp_path
     assert toc_questions(endpoint) == []
     counts = counts_of(tmp_path / "index")
     assert counts["toc_llm_not_asked"] == 1 and counts["toc_induced_pages"] == 1
+
+
+def test_the_budget_is_the_jobs_what_the_toc_admits_the_metadata_may_not_spend(manual_site, tmp_path):
+    [page] = parse(manual_site / "manuals" / "probe.pdf")
+    toc_cost = sum(estimated_tokens(window) for window in windows(page_texts(page)))
+    with FakeEndpoint(model()) as endpoint:
+        build_index(manual_site, tmp_path / "index", *toc_flags(endpoint, "--metadata_max_tokens",
+                                                                  str(toc_cost + 10)))
+    assert len(toc_questions(endpoint)) == len(endpoint.log) == 1  # no node's question fits in 10 tokens
+    counts = counts_of(tmp_path / "index")
+    assert counts["toc_induced_llm"] == 1 and counts["metadata_asked"] == 0
+    assert counts["metadata_not_asked"] == counts["metadata_nodes"] > 0
 
 
 def test_without_the_flag_nothing_is_asked_and_the_pdf_is_cut_as_before(induced, manual_site, tmp_path):

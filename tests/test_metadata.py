@@ -21,7 +21,7 @@ from ritrag.representation import NODE_DOC_ORDINAL
 from ritrag.serving.api import RitragIndex
 from ritrag.transforms.metadata.base import (MAX_KEYWORDS, MetadataFailure, MetadataRequest, metadata_key,
                                              parse_answer)
-from ritrag.transforms.metadata.enrich import AdmitWithinBudget
+from ritrag.transforms.metadata.enrich import AdmitWithinBudget, within
 from ritrag.transforms.metadata.openai_compatible import EndpointConfig, OpenAICompatibleModel
 from chat_endpoint import HANG_S, FakeEndpoint
 from support import TINY_SITE, build_index, live_table, tiny_page, write_tiny_site
@@ -153,8 +153,9 @@ def test_the_budget_admits_a_prefix_in_key_order_whatever_the_merge_order():
     parts = [fn.create_accumulator() for _ in range(3)]
     for i, element in enumerate(reversed(costs)):
         parts[i % 3] = fn.add_input(parts[i % 3], element)
-    assert fn.extract_output(fn.merge_accumulators(parts)) == whole == "k06"  # 10+...+16 = 91; +17 > 100
-    assert fn.extract_output(fn.create_accumulator()) == ""
+    assert fn.extract_output(fn.merge_accumulators(parts)) == whole == costs[:7]  # 10+...+16 = 91; +17 > 100
+    assert fn.extract_output(fn.create_accumulator()) == []
+    assert within(whole, 100) == ("k06", 91) and within(whole, 40) == ("k02", 33) and within(whole, 5) == ("", 0)
 
 
 # --- builds and updates -------------------------------------------------------------------

@@ -15,7 +15,8 @@ counts go to the segment's counts.json and the manifest with metadata_requests,
 metadata_tokens_in and metadata_tokens_out (what the endpoint reported) and
 metadata_cache_hits.
 
-The budget (`max_tokens`) is planned before any request: the distinct texts not
+The budget (`max_tokens`) is planned before any request, for what an earlier
+stage of the job left of it (`spent_before`: --induce_toc llm's): the distinct texts not
 in the cache are taken in key order (deterministic, and unrelated to where a
 node sits), each costed at its prompt's characters / CHARS_PER_TOKEN plus the
 answer's token cap, and admitted while the sum stays within the budget; the
@@ -165,8 +166,9 @@ class JoinCacheFn(CountingDoFn):
 
 
 class AdmitWithinBudget(beam.CombineFn):
-    """(key, estimated tokens) -> the last key admitted in key order within the
-    budget ("" when none is), keeping at most what the budget can admit."""
+    """(key, estimated tokens) -> those admitted in key order within the
+    budget, in key order (`within` then admits a prefix of them within what an
+    earlier stage left of the budget), keeping at most what the budget can admit."""
 
     def __init__(self, budget: int):
         self._budget = budget
@@ -181,9 +183,8 @@ class AdmitWithinBudget(beam.CombineFn):
     def merge_accumulators(self, accumulators):
         return self._trimmed([e for acc in accumulators for e in acc])
 
-    def extract_output(self, accumulator) -> str:
-        admitted = self._trimmed(accumulator)
-        return admitted[-1][0] if admitted else ""
+    def extract_output(self, accumulator) -> list[tuple[str, int]]:
+        return self._trimmed(accumulator)
 
     def _trimmed(self, elements: list[tuple[str, int]]) -> list[tuple[str, int]]:
         # A text not admitted among some of the texts is not admitted among all:
@@ -195,6 +196,17 @@ class AdmitWithinBudget(beam.CombineFn):
             kept.append((key, cost))
             spent += cost
         return kept
+
+
+def within(admitted: list[tuple[str, int]], budget_left: int) -> tuple[str, int]:
+    """(the last key of `admitted`, in key order, whose running sum of costs
+    stays within `budget_left`, "" when none does; that sum)."""
+    last, spent = "", 0
+    for key, cost in admitted:
+        if spent + cost > budget_left:
+            break
+        last, spent = key, spent + cost
+    return last, spent
 
 
 class SplitByBudgetFn(CountingDoFn):
@@ -248,11 +260,13 @@ class AskModelFn(CountingDoFn):
 
 class EnrichNodeMetadata(beam.PTransform):
     """Node rows -> node rows with model metadata (module docstring); the
-    stage reads the cache in `plan.cache_dir` and adds this `job`'s answers to it."""
+    stage reads the cache in `plan.cache_dir` and adds this `job`'s answers to it.
+    `spent_before`: the tokens of the budget an earlier stage of the job
+    admitted (one int; --induce_toc llm's), so that the job's budget is one."""
 
-    def __init__(self, plan: MetadataPlan, job: str):
+    def __init__(self, plan: MetadataPlan, job: str, spent_before: beam.PCollection | None = None):
         super().__init__()
-        self._plan, self._job = plan, job
+        self._plan, self._job, self._spent_before = plan, job, spent_before
 
     def expand(self, nodes):
         plan = self._plan
@@ -266,10 +280,16 @@ class EnrichNodeMetadata(beam.PTransform):
         misses, parts = joined[MISSES], [split[1], joined.hits]
         if plan.max_tokens is not None:
             max_answer = plan.endpoint.max_answer_tokens
-            last_admitted = (misses
-                             | "Cost" >> beam.Map(lambda miss: (miss[0], estimated_tokens(
-                                 metadata_request(miss[0], miss[1][0]), max_answer)))
-                             | "Admit" >> beam.CombineGlobally(AdmitWithinBudget(plan.max_tokens)))
+            budget = plan.max_tokens
+            admitted = (misses
+                        | "Cost" >> beam.Map(lambda miss: (miss[0], estimated_tokens(
+                            metadata_request(miss[0], miss[1][0]), max_answer)))
+                        | "Admit" >> beam.CombineGlobally(AdmitWithinBudget(budget)))
+            if self._spent_before is None:
+                last_admitted = admitted | "Within" >> beam.Map(lambda a: within(a, budget)[0])
+            else:
+                last_admitted = admitted | "Within" >> beam.Map(lambda a, spent: within(a, budget - spent)[0],
+                                                                beam.pvalue.AsSingleton(self._spent_before))
             budgeted = record_counts(misses | "Budget" >> beam.ParDo(
                 SplitByBudgetFn(), beam.pvalue.AsSingleton(last_admitted)).with_outputs(
                     "not_asked", COUNTS, main="asked"))

@@ -24,7 +24,8 @@ document: the windows not in the cache are costed as the metadata stage costs
 a request (characters / CHARS_PER_TOKEN plus the answer's token cap), summed
 per document, and documents are admitted in URL order while the sum stays
 within the budget (`AdmitWithinBudget`); a document that does not fit is not
-asked at all, and neither is any after it. The candidates' parsed pages are
+asked at all, and neither is any after it. The budget is the job's: what this
+stage admits (SPENT) is what the metadata stage's nodes may not. The candidates' parsed pages are
 shuffled once (the join with their windows' outcomes); other pages pass
 through untouched.
 """
@@ -40,7 +41,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from ritrag.schema import TOC_INDUCED_COUNTER_PREFIX, ParsedPage
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 from ritrag.transforms.metadata.cache import ReadMetadataCache, WriteMetadataCache, answer_record
-from ritrag.transforms.metadata.enrich import CHARS_PER_TOKEN, AdmitWithinBudget, MetadataOptions, MetadataPlan
+from ritrag.transforms.metadata.enrich import (CHARS_PER_TOKEN, AdmitWithinBudget, MetadataOptions, MetadataPlan,
+                                               within)
 from ritrag.transforms.metadata.openai_compatible import EndpointConfig, OpenAICompatibleModel
 from ritrag.transforms.metadata.toc import (ANSWER_TOKENS, MAX_WINDOWS, TOC_PROMPT_VERSION, TOC_SYSTEM_PROMPT,
                                             ProposedHeading, Window, enough_headings, parse_toc_answer,
@@ -54,7 +56,8 @@ TOC_COUNTERS = ("toc_llm_documents", f"{TOC_INDUCED_COUNTER_PREFIX}{LLM}", "toc_
                 "toc_llm_too_long", "toc_llm_too_few_headings", "toc_llm_cache_hits", "toc_llm_windows_asked",
                 "toc_llm_requests", "toc_llm_tokens_in", "toc_llm_tokens_out", "toc_llm_headings_proposed",
                 "toc_llm_headings_verified", "toc_llm_headings_dropped")
-DOCUMENTS, WINDOWS, OUTCOMES, MISSES, RECORDS = "documents", "windows", "outcomes", "misses", "records"
+DOCUMENTS, WINDOWS, MISSES, RECORDS = "documents", "windows", "misses", "records"
+PAGES, SPENT = "pages", "spent"  # the stage's outputs
 NOT_ASKED = "not_asked"  # the failure of a window the budget left out
 
 
@@ -243,9 +246,10 @@ class CutAtHeadingsFn(CountingDoFn):
 
 
 class InduceTocFromModel(beam.PTransform):
-    """Parsed pages -> parsed pages, long PDFs without an outline cut at the
-    model's verified headings (module docstring); the stage reads the cache in
-    the plan's cache folder and adds this `job`'s answers to it."""
+    """Parsed pages -> {PAGES: the parsed pages, long PDFs without an outline
+    cut at the model's verified headings (module docstring); with a budget,
+    SPENT: the tokens of it admitted (one int, for the metadata stage)}. The
+    stage reads the cache in the plan's cache folder and adds this `job`'s answers to it."""
 
     def __init__(self, plan: TocPlan, job: str):
         super().__init__()
@@ -259,18 +263,21 @@ class InduceTocFromModel(beam.PTransform):
         joined = record_counts({"windows": split[WINDOWS], "cached": cached}
                                | "JoinCache" >> beam.CoGroupByKey()
                                | "Hits" >> beam.ParDo(JoinTocCacheFn()).with_outputs(MISSES, COUNTS, main="hits"))
-        misses, outcomes = joined[MISSES], [joined.hits]
+        misses, outcomes, stages = joined[MISSES], [joined.hits], {}
         if plan.asking.max_tokens is not None:
-            last_admitted = (misses
-                             | "Cost" >> beam.FlatMap(lambda miss: [(w.url, estimated_tokens(w.window))
-                                                                    for w in miss[1]])
-                             | "CostPerDocument" >> beam.CombinePerKey(sum)
-                             | "Admit" >> beam.CombineGlobally(AdmitWithinBudget(plan.asking.max_tokens)))
-            budget = beam.pvalue.AsSingleton(last_admitted)
+            budget = plan.asking.max_tokens
+            admission = (misses
+                         | "Cost" >> beam.FlatMap(lambda miss: [(w.url, estimated_tokens(w.window)) for w in miss[1]])
+                         | "CostPerDocument" >> beam.CombinePerKey(sum)
+                         | "Admit" >> beam.CombineGlobally(AdmitWithinBudget(budget))
+                         | "Within" >> beam.Map(within, budget))
+            stages[SPENT] = admission | "Spent" >> beam.Map(lambda last_and_spent: last_and_spent[1])
+            last_admitted = beam.pvalue.AsSingleton(admission | "LastAdmitted" >> beam.Map(
+                lambda last_and_spent: last_and_spent[0]))
             outcomes.append(misses
-                            | "NotAdmitted" >> beam.Filter(lambda miss, last: not admitted(miss, last), budget)
+                            | "NotAdmitted" >> beam.Filter(lambda miss, last: not admitted(miss, last), last_admitted)
                             | "NotAsked" >> beam.FlatMap(not_asked))
-            misses = misses | "Admitted" >> beam.Filter(admitted, budget)
+            misses = misses | "Admitted" >> beam.Filter(admitted, last_admitted)
         asked = record_counts(misses
                               | "Batch" >> beam.BatchElements(min_batch_size=1,
                                                               max_batch_size=plan.asking.batch_size)
@@ -282,4 +289,5 @@ class InduceTocFromModel(beam.PTransform):
                              "outcomes": tuple(outcomes) | "AllOutcomes" >> beam.Flatten()}
                             | "JoinByDocument" >> beam.CoGroupByKey()
                             | "Cut" >> beam.ParDo(CutAtHeadingsFn()).with_outputs(COUNTS, main="pages"))
-        return (split.others, cut.pages) | "AllPages" >> beam.Flatten()
+        stages[PAGES] = (split.others, cut.pages) | "AllPages" >> beam.Flatten()
+        return stages
