@@ -23,7 +23,7 @@ from ritrag.transforms.metadata.base import (MAX_KEYWORDS, MetadataFailure, Meta
                                              parse_answer)
 from ritrag.transforms.metadata.enrich import AdmitWithinBudget, within
 from ritrag.transforms.metadata.openai_compatible import EndpointConfig, OpenAICompatibleModel
-from chat_endpoint import HANG_S, FakeEndpoint
+from chat_endpoint import FakeEndpoint
 from support import TINY_SITE, build_index, live_table, tiny_page, write_tiny_site
 
 def title_of(body: dict) -> str:

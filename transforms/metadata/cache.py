@@ -30,6 +30,7 @@ CACHE_DIR_NAME = "metadata_cache"  # inside the index directory, unless --metada
 RECORDS_PATTERN = "records-*.jsonl"
 BAD_RECORDS_COUNTER = "metadata_cache_bad_records"
 ENVELOPE = ("key", "model", "prompt_version", "tokens_in", "tokens_out")  # a record's fields besides its answer's
+MISSES = "misses"  # the tagged output of the questions no cached answer serves
 
 
 def default_cache_dir(index_dir: str) -> str:
@@ -83,6 +84,31 @@ class ParseRecordsFn(CountingDoFn):
                     continue
                 if record is not None:
                     yield record
+
+
+class SplitByCacheFn(CountingDoFn):
+    """(key, {"asked": what asks that question, "cached": its cached answers})
+    -> what `hits` makes of the askers a cached answer serves (main), or (key,
+    the askers) on MISSES. A stage says what a hit gives (`hits`) and may count
+    the askers of each question (`asking`)."""
+
+    def process(self, joined: tuple[str, dict]) -> Iterable:
+        key, group = joined
+        asked = list(group["asked"])
+        if not asked:
+            return
+        self.asking(asked)
+        cached = next(iter(group["cached"]), None)
+        if cached is None:
+            yield beam.pvalue.TaggedOutput(MISSES, (key, asked))
+            return
+        yield from self.hits(key, asked, cached)
+
+    def asking(self, asked: list) -> None:
+        """Counts the askers of one question; nothing by default."""
+
+    def hits(self, key: str, asked: list, cached: Any) -> Iterable:
+        raise NotImplementedError
 
 
 class ReadMetadataCache(beam.PTransform):

@@ -38,8 +38,9 @@ from ritrag.representation import PATH_SEPARATOR
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 from ritrag.transforms.metadata.base import (MAX_BODY_CHARS, PROMPT_VERSION, SYSTEM_PROMPT, USER_PROMPT,
                                              MetadataRequest, NodeMetadata, metadata_key)
-from ritrag.transforms.metadata.cache import ReadMetadataCache, WriteMetadataCache, cache_record, default_cache_dir
-from ritrag.transforms.metadata.openai_compatible import EndpointConfig, OpenAICompatibleModel
+from ritrag.transforms.metadata.cache import (MISSES, ReadMetadataCache, SplitByCacheFn, WriteMetadataCache,
+                                              cache_record, default_cache_dir)
+from ritrag.transforms.metadata.openai_compatible import AskingDoFn, EndpointConfig
 
 NAMESPACE = "ritrag.metadata"
 CHARS_PER_TOKEN = 3  # the budget's estimate; English text runs about 4 characters a token
@@ -47,7 +48,6 @@ METADATA_COUNTERS = ("metadata_nodes", "metadata_cache_hits", "metadata_asked", 
                      "metadata_tokens_in", "metadata_tokens_out", "metadata_enriched", "metadata_failed",
                      "metadata_not_asked")
 RECORDS = "records"
-MISSES = "misses"
 
 
 class MetadataOptions(PipelineOptions):
@@ -143,22 +143,16 @@ def with_model_metadata(node: dict, key: str, metadata: NodeMetadata) -> dict:
     return {**node, "summary": metadata.summary, "keywords": list(metadata.keywords), "metadata_key": key}
 
 
-class JoinCacheFn(CountingDoFn):
-    """(key, {"nodes", "cached"}) -> enriched nodes (cache hits), or (key, nodes) on MISSES."""
+class JoinCacheFn(SplitByCacheFn):
+    """(key, {"asked": nodes, "cached"}) -> enriched nodes (cache hits), or (key, nodes) on MISSES."""
 
     def __init__(self):
         super().__init__(NAMESPACE)
 
-    def process(self, joined: tuple[str, dict]):
-        key, group = joined
-        nodes = list(group["nodes"])
-        if not nodes:
-            return
+    def asking(self, nodes: list[dict]) -> None:
         self.count("metadata_nodes", len(nodes))
-        cached = next(iter(group["cached"]), None)
-        if cached is None:
-            yield beam.pvalue.TaggedOutput(MISSES, (key, nodes))
-            return
+
+    def hits(self, key: str, nodes: list[dict], cached: NodeMetadata) -> Iterable[dict]:
         self.count("metadata_cache_hits", len(nodes))
         self.count("metadata_enriched", len(nodes))
         for node in nodes:
@@ -225,27 +219,18 @@ class SplitByBudgetFn(CountingDoFn):
             yield beam.pvalue.TaggedOutput("not_asked", node)
 
 
-class AskModelFn(CountingDoFn):
+class AskModelFn(AskingDoFn):
     """Batches of (key, nodes) -> their nodes, described by the model or as
     they came (counted failures); the new cache lines on RECORDS."""
 
     def __init__(self, endpoint: EndpointConfig):
-        super().__init__(NAMESPACE)
-        self._endpoint = endpoint
-
-    def setup(self):
-        self._model = OpenAICompatibleModel(self._endpoint)
-
-    def teardown(self):
-        self._model.close()
+        super().__init__(NAMESPACE, endpoint)
 
     def process(self, batch: list[tuple[str, list[dict]]]) -> Iterable:
         requests = [metadata_request(key, nodes[0]) for key, nodes in batch]
         for (key, nodes), answer in zip(batch, self._model.describe(requests)):
             self.count("metadata_asked")
-            self.count("metadata_requests", answer.requests)
-            self.count("metadata_tokens_in", answer.tokens_in)
-            self.count("metadata_tokens_out", answer.tokens_out)
+            self.count_cost("metadata", answer)
             if answer.value is None:
                 self.count("metadata_failed", len(nodes))
                 self.count(f"metadata_failed_{answer.failure}", len(nodes))
@@ -274,7 +259,7 @@ class EnrichNodeMetadata(beam.PTransform):
         split = nodes | "Describable" >> beam.Partition(lambda node, _: 0 if describable(node) else 1, 2)
         keyed = split[0] | "Key" >> beam.Map(lambda node: (metadata_key(model, node), node))
         cached = nodes.pipeline | "ReadCache" >> ReadMetadataCache(plan.cache_dir)
-        joined = record_counts({"nodes": keyed, "cached": cached}
+        joined = record_counts({"asked": keyed, "cached": cached}
                                | "JoinCache" >> beam.CoGroupByKey()
                                | "Hits" >> beam.ParDo(JoinCacheFn()).with_outputs(MISSES, COUNTS, main="hits"))
         misses, parts = joined[MISSES], [split[1], joined.hits]

@@ -3,9 +3,9 @@ same pages, a long PDF without a usable outline cut at the headings a chat
 model reads in its pages (docs/METADATA.md; the contract: toc.py).
 
     pages --candidate?--> windows (key, AskedWindow) --join--> cache hit: its headings
-      |                                  |                     cache miss --budget--> batches --model--> headings | failure
-      |          ReadMetadataCache -------+                                        \\--> new cache records
-      +--> (url, page) ------------------------------ join by URL with every window's outcome --> cut again | as it was
+      |                                  |         cache miss --budget--> batches --model--> headings | failure
+      |          ReadMetadataCache -------+                                  \\--> new cache records
+      +--> (url, page) ------------ join by URL with every window's outcome --> cut again | as it was
 
 A candidate is a PDF whose ToC the parser induced ("layout" or "pages": no
 usable outline of its own) of at least `min_pages` pages. Parsing stays pure:
@@ -40,10 +40,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from ritrag.schema import TOC_INDUCED_COUNTER_PREFIX, ParsedPage
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
-from ritrag.transforms.metadata.cache import ReadMetadataCache, WriteMetadataCache, answer_record
+from ritrag.transforms.metadata.cache import (MISSES, ReadMetadataCache, SplitByCacheFn, WriteMetadataCache,
+                                              answer_record)
 from ritrag.transforms.metadata.enrich import (CHARS_PER_TOKEN, AdmitWithinBudget, MetadataOptions, MetadataPlan,
                                                within)
-from ritrag.transforms.metadata.openai_compatible import EndpointConfig, OpenAICompatibleModel
+from ritrag.transforms.metadata.openai_compatible import AskingDoFn, EndpointConfig
 from ritrag.transforms.metadata.toc import (ANSWER_TOKENS, MAX_WINDOWS, TOC_PROMPT_VERSION, TOC_SYSTEM_PROMPT,
                                             ProposedHeading, Window, enough_headings, parse_toc_answer,
                                             toc_answer_fields, verified_headings, windows)
@@ -56,7 +57,7 @@ TOC_COUNTERS = ("toc_llm_documents", f"{TOC_INDUCED_COUNTER_PREFIX}{LLM}", "toc_
                 "toc_llm_too_long", "toc_llm_too_few_headings", "toc_llm_cache_hits", "toc_llm_windows_asked",
                 "toc_llm_requests", "toc_llm_tokens_in", "toc_llm_tokens_out", "toc_llm_headings_proposed",
                 "toc_llm_headings_verified", "toc_llm_headings_dropped")
-DOCUMENTS, WINDOWS, MISSES, RECORDS = "documents", "windows", "misses", "records"
+DOCUMENTS, WINDOWS, RECORDS = "documents", "windows", "records"
 PAGES, SPENT = "pages", "spent"  # the stage's outputs
 NOT_ASKED = "not_asked"  # the failure of a window the budget left out
 
@@ -153,21 +154,13 @@ class WindowCandidatesFn(CountingDoFn):
                                                      AskedWindow(page.url, position, len(asked), window)))
 
 
-class JoinTocCacheFn(CountingDoFn):
-    """(key, {"windows", "cached"}) -> (url, WindowOutcome) of cache hits, or (key, windows) on MISSES."""
+class JoinTocCacheFn(SplitByCacheFn):
+    """(key, {"asked": windows, "cached"}) -> (url, WindowOutcome) of cache hits, or (key, windows) on MISSES."""
 
     def __init__(self):
         super().__init__(NAMESPACE)
 
-    def process(self, joined: tuple[str, dict]):
-        key, group = joined
-        asked = list(group["windows"])
-        if not asked:
-            return
-        cached = next(iter(group["cached"]), None)
-        if cached is None:
-            yield beam.pvalue.TaggedOutput(MISSES, (key, asked))
-            return
+    def hits(self, key: str, asked: list[AskedWindow], cached: tuple[ProposedHeading, ...]) -> Iterable:
         self.count("toc_llm_cache_hits", len(asked))
         for window in asked:
             yield window.url, WindowOutcome.of_window(window, cached)
@@ -183,27 +176,18 @@ def not_asked(miss: tuple[str, list[AskedWindow]]) -> Iterable[tuple[str, Window
         yield window.url, WindowOutcome.of_window(window, None, NOT_ASKED)
 
 
-class AskTocFn(CountingDoFn):
+class AskTocFn(AskingDoFn):
     """Batches of (key, windows) -> (url, WindowOutcome) of each window, the
     model's headings or its failure; the new cache lines on RECORDS."""
 
     def __init__(self, endpoint: EndpointConfig):
-        super().__init__(NAMESPACE)
-        self._endpoint = endpoint
-
-    def setup(self):
-        self._model = OpenAICompatibleModel(self._endpoint)
-
-    def teardown(self):
-        self._model.close()
+        super().__init__(NAMESPACE, endpoint)
 
     def process(self, batch: list[tuple[str, list[AskedWindow]]]) -> Iterable:
         questions = [asked[0].window.messages() for _, asked in batch]
         for (key, asked), answer in zip(batch, self._model.ask(questions, parse_toc_answer)):
             self.count("toc_llm_windows_asked")
-            self.count("toc_llm_requests", answer.requests)
-            self.count("toc_llm_tokens_in", answer.tokens_in)
-            self.count("toc_llm_tokens_out", answer.tokens_out)
+            self.count_cost("toc_llm", answer)
             if answer.value is not None:
                 yield beam.pvalue.TaggedOutput(RECORDS, answer_record(
                     key, self._endpoint.model, TOC_PROMPT_VERSION, toc_answer_fields(answer.value),
@@ -260,7 +244,7 @@ class InduceTocFromModel(beam.PTransform):
         split = record_counts(pages | "Candidates" >> beam.ParDo(WindowCandidatesFn(
             plan.endpoint.model, plan.min_pages)).with_outputs(DOCUMENTS, WINDOWS, COUNTS, main="others"))
         cached = pages.pipeline | "ReadCache" >> ReadMetadataCache(cache_dir, TOC_PROMPT_VERSION, parse_toc_answer)
-        joined = record_counts({"windows": split[WINDOWS], "cached": cached}
+        joined = record_counts({"asked": split[WINDOWS], "cached": cached}
                                | "JoinCache" >> beam.CoGroupByKey()
                                | "Hits" >> beam.ParDo(JoinTocCacheFn()).with_outputs(MISSES, COUNTS, main="hits"))
         misses, outcomes, stages = joined[MISSES], [joined.hits], {}

@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 import httpx
 
 from ritrag.chat import EndpointError, chat_completion
+from ritrag.transforms.counts import CountingDoFn
 from ritrag.transforms.metadata.base import (Answer, MetadataFailure, MetadataRequest, ModelAnswer, NodeMetadata,
                                              parse_answer)
 
@@ -108,3 +109,24 @@ class OpenAICompatibleModel:
 
 def _tokens(value: object) -> int:
     return value if isinstance(value, int) and value >= 0 else 0
+
+
+class AskingDoFn(CountingDoFn):
+    """A DoFn that asks the model: one client (its thread pool and connections)
+    per DoFn instance, from setup to teardown."""
+
+    def __init__(self, namespace: str, endpoint: EndpointConfig):
+        super().__init__(namespace)
+        self._endpoint = endpoint
+
+    def setup(self):
+        self._model = OpenAICompatibleModel(self._endpoint)
+
+    def teardown(self):
+        self._model.close()
+
+    def count_cost(self, prefix: str, answer: ModelAnswer) -> None:
+        """<prefix>_requests, _tokens_in and _tokens_out: what one answer cost."""
+        self.count(f"{prefix}_requests", answer.requests)
+        self.count(f"{prefix}_tokens_in", answer.tokens_in)
+        self.count(f"{prefix}_tokens_out", answer.tokens_out)
