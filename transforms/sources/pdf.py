@@ -41,8 +41,8 @@ from pypdf.errors import FileNotDecryptedError, PyPdfError
 from pypdf.generic import Destination
 
 from ritrag.schema import ParsedPage, Section
-from ritrag.transforms.parse.page import finished_page
-from ritrag.transforms.sources.common import SourceFile, UnparseablePage, document_page, section_path, url_segment_title
+from ritrag.transforms.sources.common import (SourceFile, UnparseablePage, document_page, section_path,
+                                             url_segment_title, with_sections)
 from ritrag.transforms.sources.nav import document_trail
 from ritrag.transforms.sources.pdf_layout import Line, LineCollector, layout_headings
 
@@ -211,8 +211,8 @@ def with_headings(page: ParsedPage, entries: list[tuple[int, str, int, str]], to
     """A parsed PDF cut again at `entries` (level, title, page index, the text
     to cut at), in page order, as an outline's entries cut it; `toc_induced`
     says where they came from."""
-    sections = document_sections(page_texts(page), entries, page.title)
-    return finished_page(dataclasses.replace(page, sections=sections, toc_induced=toc_induced))
+    page = with_sections(page, document_sections(page_texts(page), entries, page.title))
+    return dataclasses.replace(page, toc_induced=toc_induced)
 
 
 def parse_pdf(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
