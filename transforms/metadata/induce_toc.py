@@ -48,6 +48,7 @@ from ritrag.transforms.metadata.openai_compatible import AskingDoFn, EndpointCon
 from ritrag.transforms.metadata.toc import (ANSWER_TOKENS, MAX_WINDOWS, TOC_PROMPT_VERSION, TOC_SYSTEM_PROMPT,
                                             ProposedHeading, Window, enough_headings, parse_toc_answer,
                                             toc_answer_fields, verified_headings, windows)
+from ritrag.transforms.sources.kinds import PDF
 from ritrag.transforms.sources.pdf import page_texts, with_headings
 
 NAMESPACE = "ritrag.toc"
@@ -77,7 +78,7 @@ class TocPlan:
         if opts.induce_toc is None:
             return None
         asking = MetadataPlan.from_options(options, index_dir)
-        if asking is None or not opts.metadata_model:
+        if asking is None:
             raise ValueError("--induce_toc llm needs --metadata_endpoint and --metadata_model")
         if opts.induce_toc_min_pages < 1:
             raise ValueError(f"--induce_toc_min_pages must be at least 1, not {opts.induce_toc_min_pages}")
@@ -135,7 +136,7 @@ class WindowCandidatesFn(CountingDoFn):
         self._model, self._min_pages = model, min_pages
 
     def process(self, page: ParsedPage):
-        if page.source_kind != "pdf" or page.toc_induced not in CANDIDATE_HOWS:
+        if page.source_kind != PDF.name or page.toc_induced not in CANDIDATE_HOWS:
             yield page
             return
         texts = page_texts(page)
