@@ -17,9 +17,10 @@ from ritrag.evaluation.forest_report import forest_report, render_text
 from ritrag.layout import IndexLayout
 from ritrag.pipelines import update
 from ritrag.pipelines.options import JobOptionsError
+from ritrag.schema import ParsedPage, Section
 from ritrag.transforms.metadata.base import MetadataFailure
-from ritrag.transforms.metadata.induce_toc import estimated_tokens
-from ritrag.transforms.metadata.toc import (MAX_HEADINGS_PER_WINDOW, TOC_SYSTEM_PROMPT, WINDOW_CHARS,
+from ritrag.transforms.metadata.induce_toc import WindowCandidatesFn, estimated_tokens
+from ritrag.transforms.metadata.toc import (MAX_HEADINGS_PER_WINDOW, MAX_WINDOWS, TOC_SYSTEM_PROMPT, WINDOW_CHARS,
                                             ProposedHeading, parse_toc_answer, verified_headings, windows)
 from ritrag.transforms.sources.pdf import page_texts
 from chat_endpoint import FakeEndpoint
@@ -139,6 +140,20 @@ def test_verification_drops_what_is_not_on_its_page_and_nests_like_an_outline():
     # Intro: a page before the last kept heading; More: on its page, but before Usage.
     assert headings == [(1, "Getting Started", 0, "Getting   Started"), (2, "Setup", 1, "Setup"),
                         (1, "Usage", 2, "Usage")] and dropped == 4
+
+
+def test_a_pdf_past_the_windows_a_document_may_ask_is_not_asked_about():
+    """The stage's cost is bounded per document: a PDF of more than MAX_WINDOWS
+    windows passes as parsed, counted, and asks nothing."""
+    pages = [Section(f"Page {n}", 1, f"page={n}", f"[p. {n}]\n" + "word " * (WINDOW_CHARS // 5), (f"Page {n}",))
+             for n in range(1, MAX_WINDOWS + 2)]
+    page = ParsedPage(url="http://localhost/huge.pdf", canonical_url="http://localhost/huge.pdf",
+                      site="http://localhost/", title="Huge", trail=(), trail_method="url",
+                      sections=(Section("Huge", 0, "", "", ()), *pages), source_kind="pdf", toc_induced="pages")
+    candidates = WindowCandidatesFn("fake-model", 3)
+    assert list(candidates.process(page)) == [page]
+    counted = dict(output.value.value for output in candidates.finish_bundle())  # the counts, as data
+    assert counted == {"toc_llm_documents": 1, "toc_llm_too_long": 1}
 
 
 @pytest.mark.parametrize("content", [
