@@ -179,7 +179,7 @@ def run(argv: list[str] | None = None) -> str:
     opts = required(options, BuildJobOptions, "input", "out")
     config = index_config_of(options)
     try:
-        metadata = MetadataPlan.from_options(options, opts.out)
+        metadata = MetadataPlan.for_nodes(options, opts.out)
         toc = TocPlan.from_options(options, opts.out)
     except ValueError as exc:  # flags that ask for no possible plan: a usage error
         raise JobOptionsError(str(exc)) from None

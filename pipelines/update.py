@@ -220,7 +220,7 @@ def run(argv: list[str] | None = None) -> str:
     live_config = IndexConfig.from_manifest(IndexLayout(opts.index).load_manifest().config)
     refuse_reshaping(live_config, given_flags(sys.argv[1:] if argv is None else argv, FLAGS))
     try:
-        metadata = MetadataPlan.from_options(options, opts.index)
+        metadata = MetadataPlan.for_nodes(options, opts.index)
         toc = TocPlan.from_options(options, opts.index)
     except ValueError as exc:  # flags that ask for no possible plan: a usage error
         raise JobOptionsError(str(exc)) from None

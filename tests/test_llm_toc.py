@@ -258,6 +258,15 @@ def test_the_budget_is_the_jobs_what_the_toc_admits_the_metadata_may_not_spend(m
     assert counts["metadata_not_asked"] == counts["metadata_nodes"] > 0
 
 
+def test_with_metadata_nodes_off_the_endpoint_is_asked_for_the_toc_only(manual_site, tmp_path):
+    with FakeEndpoint(model()) as endpoint:
+        build_index(manual_site, tmp_path / "index", *toc_flags(endpoint, "--metadata_nodes", "off"))
+    assert len(toc_questions(endpoint)) == len(endpoint.log) == 1
+    counts = counts_of(tmp_path / "index")
+    assert counts["toc_induced_llm"] == 1 and not any(name.startswith("metadata_") for name in counts)
+    assert "metadata" not in IndexLayout(str(tmp_path / "index")).load_manifest().config
+
+
 def test_without_the_flag_nothing_is_asked_and_the_pdf_is_cut_as_before(induced, manual_site, tmp_path):
     build_index(manual_site, tmp_path / "plain", "--embedding_model", "hashing:384", "--granularity", "section")
     assert set(sections(tmp_path / "plain")) == {f"Page {n}" for n in PAGES}

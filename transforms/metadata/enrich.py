@@ -79,6 +79,8 @@ class MetadataOptions(PipelineOptions):
                             help="tries of one request that got 429 or 5xx, the first included")
         parser.add_argument("--metadata_max_answer_tokens", type=int, default=defaults.max_answer_tokens,
                             help="max_tokens asked of the model per answer")
+        parser.add_argument("--metadata_nodes", choices=["on", "off"], default="on",
+                            help="off: no summary and keywords per node; the endpoint serves --induce_toc llm only")
         parser.add_argument("--induce_toc", choices=["llm"], default=None,
                             help="llm: a PDF without a usable outline (its ToC induced from its layout or one "
                                  "section per page) of at least --induce_toc_min_pages pages is cut at the "
@@ -99,8 +101,15 @@ class MetadataPlan:
     batch_size: int = 16
 
     @classmethod
+    def for_nodes(cls, options: PipelineOptions, index_dir: str) -> "MetadataPlan | None":
+        """The plan of the node metadata a job's flags ask for; None without
+        --metadata_endpoint or with --metadata_nodes off."""
+        plan = cls.from_options(options, index_dir)
+        return plan if options.view_as(MetadataOptions).metadata_nodes == "on" else None
+
+    @classmethod
     def from_options(cls, options: PipelineOptions, index_dir: str) -> "MetadataPlan | None":
-        """The plan a job's flags ask for; None without --metadata_endpoint."""
+        """The endpoint, cache and budget a job's flags ask for; None without --metadata_endpoint."""
         opts = options.view_as(MetadataOptions)
         if opts.metadata_endpoint is None:
             if opts.metadata_model is not None:
