@@ -22,8 +22,8 @@ import hashlib
 import json
 from typing import Generic, Protocol, Sequence, TypeVar
 
+Answer = TypeVar("Answer")  # what a question's checked answer is: a node's NodeMetadata, a PDF window's headings
 PROMPT_VERSION = "node-metadata-v1"
-Answer = TypeVar("Answer")
 MAX_SUMMARY_WORDS = 60
 MAX_KEYWORDS = 8
 MAX_KEYWORD_CHARS = 64
