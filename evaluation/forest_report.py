@@ -15,7 +15,8 @@ other page links to; and for the whole build, how often each trail rule was
 tried, taken and passed over (a rule whose markup named nothing in the site)
 and the links the build counted but did not keep (to nothing in the index,
 navigation chrome), and how many documents without a ToC of their own had
-one induced, and how (`toc_induced_<how>`: a PDF's layout, or its pages).
+one induced, and how (`toc_induced_<how>`: a PDF's layout, its pages, or a model's
+verified headings, `llm`).
 Rendered as plain text and as one self-contained HTML
 file (inline SVG charts, no scripts, no external assets).
 """
@@ -101,7 +102,8 @@ def forest_report(index_dir: str, version: str | None = None) -> dict:
                               if name.startswith(LINK_COUNTER_PREFIXES)},
             "toc_induced": {name[len(TOC_INDUCED_COUNTER_PREFIX):]: value
                             for name, value in sorted((manifest.stats.get("pages") or {}).items())
-                            if name.startswith(TOC_INDUCED_COUNTER_PREFIX)},
+                            # not 0s: a PDF the model's headings cut leaves its parse's how at 0
+                            if name.startswith(TOC_INDUCED_COUNTER_PREFIX) and value},
             "model_metadata": {"nodes": sum(s["model_metadata"] for s in sites.values()),
                                "asked_of": manifest.config.get("metadata"),
                                "counters": {name: value for name, value in sorted(

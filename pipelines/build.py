@@ -4,9 +4,11 @@
         [--site_depth N] [--granularity page|section] [--num_shards N]
         [--embedding_model NAME_OR_PATH] [--dense_factory STRING] [--dense_nprobe N]
         [--dense_rerank N] [--chunk_template T] [--path_levels N] [--node_docs on|off]
-        [--anchor_docs on|off] [--metadata_endpoint URL --metadata_model NAME ...] [runner options]
+        [--anchor_docs on|off] [--metadata_endpoint URL --metadata_model NAME ...] [--induce_toc llm]
+        [runner options]
 
-Stages: read -> parse (dead letters aside) -> forest (per site, skeletons only)
+Stages: read -> parse (dead letters aside) -> with --induce_toc llm, long PDFs
+without an outline cut at the model's verified headings (docs/METADATA.md) -> forest (per site, skeletons only)
 -> nodes (placements joined with page text) -> with --metadata_endpoint, the
 model's summary and keywords per node (docs/METADATA.md) -> chunks; the indexed pages' links
 resolved to nodes (edges) -> anchor documents; sparse postings of chunks and
@@ -40,6 +42,7 @@ from ritrag.transforms.edges import EDGE_COUNTERS, AnchorDocuments, ResolveEdges
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainDenseIndex, WriteDenseIndex
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
 from ritrag.transforms.metadata.enrich import METADATA_COUNTERS, EnrichNodeMetadata, MetadataOptions, MetadataPlan
+from ritrag.transforms.metadata.induce_toc import PAGES, SPENT, TOC_COUNTERS, InduceTocFromModel, TocPlan
 from ritrag.transforms.nodes import LINKS_OUTPUT, PAGES_OUTPUT, BuildForestNodes
 from ritrag.transforms.pages import (DEAD, LINKS_CAPPED_COUNTER, PAGE_COUNTERS, InputOptions, PageParser,
                                      ParsePages, ReadInput, WriteDeadLetters, count_input_files,
@@ -64,10 +67,12 @@ FLAGS: JobFlags = {InputOptions: None, BuildOptions: None, EmbedOptions: None, M
 
 
 def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str, config: IndexConfig,
-                   total_files: int | None = None, metadata: MetadataPlan | None = None) -> None:
+                   total_files: int | None = None, metadata: MetadataPlan | None = None,
+                   toc: TocPlan | None = None) -> None:
     """The build's data flow (docs/ARCHITECTURE.md): stages compute PCollections,
     then sinks write them, every table into `segment_dir`, the index made as `config` says;
-    with `metadata`, nodes are described by the model (cache first) before they are chunked."""
+    with `toc`, long PDFs without an outline are cut at the model's headings before they
+    are placed; with `metadata`, nodes are described by the model (cache first) before they are chunked."""
     opts = options.view_as(InputOptions)
     spec, representation, num_shards = config.embedder, config.representation, config.num_shards
     root, pattern = input_root_and_pattern(opts.input)
@@ -87,13 +92,18 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
     pages = (parsed["pages"]
              | "CountSectionsCapped" >> CountSectionsCapped()
              | "ParseProgress" >> LogProgress("parse (pages)", total_files))
+    toc_spent = None  # the tokens of the budget the ToC stage admitted: the metadata stage's budget is what is left
+    if toc is not None:
+        induced = pages | "InduceToc" >> InduceTocFromModel(toc, os.path.basename(segment_dir))
+        pages, toc_spent = induced[PAGES], induced.get(SPENT)
     # Forest: skeletons placed per site, joined with the page text -> node rows.
     # Each page's first parse is spilled and read back for its node rows (not parsed twice).
     forest = pages | "Forest" >> BuildForestNodes(parser, config.granularity,
                                                  spill_dir=spill_location(segment_dir, "pages"))
     nodes = forest["nodes"] | "NodeProgress" >> LogProgress("forest (nodes)")
     if metadata is not None:
-        nodes = nodes | "EnrichNodeMetadata" >> EnrichNodeMetadata(metadata, os.path.basename(segment_dir))
+        nodes = nodes | "EnrichNodeMetadata" >> EnrichNodeMetadata(metadata, os.path.basename(segment_dir),
+                                                                      toc_spent)
     # Chunks, cut inside each node, in the index's representation.
     node_chunks = (nodes
                    | "Chunk" >> beam.ParDo(ChunkNodesFn(spec, representation))
@@ -130,7 +140,8 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
 
 
 def publish_build(layout: IndexLayout, segment_id: str, options: PipelineOptions, config: IndexConfig,
-                  counts: dict[str, int], elapsed_s: float, metadata: MetadataPlan | None = None) -> str:
+                  counts: dict[str, int], elapsed_s: float, metadata: MetadataPlan | None = None,
+                  toc: TocPlan | None = None) -> str:
     """Checksum the finished segment, write its manifest (which records `config`), flip CURRENT."""
     segment_dir = layout.segment_dir(segment_id)
     with open_read(os.path.join(segment_dir, BM25_STATS_FILE)) as fh:
@@ -143,7 +154,8 @@ def publish_build(layout: IndexLayout, segment_id: str, options: PipelineOptions
         segments=[segment],
         stats={"bm25": bm25, "pages": counts, "build_seconds": round(elapsed_s, 1)},
         config={**config.to_manifest(dense, read_site_bases(segment_dir)),
-                **({"metadata": metadata.manifest()} if metadata else {})},
+                **({"metadata": metadata.manifest()} if metadata else {}),
+                **({"induce_toc": toc.manifest()} if toc else {})},
     )
     return publish_and_prune(layout, manifest, options)
 
@@ -167,7 +179,8 @@ def run(argv: list[str] | None = None) -> str:
     opts = required(options, BuildJobOptions, "input", "out")
     config = index_config_of(options)
     try:
-        metadata = MetadataPlan.from_options(options, opts.out)
+        metadata = MetadataPlan.for_nodes(options, opts.out)
+        toc = TocPlan.from_options(options, opts.out)
     except ValueError as exc:  # flags that ask for no possible plan: a usage error
         raise JobOptionsError(str(exc)) from None
     with prepare_job(options, opts.out, "build") as (layout, segment_id, segment_dir):
@@ -175,13 +188,15 @@ def run(argv: list[str] | None = None) -> str:
         total_files = count_input_files(input_root_and_pattern(opts.input)[1])
         LOG.info("building from %s (%d files) into %s", opts.input, total_files, segment_dir)
         result = run_pipeline(options, segment_dir,
-                              lambda p: build_pipeline(p, options, segment_dir, config, total_files, metadata))
+                              lambda p: build_pipeline(p, options, segment_dir, config, total_files, metadata,
+                                                       toc))
         counts = job_counts(result, segment_dir, (*PAGE_COUNTERS, LINKS_CAPPED_COUNTER, SECTIONS_CAPPED_COUNTER,
-                                                  *EDGE_COUNTERS, *(METADATA_COUNTERS if metadata else ())))
+                                                  *EDGE_COUNTERS, *(METADATA_COUNTERS if metadata else ()),
+                                                  *(TOC_COUNTERS if toc else ())))
         elapsed = time.time() - started
         check_page_accounting(counts, ("pages_indexed", "pages_dead_lettered", "pages_merged_duplicates"))
         refuse_empty(counts, segment_dir)
-        published = publish_build(layout, segment_id, options, config, counts, elapsed, metadata)
+        published = publish_build(layout, segment_id, options, config, counts, elapsed, metadata, toc)
         rate = counts["pages_read"] / elapsed if elapsed else 0.0
         LOG.info("published %s in %.1f s (%.1f pages/s): %s", published, elapsed, rate,
                  ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))

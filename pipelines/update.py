@@ -16,7 +16,9 @@
 3. Page by page (`plan_page_update`): new and changed pages get new node rows and
    chunks; unchanged pages whose placement changed get re-placed rows (bodies read
    back from the live segment); nodes and chunks that no longer exist become
-   tombstones. Chunks whose id survives are not touched. With --metadata_endpoint,
+   tombstones. Chunks whose id survives are not touched. With --induce_toc llm, the
+   new and changed long PDFs without an outline are first cut at the model's
+   verified headings, as the build cuts them (docs/METADATA.md). With --metadata_endpoint,
    the new and changed pages' nodes are described by the model first (cache
    first: docs/METADATA.md), then chunked.
 4. New chunks reuse the stored vector of any live chunk with the same text (the
@@ -68,13 +70,14 @@ from ritrag.transforms.edges import EDGE_COUNTERS
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
 from ritrag.transforms.nodes import SITES_PLACED_COUNTER
 from ritrag.transforms.metadata.enrich import METADATA_COUNTERS, EnrichNodeMetadata, MetadataOptions, MetadataPlan
+from ritrag.transforms.metadata.induce_toc import PAGES, SPENT, TOC_COUNTERS, InduceTocFromModel, TocPlan
 from ritrag.transforms.link_delta import CHANGED_NODES, TOMBSTONE, UpdateAnchorDocs, UpdateEdges
 from ritrag.transforms.pages import (DEAD, PAGE_COUNTERS, InputOptions, PageParser, WriteDeadLetters, count_input_files,
                               input_root_and_pattern)
 from ritrag.transforms.progress import SECTIONS_CAPPED_COUNTER, CountSectionsCapped, LogProgress
 from ritrag.transforms.serving_files import WriteServingForm
 from ritrag.transforms.sparse import BuildSparseIndex, WriteSparseIndex
-from ritrag.transforms.tables import WriteSegmentTables
+from ritrag.transforms.tables import WriteSegmentTables, spill_location
 
 LOG = logging.getLogger("ritrag.update")
 UPDATE_COUNTERS = PAGE_COUNTERS + ("pages_unchanged", STAMP_COUNTER, "pages_deleted", "pages_replaced",
@@ -107,10 +110,11 @@ def refuse_reshaping(live: IndexConfig, given: dict[str, object]) -> None:
 
 
 def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReader, segment_dir: str,
-                    metadata: MetadataPlan | None = None) -> None:
+                    metadata: MetadataPlan | None = None, toc: TocPlan | None = None) -> None:
     """The update's data flow (docs/ARCHITECTURE.md): stages compute PCollections,
-    then sinks write them, the delta segment into `segment_dir`; with `metadata`,
-    the new and changed pages' nodes are described by the model (cache first)."""
+    then sinks write them, the delta segment into `segment_dir`; with `toc`, the new
+    and changed long PDFs without an outline are cut at the model's headings; with
+    `metadata`, the new and changed pages' nodes are described by the model (cache first)."""
     opts = options.view_as(UpdateOptions)
     config = IndexConfig.from_manifest(live.manifest.config)
     spec, representation, num_shards = config.embedder, config.representation, config.num_shards
@@ -129,6 +133,10 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     pages = (parsed["pages"]
              | "CountSectionsCapped" >> CountSectionsCapped()
              | "ParseProgress" >> LogProgress("parse (changed pages)"))
+    toc_spent = None  # the tokens of the budget the ToC stage admitted: the metadata stage's budget is what is left
+    if toc is not None:
+        induced = pages | "InduceToc" >> InduceTocFromModel(toc, os.path.basename(segment_dir))
+        pages, toc_spent = induced[PAGES], induced.get(SPENT)
     # Forest: the sites whose skeletons changed placed again, from skeletons
     # only; the pages parsed into the skeleton they had keep their placement.
     # Of the live tables, only the rows these pages and sites touch are read
@@ -139,11 +147,13 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     # Page by page: new rows and chunks, re-placed rows, tombstones.
     delta = ({"placements": placed["placements"], "pages": pages, "live_nodes": placed["live_nodes"],
               "dead_urls": diff[ClassifyShardFn.DEAD_URL]}
-             | "PlanPages" >> PlanPageUpdates(live, representation, config.granularity, parser))
+             | "PlanPages" >> PlanPageUpdates(live, representation, config.granularity, parser,
+                                             spill_location(segment_dir, "pages") if toc else None))
     replaced = delta[UpdatePagesFn.NEED_BODY] | "ReplaceRows" >> ReplaceRows(live, spec, representation)
     planned = delta["nodes"]
     if metadata is not None:
-        planned = planned | "EnrichNodeMetadata" >> EnrichNodeMetadata(metadata, os.path.basename(segment_dir))
+        planned = planned | "EnrichNodeMetadata" >> EnrichNodeMetadata(metadata, os.path.basename(segment_dir),
+                                                                          toc_spent)
     changed = planned | "ChunkRows" >> ChunkRows(spec, representation)
     nodes = (changed["nodes"], replaced["nodes"]) | "AllNodes" >> beam.Flatten()
     # Links: the edges of the sources whose edges changed; the anchor documents of
@@ -210,7 +220,8 @@ def run(argv: list[str] | None = None) -> str:
     live_config = IndexConfig.from_manifest(IndexLayout(opts.index).load_manifest().config)
     refuse_reshaping(live_config, given_flags(sys.argv[1:] if argv is None else argv, FLAGS))
     try:
-        metadata = MetadataPlan.from_options(options, opts.index)
+        metadata = MetadataPlan.for_nodes(options, opts.index)
+        toc = TocPlan.from_options(options, opts.index)
     except ValueError as exc:  # flags that ask for no possible plan: a usage error
         raise JobOptionsError(str(exc)) from None
     with prepare_job(options, opts.index, "update") as (layout, segment_id, segment_dir):
@@ -220,8 +231,9 @@ def run(argv: list[str] | None = None) -> str:
         LOG.info("updating %s (live %s) from %s (%d files) into %s", opts.index, live.manifest.version,
                  opts.input, total_files, segment_dir)
         result = run_pipeline(options, segment_dir,
-                              lambda p: update_pipeline(p, options, live, segment_dir, metadata))
-        counts = job_counts(result, segment_dir, UPDATE_METADATA_COUNTERS if metadata else UPDATE_COUNTERS)
+                              lambda p: update_pipeline(p, options, live, segment_dir, metadata, toc))
+        counts = job_counts(result, segment_dir, (*(UPDATE_METADATA_COUNTERS if metadata else UPDATE_COUNTERS),
+                                                  *(TOC_COUNTERS if toc else ())))
         check_page_accounting(counts, ("pages_unchanged", "pages_indexed", "pages_dead_lettered",
                                        "pages_merged_duplicates"))
         dead = tombstone_counts(os.path.join(segment_dir, TOMBSTONES_FILE))

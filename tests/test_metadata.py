@@ -7,11 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable
 
 import pyarrow.parquet as pq
 import pytest
@@ -25,12 +21,10 @@ from ritrag.representation import NODE_DOC_ORDINAL
 from ritrag.serving.api import RitragIndex
 from ritrag.transforms.metadata.base import (MAX_KEYWORDS, MetadataFailure, MetadataRequest, metadata_key,
                                              parse_answer)
-from ritrag.transforms.metadata.enrich import AdmitWithinBudget
+from ritrag.transforms.metadata.enrich import AdmitWithinBudget, within
 from ritrag.transforms.metadata.openai_compatible import EndpointConfig, OpenAICompatibleModel
+from chat_endpoint import FakeEndpoint
 from support import TINY_SITE, build_index, live_table, tiny_page, write_tiny_site
-
-HANG_S = 8  # the hanging answer comes after this; the deadline of those tests is 2 s
-
 
 def title_of(body: dict) -> str:
     """The node title a request asks about: the last level of its title path."""
@@ -38,88 +32,12 @@ def title_of(body: dict) -> str:
     return user.split("\n", 1)[0].removeprefix("Title path: ").split(" > ")[-1]
 
 
+def asked_titles(endpoint: FakeEndpoint) -> list[str]:
+    return sorted(title_of(body) for body in endpoint.log)
+
+
 def answer(title: str) -> str:
     return json.dumps({"summary": f"Model summary of {title}.", "keywords": ["modelkw", title.lower()]})
-
-
-def completion(content: str, body: dict) -> dict:
-    prompt_chars = sum(len(m["content"]) for m in body["messages"])
-    return {"id": "x", "object": "chat.completion", "model": body["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": prompt_chars // 4, "completion_tokens": len(content) // 4}}
-
-
-class FakeEndpoint:
-    """A threaded chat-completions server on 127.0.0.1; `script(body, n)` says
-    what to do with the n-th request (0-based): ("ok", content) | ("status",
-    code, headers) | ("hang", content) | ("big", n_bytes) | ("raw", bytes)."""
-
-    def __init__(self, script: Callable[[dict, int], tuple]):
-        self.script, self.log, self._lock = script, [], threading.Lock()
-        endpoint = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # quiet
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                with endpoint._lock:
-                    n = len(endpoint.log)
-                    endpoint.log.append(body)
-                action = endpoint.script(body, n)
-                try:
-                    self._answer(action, body)
-                except (BrokenPipeError, ConnectionResetError):  # the client gave up, as it should
-                    pass
-
-            def _answer(self, action, body):
-                kind = action[0]
-                if kind == "hang":
-                    time.sleep(HANG_S)
-                if kind in ("ok", "hang"):
-                    data = json.dumps(completion(action[1], body)).encode()
-                    self.send_response(200)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                elif kind == "status":
-                    data = b'{"error": {"message": "scripted"}}'
-                    self.send_response(action[1])
-                    for name, value in action[2].items():
-                        self.send_header(name, value)
-                    self.send_header("content-length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                elif kind == "raw":
-                    self.send_response(200)
-                    self.send_header("content-length", str(len(action[1])))
-                    self.end_headers()
-                    self.wfile.write(action[1])
-                elif kind == "big":  # no length: the client learns the size by reading
-                    self.send_response(200)
-                    self.send_header("content-type", "application/json")
-                    self.end_headers()
-                    piece = b'{"choices": [{"message": {"content": "' + b"x" * 65536
-                    for _ in range(action[1] // len(piece) + 1):
-                        self.wfile.write(piece)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> "FakeEndpoint":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
-
-    def titles(self) -> list[str]:
-        return sorted(title_of(body) for body in self.log)
 
 
 def normal(body: dict, n: int) -> tuple:
@@ -140,7 +58,7 @@ def test_a_normal_answer_gives_the_metadata_and_its_tokens():
     with FakeEndpoint(normal) as endpoint:
         (got,) = ask(endpoint, "Install")
     assert got.failure is None and got.requests == 1
-    assert got.metadata.summary == "Model summary of Install." and got.metadata.keywords == ("modelkw", "install")
+    assert got.value.summary == "Model summary of Install." and got.value.keywords == ("modelkw", "install")
     assert got.tokens_in > 0 and got.tokens_out > 0
     body = endpoint.log[0]
     assert body["model"] == "fake-model" and body["messages"][0]["role"] == "system"
@@ -150,7 +68,7 @@ def test_a_normal_answer_gives_the_metadata_and_its_tokens():
 def test_a_malformed_answer_is_a_counted_failure_not_retried():
     with FakeEndpoint(lambda body, n: ("ok", '{"summary": "cut off", "keywo')) as endpoint:
         (got,) = ask(endpoint, "Install")
-    assert (got.metadata, got.failure, got.requests) == (None, "malformed", 1)
+    assert (got.value, got.failure, got.requests) == (None, "malformed", 1)
 
 
 def test_429_waits_for_retry_after_then_succeeds():
@@ -168,7 +86,7 @@ def test_retry_after_reads_seconds_only():
 def test_500s_are_retried_then_counted_as_failed():
     with FakeEndpoint(lambda body, n: ("status", 500, {})) as endpoint:
         (got,) = ask(endpoint, "Install", max_attempts=3)
-    assert (got.metadata, got.failure, got.requests) == (None, "http_500", 3)
+    assert (got.value, got.failure, got.requests) == (None, "http_500", 3)
     assert len(endpoint.log) == 3
 
 
@@ -181,19 +99,19 @@ def test_a_4xx_other_than_429_is_not_retried():
 def test_a_hanging_answer_fails_at_the_deadline():
     with FakeEndpoint(lambda body, n: ("hang", answer("late"))) as endpoint:
         (got,) = ask(endpoint, "Install", deadline_s=2.0)
-    assert (got.metadata, got.failure, got.requests) == (None, "timeout", 1)
+    assert (got.value, got.failure, got.requests) == (None, "timeout", 1)
 
 
 def test_an_answer_of_1_mb_is_cut_at_the_cap():
     with FakeEndpoint(lambda body, n: ("big", 1 << 20)) as endpoint:
         (got,) = ask(endpoint, "Install", max_answer_bytes=64 << 10)
-    assert (got.metadata, got.failure, got.requests) == (None, "too_large", 1)
+    assert (got.value, got.failure, got.requests) == (None, "too_large", 1)
 
 
 def test_a_reply_nested_past_the_parser_is_not_a_completion():
     with FakeEndpoint(lambda body, n: ("raw", b'{"choices": ' + b"[" * 50_000)) as endpoint:
         (got,) = ask(endpoint, "Install")
-    assert (got.metadata, got.failure, got.requests) == (None, "not_a_completion", 1)
+    assert (got.value, got.failure, got.requests) == (None, "not_a_completion", 1)
 
 
 def test_one_batch_mixes_answers_in_order():
@@ -201,7 +119,7 @@ def test_one_batch_mixes_answers_in_order():
     with FakeEndpoint(script) as endpoint:
         got = ask(endpoint, "One", "Bad", "Three", in_flight=2)
     assert [a.failure for a in got] == [None, "malformed", None]
-    assert [a.metadata.summary for a in got if a.metadata] == ["Model summary of One.", "Model summary of Three."]
+    assert [a.value.summary for a in got if a.value] == ["Model summary of One.", "Model summary of Three."]
 
 
 # --- the answer's checks ------------------------------------------------------------
@@ -235,8 +153,9 @@ def test_the_budget_admits_a_prefix_in_key_order_whatever_the_merge_order():
     parts = [fn.create_accumulator() for _ in range(3)]
     for i, element in enumerate(reversed(costs)):
         parts[i % 3] = fn.add_input(parts[i % 3], element)
-    assert fn.extract_output(fn.merge_accumulators(parts)) == whole == "k06"  # 10+...+16 = 91; +17 > 100
-    assert fn.extract_output(fn.create_accumulator()) == ""
+    assert fn.extract_output(fn.merge_accumulators(parts)) == whole == costs[:7]  # 10+...+16 = 91; +17 > 100
+    assert fn.extract_output(fn.create_accumulator()) == []
+    assert within(whole, 100) == ("k06", 91) and within(whole, 40) == ("k02", 33) and within(whole, 5) == ("", 0)
 
 
 # --- builds and updates -------------------------------------------------------------------
@@ -317,7 +236,7 @@ def test_a_rebuild_asks_nothing_it_has_cached(enriched, tmp_path):
         build_index(site, tmp_path / "again", *metadata_flags(endpoint, "--metadata_cache",
                                                              str(index / "metadata_cache")))
     counts = manifest_of(tmp_path / "again").stats["pages"]
-    assert endpoint.titles() == ["Logging"]  # the one that failed; every other text is a cache hit
+    assert asked_titles(endpoint) == ["Logging"]  # the one that failed; every other text is a cache hit
     assert counts["metadata_cache_hits"] == counts["metadata_enriched"] - 1 and accounted(counts)
 
 
@@ -333,7 +252,7 @@ def test_an_update_asks_only_for_the_nodes_whose_text_changed(enriched, tmp_path
     before = set(nodes_by_title(index))
     with FakeEndpoint(normal) as endpoint:
         update.run(["--input", str(snapshot), "--index", str(index), *metadata_flags(endpoint)[2:]])
-    assert endpoint.titles() == ["Logging", "Metrics"]  # the edited page and the new one, nothing else
+    assert asked_titles(endpoint) == ["Logging", "Metrics"]  # the edited page and the new one, nothing else
     unchanged = nodes_by_title(built)["Deploying"]
     assert nodes_by_title(index)["Deploying"]["summary"] == unchanged["summary"] == "Model summary of Deploying."
     nodes = nodes_by_title(index)

@@ -43,8 +43,8 @@ from ritrag.transforms.diff import PAGE_SKELETON_COLUMNS
 from ritrag.transforms.edges import node_targets
 from ritrag.transforms.embed import EmbedChunks
 from ritrag.transforms.nodes import DEPTH_CAPPED_COUNTER, PlaceSkeletons, page_node_rows, placement_row
-from ritrag.transforms.pages import (COUNTERS, DEAD, PageParser, ParsePages, chosen_source, duplicate_letter,
-                                    reread_page)
+from ritrag.transforms.pages import (COUNTERS, DEAD, PageParser, ParsePages, SpillPagesFn, chosen_source,
+                                    duplicate_letter, placed_page)
 from ritrag.transforms.sources import split_record_source
 from ritrag.transforms.sparse import ChunkTerms, chunk_terms
 from ritrag.transforms.tables import ReadLiveRows, as_set, parquet_bytes, write_bytes
@@ -227,7 +227,8 @@ def page_plan(placement: NodePlacement | None, page: ParsedPage | None, n_parsed
 
 class UpdatePagesFn(CountingDoFn):
     """One group -> node rows, chunk rows and tombstones of the delta segment; the
-    page indexed is read and parsed again (shuffles carry its source, not its text)."""
+    page indexed is read back from its spill file, or read and parsed again
+    (`placed_page`: shuffles carry its source, not its text)."""
 
     NEED_BODY, CHUNKS, PAGES, TOMBSTONE = "need_body", "chunks", "pages", "tombstone"
     # For the link stages: TARGETS, PagePlan.targets; CHANGED_TARGETS, its
@@ -244,7 +245,7 @@ class UpdatePagesFn(CountingDoFn):
         placements = list(g["placement"])
         sources = list(g["parsed"])
         chosen, losers = chosen_source(sources)
-        page = reread_page(self._parser, chosen) if placements and chosen else None
+        page = placed_page(self._parser, chosen) if placements and chosen else None
         for loser in losers if placements else ():  # as the build's NodeRowsFn: counted merged (plan.merged)
             yield beam.pvalue.TaggedOutput(DEAD, duplicate_letter(loser, chosen))
         if isinstance(page, DeadLetter):
@@ -455,15 +456,26 @@ class PlanPageUpdates(beam.PTransform):
     by page with the live chunk refs (CHUNK_REF_COLUMNS) of the pages parsed again or gone ->
     node rows (main) and UpdatePagesFn's NEED_BODY, CHUNKS, PAGES, TOMBSTONE and DEAD outputs.
     Only those pages' chunks are read: an unchanged page's are the update's business only
-    when it is re-placed under a new path, and ReplaceRows reads those."""
+    when it is re-placed under a new path, and ReplaceRows reads those. With `spill_dir`,
+    the pages are written there as they come and read back (`SpillPagesFn`): a stage
+    that changed a page after its parse (--induce_toc llm) must not be undone by parsing
+    it again."""
 
-    def __init__(self, live: IndexReader, representation: Representation, granularity: str, parser: PageParser):
+    def __init__(self, live: IndexReader, representation: Representation, granularity: str, parser: PageParser,
+                 spill_dir: str | None = None):
         super().__init__()
         self._live = live
         self._fn = UpdatePagesFn(representation, granularity, parser)
+        self._spill_dir = spill_dir
 
     def expand(self, inputs):
-        parsed = inputs["pages"] | "KeySourceById" >> beam.Map(lambda pg: (node_id_for(pg.url), PageSource.of(pg)))
+        if self._spill_dir:
+            parsed = (inputs["pages"]
+                      | "SpillPages" >> beam.ParDo(SpillPagesFn(self._spill_dir))
+                      | "KeySpilledById" >> beam.MapTuple(lambda url, source: (node_id_for(url), source)))
+        else:
+            parsed = inputs["pages"] | "KeySourceById" >> beam.Map(
+                lambda pg: (node_id_for(pg.url), PageSource.of(pg)))
         touched = ((parsed | "ParsedIds" >> beam.Keys(), inputs["dead_urls"] | "GoneIds" >> beam.Map(node_id_for))
                    | "TouchedPages" >> beam.Flatten())
         old_chunks = inputs["pages"].pipeline | "OldChunks" >> ReadLiveRows(

@@ -20,8 +20,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Protocol, Sequence
+from typing import Generic, Protocol, Sequence, TypeVar
 
+Answer = TypeVar("Answer")  # what a question's checked answer is: a node's NodeMetadata, a PDF window's headings
 PROMPT_VERSION = "node-metadata-v1"
 MAX_SUMMARY_WORDS = 60
 MAX_KEYWORDS = 8
@@ -62,12 +63,12 @@ class MetadataRequest:
 
 
 @dataclasses.dataclass(frozen=True)
-class MetadataAnswer:
-    """One node's outcome: its metadata, or why there is none (`failure`), and
-    what the asking cost (requests made, tokens in and out as the endpoint
-    reported them)."""
+class ModelAnswer(Generic[Answer]):
+    """One question's outcome: the checked answer (`value`: a node's metadata,
+    a window's headings), or why there is none (`failure`), and what the asking
+    cost (requests made, tokens in and out as the endpoint reported them)."""
 
-    metadata: NodeMetadata | None
+    value: Answer | None
     failure: str | None = None  # a reason word: timeout, http_status, too_large, malformed, ...
     requests: int = 0
     tokens_in: int = 0
@@ -86,7 +87,7 @@ class NodeMetadataModel(Protocol):
     """A backend: asks its model for the metadata of each request. It never
     raises for one node's failure: that node's answer says why."""
 
-    def describe(self, requests: Sequence[MetadataRequest]) -> list[MetadataAnswer]:
+    def describe(self, requests: Sequence[MetadataRequest]) -> list[ModelAnswer[NodeMetadata]]:
         """One answer per request, in order."""
         ...
 
@@ -100,19 +101,25 @@ def node_text(node: dict) -> str:
     return f"{node['title'].strip()}\n{node['body']}"
 
 
-def metadata_key(model: str, node: dict) -> str:
-    """The cache key of a node's metadata: BLAKE2b of the model, the prompt
-    version and the node's own text."""
+def question_key(model: str, prompt_version: str, text: str) -> str:
+    """The cache key of a question: BLAKE2b of the model, the prompt version and
+    the text asked about (transforms/metadata/cache.py)."""
     digest = hashlib.blake2b(digest_size=16)
-    for part in (model, PROMPT_VERSION, node_text(node)):
+    for part in (model, prompt_version, text):
         digest.update(part.encode("utf-8", "surrogatepass"))
         digest.update(b"\0")
     return digest.hexdigest()
 
 
-def parse_answer(content: str) -> NodeMetadata:
-    """The metadata in a model's message, checked (module docstring);
-    MetadataFailure when it is not exactly what was asked."""
+def metadata_key(model: str, node: dict) -> str:
+    """The cache key of a node's metadata: of the model, the prompt version and
+    the node's own text."""
+    return question_key(model, PROMPT_VERSION, node_text(node))
+
+
+def answer_json(content: str) -> object:
+    """The JSON value of a model's message (a ```json fence around it is
+    allowed, nothing else); MetadataFailure when it is not one."""
     text = content.strip()
     if text.startswith("```"):
         first, _, rest = text.partition("\n")
@@ -120,9 +127,15 @@ def parse_answer(content: str) -> NodeMetadata:
             raise MetadataFailure("a fenced answer that is not one JSON block")
         text = rest.rstrip()[:-3].strip()
     try:
-        value = json.loads(text)
+        return json.loads(text)
     except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than the parser goes
         raise MetadataFailure(f"not JSON: {type(exc).__name__}") from None
+
+
+def parse_answer(content: str) -> NodeMetadata:
+    """The metadata in a model's message, checked (module docstring);
+    MetadataFailure when it is not exactly what was asked."""
+    value = answer_json(content)
     if not isinstance(value, dict) or set(value) != {"summary", "keywords"}:
         raise MetadataFailure("not an object of exactly summary and keywords")
     summary, keywords = value["summary"], value["keywords"]

@@ -15,7 +15,8 @@ counts go to the segment's counts.json and the manifest with metadata_requests,
 metadata_tokens_in and metadata_tokens_out (what the endpoint reported) and
 metadata_cache_hits.
 
-The budget (`max_tokens`) is planned before any request: the distinct texts not
+The budget (`max_tokens`) is planned before any request, for what an earlier
+stage of the job left of it (`spent_before`: --induce_toc llm's): the distinct texts not
 in the cache are taken in key order (deterministic, and unrelated to where a
 node sits), each costed at its prompt's characters / CHARS_PER_TOKEN plus the
 answer's token cap, and admitted while the sum stays within the budget; the
@@ -37,8 +38,9 @@ from ritrag.representation import PATH_SEPARATOR
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 from ritrag.transforms.metadata.base import (MAX_BODY_CHARS, PROMPT_VERSION, SYSTEM_PROMPT, USER_PROMPT,
                                              MetadataRequest, NodeMetadata, metadata_key)
-from ritrag.transforms.metadata.cache import ReadMetadataCache, WriteMetadataCache, cache_record, default_cache_dir
-from ritrag.transforms.metadata.openai_compatible import EndpointConfig, OpenAICompatibleModel
+from ritrag.transforms.metadata.cache import (MISSES, ReadMetadataCache, SplitByCacheFn, WriteMetadataCache,
+                                              cache_record, default_cache_dir)
+from ritrag.transforms.metadata.openai_compatible import AskingDoFn, EndpointConfig
 
 NAMESPACE = "ritrag.metadata"
 CHARS_PER_TOKEN = 3  # the budget's estimate; English text runs about 4 characters a token
@@ -46,7 +48,6 @@ METADATA_COUNTERS = ("metadata_nodes", "metadata_cache_hits", "metadata_asked", 
                      "metadata_tokens_in", "metadata_tokens_out", "metadata_enriched", "metadata_failed",
                      "metadata_not_asked")
 RECORDS = "records"
-MISSES = "misses"
 
 
 class MetadataOptions(PipelineOptions):
@@ -78,6 +79,16 @@ class MetadataOptions(PipelineOptions):
                             help="tries of one request that got 429 or 5xx, the first included")
         parser.add_argument("--metadata_max_answer_tokens", type=int, default=defaults.max_answer_tokens,
                             help="max_tokens asked of the model per answer")
+        parser.add_argument("--metadata_nodes", choices=["on", "off"], default="on",
+                            help="off: no summary and keywords per node; the endpoint serves --induce_toc llm only")
+        parser.add_argument("--induce_toc", choices=["llm"], default=None,
+                            help="llm: a PDF without a usable outline (its ToC induced from its layout or one "
+                                 "section per page) of at least --induce_toc_min_pages pages is cut at the "
+                                 "headings the model reads in its pages, each verified against the page it "
+                                 "names (docs/METADATA.md); needs --metadata_endpoint and --metadata_model; "
+                                 "left out: off")
+        parser.add_argument("--induce_toc_min_pages", type=int, default=8,
+                            help="the fewest pages of a PDF whose ToC --induce_toc llm asks the model for")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,8 +101,15 @@ class MetadataPlan:
     batch_size: int = 16
 
     @classmethod
+    def for_nodes(cls, options: PipelineOptions, index_dir: str) -> "MetadataPlan | None":
+        """The plan of the node metadata a job's flags ask for; None without
+        --metadata_endpoint or with --metadata_nodes off."""
+        plan = cls.from_options(options, index_dir)
+        return plan if options.view_as(MetadataOptions).metadata_nodes == "on" else None
+
+    @classmethod
     def from_options(cls, options: PipelineOptions, index_dir: str) -> "MetadataPlan | None":
-        """The plan a job's flags ask for; None without --metadata_endpoint."""
+        """The endpoint, cache and budget a job's flags ask for; None without --metadata_endpoint."""
         opts = options.view_as(MetadataOptions)
         if opts.metadata_endpoint is None:
             if opts.metadata_model is not None:
@@ -134,22 +152,16 @@ def with_model_metadata(node: dict, key: str, metadata: NodeMetadata) -> dict:
     return {**node, "summary": metadata.summary, "keywords": list(metadata.keywords), "metadata_key": key}
 
 
-class JoinCacheFn(CountingDoFn):
-    """(key, {"nodes", "cached"}) -> enriched nodes (cache hits), or (key, nodes) on MISSES."""
+class JoinCacheFn(SplitByCacheFn):
+    """(key, {"asked": nodes, "cached"}) -> enriched nodes (cache hits), or (key, nodes) on MISSES."""
 
     def __init__(self):
         super().__init__(NAMESPACE)
 
-    def process(self, joined: tuple[str, dict]):
-        key, group = joined
-        nodes = list(group["nodes"])
-        if not nodes:
-            return
+    def asking(self, nodes: list[dict]) -> None:
         self.count("metadata_nodes", len(nodes))
-        cached = next(iter(group["cached"]), None)
-        if cached is None:
-            yield beam.pvalue.TaggedOutput(MISSES, (key, nodes))
-            return
+
+    def hits(self, key: str, nodes: list[dict], cached: NodeMetadata) -> Iterable[dict]:
         self.count("metadata_cache_hits", len(nodes))
         self.count("metadata_enriched", len(nodes))
         for node in nodes:
@@ -157,8 +169,9 @@ class JoinCacheFn(CountingDoFn):
 
 
 class AdmitWithinBudget(beam.CombineFn):
-    """(key, estimated tokens) -> the last key admitted in key order within the
-    budget ("" when none is), keeping at most what the budget can admit."""
+    """(key, estimated tokens) -> those admitted in key order within the
+    budget, in key order (`within` then admits a prefix of them within what an
+    earlier stage left of the budget), keeping at most what the budget can admit."""
 
     def __init__(self, budget: int):
         self._budget = budget
@@ -173,9 +186,8 @@ class AdmitWithinBudget(beam.CombineFn):
     def merge_accumulators(self, accumulators):
         return self._trimmed([e for acc in accumulators for e in acc])
 
-    def extract_output(self, accumulator) -> str:
-        admitted = self._trimmed(accumulator)
-        return admitted[-1][0] if admitted else ""
+    def extract_output(self, accumulator) -> list[tuple[str, int]]:
+        return self._trimmed(accumulator)
 
     def _trimmed(self, elements: list[tuple[str, int]]) -> list[tuple[str, int]]:
         # A text not admitted among some of the texts is not admitted among all:
@@ -187,6 +199,17 @@ class AdmitWithinBudget(beam.CombineFn):
             kept.append((key, cost))
             spent += cost
         return kept
+
+
+def within(admitted: list[tuple[str, int]], budget_left: int) -> tuple[str, int]:
+    """(the last key of `admitted`, in key order, whose running sum of costs
+    stays within `budget_left`, "" when none does; that sum)."""
+    last, spent = "", 0
+    for key, cost in admitted:
+        if spent + cost > budget_left:
+            break
+        last, spent = key, spent + cost
+    return last, spent
 
 
 class SplitByBudgetFn(CountingDoFn):
@@ -205,46 +228,39 @@ class SplitByBudgetFn(CountingDoFn):
             yield beam.pvalue.TaggedOutput("not_asked", node)
 
 
-class AskModelFn(CountingDoFn):
+class AskModelFn(AskingDoFn):
     """Batches of (key, nodes) -> their nodes, described by the model or as
     they came (counted failures); the new cache lines on RECORDS."""
 
     def __init__(self, endpoint: EndpointConfig):
-        super().__init__(NAMESPACE)
-        self._endpoint = endpoint
-
-    def setup(self):
-        self._model = OpenAICompatibleModel(self._endpoint)
-
-    def teardown(self):
-        self._model.close()
+        super().__init__(NAMESPACE, endpoint)
 
     def process(self, batch: list[tuple[str, list[dict]]]) -> Iterable:
         requests = [metadata_request(key, nodes[0]) for key, nodes in batch]
         for (key, nodes), answer in zip(batch, self._model.describe(requests)):
             self.count("metadata_asked")
-            self.count("metadata_requests", answer.requests)
-            self.count("metadata_tokens_in", answer.tokens_in)
-            self.count("metadata_tokens_out", answer.tokens_out)
-            if answer.metadata is None:
+            self.count_cost("metadata", answer)
+            if answer.value is None:
                 self.count("metadata_failed", len(nodes))
                 self.count(f"metadata_failed_{answer.failure}", len(nodes))
                 yield from nodes
                 continue
             self.count("metadata_enriched", len(nodes))
-            yield beam.pvalue.TaggedOutput(RECORDS, cache_record(key, self._endpoint.model, answer.metadata,
+            yield beam.pvalue.TaggedOutput(RECORDS, cache_record(key, self._endpoint.model, answer.value,
                                                                  answer.tokens_in, answer.tokens_out))
             for node in nodes:
-                yield with_model_metadata(node, key, answer.metadata)
+                yield with_model_metadata(node, key, answer.value)
 
 
 class EnrichNodeMetadata(beam.PTransform):
     """Node rows -> node rows with model metadata (module docstring); the
-    stage reads the cache in `plan.cache_dir` and adds this `job`'s answers to it."""
+    stage reads the cache in `plan.cache_dir` and adds this `job`'s answers to it.
+    `spent_before`: the tokens of the budget an earlier stage of the job
+    admitted (one int; --induce_toc llm's), so that the job's budget is one."""
 
-    def __init__(self, plan: MetadataPlan, job: str):
+    def __init__(self, plan: MetadataPlan, job: str, spent_before: beam.PCollection | None = None):
         super().__init__()
-        self._plan, self._job = plan, job
+        self._plan, self._job, self._spent_before = plan, job, spent_before
 
     def expand(self, nodes):
         plan = self._plan
@@ -252,16 +268,22 @@ class EnrichNodeMetadata(beam.PTransform):
         split = nodes | "Describable" >> beam.Partition(lambda node, _: 0 if describable(node) else 1, 2)
         keyed = split[0] | "Key" >> beam.Map(lambda node: (metadata_key(model, node), node))
         cached = nodes.pipeline | "ReadCache" >> ReadMetadataCache(plan.cache_dir)
-        joined = record_counts({"nodes": keyed, "cached": cached}
+        joined = record_counts({"asked": keyed, "cached": cached}
                                | "JoinCache" >> beam.CoGroupByKey()
                                | "Hits" >> beam.ParDo(JoinCacheFn()).with_outputs(MISSES, COUNTS, main="hits"))
         misses, parts = joined[MISSES], [split[1], joined.hits]
         if plan.max_tokens is not None:
             max_answer = plan.endpoint.max_answer_tokens
-            last_admitted = (misses
-                             | "Cost" >> beam.Map(lambda miss: (miss[0], estimated_tokens(
-                                 metadata_request(miss[0], miss[1][0]), max_answer)))
-                             | "Admit" >> beam.CombineGlobally(AdmitWithinBudget(plan.max_tokens)))
+            budget = plan.max_tokens
+            admitted = (misses
+                        | "Cost" >> beam.Map(lambda miss: (miss[0], estimated_tokens(
+                            metadata_request(miss[0], miss[1][0]), max_answer)))
+                        | "Admit" >> beam.CombineGlobally(AdmitWithinBudget(budget)))
+            if self._spent_before is None:
+                last_admitted = admitted | "Within" >> beam.Map(lambda a: within(a, budget)[0])
+            else:
+                last_admitted = admitted | "Within" >> beam.Map(lambda a, spent: within(a, budget - spent)[0],
+                                                                beam.pvalue.AsSingleton(self._spent_before))
             budgeted = record_counts(misses | "Budget" >> beam.ParDo(
                 SplitByBudgetFn(), beam.pvalue.AsSingleton(last_admitted)).with_outputs(
                     "not_asked", COUNTS, main="asked"))

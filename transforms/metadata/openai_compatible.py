@@ -16,14 +16,17 @@ import dataclasses
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
+from typing import Callable, Sequence
 
 import httpx
 
 from ritrag.chat import EndpointError, chat_completion
-from ritrag.transforms.metadata.base import MetadataAnswer, MetadataFailure, MetadataRequest, parse_answer
+from ritrag.transforms.counts import CountingDoFn
+from ritrag.transforms.metadata.base import (Answer, MetadataFailure, MetadataRequest, ModelAnswer, NodeMetadata,
+                                             parse_answer)
 
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+Messages = list[dict[str, str]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +52,7 @@ class EndpointConfig:
 
 
 class OpenAICompatibleModel:
-    """`NodeMetadataModel` over an OpenAI-compatible endpoint."""
+    """`NodeMetadataModel` over an OpenAI-compatible endpoint; `ask` puts any checked question to it."""
 
     def __init__(self, config: EndpointConfig):
         self.config = config
@@ -58,16 +61,21 @@ class OpenAICompatibleModel:
         self._client = httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=config.in_flight))
         self._pool = ThreadPoolExecutor(max_workers=config.in_flight, thread_name_prefix="ritrag-metadata")
 
-    def describe(self, requests: Sequence[MetadataRequest]) -> list[MetadataAnswer]:
-        return list(self._pool.map(self._describe_one, requests))
+    def describe(self, requests: Sequence[MetadataRequest]) -> list[ModelAnswer[NodeMetadata]]:
+        return self.ask([request.messages() for request in requests], parse_answer)
+
+    def ask(self, questions: Sequence[Messages], parse: Callable[[str], Answer]) -> list[ModelAnswer[Answer]]:
+        """One answer per question (its chat messages), in order, each checked
+        by `parse` (which raises MetadataFailure for an answer it refuses)."""
+        return list(self._pool.map(lambda messages: self._ask_one(messages, parse), questions))
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
         self._client.close()
 
-    def _describe_one(self, request: MetadataRequest) -> MetadataAnswer:
+    def _ask_one(self, messages: Messages, parse: Callable[[str], Answer]) -> ModelAnswer[Answer]:
         config = self.config
-        body = {"model": config.model, "messages": request.messages(), "temperature": 0,
+        body = {"model": config.model, "messages": messages, "temperature": 0,
                 "max_tokens": config.max_answer_tokens}
         attempts = tokens_in = tokens_out = 0
         while True:
@@ -79,7 +87,7 @@ class OpenAICompatibleModel:
                 retried = exc.status in RETRIED_STATUSES or exc.reason == "connection"
                 if not retried or attempts >= config.max_attempts:
                     reason = f"http_{exc.status}" if exc.reason == "http_status" else exc.reason
-                    return MetadataAnswer(None, reason, attempts, tokens_in, tokens_out)
+                    return ModelAnswer(None, reason, attempts, tokens_in, tokens_out)
                 time.sleep(self._wait_s(exc, attempts))
                 continue
             usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
@@ -89,9 +97,9 @@ class OpenAICompatibleModel:
                 content = reply["choices"][0]["message"].get("content")
                 if not isinstance(content, str):
                     raise MetadataFailure("no text content in the message")
-                return MetadataAnswer(parse_answer(content), None, attempts, tokens_in, tokens_out)
+                return ModelAnswer(parse(content), None, attempts, tokens_in, tokens_out)
             except MetadataFailure as exc:
-                return MetadataAnswer(None, exc.reason, attempts, tokens_in, tokens_out)
+                return ModelAnswer(None, exc.reason, attempts, tokens_in, tokens_out)
 
     def _wait_s(self, error: EndpointError, attempts: int) -> float:
         if error.retry_after_s is not None:
@@ -101,3 +109,24 @@ class OpenAICompatibleModel:
 
 def _tokens(value: object) -> int:
     return value if isinstance(value, int) and value >= 0 else 0
+
+
+class AskingDoFn(CountingDoFn):
+    """A DoFn that asks the model: one client (its thread pool and connections)
+    per DoFn instance, from setup to teardown."""
+
+    def __init__(self, namespace: str, endpoint: EndpointConfig):
+        super().__init__(namespace)
+        self._endpoint = endpoint
+
+    def setup(self):
+        self._model = OpenAICompatibleModel(self._endpoint)
+
+    def teardown(self):
+        self._model.close()
+
+    def count_cost(self, prefix: str, answer: ModelAnswer) -> None:
+        """<prefix>_requests, _tokens_in and _tokens_out: what one answer cost."""
+        self.count(f"{prefix}_requests", answer.requests)
+        self.count(f"{prefix}_tokens_in", answer.tokens_in)
+        self.count(f"{prefix}_tokens_out", answer.tokens_out)

@@ -185,6 +185,11 @@ def document_page(file: SourceFile, *, url: str | None = None, title: str, trail
     return finished_page(page)
 
 
+def with_sections(page: ParsedPage, sections: tuple[Section, ...]) -> ParsedPage:
+    """A document's page cut into other sections, finished again as `document_page` finishes it."""
+    return finished_page(dataclasses.replace(page, sections=sections))
+
+
 def section_path(open_titles: list[tuple[int, str]], level: int, title: str) -> tuple[str, ...]:
     """The heading path of a section at `level`, updating `open_titles` (the
     enclosing (level, title) pairs, outermost first) in place. A section nested

@@ -19,7 +19,9 @@
   way at the line they open, at most MAX_OUTLINE_ENTRIES_PER_PAGE per page;
   when the layout shows no credible headings, one section per page titled
   "Page N". The page's `toc_induced` says which ("layout" or "pages"), a build
-  counter (`toc_induced_layout`, `toc_induced_pages`).
+  counter (`toc_induced_layout`, `toc_induced_pages`). With `--induce_toc llm`,
+  a model's heading tree may cut such a PDF again (`with_headings`, from the
+  stage in transforms/metadata/induce_toc.py): "llm".
 * Anchors: `page=N` (PDF open parameters: a viewer opens `file.pdf#page=N` at
   page N) for a page's first section; later sections of the same page get none.
 * Title: the document information's title, else the file name; description:
@@ -39,7 +41,8 @@ from pypdf.errors import FileNotDecryptedError, PyPdfError
 from pypdf.generic import Destination
 
 from ritrag.schema import ParsedPage, Section
-from ritrag.transforms.sources.common import SourceFile, UnparseablePage, document_page, section_path, url_segment_title
+from ritrag.transforms.sources.common import (SourceFile, UnparseablePage, document_page, section_path,
+                                             url_segment_title, with_sections)
 from ritrag.transforms.sources.nav import document_trail
 from ritrag.transforms.sources.pdf_layout import Line, LineCollector, layout_headings
 
@@ -163,27 +166,18 @@ def _entries(outline: list[tuple[int, str, int]], texts: list[str],
     return [(1, f"Page {n}", n - 1, "") for n in range(1, len(texts) + 1)], "pages"
 
 
-def parse_pdf(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
-    reader = _open(file.data)
-    outline = outline_entries(reader)
-    # The layout is read only where it is needed: a visitor makes pypdf parse every content stream.
-    texts, lines = _page_texts(reader, collect_lines=not outline)
-    if not any(texts):
-        raise UnparseablePage("no_text", f"{len(texts)} pages, no extractable text (a scanned PDF needs OCR)")
+def document_sections(texts: list[str], entries: list[tuple[int, str, int, str]], title: str) -> tuple[Section, ...]:
+    """The sections of a document of page `texts` cut at `entries` (level,
+    title, page index, line to cut at: "" for the page's start), in page order:
+    the text before the first entry under the document's `title`, then one
+    section per entry, each opening with its page's marker (module doc)."""
     pages = [f"{page_marker(n)}\n{text}" for n, text in enumerate(texts, 1)]
     starts, offset = [], 0
     for page in pages:
         starts.append(offset)
         offset += len(page) + 2  # the "\n\n" between pages
     whole = "\n\n".join(pages)
-    entries, toc_induced = _entries(outline, texts, lines)
     cuts = _cuts(texts, starts, entries)
-    try:
-        info = reader.metadata or {}
-        title, subject = str(info.get("/Title") or "").strip(), str(info.get("/Subject") or "").strip()
-    except _READ_ERRORS:
-        title, subject = "", ""
-    title = title or url_segment_title(file.url)
     sections = [Section(title, 0, "", whole[:cuts[0]].strip(), ())]
     open_titles: list[tuple[int, str]] = []
     anchored: set[int] = set()
@@ -194,7 +188,48 @@ def parse_pdf(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
         anchor = "" if index in anchored else f"page={index + 1}"
         anchored.add(index)
         sections.append(Section(heading, level, anchor, text, section_path(open_titles, level, heading)))
+    return tuple(sections)
+
+
+def page_texts(page: ParsedPage) -> list[str]:
+    """Each page's text of a parsed PDF, read back from its sections: a marker
+    line `[p. N+1]` opens the next page, a repeated `[p. N]` (a section that
+    starts inside page N) is passed over. What the cuts trimmed at their
+    boundaries (blank lines) is not restored: the texts are the same for the
+    same parse, which is what cutting a page again needs."""
+    texts: list[list[str]] = []
+    for section in page.sections:
+        for line in section.text.split("\n"):
+            if line == page_marker(len(texts) + 1):
+                texts.append([])
+            elif texts and line != page_marker(len(texts)):
+                texts[-1].append(line)
+    return ["\n".join(lines).strip() for lines in texts]
+
+
+def with_headings(page: ParsedPage, entries: list[tuple[int, str, int, str]], toc_induced: str) -> ParsedPage:
+    """A parsed PDF cut again at `entries` (level, title, page index, the text
+    to cut at), in page order, as an outline's entries cut it; `toc_induced`
+    says where they came from."""
+    page = with_sections(page, document_sections(page_texts(page), entries, page.title))
+    return dataclasses.replace(page, toc_induced=toc_induced)
+
+
+def parse_pdf(file: SourceFile) -> list[tuple[str | None, ParsedPage]]:
+    reader = _open(file.data)
+    outline = outline_entries(reader)
+    # The layout is read only where it is needed: a visitor makes pypdf parse every content stream.
+    texts, lines = _page_texts(reader, collect_lines=not outline)
+    if not any(texts):
+        raise UnparseablePage("no_text", f"{len(texts)} pages, no extractable text (a scanned PDF needs OCR)")
+    entries, toc_induced = _entries(outline, texts, lines)
+    try:
+        info = reader.metadata or {}
+        title, subject = str(info.get("/Title") or "").strip(), str(info.get("/Subject") or "").strip()
+    except _READ_ERRORS:
+        title, subject = "", ""
+    title = title or url_segment_title(file.url)
     trail, method, _, _ = document_trail(file)
     page = document_page(file, title=title, trail=trail, trail_method=method, description=subject,
-                         sections=tuple(sections))
+                         sections=document_sections(texts, entries, title))
     return [(None, dataclasses.replace(page, toc_induced=toc_induced))]
