@@ -27,10 +27,17 @@ import time
 HERE = os.path.abspath(__file__)
 
 
+def command_prefix(code: str | None) -> str:
+    """Python lines that make `import ritrag` import the checkout at `code`
+    (its package folders, as the editable install maps them), or, with None,
+    the installed package."""
+    if not code:
+        return "import sys\n"
+    return f"import sys\nsys.path.insert(0, {code!r})\nimport ritrag\nritrag.__path__.append({code!r})\n"
+
+
 def command(code: str | None, argv: list[str]) -> list[str]:
-    shim = (f"import sys; sys.path.insert(0, {code!r}); import ritrag; ritrag.__path__.append({code!r}); "
-            if code else "import sys; ")
-    return [sys.executable, "-c", shim + f"from ritrag.cli import main; sys.exit(main({argv!r}))"]
+    return [sys.executable, "-c", command_prefix(code) + f"from ritrag.cli import main; sys.exit(main({argv!r}))"]
 
 
 def timed(argv: list[str]) -> tuple[float, float, str]:
