@@ -63,6 +63,15 @@ class InputFile:
     raw_hash: str
 
 
+def by_url(batches: Iterable[list[tuple[str, object]]]) -> dict[str, list]:
+    """A shard's (URL, item) batches -> the items at each URL."""
+    items: dict[str, list] = defaultdict(list)
+    for batch in batches:
+        for url, item in batch:
+            items[url].append(item)
+    return items
+
+
 class ClassifyShardFn(CountingDoFn):
     """(pages shard, the inputs at the URLs it owns) -> per URL of the shard,
     its inputs against its live pages row: unchanged -> counted, nothing else
@@ -84,10 +93,7 @@ class ClassifyShardFn(CountingDoFn):
 
     def process(self, shard_and_inputs: tuple[int, Iterable[list[tuple[str, InputFile]]]]):
         shard, batches = shard_and_inputs
-        inputs_at: dict[str, list[InputFile]] = defaultdict(list)
-        for batch in batches:  # one is empty: the marker that makes every shard's group exist
-            for url, item in batch:
-                inputs_at[url].append(item)
+        inputs_at = by_url(batches)  # one batch is empty: the marker that makes every shard's group exist
         tables = [f.table(["raw_hash", *PAGE_SKELETON_COLUMNS]) for f in self._files if f.shard == shard]
         table = pa.concat_tables(tables) if tables else None
         old_at: dict[str, list[int]] = defaultdict(list)
@@ -146,24 +152,34 @@ def hashed_input(parser: PageParser, readable: fileio.ReadableFile | WarcPage | 
         yield url, InputFile(source, raw_hash(data))
 
 
-class LocateInputBatchFn(beam.DoFn):
-    """A batch of listed input files -> (pages shard, the (URL, FileMetadata) of
-    the batch's files whose located URL it owns): the URL the file's path names
-    (`PageParser.locate`), nothing read. For a file of one page that is its
-    page's URL; a file of several pages (a WARC file, a thread) is matched by
-    no live row of its path and is read (MatchStampsFn)."""
+class ShardedBatchFn(beam.DoFn):
+    """A batch of listed input files -> (pages shard, the (URL, item) pairs of
+    the batch whose URL it owns), one element per shard: the runner's cost per
+    element is paid per batch. A directory is skipped, as ReadMatches skips it."""
 
     def __init__(self, parser: PageParser, num_shards: int):
         self._parser, self._num_shards = parser, num_shards
 
+    def items(self, metadata: FileMetadata) -> Iterable[tuple[str, object]]:
+        raise NotImplementedError
+
     def process(self, batch: list[FileMetadata]):
-        by_shard: dict[int, list[tuple[str, FileMetadata]]] = defaultdict(list)
+        by_shard: dict[int, list[tuple[str, object]]] = defaultdict(list)
         for metadata in batch:
-            if metadata.path.endswith(("/", "\\")):  # a directory, as ReadMatches skips it
-                continue
-            url = normalize_url(self._parser.locate(metadata.path)[0])
-            by_shard[shard_of(url, self._num_shards)].append((url, metadata))
+            if not metadata.path.endswith(("/", "\\")):
+                for url, item in self.items(metadata):
+                    by_shard[shard_of(url, self._num_shards)].append((url, item))
         yield from by_shard.items()
+
+
+class LocateInputBatchFn(ShardedBatchFn):
+    """Each file's (URL its path names, its FileMetadata): `PageParser.locate`,
+    nothing read. For a file of one page that is its page's URL; a file of
+    several pages (a WARC file, a thread) is matched by no live row of its path
+    and is read (MatchStampsFn)."""
+
+    def items(self, metadata: FileMetadata) -> Iterable[tuple[str, FileMetadata]]:
+        yield normalize_url(self._parser.locate(metadata.path)[0]), metadata
 
 
 class MatchStampsFn(CountingDoFn):
@@ -184,10 +200,7 @@ class MatchStampsFn(CountingDoFn):
 
     def process(self, shard_and_files: tuple[int, Iterable[list[tuple[str, FileMetadata]]]]):
         shard, batches = shard_and_files
-        located: dict[str, list[FileMetadata]] = defaultdict(list)
-        for batch in batches:
-            for url, metadata in batch:
-                located[url].append(metadata)
+        located = by_url(batches)
         stored: dict[str, tuple[str, str] | None] = {}  # url -> (stamp, raw hash); None: several rows
         for f in self._files:
             if f.shard != shard:
@@ -209,25 +222,14 @@ class MatchStampsFn(CountingDoFn):
             yield shard, unchanged
 
 
-class HashInputBatchFn(beam.DoFn):
-    """A batch of matched input files -> (pages shard, the (URL, InputFile) of
-    the batch's pages whose URL it owns), one element per shard: reading and
-    hashing a file is cheap, so the runner's cost per element is paid per
-    batch. A WARC file is its records (`warc_records_or_file`), hashed as they
-    are read, never held together."""
+class HashInputBatchFn(ShardedBatchFn):
+    """Each file's pages' (URL, InputFile), the file read and hashed. A WARC
+    file is its records (`warc_records_or_file`), hashed as they are read,
+    never held together."""
 
-    def __init__(self, parser: PageParser, num_shards: int):
-        self._parser, self._num_shards = parser, num_shards
-
-    def process(self, batch: list[FileMetadata]):
-        by_shard: dict[int, list[tuple[str, InputFile]]] = defaultdict(list)
-        for metadata in batch:
-            if metadata.path.endswith(("/", "\\")):  # a directory, as ReadMatches skips it
-                continue
-            for readable in warc_records_or_file(fileio.ReadableFile(metadata), self._parser):
-                for url, item in hashed_input(self._parser, readable):
-                    by_shard[shard_of(url, self._num_shards)].append((url, item))
-        yield from by_shard.items()
+    def items(self, metadata: FileMetadata) -> Iterable[tuple[str, InputFile]]:
+        for readable in warc_records_or_file(fileio.ReadableFile(metadata), self._parser):
+            yield from hashed_input(self._parser, readable)
 
 
 class _Batches(beam.PTransform):
