@@ -30,10 +30,19 @@ class NodeColumns:
     """The skeleton columns of a list of node files, one array each (a query
     takes rows from one array; from chunked arrays Arrow would concatenate them
     at every take). `files_read`: how many of those files were decoded to make
-    it, the others' rows copied from an earlier version's (`node_columns`)."""
+    it, the others' rows copied from an earlier version's (`node_columns`).
 
-    def __init__(self, columns: dict[str, pa.Array], files_read: int):
-        self.columns, self.files_read = columns, files_read
+    `node_row`, once `derive_nodes` made it: the live ids -> rows of these
+    files (a function of the files: a segment's tombstones are its own);
+    `ids_sorted`: how many ids were sorted to make it, all the live ones or,
+    merged into the map of the version whose files these begin with
+    (`prefix`: that map and its rows), those of the files added."""
+
+    def __init__(self, columns: dict[str, pa.Array], files_read: int,
+                 prefix: tuple[NodeRows, int] | None = None):
+        self.columns, self.files_read, self.prefix = columns, files_read, prefix
+        self.node_row: NodeRows | None = None
+        self.ids_sorted = 0
 
 
 # The node columns of every version this process holds, by its node files
@@ -62,7 +71,9 @@ def node_columns(reader: IndexReader) -> NodeColumns:
     added = pa.concat_tables([f.read(SKELETON_COLUMNS) for f in files[done:]]).combine_chunks()
     columns = skeleton_columns(added) if base is None else {
         name: pa.concat_arrays([base.columns[name], *added[name].chunks]) for name in SKELETON_COLUMNS}
-    made = NodeColumns(columns, len(files) - done)
+    held_map = base.node_row if base is not None else None
+    made = NodeColumns(columns, len(files) - done,
+                       (held_map, len(base.columns["node_id"])) if held_map is not None else None)
     with _NODE_COLUMNS_LOCK:
         _NODE_COLUMNS[keys] = made
     return made
@@ -77,6 +88,12 @@ def derive_nodes(reader: IndexReader) -> tuple[NodeColumns, NodeRows, Skeleton]:
     bounds = positions.file_start.tolist()  # each file's first row, and the end
     live = np.concatenate([f.live_mask(columns["node_id"][start:end])
                            for f, start, end in zip(positions.files, bounds, bounds[1:])] or [np.zeros(0, bool)])
-    live_rows = np.flatnonzero(live)
-    node_row = NodeRows.of(ids[live_rows], live_rows)
-    return held, node_row, Skeleton(columns, node_row)
+    if held.node_row is None:
+        if held.prefix is not None:  # rows only go (tombstones accumulate) or come with the files added
+            earlier, start = held.prefix
+            held.node_row, held.ids_sorted = earlier.merged(live, ids, start), int(live[start:].sum())
+        else:
+            live_rows = np.flatnonzero(live)
+            held.node_row, held.ids_sorted = NodeRows.of(ids[live_rows], live_rows), len(live_rows)
+        held.prefix = None  # the earlier map is not kept alive by this one
+    return held, held.node_row, Skeleton(columns, held.node_row)

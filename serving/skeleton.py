@@ -50,6 +50,20 @@ class NodeRows(Mapping):
         by_id = np.argsort(ids, kind="stable")
         return cls(ids[by_id], by_id if rows is None else rows[by_id])
 
+    def merged(self, live: np.ndarray, ids: np.ndarray, start: int) -> "NodeRows":
+        """The map of the rows `live` marks, when this map's rows are all below
+        `start` and every live row below it is among them: this map less the
+        rows no longer live, and the live rows from `start` on (`ids`: every
+        row's id) merged in, as `of` would order them. It sorts the new ids
+        only: a version one segment on costs that segment, not the index."""
+        keep = live[self._order]
+        new_rows = start + np.flatnonzero(live[start:])
+        by_id = np.argsort(ids[new_rows], kind="stable")
+        new_ids, new_rows = ids[new_rows][by_id], new_rows[by_id]
+        old_ids = self._sorted[keep].astype(ids.dtype)
+        at = np.searchsorted(old_ids, new_ids, side="right")  # equal ids: the earlier row first, as in `of`
+        return NodeRows(np.insert(old_ids, at, new_ids), np.insert(self._order[keep], at, new_rows))
+
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(sorted ids, their rows): what `NodeRows(...)` is made of, to cache."""
         return self._sorted, self._order

@@ -118,12 +118,15 @@ def test_a_reload_decodes_only_the_node_files_the_new_version_adds(snapshots, tm
     files = v2.reader.positions("nodes").files
     added = [f for f in files if f.segment == v2.manifest.segments[-1]["id"]]
     assert v2.node_columns.files_read == len(added) < len(files)
+    new_rows = v2.reader.positions("nodes").num_rows - v1.reader.positions("nodes").num_rows
+    assert 0 < v2.node_columns.ids_sorted <= new_rows  # the id map: only the added files' ids sorted
     reloaded = ({name: array for name, array in v2.node_columns.columns.items()}, v2.node_row.arrays(),
                 (v2.skeleton.parent_row, v2.skeleton.ancestor_indptr, v2.skeleton.ancestor_rows), v2.chunks.chunk_node)
     del v1, v2
     gc.collect()
     alone = LoadedVersion(str(index), "v000002")
     assert alone.node_columns.files_read == len(files)  # nothing held: every file decoded
+    assert alone.node_columns.ids_sorted == len(alone.node_row)
     columns, (ids, rows), skeleton, chunk_node = reloaded
     assert all(columns[name].equals(array) for name, array in alone.node_columns.columns.items())
     assert np.array_equal(ids, alone.node_row.arrays()[0]) and np.array_equal(rows, alone.node_row.arrays()[1])
