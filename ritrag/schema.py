@@ -202,10 +202,11 @@ class PageSource:
     source: str
     raw_hash: str
     content_hash: str
+    source_stamp: str = ""  # ParsedPage.source_stamp: what the first read listed, kept by a second parse
 
     @classmethod
     def of(cls, page: ParsedPage) -> "PageSource":
-        return cls(page.url, page.source, page.raw_hash, page.content_hash)
+        return cls(page.url, page.source, page.raw_hash, page.content_hash, page.source_stamp)
 
 
 @dataclass(frozen=True)

@@ -258,10 +258,10 @@ class DiffInput(beam.PTransform):
     def expand(self, pbegin):
         num_shards, parser = self._live.manifest.config["num_shards"], self._parser
         if crawl_dir_of(self._pattern) is not None:  # a crawl's pages, one element each as its directory yields them
-            inputs = (pbegin
+            inputs = [pbegin
                       | "Read" >> ReadInput(self._pattern, parser)
                       | "HashInputs" >> beam.FlatMap(lambda readable: hashed_input(parser, readable))
-                      | "KeyByShard" >> beam.Map(lambda item: (shard_of(item[0], num_shards), [item])))
+                      | "KeyByShard" >> beam.Map(lambda item: (shard_of(item[0], num_shards), [item]))]
         else:
             to_read = pbegin | "MatchFiles" >> fileio.MatchFiles(self._pattern)
             inputs = []

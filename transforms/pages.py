@@ -371,7 +371,7 @@ def reread_page(parser: PageParser, source: PageSource) -> ParsedPage | DeadLett
     if page is None or page.raw_hash != source.raw_hash:
         return DeadLetter(source.source, "reread", "changed_during_build",
                           "the file changed between the job's two reads")
-    return page
+    return dataclasses.replace(page, source_stamp=source.source_stamp)  # the same bytes the first read listed
 
 
 SpillRef = tuple[str, int, int]  # (spill file, offset, length) of one ParsedPage as JSON (schema.page_json)
@@ -408,7 +408,7 @@ class SpillPagesFn(beam.DoFn):
             self._file = FileSystems.create(self._path, compression_type=CompressionTypes.UNCOMPRESSED)
             self._offset = 0
         self._file.write(data + b"\n")  # one JSON document a line
-        source = SpilledSource(page.url, page.source, page.raw_hash, page.content_hash,
+        source = SpilledSource(page.url, page.source, page.raw_hash, page.content_hash, page.source_stamp,
                                (self._path, self._offset, len(data)))
         self._offset += len(data) + 1
         yield page.url, source
