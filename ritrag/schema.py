@@ -81,8 +81,9 @@ class ParsedPage:
     source: str = ""  # the input file, set by the job that read it
     raw_hash: str = ""  # hash of the input bytes: unchanged pages are found without parsing
     # The input file's size and modification time as listed before it was read
-    # (transforms/pages.py `file_stamp`), "" where none is trusted: an update
-    # keeps a file whose stamp is unchanged without reading it.
+    # (transforms/pages.py `file_stamp`), on the page of a file of one page; ""
+    # where none is trusted: an update keeps a file whose stamp is unchanged
+    # without reading it.
     source_stamp: str = ""
     # Trail rules whose markup the page has but that named nothing in the site (only
     # the page, the root, or places outside the site), in cascade order: build counters.

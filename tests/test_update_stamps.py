@@ -118,3 +118,34 @@ def test_a_new_file_at_a_trusted_url_and_a_deleted_one_are_still_found(aged_inde
     urls = {r["url"] for r in live_table(index, "pages").values()}
     assert any(u.endswith("shop/v3/metrics.html") for u in urls)
     assert not any(u.endswith("shop/v2/config.html") for u in urls)
+
+
+@pytest.mark.timeout(900)
+def test_a_file_of_several_pages_has_no_stamp_and_is_read_so_none_of_its_pages_is_lost(tmp_path):
+    import shutil
+
+    from support import ROOT
+
+    site = tmp_path / "mixed"
+    shutil.copytree(ROOT / "sample" / "mixed", site)
+    for path in site.rglob("*"):
+        if path.is_file():
+            os.utime(path, (HOUR_AGO, HOUR_AGO))
+    index = tmp_path / "index"
+    build_index(site, index, "--embedding_model", "hashing:384")
+    pages = IndexReader(str(index)).table("pages", ["url", "source", "source_stamp"]).to_pylist()
+    by_file: dict[str, int] = {}
+    for row in pages:
+        by_file[row["source"].split("#")[0]] = by_file.get(row["source"].split("#")[0], 0) + 1
+    threads = {path for path, count in by_file.items() if count > 1}
+    assert threads  # the forum topic and the Q&A dump: files of several pages
+    assert all(row["source_stamp"] == "" for row in pages if row["source"].split("#")[0] in threads)
+    stamped = sum(1 for row in pages if row["source_stamp"])
+    assert stamped > 0
+
+    update.run(["--input", str(site), "--index", str(index)])
+    result = counts(index)
+    assert result["pages_deleted"] == 0 and result["pages_indexed"] == 0
+    assert result["pages_trusted_by_stamp"] == stamped  # the files of one page, unread
+    assert result["pages_unchanged"] == len(pages)  # every post of every thread read and found unchanged
+    assert {r["url"] for r in live_table(index, "pages").values()} == {r["url"] for r in pages}

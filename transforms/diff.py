@@ -175,7 +175,7 @@ class ShardedBatchFn(beam.DoFn):
 class LocateInputBatchFn(ShardedBatchFn):
     """Each file's (URL its path names, its FileMetadata): `PageParser.locate`,
     nothing read. For a file of one page that is its page's URL; a file of
-    several pages (a WARC file, a thread) is matched by no live row of its path
+    several pages (a WARC file, a thread) has no stamp on any of its pages' rows
     and is read (MatchStampsFn)."""
 
     def items(self, metadata: FileMetadata) -> Iterable[tuple[str, FileMetadata]]:
@@ -185,8 +185,8 @@ class LocateInputBatchFn(ShardedBatchFn):
 class MatchStampsFn(CountingDoFn):
     """(pages shard, the located input files of its URLs) -> (shard, [(URL,
     InputFile)]) of the files taken as unchanged: alone at their URL, whose one
-    live row records the same stamp (`file_stamp`: only a file's own page has
-    one). The path may differ: a snapshot copied with its times kept (cp -a,
+    live row records the same stamp (`file_stamp`: only the page of a file of
+    one page has one). The path may differ: a snapshot copied with its times kept (cp -a,
     rsync -a) is the same content at the same URLs. The InputFile carries the
     live row's raw hash, so ClassifyShardFn finds it unchanged as if it had
     been read. Every other file's metadata goes to READ, to be read and hashed.

@@ -265,10 +265,11 @@ class ParsePagesFn(CountingDoFn):
         path = readable.metadata.path
         outcome = parser.refusal(path) or parse_or_dead_letter(
             parser, path, lambda: read_bounded(readable.open, parser.max_page_bytes), "parse")
-        if not isinstance(outcome, DeadLetter):  # the file's own page carries the stamp it was listed with
-            stamp = file_stamp(readable.metadata, time.time())
-            outcome = [dataclasses.replace(page, source_stamp=stamp) if page.source == path else page
-                       for page in outcome]
+        # A file of one page carries the stamp it was listed with. A file of several
+        # pages (a thread and its posts) gets none, so an update always reads it:
+        # its posts' URLs are known only from its bytes.
+        if not isinstance(outcome, DeadLetter) and len(outcome) == 1 and outcome[0].source == path:
+            outcome = [dataclasses.replace(outcome[0], source_stamp=file_stamp(readable.metadata, time.time()))]
         yield from self._emit(outcome)
 
     def _process_record(self, record: WarcPage | DeadLetter, parser: PageParser):
