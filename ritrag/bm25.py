@@ -16,7 +16,8 @@ length norm k1 * (1 - b + b * |d| / avgdl). What each side does:
   version, each field's statistics (`Field`: df summed over segments, N and
   mean length from the live rows) and every row's length norm (`row_norms`);
   a query is scored over the postings of its own terms only (`Bm25.scores`),
-  so its cost follows the postings it touches, not the corpus.
+  added into a lent per-row score array (`ScoreAccumulators`), so its cost
+  follows the postings it touches, not the corpus.
 
 Fields. An index of chunk bodies only has one field, every chunk, scored with
 the recorded statistics (vocabulary df, bm25.json N and mean length). An index
@@ -37,9 +38,11 @@ term after term in query order, and top-k' breaks ties by chunk id.
 """
 from __future__ import annotations
 
+import threading
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -48,7 +51,7 @@ from ritrag.representation import ANCHOR_DOC_ORDINAL, NODE_DOC_ORDINAL
 # Recorded in every manifest's config; the server scores with the manifest's values.
 BM25_PARAMETERS = {"k1": 1.2, "b": 0.75}
 
-Scores = tuple[np.ndarray, np.ndarray]  # (rows, float32 scores): rows sorted, or best first after top_k
+Scores = tuple[np.ndarray, np.ndarray]  # (rows, float32 scores): rows in no particular order, or best first after top_k
 
 
 def parameters(config: Mapping[str, Any]) -> tuple[float, float]:
@@ -158,6 +161,66 @@ def text_scores(bm25: "Bm25", query_terms: Sequence[str], texts_terms: Sequence[
     return scores
 
 
+class ScoreAccumulators:
+    """Zeroed float32 arrays of one score per row of a version, lent to one
+    query at a time and handed back zeroed.
+
+    A query adds each term's contributions into the array at the rows the
+    term's postings name, so scoring costs a gather and a scatter per posting
+    touched (no sort or hash of the touched rows, as `np.unique` needed; bm25s
+    and PISA accumulate the same way). At most `POOLED` arrays are kept, since
+    each is 4 bytes a row; a query beyond them gets a fresh one, which the
+    kernel zeroes page by page as it is touched.
+    """
+
+    POOLED = 4
+
+    def __init__(self, rows: int):
+        self.rows = rows
+        self._free: list[np.ndarray] = []
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def lend(self) -> Iterator["Accumulator"]:
+        with self._lock:
+            scores = self._free.pop() if self._free else None
+        accumulator = Accumulator(np.zeros(self.rows, np.float32) if scores is None else scores)
+        yield accumulator  # a query that raises drops its array: it may hold a partial sum
+        accumulator.clear()  # rows added but not taken
+        with self._lock:
+            if len(self._free) < self.POOLED:
+                self._free.append(accumulator.scores)
+
+
+class Accumulator:
+    """One lent score array: `add` contributions, `take` the rows touched and
+    their sums (the array is zero again after `take`)."""
+
+    def __init__(self, scores: np.ndarray):
+        self.scores = scores
+        self._touched: list[np.ndarray] = []
+
+    def add(self, rows: np.ndarray, contribution: np.ndarray) -> None:
+        """Add `contribution` (> 0) at `rows`, each row at most once. The sum is
+        float32 + the contribution's dtype, stored as float32, term after term:
+        the arithmetic of the dense scorer, so rankings stay bit-identical."""
+        current = self.scores[rows]
+        self._touched.append(rows[current == 0])  # contributions are > 0: zero means not yet touched
+        self.scores[rows] = current + contribution
+
+    def take(self) -> Scores:
+        """(rows touched, in no particular order; their float32 sums); zeroes them."""
+        rows = np.concatenate(self._touched) if self._touched else np.zeros(0, np.int32)
+        values = self.scores[rows]
+        self.clear()
+        return rows, values
+
+    def clear(self) -> None:
+        for rows in self._touched:
+            self.scores[rows] = 0
+        self._touched = []
+
+
 class Bm25:
     """A loaded index's BM25: the postings, its fields (one, or one per row
     kind), and every row's length norm (each with its own field's mean
@@ -167,12 +230,18 @@ class Bm25:
                  norm: np.ndarray | None = None):
         self.postings, self.fields, self.k1, self.b = postings, dict(fields), k1, b
         self.norm = row_norms(postings.chunk_length, list(self.fields.values()), k1, b) if norm is None else norm
+        self.accumulators = ScoreAccumulators(len(self.norm))
 
     def scores(self, terms: Sequence[str], field: str = "all") -> Scores:
         """(rows, float32 scores) of the rows of `field` holding a query term,
-        rows ascending: the only rows whose BM25 is not 0."""
+        in no particular order: the only rows whose BM25 is not 0."""
+        with self.accumulators.lend() as accumulator:
+            self._add_field(accumulator, terms, field)
+            return accumulator.take()
+
+    def _add_field(self, accumulator: Accumulator, terms: Sequence[str], field: str) -> None:
+        """Add each query term's BM25 in `field`, term after term in query order."""
         f, p = self.fields[field], self.postings
-        touched = []
         for term, qtf in Counter(terms).items():
             df = f.df.get(term, 0)
             if df <= 0:
@@ -181,17 +250,8 @@ class Bm25:
             if f.member is not None:
                 keep = f.member[rows]
                 rows, tf = rows[keep], tf[keep]
-            touched.append((rows, tf, qtf * idf(f.n, df)))
-        if not touched:
-            return np.zeros(0, np.int32), np.zeros(0, np.float32)
-        rows, inverse = np.unique(np.concatenate([t[0] for t in touched]), return_inverse=True)
-        scores = np.zeros(len(rows), np.float32)
-        start = 0
-        for term_rows, tf, weight in touched:  # a term holds a row once: no repeated index below
-            at = inverse[start:start + len(term_rows)]
-            start += len(term_rows)
-            scores[at] += weight * tf * (self.k1 + 1.0) / (tf + self.norm[term_rows])
-        return rows, scores
+            # a term holds a row once, so no row repeats within one add
+            accumulator.add(rows, qtf * idf(f.n, df) * tf * (self.k1 + 1.0) / (tf + self.norm[rows]))
 
     def chunk_scores(self, terms: Sequence[str], weights: Mapping[str, float], chunk_node: np.ndarray,
                      node_chunks: tuple[np.ndarray, np.ndarray]) -> tuple[Scores, dict[str, Scores]]:
@@ -201,26 +261,21 @@ class Bm25:
         "anchors") in `weights` that the index has, in that order; a field of
         weight 0 is not scored at all. `node_chunks`: (indptr over node rows,
         body chunk rows) of each node; a node has at most one row of each node
-        field."""
-        body_rows, body = self.scores(terms, "body")
-        own = {name: self.scores(terms, name) for name, weight in weights.items()
-               if name in self.fields and weight > 0}
-        added = []
-        for name, (field_rows, values) in own.items():
-            matched = values > 0
-            nodes = chunk_node[field_rows[matched]]
+        field, so a chunk gets at most one addition per field. Rows in no
+        particular order."""
+        with self.accumulators.lend() as accumulator:
+            own = {}
+            for name, weight in weights.items():
+                if name in self.fields and weight > 0:
+                    self._add_field(accumulator, terms, name)
+                    own[name] = accumulator.take()
+            self._add_field(accumulator, terms, "body")
             indptr, node_rows = node_chunks
-            counts = indptr[nodes + 1] - indptr[nodes]
-            starts = np.repeat(indptr[nodes] - np.cumsum(counts) + counts, counts)
-            added.append((node_rows[starts + np.arange(counts.sum())],
-                          weights[name] * np.repeat(values[matched], counts)))
-        if not added:
-            return (body_rows, body), own
-        rows = body_rows
-        for chunk_rows, _ in added:
-            rows = np.union1d(rows, chunk_rows)
-        scores = np.zeros(len(rows), np.float32)
-        scores[np.searchsorted(rows, body_rows)] = body
-        for chunk_rows, values in added:
-            scores[np.searchsorted(rows, chunk_rows)] += values
-        return (rows, scores), own
+            for name, (field_rows, values) in own.items():
+                matched = values > 0
+                nodes = chunk_node[field_rows[matched]]
+                counts = indptr[nodes + 1] - indptr[nodes]
+                starts = np.repeat(indptr[nodes] - np.cumsum(counts) + counts, counts)
+                accumulator.add(node_rows[starts + np.arange(counts.sum())],
+                                weights[name] * np.repeat(values[matched], counts))
+            return accumulator.take(), own

@@ -266,15 +266,21 @@ class VectorStore:
         return out
 
 
+# float32 of every float16 bit pattern (256 KiB: stays in cache).
+_HALF_TO_FLOAT = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+
+
 def rerank_exact(query_vector: np.ndarray, candidate_chunk_ids: np.ndarray, store: VectorStore
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Candidates re-scored by the exact inner product with their stored vectors:
     (chunk ids, scores), best first, ties broken by chunk id for determinism."""
     ids = np.asarray(candidate_chunk_ids, dtype=np.int64)
-    # einsum casts float16 rows to float32 in small buffers, so no float32 copy of
-    # the candidates is made; and unlike `@` (BLAS) it stays on this thread: OpenBLAS
-    # spreads a product of this size over threads, and waking them costs
+    # The float16 rows become float32 through a table of every half value: numpy's
+    # own cast is a scalar loop, twice as slow (0.53 against 1.1 ms for 1,600 x 384;
+    # the values are the same). einsum, unlike `@` (BLAS), stays on this thread:
+    # OpenBLAS spreads a product of this size over threads, and waking them costs
     # milliseconds on a busy server (measured: 20 ms for 1,600 candidates).
-    scores = np.einsum("ij,j->i", store.stored_vectors(ids), np.asarray(query_vector, np.float32).reshape(-1))
+    vectors = np.take(_HALF_TO_FLOAT, store.stored_vectors(ids).view(np.uint16))
+    scores = np.einsum("ij,j->i", vectors, np.asarray(query_vector, np.float32).reshape(-1))
     order = np.lexsort((ids, -scores))
     return ids[order], scores[order]

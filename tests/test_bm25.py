@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from ritrag.analyzer import analyze
-from ritrag.bm25 import ANCHORS, BM25_PARAMETERS, BODY, DOC, Bm25, Field, corpus_stats, parameters, top_k
+from ritrag.bm25 import (ANCHORS, BM25_PARAMETERS, BODY, DOC, Bm25, Field, ScoreAccumulators, corpus_stats, parameters,
+                         top_k)
 from support import benchmark_module
 
 K1, B = BM25_PARAMETERS["k1"], BM25_PARAMETERS["b"]
@@ -92,6 +93,13 @@ def old_top_k(scores: np.ndarray, k: int, row_ids: np.ndarray | None = None):
     return chosen, scores[chosen]
 
 
+def ascending(scores):
+    """(rows ascending, their scores): the scorer returns rows in no particular order."""
+    rows, values = scores
+    order = np.argsort(rows, kind="stable")
+    return rows[order], values[order]
+
+
 def assert_identical(new, old) -> None:
     """Same rows in the same order, scores bit for bit."""
     np.testing.assert_array_equal(np.asarray(new[0], np.int64), np.asarray(old[0], np.int64))
@@ -103,7 +111,7 @@ def assert_identical(new, old) -> None:
 def test_one_field_scores_are_the_hand_computed_bm25():
     # avgdl = 9/4; "ssl": df 2 of N 4; doc 2 holds it twice in 3 terms
     docs = [["ssl", "config", "server"], ["log", "server"], ["ssl", "ssl", "cert"], ["other"]]
-    rows, scores = one_field(docs).scores(["ssl"])
+    rows, scores = ascending(one_field(docs).scores(["ssl"]))
     idf = np.log(1 + (4 - 2 + 0.5) / (2 + 0.5))
     norm = [1.2 * (1 - 0.75 + 0.75 * 3 / 2.25)] * 2
     expected = [idf * 1 * 2.2 / (1 + norm[0]), idf * 2 * 2.2 / (2 + norm[1])]
@@ -133,7 +141,8 @@ def test_two_fields_each_with_its_own_statistics_and_the_path_on_its_nodes_chunk
     chunk_node = np.array([0, 0, 1, 0, 1])
     node_chunks = (np.array([0, 2, 3]), np.array([0, 1, 2], np.int32))
     weights = {"doc": 0.5, "anchors": 1.0}  # an index without anchors ignores their weight
-    (rows, scores), own = bm25.chunk_scores(["alpha", "ssl"], weights, chunk_node, node_chunks)
+    chunks, own = bm25.chunk_scores(["alpha", "ssl"], weights, chunk_node, node_chunks)
+    rows, scores = ascending(chunks)
     doc_rows, doc_scores = own["doc"]
 
     path = hand(1, 2, 1.5, 2, 1) + hand(1, 2, 1.5, 2, 1)  # alpha and ssl, each in 1 of 2 documents
@@ -142,7 +151,7 @@ def test_two_fields_each_with_its_own_statistics_and_the_path_on_its_nodes_chunk
     assert list(rows) == [0, 1, 2]
     np.testing.assert_allclose(scores, [hand(1, 2, 7 / 3, 3, 2) + 0.5 * path, 0.5 * path, hand(1, 4, 7 / 3, 3, 2)],
                                rtol=1e-6)
-    (rows, scores), _ = bm25.chunk_scores(["alpha", "ssl"], {"doc": 0.0}, chunk_node, node_chunks)
+    rows, scores = ascending(bm25.chunk_scores(["alpha", "ssl"], {"doc": 0.0}, chunk_node, node_chunks)[0])
     assert list(rows) == [0, 2]  # no path weight: bodies alone
 
 
@@ -158,12 +167,14 @@ def test_three_fields_add_the_anchors_of_a_nodes_in_links_to_its_chunks():
     bm25 = Bm25(postings, fields, K1, B)
     chunk_node = np.array([0, 0, 1, 0, 1, 1, 2])
     node_chunks = (np.array([0, 2, 3, 3]), np.array([0, 1, 2], np.int32))  # node 2 has no body chunk
-    (rows, scores), own = bm25.chunk_scores(["tls", "ssl"], {"doc": 0.5, "anchors": 0.25}, chunk_node, node_chunks)
+    chunks, own = bm25.chunk_scores(["tls", "ssl"], {"doc": 0.5, "anchors": 0.25}, chunk_node, node_chunks)
+    rows, scores = ascending(chunks)
     # node 1's anchors ("tls setup") reach its one body chunk, row 2, which holds neither term itself;
     # node 2's anchors match but it has no chunk to carry them
     tls_1 = hand(1, 2, 2.5, 2, 2)
-    assert list(own["anchors"][0]) == [5, 6]
-    assert own["anchors"][1][0] == pytest.approx(tls_1, rel=1e-6)
+    anchor_rows, anchor_scores = ascending(own["anchors"])
+    assert list(anchor_rows) == [5, 6]
+    assert anchor_scores[0] == pytest.approx(tls_1, rel=1e-6)
     assert list(rows) == [0, 2]
     np.testing.assert_allclose(scores, [hand(1, 2, 2.0, 3, 1), 0.25 * tls_1], rtol=1e-6)
     (rows, _), _ = bm25.chunk_scores(["tls", "ssl"], {"doc": 0.5, "anchors": 0.0}, chunk_node, node_chunks)
@@ -279,3 +290,36 @@ def test_tombstoned_rows_are_never_returned(tiny_site, tmp_path):
         rows, _ = top_k(after.bm25.scores(analyze("rotate daily fourteen hourly"), field), 200)
         assert not old_ids & set(after.chunk_ids[rows].tolist())
     assert len(after.bm25.scores(analyze("daily fourteen"), "body")[0]) == 0  # words only the old chunk held
+
+
+def test_queries_from_many_threads_and_a_failed_query_share_the_score_arrays_correctly():
+    """Each query adds into an array lent to it alone and hands it back zeroed;
+    one that fails midway keeps its partial sums out of the next query's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(7)
+    words = [f"w{i}" for i in range(40)]
+    docs = [list(rng.choice(words, int(rng.integers(1, 12)))) for _ in range(500)] + [["w1", "w2", "w39"]]
+    bm25 = one_field(docs)
+    queries = [list(rng.choice(words, 3)) for _ in range(30)]
+    want = [ascending(bm25.scores(q)) for q in queries]
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda q: ascending(bm25.scores(q)), queries * 10))
+    for i, scores in enumerate(got):
+        assert_identical(scores, want[i % len(queries)])
+
+    class FailingPostings:
+        chunk_length = bm25.postings.chunk_length
+
+        def of(self, term):
+            if term == "w39":
+                raise OSError("a mapped file went away")
+            return bm25.postings.of(term)
+
+    failing = Bm25(FailingPostings(), bm25.fields, K1, B)
+    failing.accumulators = bm25.accumulators  # the same arrays as the queries above
+    for _ in range(ScoreAccumulators.POOLED + 1):
+        with pytest.raises(OSError):
+            failing.scores(["w1", "w2", "w39"])  # w1 and w2 are added before w39 fails
+    for q, scores in zip(queries, want):
+        assert_identical(ascending(bm25.scores(q)), scores)
