@@ -153,27 +153,33 @@ def see_also(hits: Sequence[int], shown: np.ndarray, graph: LinkGraph, skeleton:
         return np.where(scored[at] == rows, score_of[at], 0.0) if len(scored) else np.zeros(len(rows))
 
     neighbours = graph.neighbour_lists(np.asarray(hits, np.int64))
-    listed = np.asarray(shown, np.int64)
     # Every candidate's ancestors and in-degree, asked once for all hits.
     candidates = np.unique(np.concatenate(neighbours))
-    candidates = candidates[~np.isin(candidates, listed)]
+    candidates = candidates[~np.isin(candidates, np.asarray(shown, np.int64))]
     if not unscored:
         candidates = candidates[score(candidates) > 0]
+    if not len(candidates):
+        return {}
+    score_of_candidate = score(candidates)
     counts, chain = skeleton.ancestor_lists(candidates)
     indptr = np.concatenate([[0], np.cumsum(counts)])
     degree = graph.in_degree(candidates)
+    listed = np.zeros(len(candidates), bool)  # listed under an earlier hit
     out: dict[int, list[int]] = {}
     for hit, rows in zip(hits, neighbours):
-        rows = rows[np.isin(rows, candidates) & ~np.isin(rows, listed)]
-        at = np.searchsorted(candidates, rows)
+        # a hit's neighbours are sorted and so are the candidates: membership by binary search
+        at = np.searchsorted(candidates, rows).clip(0, len(candidates) - 1)
+        keep = (candidates[at] == rows) & ~listed[at]
+        rows, at = rows[keep], at[keep]
         # A descendant of the hit has it among its ancestors; its ancestors are in `shown`.
         own = np.repeat(np.arange(len(rows)), counts[at])
         positions = np.repeat(indptr[at] - np.cumsum(counts[at]) + counts[at], counts[at]) + np.arange(len(own))
-        rows = np.delete(rows, own[chain[positions] == hit])
+        descendant = np.zeros(len(rows), bool)
+        descendant[own[chain[positions] == hit]] = True
+        rows, at = rows[~descendant], at[~descendant]
         if not len(rows):
             continue
-        at = np.searchsorted(candidates, rows)
-        chosen = rows[np.lexsort((rows, -degree[at], -score(rows)))[:per_hit]]
-        listed = np.concatenate([listed, chosen])
-        out[hit] = chosen.tolist()
+        best = np.lexsort((rows, -degree[at], -score_of_candidate[at]))[:per_hit]
+        listed[at[best]] = True
+        out[hit] = rows[best].tolist()
     return out
