@@ -6,7 +6,7 @@ Pyserini), the dev questions over the dev corpus's chunks, both in one process.
         [--k 200] [--warm 1000] [--rounds 5] [--jar ANSERINI_FATJAR] [--cache_dir C]
 
 What is compared. ritrag's side is what GetToC's BM25 runs per query, on the
-version's mapped serving files: `top_k(Bm25.scores(terms, field), k, chunk_ids)`
+version's mapped serving files: `Bm25.top_k(terms, field, k, chunk_ids)` (MaxScore)
 with `field` the chunk bodies ("body" in an index with node documents, whose
 chunk ranking adds path_weight x the node document's field to it: timed too,
 as information, not compared; "all" in a one-field index). Lucene gets the
@@ -204,8 +204,8 @@ def main(argv: list[str] | None = None) -> None:
     lucene = Lucene(jar, index_dir, bm25.k1, bm25.b)
     lucene_queries = [lucene.query(terms) for terms in queries]  # built outside the timings
 
-    def ours(terms: list[str]):
-        return top_k(bm25.scores(terms, field), args.k, idx.chunk_ids)
+    def ours(terms: list[str]):  # the body field alone, as GetToC's top k (MaxScore, ritrag/bm25.py)
+        return bm25.top_k(terms, field, args.k, idx.chunk_ids)
 
     def theirs(query: Any):
         return lucene.searcher.search(query, args.k)
@@ -215,8 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     with_doc = field == "body"  # an index with node fields: GetToC ranks chunks by more than their body
 
     def product(terms: list[str]):  # GetToC's chunk ranking (serving/api.py, RitragIndex.rankings)
-        scores, _ = bm25.chunk_scores(terms, weights, idx.chunk_node, idx.node_chunks)
-        return top_k(scores, args.k, idx.chunk_ids)
+        return bm25.chunk_top_k(terms, weights, idx.chunk_node, idx.node_chunks, args.k, idx.chunk_ids)[0]
 
     cycled = [i % len(queries) for i in range(max(args.warm, len(queries)))]
     for i in cycled:
@@ -289,15 +288,15 @@ def main(argv: list[str] | None = None) -> None:
         f"{n_terms.mean():.1f}, median {np.median(n_terms):.0f}, max {n_terms.max()}",
         f"- Warm-up: {len(cycled)} queries per side (the questions cycled); then {args.rounds} rounds, each "
         f"timing every query on one side then the other (ritrag first in even rounds, Lucene first in odd)",
-        f"- ritrag `top_k(Bm25.scores(terms, \"{field}\"), {args.k}, chunk_ids)` over the mapped serving files: "
+        f"- ritrag `Bm25.top_k(terms, \"{field}\", {args.k}, chunk_ids)` (MaxScore) over the mapped serving files: "
         f"{percentiles(mine)} ({len(mine)} timings)",
         f"- Lucene `IndexSearcher.search(BooleanQuery of TermQuerys SHOULD, {args.k})`, BM25Similarity, one thread, "
         f"called through pyjnius: {percentiles(lucenes)} ({len(lucenes)} timings); a pyjnius call that does "
         f"nothing (`reader.maxDoc()`): {percentiles(noop)}",
         f"- **median ritrag / Lucene: {ratio:.2f}**; per round (ritrag p50 ms, Lucene p50 ms, load): "
         + "; ".join(f"{a:.3f}, {b:.3f}, {load:.2f}" for a, b, load in rounds),
-        *([f"- For information, not compared: GetToC's whole BM25 chunk ranking, `top_k(Bm25.chunk_scores(terms, "
-           f"{weights}, ...), {args.k}, chunk_ids)` (the body + each node field's weight x its score; a field "
+        *([f"- For information, not compared: GetToC's whole BM25 chunk ranking, `Bm25.chunk_top_k(terms, "
+           f"{weights}, ..., {args.k}, chunk_ids)` (the body + each node field's weight x its score; a field "
            f"of weight 0 is not scored): {percentiles(products)}, timed after both sides in each round"]
           if with_doc else []),
         f"- top-{args.k} overlap (shared rows / {args.k}, or / the matching rows where fewer match: "

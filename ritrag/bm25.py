@@ -17,7 +17,9 @@ length norm k1 * (1 - b + b * |d| / avgdl). What each side does:
   mean length from the live rows) and every row's length norm (`row_norms`);
   a query is scored over the postings of its own terms only (`Bm25.scores`),
   added into a lent per-row score array (`ScoreAccumulators`), so its cost
-  follows the postings it touches, not the corpus.
+  follows the postings it touches, not the corpus; GetToC asks only for the
+  top k' (`Bm25.top_k`, `chunk_top_k`), which skips, where the query's
+  postings are many, the postings that cannot change it (MaxScore).
 
 Fields. An index of chunk bodies only has one field, every chunk, scored with
 the recorded statistics (vocabulary df, bm25.json N and mean length). An index
@@ -26,7 +28,7 @@ of row it holds, each with its own df (recorded per field), N and mean length
 (counted from the live rows): chunk bodies ("body"), node documents ("doc",
 the path) and anchor documents ("anchors": the anchor texts of a node's in-links).
 A chunk scores its body's BM25 + `path_weight` x its node document's BM25 +
-`anchor_weight` x its node's anchor document's BM25 (`Bm25.chunk_scores`);
+`anchor_weight` x its node's anchor document's BM25 (`Bm25.chunk_top_k`);
 the node fields are added to the chunks of the matched nodes only. An index
 without anchor documents has no "anchors" field and scores exactly as the two
 fields did before it existed.
@@ -77,6 +79,10 @@ class TermPostings(Protocol):
 
     def of(self, term: str) -> tuple[np.ndarray, np.ndarray]:
         """(rows ascending, tf) of the live rows holding `term`: each row once."""
+
+    def tf_at(self, term: str, rows: np.ndarray) -> np.ndarray:
+        """uint16 tf of `term` in each of `rows` (live, ascending), 0 where
+        absent: a binary search per row, not a read of the whole postings."""
 
 
 class TermCounts(Protocol):
@@ -161,6 +167,19 @@ def text_scores(bm25: "Bm25", query_terms: Sequence[str], texts_terms: Sequence[
     return scores
 
 
+# Relative slack on MaxScore's comparisons of float32 partial sums (added in
+# another order than the exact sums) with bounds: a candidate too many, never one too few.
+BOUND_SLACK = 1e-4
+THRESHOLD_PASSES = 2
+# Below this many postings (the query terms' df summed), adding every posting
+# costs less than MaxScore's bookkeeping (a pass over the rows touched for the
+# threshold, a second pass to add the candidates' sums in query order):
+# measured 2.6 against 4.0 ms p50 on the dev corpus's questions (165k body
+# rows), 9.6 against 7.9 ms at 100k synthetic pages (benchmarks/RESULTS.md,
+# "BM25 with a lent score array, and MaxScore").
+PRUNE_MIN_POSTINGS = 50_000
+
+
 class ScoreAccumulators:
     """Zeroed float32 arrays of one score per row of a version, lent to one
     query at a time and handed back zeroed.
@@ -208,14 +227,20 @@ class Accumulator:
         self._touched.append(rows[current == 0])  # contributions are > 0: zero means not yet touched
         self.scores[rows] = current + contribution
 
+    def peek(self) -> Scores:
+        """(rows touched, in no particular order; their float32 sums so far)."""
+        if len(self._touched) != 1:
+            self._touched = [np.concatenate(self._touched) if self._touched else np.zeros(0, np.int64)]
+        return self._touched[0], self.scores[self._touched[0]]
+
     def take(self) -> Scores:
-        """(rows touched, in no particular order; their float32 sums); zeroes them."""
-        rows = np.concatenate(self._touched) if self._touched else np.zeros(0, np.int32)
-        values = self.scores[rows]
+        """`peek`, and the array zeroed."""
+        scores = self.peek()
         self.clear()
-        return rows, values
+        return scores
 
     def clear(self) -> None:
+        """Zero every row added since the last `take` or `clear`."""
         for rows in self._touched:
             self.scores[rows] = 0
         self._touched = []
@@ -231,6 +256,7 @@ class Bm25:
         self.postings, self.fields, self.k1, self.b = postings, dict(fields), k1, b
         self.norm = row_norms(postings.chunk_length, list(self.fields.values()), k1, b) if norm is None else norm
         self.accumulators = ScoreAccumulators(len(self.norm))
+        self.prune_min_postings = PRUNE_MIN_POSTINGS
 
     def scores(self, terms: Sequence[str], field: str = "all") -> Scores:
         """(rows, float32 scores) of the rows of `field` holding a query term,
@@ -241,41 +267,130 @@ class Bm25:
 
     def _add_field(self, accumulator: Accumulator, terms: Sequence[str], field: str) -> None:
         """Add each query term's BM25 in `field`, term after term in query order."""
-        f, p = self.fields[field], self.postings
+        f = self.fields[field]
+        for term in self._weighted(terms, f):
+            accumulator.add(*self._term(term, f))
+
+    def _weighted(self, terms: Sequence[str], f: Field) -> list[tuple[str, float, int]]:
+        """(term, qtf x idf, df) of each distinct query term that some row of `f` holds, in query order."""
+        weighted = []
         for term, qtf in Counter(terms).items():
             df = f.df.get(term, 0)
-            if df <= 0:
-                continue
-            rows, tf = p.of(term)
-            if f.member is not None:
-                keep = f.member[rows]
-                rows, tf = rows[keep], tf[keep]
-            # a term holds a row once, so no row repeats within one add
-            accumulator.add(rows, qtf * idf(f.n, df) * tf * (self.k1 + 1.0) / (tf + self.norm[rows]))
+            if df > 0:
+                weighted.append((term, qtf * idf(f.n, df), df))
+        return weighted
 
-    def chunk_scores(self, terms: Sequence[str], weights: Mapping[str, float], chunk_node: np.ndarray,
-                     node_chunks: tuple[np.ndarray, np.ndarray]) -> tuple[Scores, dict[str, Scores]]:
-        """(chunk scores, each weighted node field's own scores) of an index
-        with node fields: a chunk scores its body's BM25 + `weights[f]` x the
-        BM25 of its node's row of field f, for each node field f ("doc",
+    def top_k(self, terms: Sequence[str], field: str, k: int, row_ids: np.ndarray | None = None,
+              additions: Sequence[Scores] = ()) -> Scores:
+        """`top_k` of the rows' BM25 in `field` plus `additions` ((rows, float32
+        values > 0) each, each row at most once per addition, added after the
+        terms in their order), bit for bit, without adding every posting of
+        every term: MaxScore (Turtle and Flood 1995) in term-at-a-time form.
+
+        A term adds at most qtf x idf x (k1 + 1) to any row (tf / (tf + norm) < 1).
+        Terms are added in the order of that bound, largest first, to partial
+        sums that start from the additions; once the bounds of the terms left
+        sum below the k-th best partial sum, no row they alone hold can reach
+        the top k, so only the rows whose partial sum plus that bound reaches
+        it stay candidates, and the terms left are looked up at those rows by
+        binary search in their postings instead of read whole. The candidates'
+        exact sums are then added again in query order, so the scores are those
+        of adding every posting. A query whose terms hold fewer than
+        `prune_min_postings` postings adds them all (PRUNE_MIN_POSTINGS says why)."""
+        with self.accumulators.lend() as partial, self.accumulators.lend() as exact:
+            return self._top_k(partial, exact, terms, field, k, row_ids, additions)
+
+    def _top_k(self, partial: Accumulator, exact: Accumulator, terms: Sequence[str], field: str, k: int,
+               row_ids: np.ndarray | None, additions: Sequence[Scores]) -> Scores:
+        f = self.fields[field]
+        query = self._weighted(terms, f)
+        if sum(df for *_, df in query) < self.prune_min_postings:
+            for term in query:
+                partial.add(*self._term(term, f))
+            for rows, values in additions:
+                partial.add(rows, values)
+            return top_k(partial.take(), k, row_ids)
+        bounds = [weight * (self.k1 + 1.0) for _, weight, _ in query]
+        for rows, values in additions:
+            partial.add(rows, values)
+        # no partial sum exceeds the bounds of the terms added plus the largest addition
+        reachable = sum(float(values.max()) for _, values in additions if len(values))
+        left, threshold, read, passes = sum(bounds), 0.0, {}, 0
+        for i in sorted(range(len(query)), key=lambda i: -bounds[i]):
+            if left < threshold * (1 - BOUND_SLACK):
+                break
+            rows, contribution = self._term(query[i], f)
+            partial.add(rows, contribution)
+            read[i] = rows, contribution
+            left -= bounds[i]
+            reachable += bounds[i]
+            # The k-th best partial sum costs a pass over every row touched: taken
+            # only where it could stop the loop (no partial sum exceeds `reachable`),
+            # and at most `THRESHOLD_PASSES` times (a stale threshold only prunes less).
+            if left < reachable and passes < THRESHOLD_PASSES:
+                _, sums = partial.peek()
+                if len(sums) >= k:
+                    threshold = float(np.partition(sums, len(sums) - k)[len(sums) - k])
+                    passes += 1
+        touched, sums = partial.peek()
+        # Only the rows whose partial sum plus the bounds left reach the threshold
+        # can be in the top k; their exact sums are added again in query order.
+        # `partial` keeps them (and only them) non-zero as the candidates' mask.
+        partial.scores[touched[sums + left < threshold * (1 - BOUND_SLACK)]] = 0
+        candidates = None
+        for i, (term, weight, _) in enumerate(query):
+            if i in read:
+                rows, contribution = read[i]
+                kept = partial.scores[rows] > 0
+                exact.add(rows[kept], contribution[kept])
+            else:
+                if candidates is None:
+                    candidates = np.sort(touched[partial.scores[touched] > 0])
+                tf = self.postings.tf_at(term, candidates)
+                hit = np.flatnonzero(tf)
+                tf = tf[hit]
+                exact.add(candidates[hit], weight * tf * (self.k1 + 1.0) / (tf + self.norm[candidates[hit]]))
+        for rows, values in additions:
+            kept = partial.scores[rows] > 0
+            exact.add(rows[kept], values[kept])
+        partial.clear()
+        return top_k(exact.take(), k, row_ids)
+
+    def _term(self, term: tuple[str, float, int], f: Field) -> tuple[np.ndarray, np.ndarray]:
+        """(rows ascending, float64 BM25) of one weighted query term's postings in field `f`."""
+        word, weight, _ = term
+        rows, tf = self.postings.of(word)
+        if f.member is not None:
+            keep = f.member[rows]
+            rows, tf = rows[keep], tf[keep]
+        return rows, weight * tf * (self.k1 + 1.0) / (tf + self.norm[rows])
+
+    def chunk_top_k(self, terms: Sequence[str], weights: Mapping[str, float], chunk_node: np.ndarray,
+                    node_chunks: tuple[np.ndarray, np.ndarray], k: int, row_ids: np.ndarray | None = None
+                    ) -> tuple[Scores, dict[str, Scores]]:
+        """(the top k chunks, each weighted node field's own scores) of an
+        index with node fields: a chunk scores its body's BM25 + `weights[f]` x
+        the BM25 of its node's row of field f, for each node field f ("doc",
         "anchors") in `weights` that the index has, in that order; a field of
         weight 0 is not scored at all. `node_chunks`: (indptr over node rows,
         body chunk rows) of each node; a node has at most one row of each node
-        field, so a chunk gets at most one addition per field. Rows in no
-        particular order."""
+        field, so a chunk gets at most one addition per field. The node
+        fields are scored whole (their rows are one per node); the bodies
+        through `top_k`."""
         with self.accumulators.lend() as accumulator:
             own = {}
             for name, weight in weights.items():
                 if name in self.fields and weight > 0:
                     self._add_field(accumulator, terms, name)
                     own[name] = accumulator.take()
-            self._add_field(accumulator, terms, "body")
             indptr, node_rows = node_chunks
+            additions = []
             for name, (field_rows, values) in own.items():
                 matched = values > 0
                 nodes = chunk_node[field_rows[matched]]
                 counts = indptr[nodes + 1] - indptr[nodes]
                 starts = np.repeat(indptr[nodes] - np.cumsum(counts) + counts, counts)
-                accumulator.add(node_rows[starts + np.arange(counts.sum())],
-                                weights[name] * np.repeat(values[matched], counts))
-            return accumulator.take(), own
+                additions.append((node_rows[starts + np.arange(counts.sum())].astype(np.int64),
+                                  weights[name] * np.repeat(values[matched], counts)))
+            with self.accumulators.lend() as exact:
+                return self._top_k(accumulator, exact, terms, "body", k, row_ids, additions), own

@@ -163,13 +163,13 @@ class RitragIndex:
         live = dense_rows >= 0
         dense_rows, similarities = dense_rows[live], similarities[live]
         if "all" in idx.bm25.fields:
-            return Rankings((top_k(idx.bm25.scores(analyze(query)), k, idx.chunk_ids), (dense_rows, similarities)),
+            return Rankings((idx.bm25.top_k(analyze(query), "all", k, idx.chunk_ids), (dense_rows, similarities)),
                             None)
         terms = analyze(query)
-        chunk_scores, own = idx.bm25.chunk_scores(terms, {"doc": params.path_weight, "anchors": params.anchor_weight},
-                                                  idx.chunk_node, idx.node_chunks)
+        best, own = idx.bm25.chunk_top_k(terms, {"doc": params.path_weight, "anchors": params.anchor_weight},
+                                         idx.chunk_node, idx.node_chunks, k, idx.chunk_ids)
         is_doc = idx.chunk_kind[dense_rows] == DOC  # anchor documents have no vectors
-        chunks = (top_k(chunk_scores, k, idx.chunk_ids), (dense_rows[~is_doc][:k], similarities[~is_doc][:k]))
+        chunks = (best, (dense_rows[~is_doc][:k], similarities[~is_doc][:k]))
         if not node_docs or params.node_score != "max+doc":
             return Rankings(chunks, None)
         doc_scores = own["doc"] if "doc" in own else idx.bm25.scores(terms, "doc")

@@ -241,6 +241,26 @@ class SegmentedPostings:
         keep = self._chunks.live[rows]
         return rows[keep], tf[keep]
 
+    def tf_at(self, term: str, rows: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(rows), np.uint16)
+        key = term_key(term)
+        if key is None or not len(rows):
+            return out
+        starts = self._chunks.starts
+        # the rows of each shard are a slice of the ascending rows asked
+        bounds = np.searchsorted(rows, starts)
+        for i, shard in enumerate(self._chunks.shards):
+            first, last = bounds[i], bounds[i + 1]
+            lo, hi = shard.term_range(key) if last > first else (0, 0)
+            if hi <= lo:
+                continue
+            local = rows[first:last] - starts[i]
+            postings = shard.arrays["rows"][lo:hi]
+            at = np.searchsorted(postings, local).clip(0, hi - lo - 1)
+            hit = postings[at] == local
+            out[first:last][hit] = shard.arrays["tf"][lo:hi][at[hit]]
+        return out
+
 
 class FieldDf:
     """`ritrag.bm25.TermCounts`: a field's df of a term (None: all fields),

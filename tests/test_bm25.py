@@ -3,14 +3,15 @@ anchors), odd queries, and rankings identical to the dense scorer it replaced
 (kept here as the oracle)."""
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import numpy as np
 import pytest
 
 from ritrag.analyzer import analyze
-from ritrag.bm25 import (ANCHORS, BM25_PARAMETERS, BODY, DOC, Bm25, Field, ScoreAccumulators, corpus_stats, parameters,
-                         top_k)
+from ritrag.bm25 import (ANCHORS, BM25_PARAMETERS, BODY, DOC, PRUNE_MIN_POSTINGS, Bm25, Field, ScoreAccumulators,
+                         corpus_stats, parameters, top_k)
 from support import benchmark_module
 
 K1, B = BM25_PARAMETERS["k1"], BM25_PARAMETERS["b"]
@@ -26,6 +27,9 @@ class ListPostings:
     def of(self, term: str):
         rows = [i for i, d in enumerate(self.docs) if term in d]
         return np.array(rows, np.int64), np.array([self.docs[i].count(term) for i in rows], np.uint16)
+
+    def tf_at(self, term: str, rows: np.ndarray):
+        return np.array([self.docs[r].count(term) for r in rows], np.uint16)
 
 
 def field_of(docs: list[list[str]], member: np.ndarray | None) -> Field:
@@ -141,7 +145,7 @@ def test_two_fields_each_with_its_own_statistics_and_the_path_on_its_nodes_chunk
     chunk_node = np.array([0, 0, 1, 0, 1])
     node_chunks = (np.array([0, 2, 3]), np.array([0, 1, 2], np.int32))
     weights = {"doc": 0.5, "anchors": 1.0}  # an index without anchors ignores their weight
-    chunks, own = bm25.chunk_scores(["alpha", "ssl"], weights, chunk_node, node_chunks)
+    chunks, own = bm25.chunk_top_k(["alpha", "ssl"], weights, chunk_node, node_chunks, len(docs))
     rows, scores = ascending(chunks)
     doc_rows, doc_scores = own["doc"]
 
@@ -151,7 +155,7 @@ def test_two_fields_each_with_its_own_statistics_and_the_path_on_its_nodes_chunk
     assert list(rows) == [0, 1, 2]
     np.testing.assert_allclose(scores, [hand(1, 2, 7 / 3, 3, 2) + 0.5 * path, 0.5 * path, hand(1, 4, 7 / 3, 3, 2)],
                                rtol=1e-6)
-    rows, scores = ascending(bm25.chunk_scores(["alpha", "ssl"], {"doc": 0.0}, chunk_node, node_chunks)[0])
+    rows, scores = ascending(bm25.chunk_top_k(["alpha", "ssl"], {"doc": 0.0}, chunk_node, node_chunks, len(docs))[0])
     assert list(rows) == [0, 2]  # no path weight: bodies alone
 
 
@@ -167,7 +171,7 @@ def test_three_fields_add_the_anchors_of_a_nodes_in_links_to_its_chunks():
     bm25 = Bm25(postings, fields, K1, B)
     chunk_node = np.array([0, 0, 1, 0, 1, 1, 2])
     node_chunks = (np.array([0, 2, 3, 3]), np.array([0, 1, 2], np.int32))  # node 2 has no body chunk
-    chunks, own = bm25.chunk_scores(["tls", "ssl"], {"doc": 0.5, "anchors": 0.25}, chunk_node, node_chunks)
+    chunks, own = bm25.chunk_top_k(["tls", "ssl"], {"doc": 0.5, "anchors": 0.25}, chunk_node, node_chunks, len(docs))
     rows, scores = ascending(chunks)
     # node 1's anchors ("tls setup") reach its one body chunk, row 2, which holds neither term itself;
     # node 2's anchors match but it has no chunk to carry them
@@ -177,7 +181,7 @@ def test_three_fields_add_the_anchors_of_a_nodes_in_links_to_its_chunks():
     assert anchor_scores[0] == pytest.approx(tls_1, rel=1e-6)
     assert list(rows) == [0, 2]
     np.testing.assert_allclose(scores, [hand(1, 2, 2.0, 3, 1), 0.25 * tls_1], rtol=1e-6)
-    (rows, _), _ = bm25.chunk_scores(["tls", "ssl"], {"doc": 0.5, "anchors": 0.0}, chunk_node, node_chunks)
+    (rows, _), _ = bm25.chunk_top_k(["tls", "ssl"], {"doc": 0.5, "anchors": 0.0}, chunk_node, node_chunks, len(docs))
     assert list(rows) == [0]  # no anchor weight: the anchors reach no chunk
 
 
@@ -236,9 +240,10 @@ def test_one_field_rankings_equal_the_dense_scorer_on_a_synthetic_index(syntheti
     queries += [" ".join(words[:3]), words[-1], f"{words[5]} {words[5]} zzzabsent"]
     for query in queries:
         terms = analyze(query)
-        for k in (10, 200):
-            assert_identical(top_k(bm25.scores(terms), k),
-                             old_top_k(old_scores(terms, bm25.postings, bm25.k1, bm25.b, bm25.fields["all"]), k))
+        for k, bm25.prune_min_postings in itertools.product((10, 200), (0, PRUNE_MIN_POSTINGS)):
+            want = old_top_k(old_scores(terms, bm25.postings, bm25.k1, bm25.b, bm25.fields["all"]), k)
+            assert_identical(top_k(bm25.scores(terms), k), want)
+            assert_identical(bm25.top_k(terms, "all", k), want)
 
 
 def test_field_rankings_equal_the_dense_scorer_on_the_sample_index(sample_index):
@@ -252,12 +257,12 @@ def test_field_rankings_equal_the_dense_scorer_on_the_sample_index(sample_index)
         terms = analyze(query)
         for weights in ({"doc": 0.0, "anchors": 0.0}, {"doc": 0.5, "anchors": 0.0}, {"doc": 2.0, "anchors": 0.5},
                         {"doc": 0.0, "anchors": 1.0}):
-            chunks, own = bm25.chunk_scores(terms, weights, idx.chunk_node, idx.node_chunks)
             old_chunks, old_own = old_fields(terms, bm25, idx.chunk_node, len(idx.nodes["node_id"]), weights)
-            # a field of weight 0 is not scored (the retrieval plan asks only for what it fuses)
-            assert set(own) == {name for name in old_own if weights[name] > 0}
-            for k in (5, 200):
-                assert_identical(top_k(chunks, k), old_top_k(old_chunks, k))
+            for k, bm25.prune_min_postings in itertools.product((1, 5, 200), (0, PRUNE_MIN_POSTINGS)):
+                best, own = bm25.chunk_top_k(terms, weights, idx.chunk_node, idx.node_chunks, k, idx.chunk_ids)
+                # a field of weight 0 is not scored (the retrieval plan asks only for what it fuses)
+                assert set(own) == {name for name in old_own if weights[name] > 0}
+                assert_identical(best, old_top_k(old_chunks, k, idx.chunk_ids))
                 for name in own:
                     assert_identical(top_k(own[name], k), old_top_k(old_own[name], k))
 
@@ -323,3 +328,53 @@ def test_queries_from_many_threads_and_a_failed_query_share_the_score_arrays_cor
             failing.scores(["w1", "w2", "w39"])  # w1 and w2 are added before w39 fails
     for q, scores in zip(queries, want):
         assert_identical(ascending(bm25.scores(q)), scores)
+
+
+class CountingPostings(ListPostings):
+    """ListPostings that records which terms were read whole and which looked up."""
+
+    def __init__(self, docs):
+        super().__init__(docs)
+        self.read, self.looked_up = [], []
+
+    def of(self, term):
+        self.read.append(term)
+        return super().of(term)
+
+    def tf_at(self, term, rows):
+        self.looked_up.append(term)
+        return super().tf_at(term, rows)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_pruned_top_k_equals_the_exhaustive_one_with_ties_and_additions(seed):
+    rng = np.random.default_rng(seed)
+    words = [f"w{i}" for i in range(12)]  # few words, short rows: many equal scores
+    docs = [list(rng.choice(words, int(rng.integers(1, 5)), p=np.linspace(2, 0.2, 12) / 13.2)) for _ in range(400)]
+    docs += [list(d) for d in docs[:80]]  # exact twins tie at every query
+    bm25 = one_field(docs)
+    bm25.prune_min_postings = 0  # prune however few the postings
+    ids = rng.permutation(len(docs))
+    for _ in range(25):
+        terms = list(rng.choice(words, int(rng.integers(1, 6))))
+        extra_rows = rng.choice(len(docs), 60, replace=False)
+        additions = [(extra_rows, rng.choice([0.5, 1.0, 2.0], 60).astype(np.float32))]
+        want = dense(bm25.scores(terms), len(docs))
+        with_additions = want.copy()
+        with_additions[extra_rows] = with_additions[extra_rows] + additions[0][1]
+        for k in (1, 3, 10, 50, 1000):
+            assert_identical(bm25.top_k(terms, "all", k, ids), old_top_k(want, k, ids))
+            assert_identical(bm25.top_k(terms, "all", k, ids, additions), old_top_k(with_additions, k, ids))
+
+
+def test_a_common_term_is_looked_up_at_the_candidates_not_read_whole():
+    """Once the rare term's rows fill the top k, the common terms' bound
+    (k1 + 1) x their small idf cannot lift a row it does not hold into them."""
+    docs = [["rare", "common", "often"]] * 3 + [["common", "often"]] * 3000 + [["often"]] * 2000
+    postings = CountingPostings(docs)
+    bm25 = Bm25(postings, {"all": field_of(docs, None)}, K1, B)
+    bm25.prune_min_postings = 0
+    rows, scores = bm25.top_k(["common", "often", "rare"], "all", 3)
+    assert sorted(rows.tolist()) == [0, 1, 2]
+    assert postings.read == ["rare"] and sorted(postings.looked_up) == ["common", "often"]
+    assert_identical((rows, scores), old_top_k(dense(bm25.scores(["common", "often", "rare"]), len(docs)), 3))
