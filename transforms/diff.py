@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Iterable
 
 import apache_beam as beam
@@ -57,10 +56,14 @@ class DiffOptions(PipelineOptions):
                                  "time equal those its page was indexed with is taken as unchanged unread")
 
 
-@dataclass(frozen=True)
-class InputFile:
-    path: str
-    raw_hash: str
+# The diff's per-file items are plain tuples, which Beam's coder writes itself;
+# a dataclass or FileMetadata is pickled, once per file at every shuffle.
+ListedFile = tuple[str, int, float]  # (path, size, mtime) as the file system listed it
+InputFile = tuple[str, str]  # (path, raw hash; "" where not read: matches no page)
+
+
+def listed_file(metadata: FileMetadata) -> ListedFile:
+    return metadata.path, metadata.size_in_bytes, metadata.last_updated_in_seconds
 
 
 def by_url(batches: Iterable[list[tuple[str, object]]]) -> dict[str, list]:
@@ -103,7 +106,7 @@ class ClassifyShardFn(CountingDoFn):
         for url in inputs_at.keys() | old_at.keys():
             inputs, old_rows = inputs_at.get(url, []), old_at.get(url, [])
             self.count("pages_read", len(inputs))
-            if len(inputs) == 1 and len(old_rows) == 1 and inputs[0].raw_hash == hashes[old_rows[0]]:
+            if len(inputs) == 1 and len(old_rows) == 1 and inputs[0][1] == hashes[old_rows[0]]:
                 self.count("pages_unchanged")
                 continue
             yield from self._changed(url, inputs, [table.slice(r, 1).to_pylist()[0] for r in old_rows])
@@ -120,12 +123,12 @@ class ClassifyShardFn(CountingDoFn):
             yield beam.pvalue.TaggedOutput(self.DEAD_URL, url)
             for row in old:
                 yield beam.pvalue.TaggedOutput(self.OLD_SKELETON, (url, PageSkeleton.from_row(row)))
-        for item in inputs:
+        for path, _ in inputs:
             # A record of a file of several pages is parsed with its file, which the
             # file's own page sends (every record of a file changes with the file).
-            in_file = split_record_source(item.path)
+            in_file = split_record_source(path)
             if in_file is None or in_file.warc_offset is not None:
-                yield item.path
+                yield path
 
 
 def hashed_input(parser: PageParser, readable: fileio.ReadableFile | WarcPage | DeadLetter
@@ -134,22 +137,22 @@ def hashed_input(parser: PageParser, readable: fileio.ReadableFile | WarcPage | 
     refuses to open (outside the input, not a regular file) is not read: its
     empty hash matches no page, so it goes to ParsePagesFn, which dead-letters it."""
     if isinstance(readable, WarcPage):  # a WARC input's record: its URL is in it
-        yield normalize_url(readable.url), InputFile(readable.source, raw_hash(readable.payload))
+        yield normalize_url(readable.url), (readable.source, raw_hash(readable.payload))
         return
     if isinstance(readable, DeadLetter):  # an unreadable WARC record: read again by ParsePagesFn, dead-lettered
-        yield readable.source, InputFile(readable.source, "")
+        yield readable.source, (readable.source, "")
         return
     path = readable.metadata.path
     if parser.refusal(path):
-        yield normalize_url(parser.locate(path)[0]), InputFile(path, "")
+        yield parser.document_url(path), (path, "")
         return
     try:
         data = read_bounded(readable.open, parser.max_page_bytes)
     except UnparseablePage:  # too large: like a refused file, no page's hash; ParsePagesFn dead-letters it
-        yield normalize_url(parser.locate(path)[0]), InputFile(path, "")
+        yield parser.document_url(path), (path, "")
         return
     for url, source in parser.input_pages(path, data):  # a thread's posts: one each
-        yield url, InputFile(source, raw_hash(data))
+        yield url, (source, raw_hash(data))
 
 
 class ShardedBatchFn(beam.DoFn):
@@ -160,26 +163,26 @@ class ShardedBatchFn(beam.DoFn):
     def __init__(self, parser: PageParser, num_shards: int):
         self._parser, self._num_shards = parser, num_shards
 
-    def items(self, metadata: FileMetadata) -> Iterable[tuple[str, object]]:
+    def items(self, listed: ListedFile) -> Iterable[tuple[str, object]]:
         raise NotImplementedError
 
-    def process(self, batch: list[FileMetadata]):
+    def process(self, batch: list[ListedFile]):
         by_shard: dict[int, list[tuple[str, object]]] = defaultdict(list)
-        for metadata in batch:
-            if not metadata.path.endswith(("/", "\\")):
-                for url, item in self.items(metadata):
+        for listed in batch:
+            if not listed[0].endswith(("/", "\\")):
+                for url, item in self.items(listed):
                     by_shard[shard_of(url, self._num_shards)].append((url, item))
         yield from by_shard.items()
 
 
 class LocateInputBatchFn(ShardedBatchFn):
-    """Each file's (URL its path names, its FileMetadata): `PageParser.locate`,
-    nothing read. For a file of one page that is its page's URL; a file of
+    """Each file's (URL its path names, the file as listed):
+    `PageParser.document_url`, nothing read. For a file of one page that is its page's URL; a file of
     several pages (a WARC file, a thread) has no stamp on any of its pages' rows
     and is read (MatchStampsFn)."""
 
-    def items(self, metadata: FileMetadata) -> Iterable[tuple[str, FileMetadata]]:
-        yield normalize_url(self._parser.locate(metadata.path)[0]), metadata
+    def items(self, listed: ListedFile) -> Iterable[tuple[str, ListedFile]]:
+        yield self._parser.document_url(listed[0]), listed
 
 
 class MatchStampsFn(CountingDoFn):
@@ -189,7 +192,7 @@ class MatchStampsFn(CountingDoFn):
     one page has one). The path may differ: a snapshot copied with its times kept (cp -a,
     rsync -a) is the same content at the same URLs. The InputFile carries the
     live row's raw hash, so ClassifyShardFn finds it unchanged as if it had
-    been read. Every other file's metadata goes to READ, to be read and hashed.
+    been read. Every other file goes to READ, to be read and hashed.
     Only the shard's live (url, stamp, hash) columns are held."""
 
     READ = "read"
@@ -198,7 +201,7 @@ class MatchStampsFn(CountingDoFn):
         super().__init__(COUNTERS)
         self._files = live.files("pages")
 
-    def process(self, shard_and_files: tuple[int, Iterable[list[tuple[str, FileMetadata]]]]):
+    def process(self, shard_and_files: tuple[int, Iterable[list[tuple[str, ListedFile]]]]):
         shard, batches = shard_and_files
         located = by_url(batches)
         stored: dict[str, tuple[str, str] | None] = {}  # url -> (stamp, raw hash); None: several rows
@@ -212,12 +215,12 @@ class MatchStampsFn(CountingDoFn):
         unchanged = []
         for url, files in located.items():
             row = stored.get(url)
-            if len(files) == 1 and row is not None and row[0] and row[0] == file_stamp(files[0]):
-                unchanged.append((url, InputFile(files[0].path, row[1])))
+            if len(files) == 1 and row is not None and row[0] and row[0] == file_stamp(*files[0][1:]):
+                unchanged.append((url, (files[0][0], row[1])))
                 self.count(STAMP_COUNTER)
             else:
-                for metadata in files:
-                    yield beam.pvalue.TaggedOutput(self.READ, metadata)
+                for listed in files:
+                    yield beam.pvalue.TaggedOutput(self.READ, listed)
         if unchanged:
             yield shard, unchanged
 
@@ -227,7 +230,9 @@ class HashInputBatchFn(ShardedBatchFn):
     file is its records (`warc_records_or_file`), hashed as they are read,
     never held together."""
 
-    def items(self, metadata: FileMetadata) -> Iterable[tuple[str, InputFile]]:
+    def items(self, listed: ListedFile) -> Iterable[tuple[str, InputFile]]:
+        path, size, mtime = listed
+        metadata = FileMetadata(path, size, last_updated_in_seconds=mtime)
         for readable in warc_records_or_file(fileio.ReadableFile(metadata), self._parser):
             yield from hashed_input(self._parser, readable)
 
@@ -263,7 +268,9 @@ class DiffInput(beam.PTransform):
                       | "HashInputs" >> beam.FlatMap(lambda readable: hashed_input(parser, readable))
                       | "KeyByShard" >> beam.Map(lambda item: (shard_of(item[0], num_shards), [item]))]
         else:
-            to_read = pbegin | "MatchFiles" >> fileio.MatchFiles(self._pattern)
+            to_read = (pbegin
+                       | "MatchFiles" >> fileio.MatchFiles(self._pattern)
+                       | "Listed" >> beam.Map(listed_file))
             inputs = []
             if not self._read_every_input:
                 stamps = record_counts(to_read

@@ -37,7 +37,7 @@ from typing import BinaryIO, Callable, Iterable
 
 import apache_beam as beam
 from apache_beam.io import fileio
-from apache_beam.io.filesystem import CompressionTypes, FileMetadata
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -188,8 +188,10 @@ class PageParser:
         return (public_url(url, site, base), base) if base else (url, site)
 
     def document_url(self, path: str) -> str:
-        """The normalized URL of another input file (a nav file names documents by path)."""
-        return normalize_url(self.locate(path)[0])
+        """The normalized URL of the page of the input file at `path` (a nav file
+        names documents by path; an update's diff keys files by it). Without
+        public bases no site is needed, so none is computed."""
+        return normalize_url(self.locate(path)[0] if self.site_bases else self.input_url(path))
 
     def parse(self, path: str, data: bytes, url: str | None = None, kind: str | None = None) -> list[ParsedPage]:
         """The pages of one input: one, or a thread's posts (each `source` then
@@ -269,7 +271,8 @@ class ParsePagesFn(CountingDoFn):
         # pages (a thread and its posts) gets none, so an update always reads it:
         # its posts' URLs are known only from its bytes.
         if not isinstance(outcome, DeadLetter) and len(outcome) == 1 and outcome[0].source == path:
-            outcome = [dataclasses.replace(outcome[0], source_stamp=file_stamp(readable.metadata, time.time()))]
+            outcome = [dataclasses.replace(outcome[0], source_stamp=file_stamp(
+                readable.metadata.size_in_bytes, readable.metadata.last_updated_in_seconds, time.time()))]
         yield from self._emit(outcome)
 
     def _process_record(self, record: WarcPage | DeadLetter, parser: PageParser):
@@ -303,15 +306,14 @@ class ParsePagesFn(CountingDoFn):
             yield page
 
 
-def file_stamp(metadata: FileMetadata, read_at: float | None = None) -> str:
+def file_stamp(size: int, mtime: float | None, read_at: float | None = None) -> str:
     """A listed input file's size and modification time, as `ParsedPage.source_stamp`
     records it and an update's diff compares it: "" (never equal to a stored
     one, so the file is read) where the file system gives no time, or where the
     file had been modified within STAMP_SETTLE_S of `read_at`, when it was read."""
-    mtime = metadata.last_updated_in_seconds
     if not mtime or (read_at is not None and read_at - mtime < STAMP_SETTLE_S):
         return ""
-    return f"{metadata.size_in_bytes}:{mtime!r}"
+    return f"{size}:{mtime!r}"
 
 
 def read_bounded(open_file: Callable[[], BinaryIO], max_bytes: int) -> bytes:
