@@ -36,7 +36,7 @@ from ritrag.index_config import IndexConfig
 from ritrag.layout import BM25_STATS_FILE, DENSE_INFO_FILE, IndexLayout, SITE_BASES_FILE, new_manifest
 from ritrag.schema import EDGES_KIND
 from ritrag.storage import open_read
-from ritrag.transforms.chunk import ChunkNodesFn
+from ritrag.transforms.chunk import ChunkNodesFn, Chunker
 from ritrag.transforms.counts import WriteCounts
 from ritrag.transforms.edges import EDGE_COUNTERS, AnchorDocuments, ResolveEdges
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainDenseIndex, WriteDenseIndex
@@ -106,7 +106,7 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
                                                                       toc_spent)
     # Chunks, cut inside each node, in the index's representation.
     node_chunks = (nodes
-                   | "Chunk" >> beam.ParDo(ChunkNodesFn(spec, representation))
+                   | "Chunk" >> beam.ParDo(ChunkNodesFn(Chunker(spec, representation)))
                    | "ChunkProgress" >> LogProgress("chunk (chunks)"))
     # Edges: the indexed pages' links resolved to nodes; the anchor texts of each
     # node's in-links become its anchor document, a chunks-table row BM25 indexes.

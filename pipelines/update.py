@@ -63,6 +63,7 @@ from ritrag.storage import open_read
 from ritrag.transforms.delta import (ChunkRows, PlaceChangedForests, ParseChangedPages, PlanPageUpdates,
                                      RemovedChunkTerms, ReplaceRows, ReuseOrEmbedVectors, UpdatePagesFn,
                                      WriteTombstones, tombstone_counts)
+from ritrag.transforms.chunk import Chunker
 from ritrag.transforms.diff import STAMP_COUNTER, ClassifyShardFn, DiffInput, DiffOptions
 from ritrag.transforms.counts import WriteCounts
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainedIndex, WriteDenseIndex
@@ -120,6 +121,7 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     spec, representation, num_shards = config.embedder, config.representation, config.num_shards
     check_backend_available(spec)  # before any work: new chunks must be embedded like the live ones
     check_model_files(spec)  # and by the same model folder, when the index names one
+    chunker = Chunker(spec, representation)  # the build's chunking: new and changed nodes, re-placed ones
     root, pattern = input_root_and_pattern(opts.input)
     # The sites' public bases the build inferred (config.site_bases) key the pages as they did then.
     parser = PageParser(root, config.page_base_url, config.site_depth, opts.max_page_bytes,
@@ -149,12 +151,12 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
               "dead_urls": diff[ClassifyShardFn.DEAD_URL]}
              | "PlanPages" >> PlanPageUpdates(live, representation, config.granularity, parser,
                                              spill_location(segment_dir, "pages") if toc else None))
-    replaced = delta[UpdatePagesFn.NEED_BODY] | "ReplaceRows" >> ReplaceRows(live, spec, representation)
+    replaced = delta[UpdatePagesFn.NEED_BODY] | "ReplaceRows" >> ReplaceRows(live, chunker)
     planned = delta["nodes"]
     if metadata is not None:
         planned = planned | "EnrichNodeMetadata" >> EnrichNodeMetadata(metadata, os.path.basename(segment_dir),
                                                                           toc_spent)
-    changed = planned | "ChunkRows" >> ChunkRows(spec, representation)
+    changed = planned | "ChunkRows" >> ChunkRows(chunker)
     nodes = (changed["nodes"], replaced["nodes"]) | "AllNodes" >> beam.Flatten()
     # Links: the edges of the sources whose edges changed; the anchor documents of
     # the nodes whose in-links changed.

@@ -56,11 +56,20 @@ def tiny_page(title: str, trail: list[tuple[str, str]], sections: list[tuple[str
             f'<footer>Copyright Shop Inc. All rights reserved.</footer></body></html>')
 
 
+# The tiny site's files are dated long before any build reads them, as a site's
+# files usually are: every page records its stamp (size, mtime), the same in every
+# build whenever it runs. A file read within STAMP_SETTLE_S of its mtime records
+# none, so files dated "now" would make a build's pages table depend on how long
+# the machine took to reach it.
+SETTLED_MTIME = 1_600_000_000.0
+
+
 def write_tiny_site(directory: Path) -> Path:
     for path, (title, trail, sections) in TINY_SITE.items():
         target = directory / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(tiny_page(title, trail, sections), encoding="utf-8")
+        os.utime(target, (SETTLED_MTIME, SETTLED_MTIME))
     return directory
 
 

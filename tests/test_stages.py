@@ -16,7 +16,7 @@ from ritrag.bm25 import BODY, DOC
 from ritrag.embedder import EmbedderSpec
 from ritrag.encoders import load_encoder
 from ritrag.representation import LEGACY, NODE_DOC_ORDINAL, Representation
-from ritrag.transforms.chunk import ChunkNodesFn, node_chunker
+from ritrag.transforms.chunk import ChunkNodesFn, Chunker
 from ritrag.transforms.dense import (DenseParams, TrainDenseIndex, TrainedIndex, dense_info, train_dense_index,
                                     train_empty_index)
 from ritrag.transforms.embed import EmbedChunks
@@ -144,10 +144,10 @@ NODES = [
 
 
 def test_chunk_stage_cuts_each_node_like_the_one_chunker():
-    expected = [row for node in NODES for row in node_chunker(HASHING, LEGACY)(node)]
+    expected = [row for node in NODES for row in Chunker(HASHING, LEGACY)(node)]
     assert [row["node_id"] for row in expected] == ["n-page"]  # a site node holds no text
     with pipeline() as p:
-        chunks = p | beam.Create(NODES) | beam.ParDo(ChunkNodesFn(HASHING, LEGACY))
+        chunks = p | beam.Create(NODES) | beam.ParDo(ChunkNodesFn(Chunker(HASHING, LEGACY)))
         assert_that(chunks, equal_to(expected))
 
 

@@ -399,11 +399,31 @@ def live_vectors(index_dir: Path, chunk_ids) -> dict:
     return dict(zip(chunk_ids, store.vectors(list(chunk_ids)).tolist()))
 
 
-def test_build_and_update_chunk_with_the_same_function():
+def test_build_and_update_chunk_with_the_same_chunker():
+    import inspect
+
+    from ritrag.pipelines import build, update
     from ritrag.transforms import chunk
 
-    assert delta.node_chunker is chunk.node_chunker  # UpdatePagesFn and RechunkReplacedFn
-    assert "node_chunker(self._spec, self._representation)" in __import__("inspect").getsource(chunk.ChunkNodesFn)
+    assert delta.Chunker is chunk.Chunker  # RechunkReplacedFn
+    assert "ChunkNodesFn(Chunker(spec, representation))" in inspect.getsource(build)
+    assert "Chunker(spec, representation)" in inspect.getsource(update)
+
+
+def test_a_chunker_pickles_without_its_tokenizer_and_chunks_the_same_after():
+    import pickle
+
+    from ritrag.embedder import EmbedderSpec
+    from ritrag.representation import Representation
+    from ritrag.transforms.chunk import Chunker
+
+    chunker = Chunker(EmbedderSpec(model="hashing:384"), Representation())
+    node = {"node_id": "n", "page_id": "p", "kind": "page", "title": "Ports", "ancestor_titles": ["Shop"],
+            "body": "Listen on port 8080. " * 40, "summary": "", "keywords": [], "url": "https://x.test/ports.html"}
+    rows = chunker(node)
+    assert rows and chunker._counter is not None  # loaded at first use
+    copy = pickle.loads(pickle.dumps(chunker))
+    assert copy._counter is None and copy(node) == rows
 
 
 def test_an_update_gives_the_rows_and_vectors_of_a_fresh_build_in_the_path_representation(hashed_snapshots):

@@ -253,34 +253,39 @@ def model_counter(spec: EmbedderSpec) -> tuple[TokenCounter, int, bool]:
     return (word_counter(count) if additive else count), limit, additive
 
 
-def node_chunker(spec: EmbedderSpec, representation: Representation) -> Callable[[dict], list[dict]]:
+class Chunker:
     """Node row -> its chunk rows in `representation`, tokens counted by the
-    tokenizer of `spec`'s model (loaded here, once): the one function the build,
-    the update and the tests chunk with. Virtual and site nodes hold no text:
-    no chunks and no node document."""
-    count, limit, additive = model_counter(spec)
+    tokenizer of `spec`'s model: the one chunking of the build, the update and
+    the tests. Virtual and site nodes hold no text: no chunks and no node
+    document. It pickles as its spec and representation (what a Beam stage
+    carries to its workers); the tokenizer is loaded at first use, once per
+    process."""
 
-    def chunk(node: dict) -> list[dict]:
+    def __init__(self, spec: EmbedderSpec, representation: Representation):
+        self.spec, self.representation = spec, representation
+        self._counter: tuple[TokenCounter, int, bool] | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_counter": None}
+
+    def __call__(self, node: dict) -> list[dict]:
         if node["kind"] in ("site", "virtual"):
             return []
-        return node_chunk_rows(node, representation, count, limit, additive)
-
-    return chunk
+        if self._counter is None:
+            self._counter = model_counter(self.spec)
+        count, limit, additive = self._counter
+        return node_chunk_rows(node, self.representation, count, limit, additive)
 
 
 class ChunkNodesFn(beam.DoFn):
     """Node rows -> chunk rows, counting tokens with the embedding model's tokenizer."""
 
-    def __init__(self, spec: EmbedderSpec, representation: Representation):
-        self._spec = spec
-        self._representation = representation
+    def __init__(self, chunker: Chunker):
+        self._chunker = chunker
         self._chunks = beam.metrics.Metrics.counter("ritrag.chunk", "chunks")
 
-    def setup(self):
-        self._chunk = node_chunker(self._spec, self._representation)
-
     def process(self, node: dict):
-        rows = self._chunk(node)
+        rows = self._chunker(node)
         self._chunks.inc(len(rows))
         yield from rows
 

@@ -29,7 +29,6 @@ import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 
-from ritrag.embedder import EmbedderSpec
 from ritrag.ids import node_id_for
 from ritrag.layout import TOMBSTONES_FILE
 from ritrag.reader import IndexReader, read_rows_by_id
@@ -37,7 +36,7 @@ from ritrag.storage import open_parquet
 from ritrag.representation import ANCHOR_DOC_ORDINAL, Representation
 from ritrag.schema import (NODES_SCHEMA, TOMBSTONES_SCHEMA, DeadLetter, Link, NodePlacement, PageSkeleton, PageSource,
                            ParsedPage, page_row)
-from ritrag.transforms.chunk import node_chunker
+from ritrag.transforms.chunk import Chunker
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 from ritrag.transforms.diff import PAGE_SKELETON_COLUMNS
 from ritrag.transforms.edges import node_targets
@@ -317,12 +316,9 @@ class RechunkReplacedFn(CountingDoFn):
     """Re-placed node rows (bodies attached) -> the rows; chunks (CHUNKS) and
     chunk tombstones (TOMBSTONE) of those whose representation changed."""
 
-    def __init__(self, spec: EmbedderSpec, representation: Representation):
+    def __init__(self, chunker: Chunker):
         super().__init__(COUNTERS)
-        self._spec, self._representation = spec, representation
-
-    def setup(self):
-        self._chunker = node_chunker(self._spec, self._representation)
+        self._chunker = chunker
 
     def process(self, row: dict):
         row, chunks, dead = rechunk_replaced(row, self._chunker)
@@ -498,9 +494,9 @@ class ReplaceRows(beam.PTransform):
     and the CHUNKS and TOMBSTONE outputs of those chunked again (marked RECHUNK:
     their live chunk refs are read back too, by node id)."""
 
-    def __init__(self, live: IndexReader, spec: EmbedderSpec, representation: Representation):
+    def __init__(self, live: IndexReader, chunker: Chunker):
         super().__init__()
-        self._live, self._spec, self._representation = live, spec, representation
+        self._live, self._chunker = live, chunker
 
     def expand(self, rows):
         rechunked = rows | "RechunkIds" >> beam.FlatMap(lambda r: [r["node_id"]] if r.get(RECHUNK) else [])
@@ -516,7 +512,7 @@ class ReplaceRows(beam.PTransform):
              "old": old | "KeyOldByNode" >> beam.Map(lambda c: (c["node_id"], c))}
             | "JoinByNode" >> beam.CoGroupByKey()
             | "AttachOldChunks" >> beam.FlatMap(attach_old_chunks)
-            | "RechunkReplaced" >> beam.ParDo(RechunkReplacedFn(self._spec, self._representation)).with_outputs(
+            | "RechunkReplaced" >> beam.ParDo(RechunkReplacedFn(self._chunker)).with_outputs(
                 UpdatePagesFn.CHUNKS, UpdatePagesFn.TOMBSTONE, COUNTS, main="nodes"))
 
 
@@ -525,13 +521,13 @@ class ChunkRows(beam.PTransform):
     those that carry `_old_chunks` (`rechunk_replaced`): the new and changed
     pages' rows of PlanPageUpdates, chunked once their metadata is final."""
 
-    def __init__(self, spec: EmbedderSpec, representation: Representation):
+    def __init__(self, chunker: Chunker):
         super().__init__()
-        self._spec, self._representation = spec, representation
+        self._chunker = chunker
 
     def expand(self, rows):
         return record_counts(
-            rows | "Rechunk" >> beam.ParDo(RechunkReplacedFn(self._spec, self._representation)).with_outputs(
+            rows | "Rechunk" >> beam.ParDo(RechunkReplacedFn(self._chunker)).with_outputs(
                 UpdatePagesFn.CHUNKS, UpdatePagesFn.TOMBSTONE, COUNTS, main="nodes"))
 
 
