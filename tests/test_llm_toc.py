@@ -216,14 +216,33 @@ def test_an_update_cuts_a_changed_pdf_as_the_build_does(induced, manual_site, tm
     snapshot = tmp_path / "snapshot"
     shutil.copytree(manual_site, snapshot)
     manual_pdf(snapshot / "manuals" / "probe.pdf", edition="Second edition. ")
-    with FakeEndpoint(model()) as endpoint:
-        update.run(["--input", str(snapshot), "--index", str(index), *toc_flags(endpoint)[4:]])
+    with FakeEndpoint(model()) as endpoint:  # the ToC settings (--induce_toc_min_pages 3) are the index's
+        update.run(["--input", str(snapshot), "--index", str(index), "--metadata_endpoint", endpoint.url,
+                    "--metadata_deadline_s", "5", "--metadata_max_attempts", "1"])
     [question] = toc_questions(endpoint)  # its text changed: asked again
     assert "Second edition." in question["messages"][-1]["content"]
     found = sections(index)
     assert set(found) == set(sections(built)) and found["Alarm codes"]["ancestor_titles"][-1] == "Alarms"
     assert "20 Second edition." in found["Unpacking the probe"]["body"]  # page 2 opens before its heading
     assert counts_of(index)["toc_induced_llm"] == 1
+    recorded = IndexLayout(str(index)).load_manifest().config
+    assert recorded["induce_toc"] == IndexLayout(str(built)).load_manifest().config["induce_toc"]
+    assert recorded["induce_toc"]["min_pages"] == 3
+
+
+@pytest.mark.parametrize("flags, refusal", [
+    ((), "for a summary and keywords per node and the headings of PDFs of at least 3 pages without an outline "
+         "(--induce_toc llm), and an update asks the same"),
+    (("--metadata_endpoint", "http://127.0.0.1:9/v1", "--induce_toc_min_pages", "8"),
+     "--induce_toc_min_pages 8 (the index has 3)"),
+    (("--metadata_endpoint", "http://127.0.0.1:9/v1", "--induce_toc", "off"), "--induce_toc 'off' (the index has 'llm')"),
+])
+def test_an_update_that_would_cut_pdfs_unlike_the_build_is_refused(induced, manual_site, flags, refusal):
+    index, _ = induced
+    live = IndexLayout(str(index)).load_manifest().version
+    with pytest.raises(JobOptionsError, match=re.escape(refusal)):
+        update.run(["--input", str(manual_site), "--index", str(index), *flags])
+    assert IndexLayout(str(index)).load_manifest().version == live
 
 
 @pytest.mark.parametrize("action, reason", [(("ok", "Here is the table of contents: 1. Start"), "malformed"),

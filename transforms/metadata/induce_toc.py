@@ -38,12 +38,13 @@ from typing import Any, Iterable
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from ritrag.index_config import ModelSteps
 from ritrag.schema import TOC_INDUCED_COUNTER_PREFIX, ParsedPage
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 from ritrag.transforms.metadata.cache import (MISSES, ReadMetadataCache, SplitByCacheFn, WriteMetadataCache,
                                               answer_record)
-from ritrag.transforms.metadata.enrich import (CHARS_PER_TOKEN, AdmitWithinBudget, MetadataOptions, MetadataPlan,
-                                               within)
+from ritrag.transforms.metadata.base import PROMPT_VERSION
+from ritrag.transforms.metadata.enrich import CHARS_PER_TOKEN, AdmitWithinBudget, MetadataPlan, within
 from ritrag.transforms.metadata.openai_compatible import AskingDoFn, EndpointConfig
 from ritrag.transforms.metadata.toc import (ANSWER_TOKENS, MAX_WINDOWS, TOC_PROMPT_VERSION, TOC_SYSTEM_PROMPT,
                                             ProposedHeading, Window, enough_headings, parse_toc_answer,
@@ -72,26 +73,27 @@ class TocPlan:
     min_pages: int
 
     @classmethod
-    def from_options(cls, options: PipelineOptions, index_dir: str) -> "TocPlan | None":
-        """The plan a job's flags ask for; None without --induce_toc."""
-        opts = options.view_as(MetadataOptions)
-        if opts.induce_toc is None:
+    def from_options(cls, options: PipelineOptions, index_dir: str, steps: ModelSteps) -> "TocPlan | None":
+        """The plan of the ToCs `steps` (the index's config) ask for, with the
+        endpoint a job's flags give; None when they ask none."""
+        if not steps.induce_toc:
             return None
-        asking = MetadataPlan.from_options(options, index_dir)
+        asking = MetadataPlan.from_options(options, index_dir, steps)
         if asking is None:
             raise ValueError("--induce_toc llm needs --metadata_endpoint and --metadata_model")
-        if opts.induce_toc_min_pages < 1:
-            raise ValueError(f"--induce_toc_min_pages must be at least 1, not {opts.induce_toc_min_pages}")
-        return cls(asking, opts.induce_toc_min_pages)
+        if steps.induce_toc_min_pages < 1:
+            raise ValueError(f"--induce_toc_min_pages must be at least 1, not {steps.induce_toc_min_pages}")
+        return cls(asking, steps.induce_toc_min_pages)
 
     @property
     def endpoint(self) -> EndpointConfig:
         return dataclasses.replace(self.asking.endpoint, max_answer_tokens=ANSWER_TOKENS)
 
-    def manifest(self) -> dict[str, Any]:
-        """What the manifest's config records of the ToCs a job asked for."""
-        return {"model": self.asking.endpoint.model, "prompt_version": TOC_PROMPT_VERSION,
-                "min_pages": self.min_pages}
+
+def asked_steps(steps: ModelSteps) -> ModelSteps:
+    """`steps` as this ritrag asks them, with its prompts' versions: what a job's manifest records."""
+    return dataclasses.replace(steps, metadata_prompt=PROMPT_VERSION if steps.describes_nodes else None,
+                               toc_prompt=TOC_PROMPT_VERSION if steps.induces_toc else None)
 
 
 @dataclasses.dataclass(frozen=True)
