@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Iterable
+from typing import Iterable
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -37,7 +37,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from ritrag.index_config import ModelSteps
 from ritrag.representation import PATH_SEPARATOR
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
-from ritrag.transforms.metadata.base import (MAX_BODY_CHARS, PROMPT_VERSION, SYSTEM_PROMPT, USER_PROMPT,
+from ritrag.transforms.metadata.base import (MAX_BODY_CHARS, SYSTEM_PROMPT, USER_PROMPT,
                                              MetadataRequest, NodeMetadata, metadata_key)
 from ritrag.transforms.metadata.cache import (MISSES, ReadMetadataCache, SplitByCacheFn, WriteMetadataCache,
                                               cache_record, default_cache_dir)
