@@ -72,7 +72,8 @@ def test_the_manifest_record_round_trips():
     (ModelSteps("qwen", metadata_prompt="node-v9"), {"metadata"}),
     (ModelSteps("qwen", metadata_nodes=False, induce_toc=True, induce_toc_min_pages=3, toc_prompt="toc-v9"),
      {"induce_toc"}),
-    (ModelSteps("qwen", induce_toc=True, metadata_prompt="node-v9", toc_prompt="toc-v9"), {"metadata", "induce_toc"}),
+    (ModelSteps("qwen", induce_toc=True, induce_toc_min_pages=3, metadata_prompt="node-v9", toc_prompt="toc-v9"),
+     {"metadata", "induce_toc"}),
 ])
 def test_what_the_model_is_asked_is_recorded_only_when_asked_and_round_trips(steps, entries):
     config = IndexConfig(embedder=EmbedderSpec("hashing:384"), dense_factory="IDMap2,Flat", dense_nprobe=1,
