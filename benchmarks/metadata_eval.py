@@ -3,7 +3,11 @@ endpoint this machine can reach: a local, deterministic STAND-IN that speaks
 the OpenAI chat-completions protocol and is NOT a language model.
 
     HF_HUB_OFFLINE=1 python -m benchmarks.metadata_eval --work DIR \
-        [--input sample/pages] [--questions sample/questions.jsonl] [--label NAME]
+        [--input sample/pages] [--questions sample/questions.jsonl] [--label NAME] \
+        [--endpoint URL --model NAME]
+
+(`--endpoint`: a real OpenAI-compatible endpoint asked instead of the stand-in,
+for the same figures with a model.)
 
 Three builds of the same input (`--site_depth 1`, the default embedding model):
 
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import re
@@ -80,22 +85,15 @@ def extractive_answer(user_message: str) -> dict:
 
 
 class StandInEndpoint:
-    """A threaded chat-completions server on 127.0.0.1 answering as the stand-in;
-    `requests` counts what it was asked."""
+    """A threaded chat-completions server on 127.0.0.1 answering as the stand-in."""
 
     def __init__(self):
-        self.requests = 0
-        self._lock = threading.Lock()
-        endpoint = self
-
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):  # quiet
                 pass
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                with endpoint._lock:
-                    endpoint.requests += 1
                 messages = body["messages"]
                 if messages[0]["content"] == TOC_SYSTEM_PROMPT:
                     content = json.dumps({"headings": []})
@@ -155,7 +153,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--input", default="sample/pages")
     parser.add_argument("--questions", default="sample/questions.jsonl")
     parser.add_argument("--label", default="the bundled sample (296 pages)")
+    parser.add_argument("--endpoint", help="an OpenAI-compatible endpoint to ask instead of the stand-in")
+    parser.add_argument("--model", help="the model --endpoint serves")
     args = parser.parse_args(argv)
+    if (args.endpoint is None) != (args.model is None):
+        parser.error("--endpoint and --model go together")
     plain, meta, toc_only, cache = (os.path.join(args.work, name)
                                     for name in ("plain", "meta", "toc_only", "metadata_cache"))
     for path in (plain, meta, toc_only, cache):
@@ -163,18 +165,21 @@ def main(argv: list[str] | None = None) -> None:
     load_before = os.getloadavg()
     common = ["--input", args.input, "--site_depth", "1"]
     seconds = {"plain": timed_build([*common, "--out", plain])}
-    with StandInEndpoint() as endpoint:
-        asking = ["--metadata_endpoint", endpoint.url, "--metadata_model", STAND_IN_MODEL, "--metadata_cache", cache]
+    with contextlib.ExitStack() as stack:
+        url, model = args.endpoint, args.model
+        if url is None:
+            url, model = stack.enter_context(StandInEndpoint()).url, STAND_IN_MODEL
+        asking = ["--metadata_endpoint", url, "--metadata_model", model, "--metadata_cache", cache]
         seconds["meta"] = timed_build([*common, "--out", meta, *asking])
-        asked = endpoint.requests
         seconds["toc_only"] = timed_build([*common, "--out", toc_only, *asking, "--metadata_retrieval", "off"])
-        repeated = endpoint.requests - asked
     evals = {name: evaluate(plain, index, args.questions, os.path.join(args.work, f"eval-{name}"))
              for name, index in (("meta", meta), ("toc_only", toc_only))}
     load_after = os.getloadavg()
 
     counts = {name: IndexLayout(index).load_manifest().stats["pages"] for name, index in
-              (("meta", meta), ("toc_only", toc_only))}
+              (("plain", plain), ("meta", meta), ("toc_only", toc_only))}
+    dtypes = sorted({name.removeprefix("chunks_embedded_") for stats in counts.values() for name in stats
+                     if name.startswith("chunks_embedded_")})
     spent = counts["meta"]
     described = spent["metadata_nodes"]
     rows = []
@@ -187,26 +192,32 @@ def main(argv: list[str] | None = None) -> None:
             values = [side_by_side[1]["base"], *(values["other"] for values in side_by_side)]
             rows.append(f"| {system} | {metric} | " + " | ".join(cell(v, metric) for v in values) + " |")
     commands = "; ".join(f"`ritrag {shlex.join(evals[name][0])}` ({evals[name][2]:.0f} s)" for name in evals)
-    body = f"""## Model metadata end to end, with a stand-in endpoint that is NOT an LLM (benchmarks/metadata_eval.py): {args.label}
-
-Machine: {cpu_description()}; embedding with the bundled default model (`HF_HUB_OFFLINE=1`), float32
-unless the CPU has AMX. Load average before / after: {load_before[0]:.1f} / {load_after[0]:.1f} (1 min).
-Command: `python -m benchmarks.metadata_eval {shlex.join(argv or sys.argv[1:])}`; then {commands}.
-
-**The endpoint is a stand-in, not a model**: `{STAND_IN_MODEL}` answers every node's question
+    if args.endpoint is None:
+        title = "with a stand-in endpoint that is NOT an LLM"
+        endpoint = f"""**The endpoint is a stand-in, not a model**: `{STAND_IN_MODEL}` answers every node's question
 (prompt `{PROMPT_VERSION}`) with the node's first sentences (<= {STAND_IN_SUMMARY_WORDS} words) and its most
 frequent content words, its title's first, and reports `usage` counted in {TOKENIZER}. These figures measure
 the stage's plumbing and the prompt's cost, and what such extractive text does in the summary and keywords
-fields; they are no measure of a model's summaries.
+fields; they are no measure of a model's summaries."""
+    else:
+        title = f"with `{model}`"
+        endpoint = f"Endpoint: `{model}` at {url} (prompt `{PROMPT_VERSION}`); tokens as it reports them."
+    body = f"""## Model metadata end to end, {title} (benchmarks/metadata_eval.py): {args.label}
+
+Machine: {cpu_description()}; embedding with the bundled default model (`HF_HUB_OFFLINE=1`) in
+{', '.join(dtypes)} (the manifests' chunks_embedded_<dtype>). Load average before / after: {load_before[0]:.1f} / {load_after[0]:.1f} (1 min).
+Command: `python -m benchmarks.metadata_eval {shlex.join(argv or sys.argv[1:])}`; then {commands}.
+
+{endpoint}
 
 Builds (`--site_depth 1`, page granularity): plain {seconds['plain']:.0f} s; meta {seconds['meta']:.0f} s
-({asked} requests to the stand-in); toc_only {seconds['toc_only']:.0f} s from meta's cache ({repeated} requests).
+({spent['metadata_requests']:,} requests); toc_only {seconds['toc_only']:.0f} s from meta's cache.
 
 Accounting of `meta` (its manifest's stats.pages): {described:,} nodes that hold text, {spent['metadata_enriched']:,}
 enriched, {spent['metadata_failed']:,} failed, {spent['metadata_not_asked']:,} not asked;
 {spent['metadata_requests']:,} requests; tokens in {spent['metadata_tokens_in']:,}, out {spent['metadata_tokens_out']:,}:
 **per 1,000 nodes {1000 * spent['metadata_tokens_in'] / max(described, 1):,.0f} in, {1000 * spent['metadata_tokens_out'] / max(described, 1):,.0f} out**
-(the out side is the stand-in's short answers; a model's is bounded by `--metadata_max_answer_tokens`, 256).
+(a model's answers are bounded by `--metadata_max_answer_tokens`, 256 tokens each).
 toc_only: {counts['toc_only'].get('metadata_cache_hits', 0):,} cache hits, {counts['toc_only'].get('metadata_requests', 0):,} requests.
 
 Overall, {evals['meta'][1]['overall']['scored']} questions
