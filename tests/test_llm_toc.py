@@ -2,8 +2,10 @@
 induce_toc.py; docs/METADATA.md) against the local scripted chat-completions
 server: a PDF without an outline, in plain type (so its parse cuts it by pages),
 gets the model's headings as nested sections; a heading not on its page is
-dropped; a malformed or failing answer keeps the parse's sections, counted; the
-cache spares a rebuild every request; without the flag nothing is asked."""
+dropped; a malformed or failing answer keeps the parse's sections, counted; each
+window is asked after the last headings proposed before it; the cache spares a
+rebuild every request; an update cuts as the build did, with the index's
+settings, and refuses others; without the flag nothing is asked."""
 from __future__ import annotations
 
 import json

@@ -2,7 +2,8 @@
 server speaking the OpenAI chat-completions protocol, scripted per test and
 logging every request: normal, malformed, 429 with Retry-After, 500s, a hang
 past the deadline, an answer of 1 MB; builds whose every node ends enriched or
-counted, an update that asks only for changed nodes, and the token budget."""
+counted, an update that asks only for changed nodes (the index's model, without
+naming it) and refuses to describe them unlike the build, and the token budget."""
 from __future__ import annotations
 
 import json
