@@ -663,15 +663,19 @@ def verdicts(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 # ---- two indexes on the same questions ------------------------------------------------------------------------
 
-# What `compare_runs` sets side by side, per system: higher is better for each.
-COMPARED_METRICS = ("hit@1", "hit@10", "mrr", "ndcg@10", "evidence_recall", "found")
+# What `compare_runs` sets side by side, per system: higher is better for each
+# but the ToC's tokens (the sub-forest's and the whole tree's: what an agent is
+# shown, which model metadata makes longer).
+COMPARED_METRICS = ("hit@1", "hit@10", "mrr", "ndcg@10", "evidence_recall", "found", "toc_tokens_json",
+                    "toc_tokens_outline")
 
 
 def compare_runs(base: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
     """Two reports of the same questions (e.g. an index and the same input
-    embedded by an adapted model, `ritrag adapt`), set side by side: per
-    system, each of COMPARED_METRICS in both and the change (other - base),
-    overall and per tag. BM25 and the whole-tree baseline do not depend on the
+    embedded by an adapted model, `ritrag adapt`, or described by a model:
+    docs/METADATA.md), set side by side: per system, each of
+    COMPARED_METRICS in both and the change (other - base), overall and per
+    tag. BM25 and the whole-tree baseline do not depend on the embedding
     model; the dense ranking, the fused ones and the sub-forest do."""
     def side_by_side(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {"scored": [ours.get("scored"), theirs.get("scored")]}

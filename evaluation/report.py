@@ -116,13 +116,20 @@ def render_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _change(value: float | None) -> str:
+    """A signed change, in the digits `_fmt` gives its values."""
+    if value is None:
+        return ""
+    return f"{value:+,.0f}" if abs(value) >= 100 else f"{value:+.3f}"
+
+
 def render_comparison(comparison: dict[str, Any]) -> str:
     """`compare_runs`' table: per system and metric, base -> other (change)."""
     base, other = comparison["base"], comparison["other"]
     lines = [f"base {base['index']} {base['version']} ({base['embedder']}) vs other {other['index']} "
              f"{other['version']} ({other['embedder']})", ""]
     rows = [[name, metric, _fmt(v["base"]), _fmt(v["other"]),
-             "" if v["change"] is None else f"{v['change']:+.3f}"]
+             _change(v["change"])]
             for name, metrics in comparison["overall"].items() if name != "scored"
             for metric, v in metrics.items()]
     return "\n".join(lines + _table(["system", "metric", "base", "other", "change"], rows))

@@ -19,6 +19,7 @@ Without --runner, the job runs on Beam's in-process FnApiRunner.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -42,7 +43,8 @@ from ritrag.transforms.edges import EDGE_COUNTERS, AnchorDocuments, ResolveEdges
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainDenseIndex, WriteDenseIndex
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
 from ritrag.transforms.metadata.enrich import METADATA_COUNTERS, EnrichNodeMetadata, MetadataOptions, MetadataPlan
-from ritrag.transforms.metadata.induce_toc import PAGES, SPENT, TOC_COUNTERS, InduceTocFromModel, TocPlan
+from ritrag.transforms.metadata.induce_toc import (PAGES, SPENT, TOC_COUNTERS, InduceTocFromModel, TocPlan,
+                                                   asked_steps)
 from ritrag.transforms.nodes import LINKS_OUTPUT, PAGES_OUTPUT, BuildForestNodes
 from ritrag.transforms.pages import (DEAD, LINKS_CAPPED_COUNTER, PAGE_COUNTERS, InputOptions, PageParser,
                                      ParsePages, ReadInput, WriteDeadLetters, count_input_files,
@@ -140,8 +142,7 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
 
 
 def publish_build(layout: IndexLayout, segment_id: str, options: PipelineOptions, config: IndexConfig,
-                  counts: dict[str, int], elapsed_s: float, metadata: MetadataPlan | None = None,
-                  toc: TocPlan | None = None) -> str:
+                  counts: dict[str, int], elapsed_s: float) -> str:
     """Checksum the finished segment, write its manifest (which records `config`), flip CURRENT."""
     segment_dir = layout.segment_dir(segment_id)
     with open_read(os.path.join(segment_dir, BM25_STATS_FILE)) as fh:
@@ -153,9 +154,7 @@ def publish_build(layout: IndexLayout, segment_id: str, options: PipelineOptions
         layout,
         segments=[segment],
         stats={"bm25": bm25, "pages": counts, "build_seconds": round(elapsed_s, 1)},
-        config={**config.to_manifest(dense, read_site_bases(segment_dir)),
-                **({"metadata": metadata.manifest()} if metadata else {}),
-                **({"induce_toc": toc.manifest()} if toc else {})},
+        config=config.to_manifest(dense, read_site_bases(segment_dir)),
     )
     return publish_and_prune(layout, manifest, options)
 
@@ -178,9 +177,11 @@ def run(argv: list[str] | None = None) -> str:
     options = job_options(argv, FLAGS)
     opts = required(options, BuildJobOptions, "input", "out")
     config = index_config_of(options)
+    # What the model is asked is recorded with the prompts' versions it is asked with.
+    config = dataclasses.replace(config, model_steps=asked_steps(config.model_steps))
     try:
-        metadata = MetadataPlan.for_nodes(options, opts.out)
-        toc = TocPlan.from_options(options, opts.out)
+        metadata = MetadataPlan.for_nodes(options, opts.out, config.model_steps)
+        toc = TocPlan.from_options(options, opts.out, config.model_steps)
     except ValueError as exc:  # flags that ask for no possible plan: a usage error
         raise JobOptionsError(str(exc)) from None
     with prepare_job(options, opts.out, "build") as (layout, segment_id, segment_dir):
@@ -196,7 +197,7 @@ def run(argv: list[str] | None = None) -> str:
         elapsed = time.time() - started
         check_page_accounting(counts, ("pages_indexed", "pages_dead_lettered", "pages_merged_duplicates"))
         refuse_empty(counts, segment_dir)
-        published = publish_build(layout, segment_id, options, config, counts, elapsed, metadata, toc)
+        published = publish_build(layout, segment_id, options, config, counts, elapsed)
         rate = counts["pages_read"] / elapsed if elapsed else 0.0
         LOG.info("published %s in %.1f s (%.1f pages/s): %s", published, elapsed, rate,
                  ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))

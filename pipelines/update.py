@@ -16,11 +16,12 @@
 3. Page by page (`plan_page_update`): new and changed pages get new node rows and
    chunks; unchanged pages whose placement changed get re-placed rows (bodies read
    back from the live segment); nodes and chunks that no longer exist become
-   tombstones. Chunks whose id survives are not touched. With --induce_toc llm, the
-   new and changed long PDFs without an outline are first cut at the model's
-   verified headings, as the build cuts them (docs/METADATA.md). With --metadata_endpoint,
-   the new and changed pages' nodes are described by the model first (cache
-   first: docs/METADATA.md), then chunked.
+   tombstones. Chunks whose id survives are not touched. When the index was built
+   with --induce_toc llm, the new and changed long PDFs without an outline are first
+   cut at the model's verified headings, as the build cuts them (docs/METADATA.md);
+   when with model metadata, the new and changed pages' nodes are described by the
+   model first (cache first: docs/METADATA.md), then chunked. Both ask the endpoint
+   --metadata_endpoint names.
 4. New chunks reuse the stored vector of any live chunk with the same text (the
    model never runs on text it has embedded); the rest are embedded and added to
    a copy of the live trained dense index.
@@ -36,9 +37,11 @@
    delta, then CURRENT.
 
 What shaped the index (its IndexConfig: base URL, site depth, granularity,
-model, shards, representation, dense index) is the live manifest's: an update
-cannot change it, and a command line whose flags ask for another config is
-refused before anything runs: rebuild instead.
+model, shards, representation, dense index, what a chat model is asked) is the
+live manifest's: an update cannot change it, and a command line whose flags
+ask for another config is refused before anything runs: rebuild instead. An
+index built with a chat model needs --metadata_endpoint (where that model is
+served) on every update, and one built without cannot be given one.
 """
 from __future__ import annotations
 
@@ -55,7 +58,7 @@ from ritrag.pipelines.launcher import (BuildOptions, IndexOptions, PublishOption
                                        job_options, prepare_job, publish_and_prune, required, run_pipeline)
 from ritrag.pipelines.options import JobFlags, JobOptionsError, given_flags, merge_flags
 from ritrag.embedder import check_backend_available, check_model_files
-from ritrag.index_config import IndexConfig
+from ritrag.index_config import MODEL_STEP_ENTRIES, IndexConfig, ModelSteps
 from ritrag.layout import BM25_STATS_FILE, IndexLayout, TOMBSTONES_FILE, new_manifest
 from ritrag.schema import EDGES_KIND
 from ritrag.reader import IndexReader
@@ -71,7 +74,8 @@ from ritrag.transforms.edges import EDGE_COUNTERS
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
 from ritrag.transforms.nodes import SITES_PLACED_COUNTER
 from ritrag.transforms.metadata.enrich import METADATA_COUNTERS, EnrichNodeMetadata, MetadataOptions, MetadataPlan
-from ritrag.transforms.metadata.induce_toc import PAGES, SPENT, TOC_COUNTERS, InduceTocFromModel, TocPlan
+from ritrag.transforms.metadata.induce_toc import (PAGES, SPENT, TOC_COUNTERS, InduceTocFromModel, TocPlan,
+                                                   asked_steps)
 from ritrag.transforms.link_delta import CHANGED_NODES, TOMBSTONE, UpdateAnchorDocs, UpdateEdges
 from ritrag.transforms.pages import (DEAD, PAGE_COUNTERS, InputOptions, PageParser, WriteDeadLetters, count_input_files,
                               input_root_and_pattern)
@@ -108,6 +112,26 @@ def refuse_reshaping(live: IndexConfig, given: dict[str, object]) -> None:
     if changes:
         raise JobOptionsError(f"an update cannot change what the index was built with: {'; '.join(changes)}; "
                               f"rebuild the index (ritrag build) to change it")
+
+
+def refuse_a_silent_model_mismatch(steps: ModelSteps, endpoint: str | None) -> None:
+    """An update asks the index's model what its build asked (`steps`, the
+    live config's) of the new and changed pages, so that every node is made
+    one way; without the endpoint it would leave them described differently
+    from the rest, and an endpoint for an index built without a model would
+    describe only them: both are refused before anything runs."""
+    if steps.model is None and endpoint is not None:
+        raise JobOptionsError("--metadata_endpoint: the index was built without a model (no model metadata, no "
+                              "--induce_toc llm), and an update cannot add one to some pages: rebuild the index "
+                              "(ritrag build) with --metadata_endpoint and --metadata_model")
+    if steps.model is not None and endpoint is None:
+        asked = [what for what, on in (
+            ("a summary and keywords per node", steps.describes_nodes),
+            (f"the headings of PDFs of at least {steps.induce_toc_min_pages} pages without an outline "
+             f"(--induce_toc llm)", steps.induces_toc)) if on]
+        raise JobOptionsError(f"the index was built asking the model {steps.model!r} for {' and '.join(asked)}, "
+                              f"and an update asks the same of its new and changed pages: give --metadata_endpoint, "
+                              f"the URL of an endpoint serving {steps.model!r}")
 
 
 def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReader, segment_dir: str,
@@ -198,7 +222,10 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
 
 
 def publish_update(layout: IndexLayout, live: IndexReader, segment_id: str, counts: dict[str, int],
-                   tombstones: dict[str, int], elapsed_s: float, options: PipelineOptions) -> str:
+                   tombstones: dict[str, int], elapsed_s: float, options: PipelineOptions, steps: ModelSteps) -> str:
+    """Checksum the delta segment, write the manifest of the live segments and
+    it (its config the live one's, what the model was asked recorded as this
+    update asked it: `steps`), flip CURRENT."""
     segment_dir = layout.segment_dir(segment_id)
     with open_read(os.path.join(segment_dir, BM25_STATS_FILE)) as fh:
         delta = json.load(fh)
@@ -211,7 +238,9 @@ def publish_update(layout: IndexLayout, live: IndexReader, segment_id: str, coun
     manifest = new_manifest(
         layout, segments=[*live.manifest.segments, segment],
         stats={"bm25": bm25, "pages": counts, "update_seconds": round(elapsed_s, 1)},
-        config=live.manifest.config, tombstones=totals)
+        config={**{k: v for k, v in live.manifest.config.items() if k not in MODEL_STEP_ENTRIES},
+                **steps.to_manifest()},
+        tombstones=totals)
     return publish_and_prune(layout, manifest, options)
 
 
@@ -221,9 +250,11 @@ def run(argv: list[str] | None = None) -> str:
     opts = required(options, UpdateOptions, "input", "index")
     live_config = IndexConfig.from_manifest(IndexLayout(opts.index).load_manifest().config)
     refuse_reshaping(live_config, given_flags(sys.argv[1:] if argv is None else argv, FLAGS))
+    steps = asked_steps(live_config.model_steps)  # the index's, with this ritrag's prompts
+    refuse_a_silent_model_mismatch(steps, options.view_as(MetadataOptions).metadata_endpoint)
     try:
-        metadata = MetadataPlan.for_nodes(options, opts.index)
-        toc = TocPlan.from_options(options, opts.index)
+        metadata = MetadataPlan.for_nodes(options, opts.index, steps)
+        toc = TocPlan.from_options(options, opts.index, steps)
     except ValueError as exc:  # flags that ask for no possible plan: a usage error
         raise JobOptionsError(str(exc)) from None
     with prepare_job(options, opts.index, "update") as (layout, segment_id, segment_dir):
@@ -239,7 +270,7 @@ def run(argv: list[str] | None = None) -> str:
         check_page_accounting(counts, ("pages_unchanged", "pages_indexed", "pages_dead_lettered",
                                        "pages_merged_duplicates"))
         dead = tombstone_counts(os.path.join(segment_dir, TOMBSTONES_FILE))
-        published = publish_update(layout, live, segment_id, counts, dead, time.time() - started, options)
+        published = publish_update(layout, live, segment_id, counts, dead, time.time() - started, options, steps)
         LOG.info("published %s in %.1f s: %s", published, time.time() - started,
                  ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
         return published

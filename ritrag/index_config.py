@@ -23,6 +23,58 @@ ON_OFF = ("on", "off")
 
 
 @dataclasses.dataclass(frozen=True)
+class ModelSteps:
+    """What a chat model is asked of an index's pages (docs/METADATA.md): a
+    summary and keywords per node that holds text, and the headings of long
+    PDFs without an outline (`--induce_toc llm`). A build records it; an
+    update asks the same of its new and changed pages (its flags may repeat
+    these values, not change them). Where the model is served (the endpoint,
+    its key, budget and patience) is a job's flags, not the index's."""
+
+    model: str | None = None  # None: no model is asked
+    metadata_nodes: bool = True
+    induce_toc: bool = False
+    induce_toc_min_pages: int = 8
+    # The prompts' versions the answers were asked with: set by the job that
+    # asks (transforms/metadata/ defines them), read back from a manifest.
+    metadata_prompt: str | None = None
+    toc_prompt: str | None = None
+
+    @property
+    def describes_nodes(self) -> bool:
+        return self.model is not None and self.metadata_nodes
+
+    @property
+    def induces_toc(self) -> bool:
+        return self.model is not None and self.induce_toc
+
+    def to_manifest(self) -> dict[str, Any]:
+        """The manifest config's entries of the steps asked: "metadata" and
+        "induce_toc", each only when its step runs."""
+        out: dict[str, Any] = {}
+        if self.describes_nodes:
+            out["metadata"] = {"model": self.model, "prompt_version": self.metadata_prompt}
+        if self.induces_toc:
+            out["induce_toc"] = {"model": self.model, "prompt_version": self.toc_prompt,
+                                 "min_pages": self.induce_toc_min_pages}
+        return out
+
+    @classmethod
+    def from_manifest(cls, config: Mapping[str, Any]) -> "ModelSteps":
+        """The steps a manifest's config records (none: an index built without a model)."""
+        metadata, toc = config.get("metadata"), config.get("induce_toc")
+        if not metadata and not toc:
+            return cls()
+        return cls(model=(metadata or toc)["model"], metadata_nodes=bool(metadata), induce_toc=bool(toc),
+                   induce_toc_min_pages=toc["min_pages"] if toc else cls.induce_toc_min_pages,
+                   metadata_prompt=metadata["prompt_version"] if metadata else None,
+                   toc_prompt=toc["prompt_version"] if toc else None)
+
+
+MODEL_STEP_ENTRIES = tuple(ModelSteps(model="-", induce_toc=True).to_manifest())  # the config entries it writes
+
+
+@dataclasses.dataclass(frozen=True)
 class IndexConfig:
     """What an index is made of: a build's choices, which an update keeps."""
 
@@ -37,6 +89,7 @@ class IndexConfig:
     dense_factory: str | None = None
     dense_nprobe: int | None = None
     dense_rerank: int | None = None
+    model_steps: ModelSteps = ModelSteps()
 
     def __post_init__(self):
         if self.granularity not in GRANULARITIES:
@@ -67,6 +120,7 @@ class IndexConfig:
             "base_url_given": self.base_url is not None,
             "site_bases": dict(site_bases),
             "site_depth": self.site_depth,
+            **self.model_steps.to_manifest(),
         }
 
     @classmethod
@@ -84,7 +138,7 @@ class IndexConfig:
                    embedder=EmbedderSpec.from_dict(config.get("embedder", {})),
                    representation=Representation.from_config(config),
                    dense_factory=dense.get("factory"), dense_nprobe=dense.get("nprobe"),
-                   dense_rerank=dense.get("rerank"))
+                   dense_rerank=dense.get("rerank"), model_steps=ModelSteps.from_manifest(config))
 
     def with_flags(self, flags: Mapping[str, Any]) -> "IndexConfig":
         """This config with the values of `flags` (flag name -> parsed value) that
@@ -195,6 +249,21 @@ INDEX_FLAGS: tuple[ConfigFlag, ...] = (
                f"index the anchor texts other pages link a node with as its anchor document, a third BM25 field, "
                f"never embedded (default {_on_off(Representation.anchor_docs)})",
                choices=ON_OFF, to_config=lambda value: value == ON_OFF[0], to_flag=_on_off, default_in_help=True),
+    # What a chat model is asked (ModelSteps; docs/METADATA.md). The endpoint
+    # that serves it is a job's flag (transforms/metadata/enrich.py).
+    ConfigFlag("metadata_model", ("model_steps", "model"),
+               "the model the metadata endpoint serves (part of every cache key); an update asks the index's"),
+    ConfigFlag("metadata_nodes", ("model_steps", "metadata_nodes"),
+               "off: no summary and keywords per node; the endpoint serves --induce_toc llm only",
+               choices=ON_OFF, to_config=lambda value: value == ON_OFF[0], to_flag=_on_off),
+    ConfigFlag("induce_toc", ("model_steps", "induce_toc"),
+               "llm: a PDF without a usable outline (its ToC induced from its layout or one section per page) of "
+               "at least --induce_toc_min_pages pages is cut at the headings the model reads in its pages, each "
+               "verified against the page it names (docs/METADATA.md); needs --metadata_endpoint and "
+               "--metadata_model", choices=("llm", "off"), to_config=lambda value: value == "llm",
+               to_flag=lambda on: "llm" if on else "off"),
+    ConfigFlag("induce_toc_min_pages", ("model_steps", "induce_toc_min_pages"),
+               "the fewest pages of a PDF whose ToC --induce_toc llm asks the model for", type=int),
     ConfigFlag("metadata_retrieval", ("representation", "metadata_retrieval"),
                f"put model metadata (--metadata_endpoint) into node documents, BM25 and dense; off: show it in the "
                f"ToC only (default {_on_off(Representation.metadata_retrieval)})",

@@ -14,7 +14,7 @@ import pytest
 
 from ritrag import cli
 from ritrag.evaluation import eval as ev
-from ritrag.evaluation.report import render_html, render_text, write_report
+from ritrag.evaluation.report import render_comparison, render_html, render_text, write_report
 from support import BASE, SAMPLE, build_index
 from serving_fixtures import loaded_index
 
@@ -68,6 +68,24 @@ def test_compare_directions_and_ties():
 
 
 # ---- question files ---------------------------------------------------------------------------------------------
+
+def test_two_runs_side_by_side_set_the_tocs_tokens_beside_the_ranking():
+    """`--compare` of an index without and with model metadata (docs/METADATA.md):
+    ranking, evidence recall and the ToC's tokens per system, and the change."""
+    def report(index: str, mrr: float, tokens: float) -> dict:
+        systems = {"scored": 2, "subforest": {"mrr": mrr, "evidence_recall": 1.0, "toc_tokens_json": tokens,
+                                              "toc_tokens_outline": tokens / 2},
+                   "bm25": {"mrr": mrr, "evidence_recall": 0.5}}
+        return {"index": index, "version": "v000001", "embedder": "hashing:384", "overall": systems,
+                "by_tag": {}}
+    compared = ev.compare_runs(report("plain", 0.5, 1000.0), report("meta", 0.75, 3000.0))
+    subforest = compared["overall"]["subforest"]
+    assert subforest["toc_tokens_json"] == {"base": 1000.0, "other": 3000.0, "change": 2000.0}
+    assert subforest["toc_tokens_outline"]["change"] == 1000.0 and subforest["mrr"]["change"] == 0.25
+    assert "toc_tokens_json" not in compared["overall"]["bm25"] and compared["overall"]["scored"] == [2, 2]
+    table = render_comparison(compared)
+    assert re.search(r"subforest\s+toc_tokens_json\s+1,000\s+3,000\s+\+2,000", table), table
+
 
 def test_questions_parse_with_defaults():
     qs = ev.parse_questions(['{"question": "q?", "gold": ["a.html"]}', "",

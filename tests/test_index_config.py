@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from ritrag.embedder import EmbedderSpec
-from ritrag.index_config import DEFAULT_BASE_URL, INDEX_FLAGS, IndexConfig
+from ritrag.index_config import DEFAULT_BASE_URL, INDEX_FLAGS, IndexConfig, ModelSteps
 from ritrag.pipelines.launcher import BuildOptions, index_config_of
 from ritrag.pipelines.options import parse_job_options
 from ritrag.representation import LEGACY, Representation
@@ -18,7 +18,8 @@ OTHER_VALUES = {"base_url": "https://docs.example/", "site_depth": 2, "granulari
                 "embedding_model": "hashing:64", "query_prefix": "query: ", "document_prefix": "passage: ",
                 "dense_factory": "IVF1,SQ8", "dense_nprobe": 7, "dense_rerank": 4,
                 "chunk_template": "{title}\\n{body}", "path_levels": 2, "node_docs": "off", "anchor_docs": "off",
-                "metadata_retrieval": "off"}
+                "metadata_retrieval": "off", "metadata_model": "qwen", "metadata_nodes": "off", "induce_toc": "llm",
+                "induce_toc_min_pages": 3}
 
 
 def build_flags(*argv: str) -> argparse.Namespace:
@@ -46,7 +47,9 @@ def test_every_flag_sets_its_value():
                                  representation=Representation(template="{title}\n{body}", path_levels=2,
                                                                 node_docs=False, anchor_docs=False,
                                                                 metadata_retrieval=False),
-                                 dense_factory="IVF1,SQ8", dense_nprobe=7, dense_rerank=4)
+                                 dense_factory="IVF1,SQ8", dense_nprobe=7, dense_rerank=4,
+                                 model_steps=ModelSteps("qwen", metadata_nodes=False, induce_toc=True,
+                                                        induce_toc_min_pages=3))
 
 
 def test_the_manifest_record_round_trips():
@@ -62,6 +65,24 @@ def test_the_manifest_record_round_trips():
     inferred = IndexConfig().to_manifest(DENSE_INFO, {"site": {"base": "https://x/"}})
     assert (inferred["base_url"], inferred["base_url_given"]) == (DEFAULT_BASE_URL, False)
     assert IndexConfig.from_manifest(inferred).base_url is None
+
+
+@pytest.mark.parametrize("steps, entries", [
+    (ModelSteps(), set()),
+    (ModelSteps("qwen", metadata_prompt="node-v9"), {"metadata"}),
+    (ModelSteps("qwen", metadata_nodes=False, induce_toc=True, induce_toc_min_pages=3, toc_prompt="toc-v9"),
+     {"induce_toc"}),
+    (ModelSteps("qwen", induce_toc=True, induce_toc_min_pages=3, metadata_prompt="node-v9", toc_prompt="toc-v9"),
+     {"metadata", "induce_toc"}),
+])
+def test_what_the_model_is_asked_is_recorded_only_when_asked_and_round_trips(steps, entries):
+    config = IndexConfig(embedder=EmbedderSpec("hashing:384"), dense_factory="IDMap2,Flat", dense_nprobe=1,
+                         dense_rerank=1, model_steps=steps)
+    recorded = config.to_manifest(DENSE_INFO, {})
+    assert {"metadata", "induce_toc"} & set(recorded) == entries
+    assert IndexConfig.from_manifest(recorded) == config
+    if "induce_toc" in entries:
+        assert recorded["induce_toc"] == {"model": "qwen", "prompt_version": "toc-v9", "min_pages": 3}
 
 
 def test_a_manifest_that_predates_a_value_reads_as_its_builds_did():

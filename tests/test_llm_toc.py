@@ -2,8 +2,10 @@
 induce_toc.py; docs/METADATA.md) against the local scripted chat-completions
 server: a PDF without an outline, in plain type (so its parse cuts it by pages),
 gets the model's headings as nested sections; a heading not on its page is
-dropped; a malformed or failing answer keeps the parse's sections, counted; the
-cache spares a rebuild every request; without the flag nothing is asked."""
+dropped; a malformed or failing answer keeps the parse's sections, counted; each
+window is asked after the last headings proposed before it; the cache spares a
+rebuild every request; an update cuts as the build did, with the index's
+settings, and refuses others; without the flag nothing is asked."""
 from __future__ import annotations
 
 import json
@@ -19,9 +21,10 @@ from ritrag.pipelines import update
 from ritrag.pipelines.options import JobOptionsError
 from ritrag.schema import ParsedPage, Section
 from ritrag.transforms.metadata.base import MetadataFailure
-from ritrag.transforms.metadata.induce_toc import WindowCandidatesFn, estimated_tokens
-from ritrag.transforms.metadata.toc import (MAX_HEADINGS_PER_WINDOW, MAX_WINDOWS, TOC_SYSTEM_PROMPT, WINDOW_CHARS,
-                                            ProposedHeading, parse_toc_answer, verified_headings, windows)
+from ritrag.transforms.metadata.induce_toc import DocumentQuestions, WindowCandidatesFn
+from ritrag.transforms.metadata.toc import (CONTEXT_CHARS, CONTEXT_HEADER, CONTEXT_HEADINGS, MAX_HEADINGS_PER_WINDOW,
+                                            MAX_WINDOWS, TOC_SYSTEM_PROMPT, WINDOW_CHARS, ProposedHeading,
+                                            context_lines, parse_toc_answer, verified_headings, windows)
 from ritrag.transforms.sources.pdf import page_texts
 from chat_endpoint import FakeEndpoint
 from support import build_index, live_table
@@ -52,6 +55,17 @@ def manual_pdf(path: Path, edition: str = "") -> Path:
         lines = [(f"{number}0 {edition}" + FILLER[:80], BODY, False)]
         for k, heading in enumerate(headings):
             lines += [(heading, BODY, False), *[(f"{number}{k}{j} " + FILLER[:80], BODY, False) for j in range(3)]]
+        contents.append(line_ops(lines))
+    return write_pdf(path, contents)
+
+
+def long_manual_pdf(path: Path) -> Path:
+    """The manual, every page longer than half a window: one window a page."""
+    contents = []
+    for number, headings in PAGES.items():
+        lines = [(f"{number}0 " + FILLER * 40, BODY, False)]
+        for k, heading in enumerate(headings):
+            lines += [(heading, BODY, False), (f"{number}{k} " + FILLER[:80], BODY, False)]
         contents.append(line_ops(lines))
     return write_pdf(path, contents)
 
@@ -150,7 +164,7 @@ def test_a_pdf_past_the_windows_a_document_may_ask_is_not_asked_about():
     page = ParsedPage(url="http://localhost/huge.pdf", canonical_url="http://localhost/huge.pdf",
                       site="http://localhost/", title="Huge", trail=(), trail_method="url",
                       sections=(Section("Huge", 0, "", "", ()), *pages), source_kind="pdf", toc_induced="pages")
-    candidates = WindowCandidatesFn("fake-model", 3)
+    candidates = WindowCandidatesFn(3)
     assert list(candidates.process(page)) == [page]
     counted = dict(output.value.value for output in candidates.finish_bundle())  # the counts, as data
     assert counted == {"toc_llm_documents": 1, "toc_llm_too_long": 1}
@@ -166,6 +180,17 @@ def test_a_pdf_past_the_windows_a_document_may_ask_is_not_asked_about():
 def test_an_answer_other_than_the_heading_list_asked_for_is_refused(content):
     with pytest.raises(MetadataFailure):
         parse_toc_answer(content)
+
+
+def test_a_window_is_shown_the_last_headings_so_far_within_the_cap():
+    assert context_lines([]) == ""
+    so_far = [ProposedHeading(1 + n % 3, f"Heading {n} " + "x" * 100, n + 1) for n in range(20)]
+    shown = context_lines(so_far).split("\n")
+    assert len(shown) < CONTEXT_HEADINGS and len("\n".join(shown)) <= CONTEXT_CHARS
+    assert shown[-1] == f"- level {1 + 19 % 3}, p. 20: {so_far[-1].title}"  # the last ones, in order
+    assert [line.split(": ", 1)[1] for line in shown] == [h.title for h in so_far[-len(shown):]]
+    short = [ProposedHeading(1, f"H{n}", n + 1) for n in range(20)]
+    assert len(context_lines(short).split("\n")) == CONTEXT_HEADINGS
 
 
 def test_a_fenced_heading_list_is_read():
@@ -193,9 +218,46 @@ def test_the_models_verified_headings_cut_the_pdf_into_nested_sections(induced):
             counts["toc_llm_headings_dropped"]) == (7, 6, 1)
     assert counts["toc_llm_requests"] == counts["toc_llm_windows_asked"] == 1 and counts["toc_llm_failed"] == 0
     manifest = IndexLayout(str(index)).load_manifest()
-    assert manifest.config["induce_toc"] == {"model": "fake-model", "prompt_version": "pdf-toc-v1", "min_pages": 3}
+    assert manifest.config["induce_toc"] == {"model": "fake-model", "prompt_version": "pdf-toc-v2", "min_pages": 3}
     report = forest_report(str(index))
     assert report["toc_induced"] == {"llm": 1} and "llm 1" in render_text(report)
+
+
+@pytest.fixture(scope="module")
+def long_manual_site(tmp_path_factory) -> Path:
+    site = tmp_path_factory.mktemp("llm_toc_long") / "in" / "manuals"
+    site.mkdir(parents=True)
+    long_manual_pdf(site / "probe.pdf")
+    return site.parent
+
+
+def test_each_window_is_asked_after_the_headings_proposed_before_it(long_manual_site, tmp_path):
+    with FakeEndpoint(model()) as endpoint:
+        build_index(long_manual_site, tmp_path / "index", *toc_flags(endpoint, "--metadata_nodes", "off"))
+    questions = [body["messages"][-1]["content"] for body in toc_questions(endpoint)]
+    assert [shown_pages(body) for body in toc_questions(endpoint)] == [{1}, {2}, {3}, {4}]  # in page order
+    assert questions[0].startswith("[p. 1]\n")  # nothing before the first window
+    assert questions[1].startswith(f"{CONTEXT_HEADER}\n- level 1, p. 1: Getting Started\n"
+                                   f"- level 2, p. 1: Unpacking the PROBE\n\n[p. 2]\n")  # as the model gave them
+    assert "- level 2, p. 2: Quantum flux alignment\n" in questions[2]  # proposed, though verification drops it
+    assert set(sections(tmp_path / "index")) == {"Getting Started", "Unpacking the probe", "Calibration",
+                                                 "Cleaning and care", "Alarms", "Alarm codes"}
+    with FakeEndpoint(model()) as again:  # each window's key names its context: the cache answers all four
+        build_index(long_manual_site, tmp_path / "again", *toc_flags(
+            again, "--metadata_nodes", "off", "--metadata_cache", str(tmp_path / "index" / "metadata_cache")))
+    assert again.log == [] and counts_of(tmp_path / "again")["toc_llm_cache_hits"] == 4
+    assert set(sections(tmp_path / "again")) == set(sections(tmp_path / "index"))
+
+
+def test_a_failed_window_ends_its_documents_questions(long_manual_site, tmp_path):
+    def script(body: dict, n: int) -> tuple:
+        return ("status", 503, {}) if shown_pages(body) == {2} else model()(body, n)
+    with FakeEndpoint(script) as endpoint:
+        build_index(long_manual_site, tmp_path / "index", *toc_flags(endpoint, "--metadata_nodes", "off"))
+    assert [shown_pages(body) for body in toc_questions(endpoint)] == [{1}, {2}]  # pages 3 and 4 never asked
+    counts = counts_of(tmp_path / "index")
+    assert counts["toc_llm_failed"] == counts["toc_llm_failed_http_503"] == 1 and counts["toc_llm_windows_asked"] == 2
+    assert set(sections(tmp_path / "index")) == {f"Page {n}" for n in PAGES}
 
 
 def test_a_rebuild_from_the_cache_asks_nothing_of_the_pdf(induced, manual_site, tmp_path):
@@ -216,14 +278,33 @@ def test_an_update_cuts_a_changed_pdf_as_the_build_does(induced, manual_site, tm
     snapshot = tmp_path / "snapshot"
     shutil.copytree(manual_site, snapshot)
     manual_pdf(snapshot / "manuals" / "probe.pdf", edition="Second edition. ")
-    with FakeEndpoint(model()) as endpoint:
-        update.run(["--input", str(snapshot), "--index", str(index), *toc_flags(endpoint)[4:]])
+    with FakeEndpoint(model()) as endpoint:  # the ToC settings (--induce_toc_min_pages 3) are the index's
+        update.run(["--input", str(snapshot), "--index", str(index), "--metadata_endpoint", endpoint.url,
+                    "--metadata_deadline_s", "5", "--metadata_max_attempts", "1"])
     [question] = toc_questions(endpoint)  # its text changed: asked again
     assert "Second edition." in question["messages"][-1]["content"]
     found = sections(index)
     assert set(found) == set(sections(built)) and found["Alarm codes"]["ancestor_titles"][-1] == "Alarms"
     assert "20 Second edition." in found["Unpacking the probe"]["body"]  # page 2 opens before its heading
     assert counts_of(index)["toc_induced_llm"] == 1
+    recorded = IndexLayout(str(index)).load_manifest().config
+    assert recorded["induce_toc"] == IndexLayout(str(built)).load_manifest().config["induce_toc"]
+    assert recorded["induce_toc"]["min_pages"] == 3
+
+
+@pytest.mark.parametrize("flags, refusal", [
+    ((), "for a summary and keywords per node and the headings of PDFs of at least 3 pages without an outline "
+         "(--induce_toc llm), and an update asks the same"),
+    (("--metadata_endpoint", "http://127.0.0.1:9/v1", "--induce_toc_min_pages", "8"),
+     "--induce_toc_min_pages 8 (the index has 3)"),
+    (("--metadata_endpoint", "http://127.0.0.1:9/v1", "--induce_toc", "off"), "--induce_toc 'off' (the index has 'llm')"),
+])
+def test_an_update_that_would_cut_pdfs_unlike_the_build_is_refused(induced, manual_site, flags, refusal):
+    index, _ = induced
+    live = IndexLayout(str(index)).load_manifest().version
+    with pytest.raises(JobOptionsError, match=re.escape(refusal)):
+        update.run(["--input", str(manual_site), "--index", str(index), *flags])
+    assert IndexLayout(str(index)).load_manifest().version == live
 
 
 @pytest.mark.parametrize("action, reason", [(("ok", "Here is the table of contents: 1. Start"), "malformed"),
@@ -248,7 +329,7 @@ def test_a_budget_too_small_for_the_pdf_keeps_its_sections(manual_site, tmp_path
 
 def test_the_budget_is_the_jobs_what_the_toc_admits_the_metadata_may_not_spend(manual_site, tmp_path):
     [page] = parse(manual_site / "manuals" / "probe.pdf")
-    toc_cost = sum(estimated_tokens(window) for window in windows(page_texts(page)))
+    toc_cost = DocumentQuestions(tuple(windows(page_texts(page)))).estimated_tokens()
     with FakeEndpoint(model()) as endpoint:
         build_index(manual_site, tmp_path / "index", *toc_flags(endpoint, "--metadata_max_tokens",
                                                                   str(toc_cost + 10)))

@@ -2,10 +2,12 @@
 server speaking the OpenAI chat-completions protocol, scripted per test and
 logging every request: normal, malformed, 429 with Retry-After, 500s, a hang
 past the deadline, an answer of 1 MB; builds whose every node ends enriched or
-counted, an update that asks only for changed nodes, and the token budget."""
+counted, an update that asks only for changed nodes (the index's model, without
+naming it) and refuses to describe them unlike the build, and the token budget."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -250,9 +252,12 @@ def test_an_update_asks_only_for_the_nodes_whose_text_changed(enriched, tmp_path
     (snapshot / "shop/v3/metrics.html").write_text(tiny_page(
         "Metrics", [("Shop Server", "shop/"), ("Version 3", "shop/v3/")], [("Endpoint", "Scrape /metrics.")]))
     before = set(nodes_by_title(index))
-    with FakeEndpoint(normal) as endpoint:
-        update.run(["--input", str(snapshot), "--index", str(index), *metadata_flags(endpoint)[2:]])
+    with FakeEndpoint(normal) as endpoint:  # the model, and what it is asked, are the index's
+        update.run(["--input", str(snapshot), "--index", str(index), "--metadata_endpoint", endpoint.url,
+                    "--metadata_deadline_s", "5"])
     assert asked_titles(endpoint) == ["Logging", "Metrics"]  # the edited page and the new one, nothing else
+    assert {body["model"] for body in endpoint.log} == {"fake-model"}
+    assert manifest_of(index).config["metadata"] == manifest_of(built).config["metadata"]
     unchanged = nodes_by_title(built)["Deploying"]
     assert nodes_by_title(index)["Deploying"]["summary"] == unchanged["summary"] == "Model summary of Deploying."
     nodes = nodes_by_title(index)
@@ -263,6 +268,35 @@ def test_an_update_asks_only_for_the_nodes_whose_text_changed(enriched, tmp_path
     assert counts["metadata_requests"] == 2 and accounted(counts)
     docs = node_docs(index)
     assert any("Model summary of Metrics." in d for d in docs)
+
+
+ELSEWHERE = "http://127.0.0.1:9/v1"  # never asked: each of these updates is refused before anything runs
+
+
+@pytest.mark.parametrize("flags, refusal", [
+    ((), "the index was built asking the model 'fake-model' for a summary and keywords per node, and an update "
+         "asks the same of its new and changed pages: give --metadata_endpoint"),
+    (("--metadata_endpoint", ELSEWHERE, "--metadata_model", "other-model"),
+     "--metadata_model 'other-model' (the index has 'fake-model')"),
+    (("--metadata_endpoint", ELSEWHERE, "--metadata_nodes", "off"), "--metadata_nodes 'off' (the index has 'on')"),
+    (("--metadata_endpoint", ELSEWHERE, "--induce_toc", "llm"), "--induce_toc 'llm' (the index has 'off')"),
+])
+def test_an_update_that_would_describe_pages_unlike_the_build_is_refused(enriched, flags, refusal):
+    site, index, _ = enriched
+    live = manifest_of(index).version
+    with pytest.raises(JobOptionsError, match=re.escape(refusal)):
+        update.run(["--input", str(site), "--index", str(index), *flags])
+    assert manifest_of(index).version == live
+
+
+@pytest.mark.parametrize("flags, refusal", [
+    (("--metadata_endpoint", ELSEWHERE), "--metadata_endpoint: the index was built without a model"),
+    (("--metadata_endpoint", ELSEWHERE, "--metadata_model", "fake-model"),
+     "--metadata_model 'fake-model' (the index has None)"),
+])
+def test_an_update_cannot_give_an_index_built_without_a_model_one(tiny_site, tiny_hash_index, flags, refusal):
+    with pytest.raises(JobOptionsError, match=re.escape(refusal)):
+        update.run(["--input", str(tiny_site), "--index", str(tiny_hash_index), *flags])
 
 
 def test_the_budget_stops_cleanly_and_says_how_far_it_got(tiny_site, tmp_path):

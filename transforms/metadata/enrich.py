@@ -29,14 +29,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Iterable
+from typing import Iterable
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from ritrag.index_config import ModelSteps
 from ritrag.representation import PATH_SEPARATOR
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
-from ritrag.transforms.metadata.base import (MAX_BODY_CHARS, PROMPT_VERSION, SYSTEM_PROMPT, USER_PROMPT,
+from ritrag.transforms.metadata.base import (MAX_BODY_CHARS, SYSTEM_PROMPT, USER_PROMPT,
                                              MetadataRequest, NodeMetadata, metadata_key)
 from ritrag.transforms.metadata.cache import (MISSES, ReadMetadataCache, SplitByCacheFn, WriteMetadataCache,
                                               cache_record, default_cache_dir)
@@ -51,7 +52,11 @@ RECORDS = "records"
 
 
 class MetadataOptions(PipelineOptions):
-    """Model metadata: a summary and keywords per node from an OpenAI-compatible endpoint (docs/METADATA.md)."""
+    """Model metadata: where the chat model is served and how patiently it is asked (docs/METADATA.md).
+
+    Which model, and what it is asked, shape the index: they are its config's
+    (ritrag/index_config.py ModelSteps: --metadata_model, --metadata_nodes,
+    --induce_toc, --induce_toc_min_pages), which an update keeps."""
 
     @classmethod
     def _add_argparse_args(cls, parser):
@@ -59,8 +64,7 @@ class MetadataOptions(PipelineOptions):
         parser.add_argument("--metadata_endpoint", default=None,
                             help="base URL of an OpenAI-compatible chat-completions endpoint (its "
                                  "/chat/completions is posted to, e.g. http://127.0.0.1:8080/v1); "
-                                 "left out: no model metadata")
-        parser.add_argument("--metadata_model", default=None, help="the model name the endpoint serves")
+                                 "left out: no model metadata (an update of an index built with a model needs it)")
         parser.add_argument("--metadata_api_key_env", default=None,
                             help="environment variable holding the endpoint's API key (read on the workers; "
                                  "the key itself is never a flag)")
@@ -79,16 +83,6 @@ class MetadataOptions(PipelineOptions):
                             help="tries of one request that got 429 or 5xx, the first included")
         parser.add_argument("--metadata_max_answer_tokens", type=int, default=defaults.max_answer_tokens,
                             help="max_tokens asked of the model per answer")
-        parser.add_argument("--metadata_nodes", choices=["on", "off"], default="on",
-                            help="off: no summary and keywords per node; the endpoint serves --induce_toc llm only")
-        parser.add_argument("--induce_toc", choices=["llm"], default=None,
-                            help="llm: a PDF without a usable outline (its ToC induced from its layout or one "
-                                 "section per page) of at least --induce_toc_min_pages pages is cut at the "
-                                 "headings the model reads in its pages, each verified against the page it "
-                                 "names (docs/METADATA.md); needs --metadata_endpoint and --metadata_model; "
-                                 "left out: off")
-        parser.add_argument("--induce_toc_min_pages", type=int, default=8,
-                            help="the fewest pages of a PDF whose ToC --induce_toc llm asks the model for")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,34 +95,31 @@ class MetadataPlan:
     batch_size: int = 16
 
     @classmethod
-    def for_nodes(cls, options: PipelineOptions, index_dir: str) -> "MetadataPlan | None":
-        """The plan of the node metadata a job's flags ask for; None without
-        --metadata_endpoint or with --metadata_nodes off."""
-        plan = cls.from_options(options, index_dir)
-        return plan if options.view_as(MetadataOptions).metadata_nodes == "on" else None
+    def for_nodes(cls, options: PipelineOptions, index_dir: str, steps: ModelSteps) -> "MetadataPlan | None":
+        """The plan of the node metadata `steps` (the index's config) ask for; None when they ask none."""
+        plan = cls.from_options(options, index_dir, steps)
+        return plan if steps.describes_nodes else None
 
     @classmethod
-    def from_options(cls, options: PipelineOptions, index_dir: str) -> "MetadataPlan | None":
-        """The endpoint, cache and budget a job's flags ask for; None without --metadata_endpoint."""
+    def from_options(cls, options: PipelineOptions, index_dir: str, steps: ModelSteps) -> "MetadataPlan | None":
+        """The endpoint, cache and budget a job's flags give the model of `steps`
+        (the index's config); None when no model is asked. ValueError when the
+        flags and the steps do not make a plan (a model without an endpoint, ...)."""
         opts = options.view_as(MetadataOptions)
-        if opts.metadata_endpoint is None:
-            if opts.metadata_model is not None:
-                raise ValueError("--metadata_model needs --metadata_endpoint")
+        if steps.model is None and opts.metadata_endpoint is None:
             return None
+        if opts.metadata_endpoint is None:
+            raise ValueError("--metadata_model needs --metadata_endpoint")
         if opts.metadata_max_tokens is not None and opts.metadata_max_tokens < 0:
             raise ValueError(f"--metadata_max_tokens must be at least 0, not {opts.metadata_max_tokens}")
         if opts.metadata_batch_size < 1:
             raise ValueError(f"--metadata_batch_size must be at least 1, not {opts.metadata_batch_size}")
-        endpoint = EndpointConfig(opts.metadata_endpoint, opts.metadata_model or "", opts.metadata_api_key_env,
+        endpoint = EndpointConfig(opts.metadata_endpoint, steps.model or "", opts.metadata_api_key_env,
                                   in_flight=opts.metadata_in_flight, deadline_s=opts.metadata_deadline_s,
                                   max_attempts=opts.metadata_max_attempts,
                                   max_answer_tokens=opts.metadata_max_answer_tokens)
         return cls(endpoint, opts.metadata_cache or default_cache_dir(index_dir), opts.metadata_max_tokens,
                    opts.metadata_batch_size)
-
-    def manifest(self) -> dict[str, Any]:
-        """What the manifest's config records of the metadata a job asked for."""
-        return {"model": self.endpoint.model, "prompt_version": PROMPT_VERSION}
 
 
 def describable(node: dict) -> bool:

@@ -8,9 +8,13 @@ cut sections. docs/METADATA.md quotes the prompt.
   WINDOW_CHARS characters; a page longer than that fills a window alone, cut
   at WINDOW_CHARS (its tail is not shown, so no heading is proposed there). A
   document of more than MAX_WINDOWS windows is not asked: the stage's cost is
-  bounded per document. Each window is one question, its text the whole user
-  message, so its cache key (model, TOC_PROMPT_VERSION, window text) names
-  everything the model saw.
+  bounded per document. Each window is one question, asked in page order: its
+  user message is the window's text, after the window's first, preceded by
+  the last headings the model proposed for the windows before it (at most
+  CONTEXT_HEADINGS, within CONTEXT_CHARS characters), as PageIndex passes the
+  ToC found so far, so that numbering and levels continue across windows. The
+  cache key (model, TOC_PROMPT_VERSION, the user message) names everything the
+  model saw.
 * The answer (`parse_toc_answer`): one JSON object `{"headings": [{"title":
   str, "level": int, "page": int}, ...]}`, parsed as strictly as the node
   metadata's; more than MAX_HEADINGS_PER_WINDOW headings, a level outside 1 to
@@ -31,17 +35,23 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Sequence
 
 from ritrag.transforms.metadata.base import MetadataFailure, answer_json, question_key
 from ritrag.transforms.sources.pdf import MAX_OUTLINE_ENTRIES_PER_PAGE, page_marker
 from ritrag.transforms.sources.pdf_layout import MAX_LEVELS, MIN_HEADINGS
 
-TOC_PROMPT_VERSION = "pdf-toc-v1"
+TOC_PROMPT_VERSION = "pdf-toc-v2"
 WINDOW_CHARS = 12000  # about 3,000 tokens of English: a small model's context holds the window and the answer
 MAX_WINDOWS = 64  # per document: at most 64 questions (768,000 characters shown, some 250 dense pages)
 MAX_HEADINGS_PER_WINDOW = 100
 MAX_TITLE_CHARS = 200
 ANSWER_TOKENS = 2048  # max_tokens asked per window: 100 headings of about 20 tokens
+# The headings so far shown with a window: the last few are what numbering and
+# levels continue from; more would grow every question of a long document.
+CONTEXT_HEADINGS = 8
+CONTEXT_CHARS = 1000
+CONTEXT_HEADER = "Headings so far, the last of those listed for the pages before these:"
 
 TOC_SYSTEM_PROMPT = (
     "You read pages of a long document and list the headings printed in them, as its table of contents "
@@ -50,7 +60,9 @@ TOC_SYSTEM_PROMPT = (
     'part or chapter, 2 for a section in it, 3 for a subsection, ...>, "page": <N of the page it is printed '
     "on>}]}, in reading order. List only headings printed in the pages shown; not running headers or "
     f"footers, page numbers, captions or the entries of a printed table of contents. At most "
-    f'{MAX_HEADINGS_PER_WINDOW} headings; {{"headings": []}} when the pages show none.')
+    f'{MAX_HEADINGS_PER_WINDOW} headings; {{"headings": []}} when the pages show none. When the pages follow '
+    f'earlier ones, the last headings listed for those come first, after "{CONTEXT_HEADER}": continue their '
+    "numbering and levels, and do not list them again.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,11 +73,17 @@ class Window:
     last: int
     text: str
 
-    def messages(self) -> list[dict[str, str]]:
-        return [{"role": "system", "content": TOC_SYSTEM_PROMPT}, {"role": "user", "content": self.text}]
+    def user_message(self, so_far: Sequence[ProposedHeading]) -> str:
+        """The window's text after the last of the headings proposed `so_far` (module doc)."""
+        context = context_lines(so_far)
+        return f"{CONTEXT_HEADER}\n{context}\n\n{self.text}" if context else self.text
 
-    def key(self, model: str) -> str:
-        return question_key(model, TOC_PROMPT_VERSION, self.text)
+    def messages(self, so_far: Sequence[ProposedHeading]) -> list[dict[str, str]]:
+        return [{"role": "system", "content": TOC_SYSTEM_PROMPT},
+                {"role": "user", "content": self.user_message(so_far)}]
+
+    def key(self, model: str, so_far: Sequence[ProposedHeading]) -> str:
+        return question_key(model, TOC_PROMPT_VERSION, self.user_message(so_far))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +91,20 @@ class ProposedHeading:
     level: int
     title: str
     page: int  # 1-based, as the markers number pages
+
+
+def context_lines(so_far: Sequence[ProposedHeading]) -> str:
+    """The last CONTEXT_HEADINGS of the headings proposed so far, one line each,
+    fewer when their lines would pass CONTEXT_CHARS; "" when there are none."""
+    lines: list[str] = []
+    size = 0
+    for heading in reversed(so_far[-CONTEXT_HEADINGS:]):
+        line = f"- level {heading.level}, p. {heading.page}: {heading.title}"
+        if size + len(line) + 1 > CONTEXT_CHARS:
+            break
+        lines.append(line)
+        size += len(line) + 1
+    return "\n".join(reversed(lines))
 
 
 def windows(texts: list[str]) -> list[Window]:
