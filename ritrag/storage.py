@@ -15,6 +15,7 @@ those from the same options (ritrag.pipelines.launcher).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import secrets
 import shutil
@@ -329,10 +330,17 @@ class _GcsObject(ConditionalObject):
         return data, str(generation)
 
     def put(self, data: bytes, version: str | None) -> str | None:
+        # A multipart upload, as gcsfs and Google's client send a small object
+        # (fake-gcs-server checks the precondition of no other kind).
         upload = self.fs.base.replace("/storage/v1/", "/upload/storage/v1/") + "b/{}/o"
+        boundary = secrets.token_hex(16).encode()  # a line no object of the layer holds
+        body = b"\r\n".join([b"--" + boundary, b"Content-Type: application/json", b"",
+                              json.dumps({"name": self.key}).encode(), b"--" + boundary,
+                              b"Content-Type: application/octet-stream", b"", data, b"--" + boundary + b"--"])
         try:
-            written = self.fs.call("POST", upload, self.bucket, uploadType="media", name=self.key,
-                                   ifGenerationMatch=version or "0", data=data, json_out=True)
+            written = self.fs.call("POST", upload, self.bucket, uploadType="multipart", ifGenerationMatch=version or "0",
+                                   headers={"Content-Type": f"multipart/related; boundary={boundary.decode()}"},
+                                   data=body, json_out=True)
         except FileExistsError:
             return None
         return str(written["generation"])
