@@ -19,6 +19,7 @@ import json
 import os
 import secrets
 import shutil
+import sys
 from typing import Any, BinaryIO
 
 # fsspec protocol -> the extra that installs its file system
@@ -35,10 +36,10 @@ def is_remote(path: str) -> bool:
 
 
 # Each protocol's settings from the job's or command's options
-# (use_pipeline_options); a protocol without any: fsspec's configuration and
-# the store's defaults (the AWS chain, Application Default Credentials,
-# STORAGE_EMULATOR_HOST).
-_settings: dict[str, dict[str, Any]] = {}
+# (use_pipeline_options); None until configured. A protocol without any:
+# fsspec's configuration and the store's defaults (the AWS chain, Application
+# Default Credentials, STORAGE_EMULATOR_HOST).
+_settings: dict[str, dict[str, Any]] | None = None
 
 
 def use_pipeline_options(options: Any) -> None:
@@ -46,6 +47,7 @@ def use_pipeline_options(options: Any) -> None:
     (Beam `PipelineOptions`, whose flags the jobs and the index commands
     take: S3Options' --s3_endpoint_url and keys, GoogleCloudOptions'
     --project). The settings stay in force for the process."""
+    global _settings
     given = options.get_all_options()
     client = {"region_name": given.get("s3_region_name"), "api_version": given.get("s3_api_version"),
               "verify": given.get("s3_verify")}
@@ -54,10 +56,21 @@ def use_pipeline_options(options: Any) -> None:
           "use_ssl": False if given.get("s3_disable_ssl") else None,
           "client_kwargs": {name: value for name, value in client.items() if value is not None} or None}
     gcs = {"project": given.get("project")}
-    _settings.clear()
-    for protocols, settings in ((("s3", "s3a"), s3), (("gs", "gcs"), gcs)):
-        for protocol in protocols:
-            _settings[protocol] = {name: value for name, value in settings.items() if value is not None}
+    _settings = {protocol: {name: value for name, value in settings.items() if value is not None}
+                 for protocols, settings in ((("s3", "s3a"), s3), (("gs", "gcs"), gcs)) for protocol in protocols}
+
+
+def _store_settings(protocol: str) -> dict[str, Any]:
+    """The settings of `protocol`. A worker of a remote runner, where DoFns
+    read the live index through this layer, never ran the job's
+    `use_pipeline_options`: Beam's SDK harness hands the job's options to
+    Beam's FileSystems there, and the layer takes them from it."""
+    if _settings is None:
+        beam = sys.modules.get("apache_beam.io.filesystems")
+        options = getattr(beam.FileSystems, "_pipeline_options", None) if beam else None
+        if options is not None:
+            use_pipeline_options(options)
+    return (_settings or {}).get(protocol, {})
 
 
 def filesystem(url: str) -> tuple[Any, str]:
@@ -73,7 +86,7 @@ def filesystem(url: str) -> tuple[Any, str]:
     try:
         # No listing cache: Beam's sinks and other processes write the same
         # prefixes, and a cached listing would hide what they wrote.
-        return fsspec.core.url_to_fs(url, use_listings_cache=False, **_settings.get(protocol, {}))
+        return fsspec.core.url_to_fs(url, use_listings_cache=False, **_store_settings(protocol))
     except ImportError as exc:
         raise StoreUnavailableError(f"{protocol}:// needs a package that is not installed ({exc}): {hint}") from None
     except ValueError as exc:

@@ -2,8 +2,9 @@
 
 A build on Dataflow, Flink or Spark publishes to gs://, s3:// or any fsspec URL
 the way it publishes to a disk (segment files, then the manifest, then CURRENT
-last). A replica reads CURRENT and the manifest there, copies the version's
-files into its cache directory and serves the copy through the local loader:
+last). A replica reads CURRENT and the manifest there (`IndexLayout`, the jobs'
+reader, over the storage layer, ritrag/storage.py), copies the version's files
+into its cache directory and serves the copy through the local loader:
 
 ```
 CACHE_DIR/mirror-<sha256(uri)[:12]>/
