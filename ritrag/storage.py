@@ -22,6 +22,7 @@ import shutil
 import sys
 from typing import Any, BinaryIO
 
+READ_AHEAD = 4 << 20
 # fsspec protocol -> the extra that installs its file system
 EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
 
@@ -106,7 +107,9 @@ def open_read(path: str) -> BinaryIO:
     if not is_remote(path):
         return open(path, "rb")
     fs, inner = filesystem(path)
-    return fs.open(inner, "rb")
+    # Each read fetches at most READ_AHEAD more than it asks (s3fs's default is
+    # 50 MiB, too much for a Parquet reader seeking from column to column).
+    return fs.open(inner, "rb", block_size=READ_AHEAD)
 
 
 def open_parquet(path: str):
