@@ -7,7 +7,10 @@ systems. A sequence on a bucket answers as the same sequence on local disk,
 and the lease is exclusive through the stores' preconditions."""
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -15,10 +18,10 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from fleet_fixtures import object_store  # noqa: F401  (the fixture)
+import ritrag.lease
 from ritrag import cli
 from ritrag.layout import IndexLayout
-import ritrag.lease
-from ritrag.storage import exists, list_dirs, open_read, use_pipeline_options, write_atomic
+from ritrag.storage import exists, list_dirs, use_pipeline_options, write_atomic
 from ritrag.lease import IndexLease, IndexLockedError
 from ritrag.pipelines import build, compact, update
 from ritrag.pipelines.launcher import job_options
@@ -115,6 +118,26 @@ def test_beams_s3_calls_share_one_botocore_client_per_set_of_options(object_stor
         out.write(b"written through the shared client")
     with FileSystems.open(f"{object_store.url}/probe") as back:
         assert back.read() == b"written through the shared client"
+
+
+@pytest.mark.parametrize("object_store", ["s3"], indirect=True)
+def test_a_worker_reaches_the_bucket_with_the_options_beam_hands_it(object_store):
+    """A remote runner's worker never runs the job's use_pipeline_options, yet
+    its DoFns read the live index through the storage layer: Beam's SDK harness
+    gives the job's options to Beam's file systems, and the layer takes them
+    from there (here the endpoint: no fsspec variable names it)."""
+    use_pipeline_options(PipelineOptions(object_store.flags))
+    write_atomic(f"{object_store.url}/probe", b"written by the job")
+    worker = ("import sys\n"
+              "from apache_beam.io.filesystems import FileSystems\n"
+              "from apache_beam.options.pipeline_options import PipelineOptions\n"
+              "from ritrag.storage import open_read\n"
+              "FileSystems.set_options(PipelineOptions(sys.argv[2:]))  # what the SDK harness does\n"
+              "sys.stdout.write(open_read(sys.argv[1]).read().decode())\n")
+    env = {name: value for name, value in os.environ.items() if not name.startswith("FSSPEC_")}
+    ran = subprocess.run([sys.executable, "-c", worker, f"{object_store.url}/probe", *object_store.flags],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert ran.stdout == "written by the job", ran.stderr[-2000:]
 
 
 def race_for_the_lease(layout: IndexLayout, contenders: int) -> list[IndexLease]:
