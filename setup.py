@@ -14,6 +14,7 @@ CORE = [
     "beautifulsoup4>=4.12",  # bs4.dammit: the parser's encoding detection
     "PyStemmer>=2.2",
     "faiss-cpu>=1.8",
+    "fsspec>=2023.1",  # the storage layer (ritrag/storage.py); an object store adds its package (the s3, gcs extras)
 ]
 EMBED = [
     "sentence-transformers>=3",

@@ -39,10 +39,8 @@ LOG = logging.getLogger("ritrag.launcher")
 
 def job_options(argv: list[str] | None, flags: JobFlags) -> PipelineOptions:
     """A job's options from its command line (`parse_job_options`), with the
-    storage layer and Beam's file systems configured from them at once: the
-    job reads the live index and takes its lease before it builds a pipeline
-    (when Beam would configure its own), and an s3:// or gs:// path needs its
-    endpoint and credentials for that."""
+    storage layer and Beam's file systems configured from them at once: the job
+    reads the live index and takes its lease before it builds a pipeline."""
     options = parse_job_options(argv, flags)
     use_pipeline_options(options)
     _share_s3_clients()
@@ -57,13 +55,12 @@ _s3_clients_lock = threading.Lock()
 
 
 def _share_s3_clients() -> None:
-    """Beam's S3 file system builds a new boto3 session and client for every
-    call it makes (exists, open, match, delete, ...), and each costs about 0.2 s
-    of CPU reloading botocore's service models: a job's few hundred calls spent
-    minutes there. botocore clients are thread-safe, so the process keeps one
-    per set of S3 options; each Beam wrapper still gets its own stream state,
-    copied from a fresh wrapper of that set. Installed once, by the first job
-    of the process (workers of a remote runner pay Beam's own cost)."""
+    """Beam's S3 file system builds a boto3 session and client for every call
+    (about 0.2 s of CPU each, reloading botocore's service models). botocore
+    clients are thread-safe, so the process keeps one per set of S3 options,
+    each Beam wrapper with its own stream state copied from a fresh wrapper of
+    that set. Installed by the first job of the process (a remote runner's
+    workers pay Beam's own cost)."""
     try:
         from apache_beam.io.aws.clients.s3 import boto3_client
     except ImportError:  # no AWS extra: no S3 file system either

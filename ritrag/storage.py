@@ -1,16 +1,13 @@
-"""The one storage layer: reads, writes, listing, deletes and the conditional
-writes the index lease is made of, for local paths and object stores alike.
-Jobs, index commands, the lease (ritrag/lease.py) and the server's mirror
-(ritrag/serving/remote.py) all reach files through it.
+"""The one storage layer of jobs, index commands, the lease (ritrag/lease.py)
+and the server's mirror (ritrag/serving/remote.py): reads, writes, listing,
+deletes and the lease's conditional writes, local or in an object store.
 
-A local path goes through the OS (atomic rename, exclusive hard link); a URL
-(s3://, gs://, az://, memory://, any fsspec protocol) through fsspec, the
-one library that covers local disk, S3 (s3fs), GCS (gcsfs) and Azure (adlfs)
-with one API, that a server can import without Beam, and whose S3 and GCS
-file systems carry the stores' conditional requests (`ConditionalObject`).
-Beam's own file systems stay inside the pipelines, where Beam's sources and
-sinks and the DoFns writing files on workers need them; Beam configures
-those from the same options (ritrag.pipelines.launcher).
+It is fsspec: one API over local disk, S3 (s3fs), GCS (gcsfs), Azure (adlfs)
+and more, light enough for a server that must not import Beam. A local path
+goes to the OS where it does better: atomic and exclusive writes, opening a
+file (pyarrow reads a path natively), glob. Beam's file systems stay inside
+the pipelines (sources, sinks, DoFns writing files on workers); Beam configures
+them from the same options (ritrag.pipelines.launcher).
 """
 from __future__ import annotations
 
@@ -18,7 +15,6 @@ import hashlib
 import json
 import os
 import secrets
-import shutil
 import sys
 from typing import Any, BinaryIO
 
@@ -62,10 +58,9 @@ def use_pipeline_options(options: Any) -> None:
 
 
 def _store_settings(protocol: str) -> dict[str, Any]:
-    """The settings of `protocol`. A worker of a remote runner, where DoFns
-    read the live index through this layer, never ran the job's
-    `use_pipeline_options`: Beam's SDK harness hands the job's options to
-    Beam's FileSystems there, and the layer takes them from it."""
+    """The settings of `protocol`; on a remote runner's worker, where DoFns read
+    the live index but no `use_pipeline_options` ran, from the job's options
+    that Beam's SDK harness gave Beam's FileSystems."""
     if _settings is None:
         beam = sys.modules.get("apache_beam.io.filesystems")
         options = getattr(beam.FileSystems, "_pipeline_options", None) if beam else None
@@ -75,28 +70,24 @@ def _store_settings(protocol: str) -> dict[str, Any]:
 
 
 def filesystem(url: str) -> tuple[Any, str]:
-    """(fsspec file system, path in it) of `url`; StoreUnavailableError naming
-    the pip command when the protocol's package is not installed."""
-    protocol = url.split("://", 1)[0]
-    extra = EXTRAS.get(protocol)
-    hint = f"pip install 'ritrag[{extra}]'" if extra else "pip install fsspec and the package of that protocol"
-    try:
-        import fsspec
-    except ImportError:
-        raise StoreUnavailableError(f"{url} needs fsspec: {hint}") from None
+    """(fsspec file system, path in it) of `url` or a local path;
+    StoreUnavailableError naming the pip command when the protocol's package
+    is not installed."""
+    import fsspec
+
+    protocol = url.split("://", 1)[0] if is_remote(url) else "file"
     try:
         # No listing cache: Beam's sinks and other processes write the same
         # prefixes, and a cached listing would hide what they wrote.
         return fsspec.core.url_to_fs(url, use_listings_cache=False, **_store_settings(protocol))
     except ImportError as exc:
+        hint = f"pip install 'ritrag[{EXTRAS[protocol]}]'" if protocol in EXTRAS else "install the package of that protocol"
         raise StoreUnavailableError(f"{protocol}:// needs a package that is not installed ({exc}): {hint}") from None
     except ValueError as exc:
         raise StoreUnavailableError(f"{url}: {exc}") from None
 
 
 def exists(path: str) -> bool:
-    if not is_remote(path):
-        return os.path.exists(path)
     fs, inner = filesystem(path)
     return fs.exists(inner)
 
@@ -120,7 +111,7 @@ def open_parquet(path: str):
 
 
 def _entries(directory: str, kind: str) -> list[dict[str, Any]]:
-    """fsspec's entries of type `kind` ("file", "directory") directly in a remote `directory`."""
+    """fsspec's entries of type `kind` ("file", "directory") directly in `directory`."""
     fs, inner = filesystem(directory)
     try:
         found = fs.ls(inner.rstrip("/"), detail=True)
@@ -131,42 +122,30 @@ def _entries(directory: str, kind: str) -> list[dict[str, Any]]:
 
 def list_files(directory: str) -> list[tuple[str, int]]:
     """(name, size) of the plain files directly in `directory`."""
-    if is_remote(directory):
-        return sorted((e["name"].rsplit("/", 1)[1], e["size"]) for e in _entries(directory, "file"))
-    if not os.path.isdir(directory):
-        return []
-    return sorted((n, os.path.getsize(os.path.join(directory, n))) for n in os.listdir(directory)
-                  if os.path.isfile(os.path.join(directory, n)))
+    return sorted((e["name"].rsplit("/", 1)[1], e["size"]) for e in _entries(directory, "file"))
 
 
 def list_dirs(directory: str) -> list[str]:
     """Names of the directories directly in `directory` (on an object store:
     the first path parts of the objects under the prefix)."""
-    if is_remote(directory):
-        return sorted(e["name"].rstrip("/").rsplit("/", 1)[1] for e in _entries(directory, "directory"))
-    return sorted(n for n in os.listdir(directory) if os.path.isdir(os.path.join(directory, n))) \
-        if os.path.isdir(directory) else []
+    return sorted(e["name"].rstrip("/").rsplit("/", 1)[1] for e in _entries(directory, "directory"))
 
 
 def dir_exists(path: str) -> bool:
     """A directory (on an object store: a prefix with at least one object under it)."""
-    if not is_remote(path):
-        return os.path.isdir(path)
     fs, inner = filesystem(path)
     return fs.isdir(inner)
 
 
 def remove_tree(path: str) -> None:
     """Delete a directory with everything in it (on an object store: every object under the prefix)."""
-    if not is_remote(path):
-        shutil.rmtree(path)
-        return
     fs, inner = filesystem(path)
     fs.rm(inner.rstrip("/"), recursive=True)
 
 
 def match_files(pattern: str) -> list[str]:
-    """The files a glob pattern matches, local or remote, sorted."""
+    """The files a glob pattern matches, local or remote, sorted (local ones as
+    the OS's glob names them, not as file:// URLs)."""
     if not is_remote(pattern):
         import glob
 
@@ -182,28 +161,20 @@ def make_dirs(path: str) -> None:
 
 
 def replace_file(source: str, target: str) -> None:
-    """Move `source` over `target`: atomic on a local disk (rename); on an object
-    store a copy then a delete (readers see the old object or the whole new one)."""
-    if not is_remote(source):
-        os.replace(source, target)
-        return
+    """Move `source` over `target`: atomic on a local disk (a rename); on an
+    object store a copy then a delete (readers see the old object or the whole new one)."""
     fs, inner = filesystem(source)
     fs.mv(inner, filesystem(target)[1])
 
 
 def remove_file(path: str) -> None:
     """Delete one file; FileNotFoundError when it is absent (on a store that says so)."""
-    if not is_remote(path):
-        os.unlink(path)
-        return
     fs, inner = filesystem(path)
     fs.rm_file(inner)
 
 
 def file_size(path: str) -> int | None:
     """Bytes of a file; None when it is absent."""
-    if not is_remote(path):
-        return os.path.getsize(path) if os.path.exists(path) else None
     fs, inner = filesystem(path)
     try:
         return fs.size(inner)
@@ -252,20 +223,17 @@ def write_atomic(path: str, data: bytes, exclusive: bool = False) -> None:
 
 class ConditionalObject:
     """One object written and deleted under its store's preconditions: the
-    compare-and-swap the index lease is made of (ritrag/lease.py).
-    `put(data, None)` creates it only if absent (S3 `If-None-Match: *`, GCS
-    `ifGenerationMatch=0`); `put(data, v)` and `delete(v)` act only while the
-    object is still at version `v` (S3 `If-Match: <ETag>`, GCS
-    `ifGenerationMatch=<generation>`); `read` returns the bytes with the
-    version they are. A refused precondition returns None / False.
+    compare-and-swap of the index lease (ritrag/lease.py). `put(data, None)`
+    creates it only if absent, `put(data, v)` and `delete(v)` act only while it
+    is still at version `v` (an S3 ETag, a GCS generation), `read` gives the
+    bytes with their version (FileNotFoundError when absent). A refused
+    precondition: `put` returns None, `delete` False.
 
-    fsspec's own API names only the exclusive create (`mode="create"`), and
-    neither the version a write made nor a replace or delete at a version; so
-    each operation here is the store's own request, sent through the client
-    of s3fs (`_call_s3`) or gcsfs (`call`) that this layer's other requests
-    use, with the same endpoint and credentials. Other stores have no such
-    preconditions here: `of` gives None, and the lease falls back on its
-    read-back check (docs/OPERATING.md)."""
+    fsspec's API has the exclusive create, but neither the version a write
+    made nor a replace or delete at a version: so each is the store's own
+    request, sent through the client of s3fs (`_call_s3`) or gcsfs (`call`)
+    with this layer's endpoint and credentials (docs/OPERATING.md: each
+    request per store). Other stores get None from `of`."""
 
     def __init__(self, path: str):
         self.path = path
@@ -273,25 +241,12 @@ class ConditionalObject:
         self.bucket, self.key = inner.split("/", 1)
 
     @staticmethod
-    def of(path: str) -> "ConditionalObject | None":
+    def of(path: str) -> "_S3Object | _GcsObject | None":
         """The object at `path`, or None where this layer has no preconditions
         for its store (local paths have their own exclusive create, write_atomic)."""
         kind = {"s3": _S3Object, "s3a": _S3Object, "gs": _GcsObject, "gcs": _GcsObject}.get(
             path.split("://", 1)[0]) if is_remote(path) else None
         return kind(path) if kind else None
-
-    def read(self) -> tuple[bytes, str]:
-        """(the object's bytes, their version); FileNotFoundError when absent."""
-        raise NotImplementedError
-
-    def put(self, data: bytes, version: str | None) -> str | None:
-        """The version written; None when the precondition was refused."""
-        raise NotImplementedError
-
-    def delete(self, version: str | None) -> bool:
-        """Whether it was deleted; False when absent or the precondition was refused."""
-        raise NotImplementedError
-
 
 class _S3Object(ConditionalObject):
     def read(self) -> tuple[bytes, str]:

@@ -235,10 +235,6 @@ class IndexMirror:
             raise ToolError("invalid_arguments", f"cache directory {cache_dir}: cannot hold the copy of {self.uri} "
                             f"({exc.strerror or exc})") from None
 
-    def current_version(self) -> str | None:
-        """The version the store's CURRENT names; None without a CURRENT."""
-        return self.remote.current_version()
-
     def cached_versions(self) -> list[str]:
         """Versions whose every file is cached and verified, oldest first."""
         return self.layout.versions()
@@ -247,7 +243,7 @@ class IndexMirror:
         """Cache `version` (default: the one CURRENT names) whole and verified;
         returns its name. Raises (and caches no manifest) when a file cannot
         be copied or does not match the manifest."""
-        version = version or self.current_version()
+        version = version or self.remote.current_version()
         if version is None:
             raise MissingIndexError(f"{self.uri}: no published version (CURRENT is missing)")
         with self._exclusive():

@@ -159,7 +159,7 @@ def test_a_damaged_current_in_the_store_is_refused(store, tmp_path):
     fs, root = fsspec.core.url_to_fs(store)
     fs.pipe_file(f"{root}/CURRENT", b"../../etc\n")
     with pytest.raises(DamagedIndexError, match="CURRENT"):
-        IndexMirror(store, str(tmp_path)).current_version()
+        IndexMirror(store, str(tmp_path)).remote.current_version()
 
 
 def test_an_object_larger_than_its_manifest_says_is_read_no_further(store, tmp_path):
