@@ -28,7 +28,7 @@ class StoreUnavailableError(Exception):
 
 
 def is_remote(path: str) -> bool:
-    """gs://, s3://, memory://...: reached through fsspec."""
+    """A URL (gs://, s3://, memory://, ...), not a local path."""
     return "://" in path
 
 
