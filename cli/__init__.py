@@ -178,7 +178,7 @@ def _add_store_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _use_store_options(args: argparse.Namespace) -> None:
-    """Configure the object stores the index lives in from the options given (ritrag.layout.use_pipeline_options)."""
+    """Configure the object stores the index lives in from the options given (ritrag.storage.use_pipeline_options)."""
     if getattr(args, "store_actions", None):
         from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -648,6 +648,7 @@ def _refusal(exc: Exception, command: str) -> tuple[dict, int] | None:
     is no bug: the job failed where it wrote, and publishes nothing."""
     from ritrag.layout import IndexLoadError, IndexNameError, UnknownVersionError
     from ritrag.lease import IndexLockedError
+    from ritrag.storage import StoreUnavailableError
 
     no_space = _no_space(exc)
     if no_space is not None:
@@ -662,7 +663,7 @@ def _refusal(exc: Exception, command: str) -> tuple[dict, int] | None:
         exc = ToolError("invalid_arguments", str(exc))
     elif isinstance(exc, UnknownVersionError):
         exc = ToolError("unknown_version", str(exc))
-    elif isinstance(exc, IndexLoadError):
+    elif isinstance(exc, (IndexLoadError, StoreUnavailableError)):
         exc = ToolError("index_unavailable", str(exc))
     elif isinstance(exc, IndexLockedError):
         exc = ToolError("index_locked", str(exc))

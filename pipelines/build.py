@@ -26,7 +26,6 @@ import os
 import time
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from ritrag.pipelines.launcher import (BuildOptions, PublishOptions, check_page_accounting, index_config_of,
@@ -36,7 +35,7 @@ from ritrag.pipelines.options import JobFlags, JobOptionsError
 from ritrag.index_config import IndexConfig
 from ritrag.layout import BM25_STATS_FILE, DENSE_INFO_FILE, IndexLayout, SITE_BASES_FILE, new_manifest
 from ritrag.schema import EDGES_KIND
-from ritrag.storage import open_read
+from ritrag.storage import exists, open_read
 from ritrag.transforms.chunk import ChunkNodesFn, Chunker
 from ritrag.transforms.counts import WriteCounts
 from ritrag.transforms.edges import EDGE_COUNTERS, AnchorDocuments, ResolveEdges
@@ -166,7 +165,7 @@ def write_site_bases(decided: dict[str, dict], segment_dir: str) -> None:
 def read_site_bases(segment_dir: str) -> dict[str, dict]:
     """InferSiteBases' decisions, written by the build; {} when --base_url was given."""
     path = os.path.join(segment_dir, SITE_BASES_FILE)
-    if not FileSystems.exists(path):
+    if not exists(path):
         return {}
     with open_read(path) as fh:
         return json.load(fh)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from collections import Counter
 from typing import Callable, Iterable, Iterator
 
@@ -27,7 +28,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from ritrag.pipelines.options import JobFlags, parse_job_options
 from ritrag.index_config import INDEX_FLAGS, IndexConfig
 from ritrag.layout import DEAD_LETTERS_FILE, DENSE_INFO_FILE, IndexLayout, prune_versions, segment_id_for
-from ritrag.storage import dir_exists, open_read, remove_tree, use_pipeline_options
+from ritrag.storage import dir_exists, exists, make_dirs, open_read, remove_tree, use_pipeline_options
 from ritrag.lease import IndexLease
 from ritrag.transforms.counts import read_counts
 from ritrag.transforms.pages import PAGE_COUNTERS
@@ -37,13 +38,58 @@ LOG = logging.getLogger("ritrag.launcher")
 
 
 def job_options(argv: list[str] | None, flags: JobFlags) -> PipelineOptions:
-    """A job's options from its command line (`parse_job_options`), with Beam's
-    file systems configured from them at once: the job reads the live index
-    and takes its lease before it builds a pipeline (when Beam would), and an
-    s3:// or gs:// path needs its endpoint and credentials for that."""
+    """A job's options from its command line (`parse_job_options`), with the
+    storage layer and Beam's file systems configured from them at once: the job
+    reads the live index and takes its lease before it builds a pipeline."""
     options = parse_job_options(argv, flags)
     use_pipeline_options(options)
+    _share_s3_clients()
+    FileSystems.set_options(options)  # the pipeline's sources and sinks, and DoFns run in this process
     return options
+
+
+# The S3 options Beam's boto3 wrapper reads (apache_beam/io/aws/clients/s3/boto3_client.py).
+_S3_CLIENT_OPTIONS = ("s3_access_key_id", "s3_secret_access_key", "s3_session_token", "s3_endpoint_url",
+                      "s3_disable_ssl", "s3_region_name", "s3_api_version", "s3_verify")
+_s3_clients_lock = threading.Lock()
+
+
+def _share_s3_clients() -> None:
+    """Beam's S3 file system builds a boto3 session and client for every call
+    (about 0.2 s of CPU each, reloading botocore's service models). botocore
+    clients are thread-safe, so the process keeps one per set of S3 options,
+    each Beam wrapper with its own stream state copied from a fresh wrapper of
+    that set. Installed by the first job of the process (a remote runner's
+    workers pay Beam's own cost)."""
+    try:
+        from apache_beam.io.aws.clients.s3 import boto3_client
+    except ImportError:  # no AWS extra: no S3 file system either
+        return
+    if getattr(boto3_client.Client, "shares_clients", False):
+        return
+    beam_client = boto3_client.Client
+    fresh: dict[tuple, object] = {}
+
+    class SharedS3Client(beam_client):
+        shares_clients = True
+
+        def __init__(self, options):
+            key = _s3_options_key(options)
+            with _s3_clients_lock:
+                if key not in fresh:
+                    fresh[key] = beam_client(options)
+                self.__dict__.update(fresh[key].__dict__)
+
+    boto3_client.Client = SharedS3Client
+
+
+def _s3_options_key(options) -> tuple:
+    if isinstance(options, dict):
+        return tuple(options.get(name) for name in _S3_CLIENT_OPTIONS)
+    from apache_beam.options.pipeline_options import S3Options
+
+    s3 = options.view_as(S3Options)
+    return tuple(getattr(s3, name, None) for name in _S3_CLIENT_OPTIONS)
 
 
 class PublishOptions(PipelineOptions):
@@ -138,7 +184,7 @@ class NothingToPublishError(RuntimeError):
 def refuse_empty(counts: dict[str, int], segment_dir: str) -> None:
     """A build with no vector to index (every page empty or dead-lettered) ends
     with its accounting in one line, not a traceback of the dense stage."""
-    if FileSystems.exists(os.path.join(segment_dir, DENSE_INFO_FILE)):
+    if exists(os.path.join(segment_dir, DENSE_INFO_FILE)):
         return
     with open_read(os.path.join(segment_dir, DEAD_LETTERS_FILE)) as fh:
         reasons = Counter(pq.read_table(fh, columns=["reason"]).column("reason").to_pylist())
@@ -177,7 +223,7 @@ def fresh_segment_dir(segment_dir: str) -> None:
     if dir_exists(segment_dir):
         LOG.warning("removing %s, left by a run that did not publish", segment_dir)
         remove_tree(segment_dir)
-    FileSystems.mkdirs(segment_dir)
+    make_dirs(segment_dir)
 
 
 def run_pipeline(options: PipelineOptions, segment_dir: str, construct: Callable[[beam.Pipeline], None]):

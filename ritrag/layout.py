@@ -20,9 +20,10 @@ row is live unless a later segment tombstoned its id) is ritrag/reader.py's,
 BM25's parameters and statistics are ritrag/bm25.py's. Jobs, the server,
 `ritrag inspect` and the benchmarks name files only through it.
 
-Jobs reach remote paths (gs://, s3://, ...) through Beam's FileSystems, so the same
-code publishes to local disk or an object store; the serving process reads a
-local copy (a synced prefix or a mount) and never imports Beam.
+Files are reached through ritrag/storage.py, local or remote (gs://, s3://, ...),
+so the same code publishes to local disk or an object store, and `IndexLayout`
+is the one reader of CURRENT and the manifests there: for the jobs, the index
+commands and the server's mirror (ritrag.serving.remote) alike.
 A manifest is published only after every file it names is complete, and CURRENT
 is replaced after the manifest: a crash at any point leaves the previous version
 fully servable.
@@ -30,8 +31,7 @@ fully servable.
 Names are read from files (CURRENT, manifests) and from users (rollback), so
 every version and segment name is checked against one pattern before it
 becomes a path: none can point outside the index. Writers exclude each other
-with a lease (ritrag/lease.py); docs/OPERATING.md says what is locked and how. Files
-are reached through ritrag/storage.py, local or remote.
+with a lease (ritrag/lease.py); docs/OPERATING.md says what is locked and how.
 """
 from __future__ import annotations
 

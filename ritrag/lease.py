@@ -1,6 +1,6 @@
 """The right to write one index or crawl directory, held by one job at a time
 (`IndexLease`, docs/OPERATING.md "What is locked, and how"), made exclusive on
-object stores by their conditional writes (`ConditionalObject`)."""
+object stores by their conditional writes (ritrag.storage.ConditionalObject)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from ritrag.storage import is_remote, open_read, remote_filesystems, store_options, write_atomic
+from ritrag.storage import ConditionalObject, exists, is_remote, open_read, remove_file, write_atomic
 
 if TYPE_CHECKING:
     from ritrag.layout import IndexLayout
@@ -36,7 +36,7 @@ class IndexLease:
     taken over only with `break_lock`. On S3 and GCS the store's own
     preconditions make the lease exclusive (`ConditionalObject`): created only
     if absent, rewritten and deleted only while it is still the version this
-    job wrote. On any other Beam file system (no preconditions) it is written
+    job wrote. On any other store (no preconditions here) it is written
     if absent and read back, a check with a short race window
     (docs/OPERATING.md).
     """
@@ -116,7 +116,7 @@ class IndexLease:
     def _create(self) -> bool:
         data = json.dumps(self.record).encode()
         if is_remote(self.path):
-            if remote_filesystems().exists(self.path):
+            if exists(self.path):
                 return False
             if self._object is None:
                 write_atomic(self.path, data)
@@ -132,105 +132,6 @@ class IndexLease:
             return True
         except FileExistsError:
             return False
-
-
-class ConditionalObject:
-    """One object written and deleted under the store's preconditions: the
-    compare-and-swap the lease is made of. `put(data, None)` creates it only if
-    absent (S3 `If-None-Match: *`, GCS `ifGenerationMatch=0`); `put(data, v)`
-    and `delete(v)` act only while the object is still at version `v` (S3
-    `If-Match: <ETag>`, GCS `ifGenerationMatch=<generation>`). A refused
-    precondition returns None / False. Clients come from the same options as
-    Beam's file systems (`use_pipeline_options`)."""
-
-    @staticmethod
-    def of(path: str) -> "ConditionalObject | None":
-        """The object at `path`, or None where the store has no preconditions
-        (local paths have their own exclusive create; other Beam file systems none)."""
-        kind = {"s3": _S3Object, "gs": _GcsObject}.get(path.split("://", 1)[0]) if is_remote(path) else None
-        return kind(path) if kind else None
-
-    def read(self) -> tuple[bytes, str]:
-        """(the object's bytes, their version); FileNotFoundError when absent."""
-        raise NotImplementedError
-
-    def put(self, data: bytes, version: str | None) -> str | None:
-        raise NotImplementedError
-
-    def delete(self, version: str | None) -> bool:
-        raise NotImplementedError
-
-
-class _S3Object(ConditionalObject):
-    def __init__(self, path: str):
-        from apache_beam.io.aws.clients.s3.boto3_client import Client
-
-        self._client = Client(options=store_options()).client  # endpoint, keys, region: Beam's S3Options
-        self._bucket, self._key = path[len("s3://"):].split("/", 1)
-
-    def read(self) -> tuple[bytes, str]:
-        try:
-            found = self._client.get_object(Bucket=self._bucket, Key=self._key)
-        except self._client.exceptions.NoSuchKey:
-            raise FileNotFoundError(f"s3://{self._bucket}/{self._key}") from None
-        return found["Body"].read(), found["ETag"]
-
-    def put(self, data: bytes, version: str | None) -> str | None:
-        condition = {"IfMatch": version} if version else {"IfNoneMatch": "*"}
-        try:
-            return self._client.put_object(Bucket=self._bucket, Key=self._key, Body=data, **condition)["ETag"]
-        except self._client.exceptions.ClientError as exc:
-            # 409 ConditionalRequestConflict: another conditional write of the key is in flight
-            if exc.response["ResponseMetadata"]["HTTPStatusCode"] in (409, 412):
-                return None
-            raise
-
-    def delete(self, version: str | None) -> bool:
-        try:
-            self._client.delete_object(Bucket=self._bucket, Key=self._key,
-                                       **({"IfMatch": version} if version else {}))
-        except self._client.exceptions.ClientError as exc:
-            if exc.response["ResponseMetadata"]["HTTPStatusCode"] in (404, 409, 412):
-                return False
-            raise
-        return True
-
-
-class _GcsObject(ConditionalObject):
-    def __init__(self, path: str):
-        from apache_beam.io.gcp.gcsio import create_storage_client, parse_gcs_path
-
-        bucket, name = parse_gcs_path(path)
-        self._blob = create_storage_client(store_options()).bucket(bucket).blob(name)
-
-    def read(self) -> tuple[bytes, str]:
-        from google.api_core.exceptions import NotFound, PreconditionFailed
-
-        try:
-            blob = self._blob.bucket.get_blob(self._blob.name)
-            if blob is None:
-                raise NotFound(self._blob.name)
-            return blob.download_as_bytes(if_generation_match=blob.generation), str(blob.generation)
-        except (NotFound, PreconditionFailed):  # absent, or replaced between the two requests
-            raise FileNotFoundError(f"gs://{self._blob.bucket.name}/{self._blob.name}") from None
-
-    def put(self, data: bytes, version: str | None) -> str | None:
-        from google.api_core.exceptions import PreconditionFailed
-
-        try:
-            self._blob.upload_from_string(data, if_generation_match=int(version or 0))
-        except PreconditionFailed:
-            return None
-        return str(self._blob.generation)
-
-    def delete(self, version: str | None) -> bool:
-        from google.api_core.exceptions import NotFound, PreconditionFailed
-
-        try:
-            self._blob.delete(if_generation_match=int(version) if version else None)
-        except (NotFound, PreconditionFailed):
-            return False
-        return True
 
 
 def lease_holder(root: str) -> dict[str, Any] | None:
@@ -280,10 +181,7 @@ def _describe(holder: dict[str, Any] | None) -> str:
 
 
 def _remove(path: str) -> None:
-    if is_remote(path):
-        remote_filesystems().delete([path])
-    else:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+    try:
+        remove_file(path)
+    except FileNotFoundError:
+        pass

@@ -1,170 +1,157 @@
-"""One file-access layer for local paths and object stores (gs://, s3://, any
-Beam file system), shared by the jobs, the crawl, the index commands and the
-server's loader: a remote path goes through Beam's FileSystems, configured from
-the job's or command's own options (`use_pipeline_options`), a local one
-through the OS. (The serving mirror of a remote index copies it through fsspec
-instead, so that a server needs no Beam: serving/remote.py.)"""
+"""The one storage layer of jobs, index commands, the lease (ritrag/lease.py)
+and the server's mirror (ritrag/serving/remote.py): reads, writes, listing,
+deletes and the lease's conditional writes, local or in an object store.
+
+It is fsspec: one API over local disk, S3 (s3fs), GCS (gcsfs), Azure (adlfs)
+and more, light enough for a server that must not import Beam. A local path
+goes to the OS where it does better: atomic and exclusive writes, opening a
+file (pyarrow reads a path natively), glob. Beam's file systems stay inside
+the pipelines (sources, sinks, DoFns writing files on workers); Beam configures
+them from the same options (ritrag.pipelines.launcher).
+"""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import secrets
-import shutil
-import threading
+import sys
+from typing import Any, BinaryIO
+
+READ_AHEAD = 4 << 20
+# fsspec protocol -> the extra that installs its file system
+EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
+
+
+class StoreUnavailableError(Exception):
+    """The package of a URL's protocol is not installed, or the URL names no store."""
 
 
 def is_remote(path: str) -> bool:
-    """gs://, s3://, hdfs://...: reached through Beam's FileSystems (jobs only)."""
+    """A URL (gs://, s3://, memory://, ...), not a local path."""
     return "://" in path
 
 
-# The pipeline options Beam's file systems and the lease's store clients were
-# given (use_pipeline_options); None: each store's defaults (the AWS chain,
-# Application Default Credentials).
-_store_options = None
+# Each protocol's settings from the job's or command's options
+# (use_pipeline_options); None until configured. A protocol without any:
+# fsspec's configuration and the store's defaults (the AWS chain, Application
+# Default Credentials, STORAGE_EMULATOR_HOST).
+_settings: dict[str, dict[str, Any]] | None = None
 
 
-def use_pipeline_options(options) -> None:
-    """Configure every object store a job or a command reaches (gs://, s3://,
-    any Beam file system) from `options` (Beam `PipelineOptions`: S3Options'
-    --s3_endpoint_url and keys, GoogleCloudOptions' --project, ...). Beam
-    configures its file systems only when a Pipeline is constructed (and in its
-    workers), but a job reads the index and takes its lease before that, and
-    `ritrag versions`/`rollback`/`prune`/`inspect` build no pipeline at all: each
-    calls this first. The options stay in force for the process, as Beam's do."""
-    global _store_options
-    _store_options = options
-    remote_filesystems().set_options(options)  # and shares S3 clients (_share_s3_clients)
+def use_pipeline_options(options: Any) -> None:
+    """Configure every object store a job or a command reaches from `options`
+    (Beam `PipelineOptions`, whose flags the jobs and the index commands
+    take: S3Options' --s3_endpoint_url and keys, GoogleCloudOptions'
+    --project). The settings stay in force for the process."""
+    global _settings
+    given = options.get_all_options()
+    client = {"region_name": given.get("s3_region_name"), "api_version": given.get("s3_api_version"),
+              "verify": given.get("s3_verify")}
+    s3 = {"key": given.get("s3_access_key_id"), "secret": given.get("s3_secret_access_key"),
+          "token": given.get("s3_session_token"), "endpoint_url": given.get("s3_endpoint_url"),
+          "use_ssl": False if given.get("s3_disable_ssl") else None,
+          "client_kwargs": {name: value for name, value in client.items() if value is not None} or None}
+    gcs = {"project": given.get("project")}
+    _settings = {protocol: {name: value for name, value in settings.items() if value is not None}
+                 for protocols, settings in ((("s3", "s3a"), s3), (("gs", "gcs"), gcs)) for protocol in protocols}
 
 
-def remote_filesystems():
-    from apache_beam.io.filesystems import FileSystems  # only the jobs write remote indexes
+def _store_settings(protocol: str) -> dict[str, Any]:
+    """The settings of `protocol`; on a remote runner's worker, where DoFns read
+    the live index but no `use_pipeline_options` ran, from the job's options
+    that Beam's SDK harness gave Beam's FileSystems."""
+    if _settings is None:
+        beam = sys.modules.get("apache_beam.io.filesystems")
+        options = getattr(beam.FileSystems, "_pipeline_options", None) if beam else None
+        if options is not None:
+            use_pipeline_options(options)
+    return (_settings or {}).get(protocol, {})
 
-    _share_s3_clients()
-    return FileSystems
 
+def filesystem(url: str) -> tuple[Any, str]:
+    """(fsspec file system, path in it) of `url` or a local path;
+    StoreUnavailableError naming the pip command when the protocol's package
+    is not installed."""
+    import fsspec
 
-# The S3 options Beam's boto3 wrapper reads (apache_beam/io/aws/clients/s3/boto3_client.py).
-_S3_CLIENT_OPTIONS = ("s3_access_key_id", "s3_secret_access_key", "s3_session_token", "s3_endpoint_url",
-                      "s3_disable_ssl", "s3_region_name", "s3_api_version", "s3_verify")
-_s3_clients_lock = threading.Lock()
-
-
-def _share_s3_clients() -> None:
-    """Beam's S3 file system builds a new boto3 session and client for every
-    call it makes (exists, open, match, delete, ...), and each costs about 0.2 s
-    of CPU reloading botocore's service models: a job's few hundred calls spent
-    minutes there. botocore clients are thread-safe, so the process keeps one
-    per set of S3 options; each Beam wrapper still gets its own stream state,
-    copied from a fresh wrapper of that set. Installed once, where this process
-    first reaches Beam's file systems (workers of a remote runner that never
-    call this pay Beam's own cost)."""
+    protocol = url.split("://", 1)[0] if is_remote(url) else "file"
     try:
-        from apache_beam.io.aws.clients.s3 import boto3_client
-    except ImportError:  # no AWS extra: no S3 file system either
-        return
-    if getattr(boto3_client.Client, "shares_clients", False):
-        return
-    beam_client = boto3_client.Client
-    fresh: dict[tuple, object] = {}
-
-    class SharedS3Client(beam_client):
-        shares_clients = True
-
-        def __init__(self, options):
-            key = _s3_options_key(options)
-            with _s3_clients_lock:
-                if key not in fresh:
-                    fresh[key] = beam_client(options)
-                self.__dict__.update(fresh[key].__dict__)
-
-    boto3_client.Client = SharedS3Client
-
-
-def _s3_options_key(options) -> tuple:
-    if isinstance(options, dict):
-        return tuple(options.get(name) for name in _S3_CLIENT_OPTIONS)
-    from apache_beam.options.pipeline_options import S3Options
-
-    s3 = options.view_as(S3Options)
-    return tuple(getattr(s3, name, None) for name in _S3_CLIENT_OPTIONS)
-
-
-def store_options():
-    if _store_options is None:
-        from apache_beam.options.pipeline_options import PipelineOptions
-
-        return PipelineOptions([])
-    return _store_options
+        # No listing cache: Beam's sinks and other processes write the same
+        # prefixes, and a cached listing would hide what they wrote.
+        return fsspec.core.url_to_fs(url, use_listings_cache=False, **_store_settings(protocol))
+    except ImportError as exc:
+        hint = f"pip install 'ritrag[{EXTRAS[protocol]}]'" if protocol in EXTRAS else "install the package of that protocol"
+        raise StoreUnavailableError(f"{protocol}:// needs a package that is not installed ({exc}): {hint}") from None
+    except ValueError as exc:
+        raise StoreUnavailableError(f"{url}: {exc}") from None
 
 
 def exists(path: str) -> bool:
-    return remote_filesystems().exists(path) if is_remote(path) else os.path.exists(path)
+    fs, inner = filesystem(path)
+    return fs.exists(inner)
 
 
-def open_read(path: str):
-    """A file open for reading, local or remote; FileNotFoundError when absent
-    (each store raises its own error for a missing object, or none until the
-    first read)."""
+def open_read(path: str) -> BinaryIO:
+    """A file open for reading, local or remote (read by ranges, never copied
+    whole); FileNotFoundError when absent."""
     if not is_remote(path):
         return open(path, "rb")
-    if not remote_filesystems().exists(path):
-        raise FileNotFoundError(path)
-    return remote_filesystems().open(path)
+    fs, inner = filesystem(path)
+    # Each read fetches at most READ_AHEAD more than it asks (s3fs's default is
+    # 50 MiB, too much for a Parquet reader seeking from column to column).
+    return fs.open(inner, "rb", block_size=READ_AHEAD)
 
 
 def open_parquet(path: str):
-    """`pyarrow.parquet.ParquetFile` of a local or remote file (remote: read by
-    ranges through Beam's file system, never copied whole)."""
+    """`pyarrow.parquet.ParquetFile` of a local or remote file."""
     import pyarrow.parquet as pq
 
     return pq.ParquetFile(open_read(path) if is_remote(path) else path)
 
 
+def _entries(directory: str, kind: str) -> list[dict[str, Any]]:
+    """fsspec's entries of type `kind` ("file", "directory") directly in `directory`."""
+    fs, inner = filesystem(directory)
+    try:
+        found = fs.ls(inner.rstrip("/"), detail=True)
+    except FileNotFoundError:
+        return []
+    return [entry for entry in found if entry["type"] == kind and entry["name"].rstrip("/") != inner.rstrip("/")]
+
+
 def list_files(directory: str) -> list[tuple[str, int]]:
     """(name, size) of the plain files directly in `directory`."""
-    if is_remote(directory):
-        found = remote_filesystems().match([directory.rstrip("/") + "/*"])[0].metadata_list
-        return sorted((m.path.rsplit("/", 1)[1], m.size_in_bytes) for m in found)
-    if not os.path.isdir(directory):
-        return []
-    return sorted((n, os.path.getsize(os.path.join(directory, n))) for n in os.listdir(directory)
-                  if os.path.isfile(os.path.join(directory, n)))
+    return sorted((e["name"].rsplit("/", 1)[1], e["size"]) for e in _entries(directory, "file"))
 
 
 def list_dirs(directory: str) -> list[str]:
     """Names of the directories directly in `directory` (on an object store:
     the first path parts of the objects under the prefix)."""
-    if not is_remote(directory):
-        return sorted(n for n in os.listdir(directory) if os.path.isdir(os.path.join(directory, n))) \
-            if os.path.isdir(directory) else []
-    prefix = directory.rstrip("/") + "/"
-    found = remote_filesystems().match([prefix + "**"])[0].metadata_list
-    return sorted({m.path[len(prefix):].split("/", 1)[0] for m in found if "/" in m.path[len(prefix):]})
+    return sorted(e["name"].rstrip("/").rsplit("/", 1)[1] for e in _entries(directory, "directory"))
 
 
 def dir_exists(path: str) -> bool:
     """A directory (on an object store: a prefix with at least one object under it)."""
-    if not is_remote(path):
-        return os.path.isdir(path)
-    return bool(remote_filesystems().match([path.rstrip("/") + "/**"], limits=[1])[0].metadata_list)
+    fs, inner = filesystem(path)
+    return fs.isdir(inner)
 
 
 def remove_tree(path: str) -> None:
     """Delete a directory with everything in it (on an object store: every object under the prefix)."""
-    if is_remote(path):
-        remote_filesystems().delete([path.rstrip("/") + "/"])
-    else:
-        shutil.rmtree(path)
+    fs, inner = filesystem(path)
+    fs.rm(inner.rstrip("/"), recursive=True)
 
 
 def match_files(pattern: str) -> list[str]:
-    """The files a glob pattern matches, local or remote, sorted."""
-    if is_remote(pattern):
-        return sorted(m.path for m in remote_filesystems().match([pattern])[0].metadata_list)
-    import glob
+    """The files a glob pattern matches, local or remote, sorted (local ones as
+    the OS's glob names them, not as file:// URLs)."""
+    if not is_remote(pattern):
+        import glob
 
-    return sorted(glob.glob(pattern))
+        return sorted(glob.glob(pattern))
+    fs, inner = filesystem(pattern)
+    return sorted(fs.unstrip_protocol(found) for found in fs.glob(inner))
 
 
 def make_dirs(path: str) -> None:
@@ -174,27 +161,25 @@ def make_dirs(path: str) -> None:
 
 
 def replace_file(source: str, target: str) -> None:
-    """Move `source` over `target`: atomic on a local disk (rename); on an object
-    store a copy then a delete (readers see the old object or the whole new one)."""
-    if is_remote(source):
-        remote_filesystems().rename([source], [target])
-    else:
-        os.replace(source, target)
+    """Move `source` over `target`: atomic on a local disk (a rename); on an
+    object store a copy then a delete (readers see the old object or the whole new one)."""
+    fs, inner = filesystem(source)
+    fs.mv(inner, filesystem(target)[1])
 
 
 def remove_file(path: str) -> None:
-    if is_remote(path):
-        remote_filesystems().delete([path])
-    else:
-        os.unlink(path)
+    """Delete one file; FileNotFoundError when it is absent (on a store that says so)."""
+    fs, inner = filesystem(path)
+    fs.rm_file(inner)
 
 
 def file_size(path: str) -> int | None:
     """Bytes of a file; None when it is absent."""
-    if not is_remote(path):
-        return os.path.getsize(path) if os.path.exists(path) else None
-    found = remote_filesystems().match([path])[0].metadata_list
-    return found[0].size_in_bytes if found else None
+    fs, inner = filesystem(path)
+    try:
+        return fs.size(inner)
+    except FileNotFoundError:
+        return None
 
 
 def sha256_file(path: str, block: int = 1 << 20) -> str:
@@ -209,13 +194,14 @@ def write_atomic(path: str, data: bytes, exclusive: bool = False) -> None:
     """Write via a temporary file in the same directory and an atomic rename (an
     object store writes a whole object atomically by itself). `exclusive`
     (local files): hard-link instead of rename, so that only one writer can
-    create `path`; the others get FileExistsError. A local file gets the mode
+    create `path`; the others get FileExistsError (on an object store,
+    `ConditionalObject` is the exclusive create). A local file gets the mode
     the umask gives a new file, as the segment files Beam and pyarrow write do
     (mkstemp's 0600 would hide CURRENT and the manifests from a server running
     as another user)."""
     if is_remote(path):
-        with remote_filesystems().create(path) as fh:
-            fh.write(data)
+        fs, inner = filesystem(path)
+        fs.pipe_file(inner, data)
         return
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
@@ -233,3 +219,106 @@ def write_atomic(path: str, data: bytes, exclusive: bool = False) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+class ConditionalObject:
+    """One object written and deleted under its store's preconditions: the
+    compare-and-swap of the index lease (ritrag/lease.py). `put(data, None)`
+    creates it only if absent, `put(data, v)` and `delete(v)` act only while it
+    is still at version `v` (an S3 ETag, a GCS generation), `read` gives the
+    bytes with their version (FileNotFoundError when absent). A refused
+    precondition: `put` returns None, `delete` False.
+
+    fsspec's API has the exclusive create, but neither the version a write
+    made nor a replace or delete at a version: so each is the store's own
+    request, sent through the client of s3fs (`_call_s3`) or gcsfs (`call`)
+    with this layer's endpoint and credentials (docs/OPERATING.md: each
+    request per store). Other stores get None from `of`."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.fs, inner = filesystem(path)
+        self.bucket, self.key = inner.split("/", 1)
+
+    @staticmethod
+    def of(path: str) -> "_S3Object | _GcsObject | None":
+        """The object at `path`, or None where this layer has no preconditions
+        for its store (local paths have their own exclusive create, write_atomic)."""
+        kind = {"s3": _S3Object, "s3a": _S3Object, "gs": _GcsObject, "gcs": _GcsObject}.get(
+            path.split("://", 1)[0]) if is_remote(path) else None
+        return kind(path) if kind else None
+
+class _S3Object(ConditionalObject):
+    def read(self) -> tuple[bytes, str]:
+        from fsspec.asyn import sync
+
+        async def get() -> tuple[bytes, str]:  # one request: the body and the ETag it has
+            found = await self.fs._call_s3("get_object", Bucket=self.bucket, Key=self.key)
+            try:
+                return await found["Body"].read(), found["ETag"]
+            finally:
+                found["Body"].close()
+
+        return sync(self.fs.loop, get)  # s3fs turns NoSuchKey into FileNotFoundError
+
+    def put(self, data: bytes, version: str | None) -> str | None:
+        condition = {"IfMatch": version} if version else {"IfNoneMatch": "*"}
+        try:
+            return self.fs.call_s3("put_object", Bucket=self.bucket, Key=self.key, Body=data, **condition)["ETag"]
+        except OSError as exc:
+            if _refused_on_s3(exc):
+                return None
+            raise
+
+    def delete(self, version: str | None) -> bool:
+        try:
+            self.fs.call_s3("delete_object", Bucket=self.bucket, Key=self.key,
+                            **({"IfMatch": version} if version else {}))
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError) or _refused_on_s3(exc):
+                return False
+            raise
+        return True
+
+
+def _refused_on_s3(exc: OSError) -> bool:
+    """Whether s3fs's error is a refused precondition: 412, or 409
+    ConditionalRequestConflict (another conditional write of the key is in flight)."""
+    response = getattr(exc.__cause__, "response", None) or {}
+    return response.get("ResponseMetadata", {}).get("HTTPStatusCode") in (409, 412)
+
+
+class _GcsObject(ConditionalObject):
+    """gcsfs raises FileExistsError for every 412, the status of a refused precondition."""
+
+    def read(self) -> tuple[bytes, str]:
+        try:
+            generation = self.fs.call("GET", "b/{}/o/{}", self.bucket, self.key, json_out=True)["generation"]
+            _, data = self.fs.call("GET", "b/{}/o/{}", self.bucket, self.key, alt="media",
+                                   ifGenerationMatch=generation)
+        except FileExistsError:  # replaced between the two requests
+            raise FileNotFoundError(self.path) from None
+        return data, str(generation)
+
+    def put(self, data: bytes, version: str | None) -> str | None:
+        # A multipart upload, as gcsfs and Google's client send a small object
+        # (fake-gcs-server checks the precondition of no other kind).
+        upload = self.fs.base.replace("/storage/v1/", "/upload/storage/v1/") + "b/{}/o"
+        boundary = secrets.token_hex(16).encode()  # a line no object of the layer holds
+        body = b"\r\n".join([b"--" + boundary, b"Content-Type: application/json", b"",
+                              json.dumps({"name": self.key}).encode(), b"--" + boundary,
+                              b"Content-Type: application/octet-stream", b"", data, b"--" + boundary + b"--"])
+        try:
+            written = self.fs.call("POST", upload, self.bucket, uploadType="multipart", ifGenerationMatch=version or "0",
+                                   headers={"Content-Type": f"multipart/related; boundary={boundary.decode()}"},
+                                   data=body, json_out=True)
+        except FileExistsError:
+            return None
+        return str(written["generation"])
+
+    def delete(self, version: str | None) -> bool:
+        try:
+            self.fs.call("DELETE", "b/{}/o/{}", self.bucket, self.key, ifGenerationMatch=version)
+        except (FileNotFoundError, FileExistsError):
+            return False
+        return True

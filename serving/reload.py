@@ -42,7 +42,7 @@ class VersionWatcher:
                  cache_dir: str | None = None):
         self._service = service
         self._mirror = mirror(index_dir, cache_dir or default_cache_dir()) if is_remote(index_dir) else None
-        self._layout = self._mirror or IndexLayout(index_dir)  # what current_version() asks
+        self._layout = IndexLayout(index_dir)  # what current_version() asks: local, or the store's CURRENT
         self._index_dir = index_dir
         self._interval_s = interval_s
         self._cache_dir = cache_dir

@@ -2,8 +2,9 @@
 
 A build on Dataflow, Flink or Spark publishes to gs://, s3:// or any fsspec URL
 the way it publishes to a disk (segment files, then the manifest, then CURRENT
-last). A replica reads CURRENT and the manifest there, copies the version's
-files into its cache directory and serves the copy through the local loader:
+last). A replica reads CURRENT and the manifest there (`IndexLayout`, the jobs'
+reader, over the storage layer, ritrag/storage.py), copies the version's files
+into its cache directory and serves the copy through the local loader:
 
 ```
 CACHE_DIR/mirror-<sha256(uri)[:12]>/
@@ -48,36 +49,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from ritrag.layout import (DamagedIndexError, IndexLayout, IndexLoadError, IndexNameError, Manifest, MissingIndexError, checked_version)
-from ritrag.storage import sha256_file, write_atomic
+from ritrag.layout import DamagedIndexError, IndexLayout, IndexLoadError, Manifest, MissingIndexError
+from ritrag.storage import StoreUnavailableError, filesystem, sha256_file, write_atomic
 from ritrag.serving.errors import ToolError
 
 LOG = logging.getLogger("ritrag.serving.remote")
 BLOCK = 4 << 20
-# fsspec protocol -> the extra that installs its filesystem
-EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
 
 
 def default_cache_dir() -> str:
     return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ritrag")
-
-
-def filesystem(uri: str):
-    """(fsspec filesystem, path in it) of `uri`; IndexLoadError naming the pip
-    command when the protocol's package is not installed."""
-    protocol = uri.split("://", 1)[0]
-    extra = EXTRAS.get(protocol)
-    hint = f"pip install 'ritrag[{extra}]'" if extra else "pip install fsspec and the package of that protocol"
-    try:
-        import fsspec
-    except ImportError:
-        raise IndexLoadError(f"serving {uri} needs fsspec: {hint}") from None
-    try:
-        return fsspec.core.url_to_fs(uri)
-    except ImportError as exc:
-        raise IndexLoadError(f"serving {protocol}:// needs a package that is not installed ({exc}): {hint}") from None
-    except ValueError as exc:
-        raise IndexLoadError(f"{uri}: {exc}") from None
 
 
 @dataclass
@@ -233,8 +214,12 @@ class IndexMirror:
     def __init__(self, uri: str, cache_dir: str, keep_versions: int = 2, max_bytes: int | None = None,
                  workers: int = 8, in_use_s: float = 600.0):
         self.uri = uri.rstrip("/")
-        self.fs, self.root = filesystem(self.uri)
+        try:
+            self.fs, self.root = filesystem(self.uri)
+        except StoreUnavailableError as exc:
+            raise IndexLoadError(f"serving {exc}") from None
         self.root = self.root.rstrip("/")
+        self.remote = IndexLayout(self.uri)  # the store's CURRENT and manifests, read as a job reads them
         self.local_root = os.path.join(cache_dir, "mirror-" + hashlib.sha256(self.uri.encode()).hexdigest()[:12])
         self.layout = StampedLayout(self.local_root)
         self.keep_versions = keep_versions
@@ -250,37 +235,6 @@ class IndexMirror:
             raise ToolError("invalid_arguments", f"cache directory {cache_dir}: cannot hold the copy of {self.uri} "
                             f"({exc.strerror or exc})") from None
 
-    def _remote(self, *parts: str) -> str:
-        return "/".join((self.root, *parts))
-
-    def current_version(self) -> str | None:
-        """The version the store's CURRENT names; None without a CURRENT."""
-        path = self._remote("CURRENT")
-        self.fs.invalidate_cache(path)  # a listing cached by the filesystem must not hide a new CURRENT
-        try:
-            data = self.fs.cat_file(path)[:64]
-        except FileNotFoundError:
-            return None
-        try:
-            return checked_version(data.decode("ascii", errors="replace").strip())
-        except IndexNameError:
-            raise DamagedIndexError(f"{self.uri}/CURRENT: does not hold a version name "
-                                    f"(it holds {data[:20]!r})") from None
-
-    def remote_manifest(self, version: str) -> Manifest:
-        path = self._remote("versions", f"{checked_version(version)}.json")
-        try:
-            data = self.fs.cat_file(path)
-        except FileNotFoundError:
-            raise MissingIndexError(f"{self.uri}/versions/{version}.json: manifest of version {version} is missing"
-                                    ) from None
-        try:
-            return Manifest.from_json(data)
-        except IndexNameError as exc:
-            raise DamagedIndexError(f"{self.uri}/versions/{version}.json: {exc}") from exc
-        except (ValueError, TypeError) as exc:
-            raise DamagedIndexError(f"{self.uri}/versions/{version}.json: not a valid manifest ({exc})") from exc
-
     def cached_versions(self) -> list[str]:
         """Versions whose every file is cached and verified, oldest first."""
         return self.layout.versions()
@@ -289,13 +243,13 @@ class IndexMirror:
         """Cache `version` (default: the one CURRENT names) whole and verified;
         returns its name. Raises (and caches no manifest) when a file cannot
         be copied or does not match the manifest."""
-        version = version or self.current_version()
+        version = version or self.remote.current_version()
         if version is None:
             raise MissingIndexError(f"{self.uri}: no published version (CURRENT is missing)")
         with self._exclusive():
             # A cached version is checked again (a stat per file), so a file damaged on disk is copied anew.
             cached = version in self.cached_versions()
-            manifest = self.layout.load_manifest(version) if cached else self.remote_manifest(version)
+            manifest = self.layout.load_manifest(version) if cached else self.remote.load_manifest(version)
             files = [(seg["id"], name, entry) for seg in manifest.segments for name, entry in seg["files"].items()]
             with self.progress.lock:
                 self.progress.version, self.progress.files_total = version, len(files)

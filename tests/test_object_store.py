@@ -1,25 +1,30 @@
 """Jobs that read and publish on object storage, against real protocol peers on
 127.0.0.1: moto's S3 server and GCS emulators (tests/fleet_fixtures.py). The
-jobs and the index commands reach the bucket through Beam's file systems,
-configured from their own options; the server reads it through fsspec. A
-sequence on a bucket answers as the same sequence on local disk, and the
-lease is exclusive through the stores' preconditions."""
+jobs, the index commands, the lease and the server reach the bucket through
+one storage layer (ritrag.storage, over fsspec), configured from the jobs' and
+commands' own options; the pipelines' sources and sinks through Beam's file
+systems. A sequence on a bucket answers as the same sequence on local disk,
+and the lease is exclusive through the stores' preconditions."""
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from fleet_fixtures import object_store  # noqa: F401  (the fixture)
+import ritrag.lease
 from ritrag import cli
 from ritrag.layout import IndexLayout
-from ritrag.storage import list_dirs, use_pipeline_options
+from ritrag.storage import exists, list_dirs, use_pipeline_options, write_atomic
 from ritrag.lease import IndexLease, IndexLockedError
 from ritrag.pipelines import build, compact, update
+from ritrag.pipelines.launcher import job_options
 from ritrag.serving.api import RitragIndex
 from support import BASE, assert_same_toc, write_tiny_site
 from test_update import QUERIES, make_snapshot_b
@@ -82,13 +87,13 @@ def test_build_serve_update_compact_on_a_bucket_answer_as_on_local_disk(object_s
     layout = IndexLayout(index)
     assert layout.versions() == ["v000001", "v000003"]
     assert list_dirs(f"{index}/segments") == ["seg-v000001", "seg-v000003"]
-    assert not FileSystems.exists(f"{index}/LEASE")  # every command gave its lease back
+    assert not exists(f"{index}/LEASE")  # every command gave its lease back
 
 
 @pytest.mark.parametrize("object_store", ["s3", "gcs"], indirect=True)
 def test_an_index_on_a_bucket_is_reached_with_the_options_given(object_store):
-    """The issue's failure: the lease was read through Beam's file systems
-    before they had the job's options ('Must provide one of client or options')."""
+    """The issue's failure: the lease was read through the store before it
+    had the job's options ('Must provide one of client or options')."""
     use_pipeline_options(PipelineOptions(object_store.flags))
     layout = IndexLayout(f"{object_store.url}/index")
     assert layout.current_version() is None
@@ -102,9 +107,9 @@ def test_beams_s3_calls_share_one_botocore_client_per_set_of_options(object_stor
     """Beam builds a boto3 client for every S3 call (0.2 s of CPU each); the
     process keeps one per set of options, each call keeping its own stream state."""
     from apache_beam.io.aws import s3io
+    from apache_beam.io.filesystems import FileSystems
 
-    options = PipelineOptions(object_store.flags)
-    use_pipeline_options(options)
+    options = job_options(object_store.flags, build.FLAGS)
     first, second = s3io.S3IO(options=options), s3io.S3IO(options=options)
     assert first.client is not second.client and first.client.client is second.client.client
     other = s3io.S3IO(options=PipelineOptions([*object_store.flags, "--s3_region_name", "eu-west-3"]))
@@ -115,15 +120,35 @@ def test_beams_s3_calls_share_one_botocore_client_per_set_of_options(object_stor
         assert back.read() == b"written through the shared client"
 
 
+@pytest.mark.parametrize("object_store", ["s3"], indirect=True)
+def test_a_worker_reaches_the_bucket_with_the_options_beam_hands_it(object_store):
+    """A remote runner's worker never runs the job's use_pipeline_options, yet
+    its DoFns read the live index through the storage layer: Beam's SDK harness
+    gives the job's options to Beam's file systems, and the layer takes them
+    from there (here the endpoint: no fsspec variable names it)."""
+    use_pipeline_options(PipelineOptions(object_store.flags))
+    write_atomic(f"{object_store.url}/probe", b"written by the job")
+    worker = ("import sys\n"
+              "from apache_beam.io.filesystems import FileSystems\n"
+              "from apache_beam.options.pipeline_options import PipelineOptions\n"
+              "from ritrag.storage import open_read\n"
+              "FileSystems.set_options(PipelineOptions(sys.argv[2:]))  # what the SDK harness does\n"
+              "sys.stdout.write(open_read(sys.argv[1]).read().decode())\n")
+    env = {name: value for name, value in os.environ.items() if not name.startswith("FSSPEC_")}
+    ran = subprocess.run([sys.executable, "-c", worker, f"{object_store.url}/probe", *object_store.flags],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert ran.stdout == "written by the job", ran.stderr[-2000:]
+
+
 def race_for_the_lease(layout: IndexLayout, contenders: int) -> list[IndexLease]:
     """`contenders` jobs take the lease at once, each past its check that LEASE
     is absent before any of them writes it (the window a check-then-write
     loses); returns the ones that got it."""
     barrier, seen = threading.Barrier(contenders), threading.local()
-    exists = FileSystems.exists
+    check = ritrag.lease.exists
 
     def exists_then_wait(path):
-        found = exists(path)
+        found = check(path)
         if path.endswith("/LEASE") and not getattr(seen, "lease", False):
             seen.lease = True
             barrier.wait(timeout=60)
@@ -143,7 +168,7 @@ def race_for_the_lease(layout: IndexLayout, contenders: int) -> list[IndexLease]
 
     threads = [threading.Thread(target=job, args=(n,)) for n in range(contenders)]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(FileSystems, "exists", staticmethod(exists_then_wait))
+        patch.setattr(ritrag.lease, "exists", exists_then_wait)
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -189,13 +214,12 @@ def test_a_segment_left_on_a_bucket_by_a_crashed_job_is_removed_before_the_next_
     so a crashed job's files ended up in the next version's manifest."""
     index = f"{object_store.url}/index"
     use_pipeline_options(PipelineOptions(object_store.flags))
-    with FileSystems.create(f"{index}/segments/seg-v000001/left-by-a-crash.bin") as fh:
-        fh.write(b"debris")
+    write_atomic(f"{index}/segments/seg-v000001/left-by-a-crash.bin", b"debris")
     build.run(["--input", str(write_tiny_site(tmp_path / "site")), "--out", index, "--base_url", BASE + "/",
                *HASHING, *object_store.flags])
     (segment,) = IndexLayout(index).load_manifest().segments
     assert "left-by-a-crash.bin" not in segment["files"]
-    assert not FileSystems.exists(f"{index}/segments/seg-v000001/left-by-a-crash.bin")
+    assert not exists(f"{index}/segments/seg-v000001/left-by-a-crash.bin")
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ import ritrag.serving.remote
 from ritrag.layout import DamagedIndexError, IndexLoadError, Manifest
 from ritrag.serving.api import RitragIndex
 from ritrag.serving.reload import VersionWatcher
-from ritrag.serving.remote import IndexMirror, filesystem
+from ritrag.serving.remote import IndexMirror
 from ritrag.serving.tools import ToolService
 from fleet_fixtures import publish, publish_copy_as
 
@@ -80,7 +80,7 @@ def test_a_file_changed_on_disk_after_its_stamp_is_copied_again(store, tmp_path)
 
 def test_a_partial_copy_is_resumed_and_a_bad_one_redone(store, tmp_path):
     mirror = IndexMirror(store, str(tmp_path / "a"))
-    manifest = mirror.remote_manifest(mirror.current_version())
+    manifest = mirror.remote.load_manifest()
     segment_id, name, entry = largest_file(manifest)
     data = fsspec.core.url_to_fs(store)[0].cat_file(f"{mirror.root}/segments/{segment_id}/{name}")
     total = sum(e["bytes"] for seg in manifest.segments for e in seg["files"].values())
@@ -146,20 +146,20 @@ def test_a_size_limit_evicts_all_but_the_served_version(store, tmp_path):
     assert mirror.evict(serving="v000002") == ["v000001"] and mirror.cached_versions() == ["v000002"]
 
 
-def test_a_missing_store_package_names_the_pip_command(monkeypatch):
+def test_a_missing_store_package_names_the_pip_command(monkeypatch, tmp_path):
     """As on a machine without the gcs extra, whether or not this one has gcsfs."""
     monkeypatch.setitem(sys.modules, "gcsfs", None)  # `import gcsfs` now raises ImportError
     for protocol in ("gs", "gcs"):
         monkeypatch.delitem(sys.modules["fsspec.registry"]._registry, protocol, raising=False)  # imported earlier
     with pytest.raises(IndexLoadError, match=r"pip install 'ritrag\[gcs\]'"):
-        filesystem("gs://bucket/index")
+        IndexMirror("gs://bucket/index", str(tmp_path))
 
 
 def test_a_damaged_current_in_the_store_is_refused(store, tmp_path):
     fs, root = fsspec.core.url_to_fs(store)
     fs.pipe_file(f"{root}/CURRENT", b"../../etc\n")
     with pytest.raises(DamagedIndexError, match="CURRENT"):
-        IndexMirror(store, str(tmp_path)).current_version()
+        IndexMirror(store, str(tmp_path)).remote.current_version()
 
 
 def test_an_object_larger_than_its_manifest_says_is_read_no_further(store, tmp_path):
