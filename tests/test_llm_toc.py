@@ -109,12 +109,17 @@ def sections(index: Path) -> dict[str, dict]:
     return {row["title"]: row for row in live_table(index, "nodes").values() if row["kind"] == "section"}
 
 
+def pdf_site(tmp_path_factory, name: str, write_pdf) -> Path:
+    """An input folder holding one PDF, written by `write_pdf`, under manuals/."""
+    site = tmp_path_factory.mktemp(name) / "in" / "manuals"
+    site.mkdir(parents=True)
+    write_pdf(site / "probe.pdf")
+    return site.parent
+
+
 @pytest.fixture(scope="module")
 def manual_site(tmp_path_factory) -> Path:
-    site = tmp_path_factory.mktemp("llm_toc") / "in" / "manuals"
-    site.mkdir(parents=True)
-    manual_pdf(site / "probe.pdf")
-    return site.parent
+    return pdf_site(tmp_path_factory, "llm_toc", manual_pdf)
 
 
 @pytest.fixture(scope="module")
@@ -225,10 +230,7 @@ def test_the_models_verified_headings_cut_the_pdf_into_nested_sections(induced):
 
 @pytest.fixture(scope="module")
 def long_manual_site(tmp_path_factory) -> Path:
-    site = tmp_path_factory.mktemp("llm_toc_long") / "in" / "manuals"
-    site.mkdir(parents=True)
-    long_manual_pdf(site / "probe.pdf")
-    return site.parent
+    return pdf_site(tmp_path_factory, "llm_toc_long", long_manual_pdf)
 
 
 def test_each_window_is_asked_after_the_headings_proposed_before_it(long_manual_site, tmp_path):
