@@ -67,7 +67,8 @@ print(json.dumps({"reload_s": statistics.median(times)}))
 TOC_LATENCY = r"""
 import json, random, sys, time
 import numpy as np
-from ritrag.serving.api import RitragIndex
+from ritrag.serving.api import RitragIndex, one_thread_per_query
+one_thread_per_query()  # as `ritrag serve` runs
 index = RitragIndex(sys.argv[1], sys.argv[2])
 titles = index.index.nodes["title"]
 queries = [titles[r] for r in random.Random(0).sample(range(len(titles)), 200)]

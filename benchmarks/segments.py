@@ -43,8 +43,9 @@ def edit_pages(pages: str, n: int, count: int = 3) -> None:
 
 
 def timed_tocs(index: str, queries: list[str]) -> tuple[np.ndarray, list]:
-    from ritrag.serving.api import RitragIndex
+    from ritrag.serving.api import RitragIndex, one_thread_per_query
 
+    one_thread_per_query()  # as `ritrag serve` runs: FAISS's threads make a flat shard's search 2x slower here
     idx = RitragIndex(index)
     vectors = [idx.embed_query(q) for q in queries]
     for q, v in zip(queries[:20], vectors):  # warm

@@ -29,8 +29,9 @@ from benchmarks.cold_start import command_prefix
 CHILD = r"""
 import hashlib, json, sys, time
 import numpy as np
-from ritrag.serving.api import RitragIndex
+from ritrag.serving.api import RitragIndex, one_thread_per_query
 index_path, questions_path, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+one_thread_per_query()  # as `ritrag serve` runs
 index = RitragIndex(index_path)
 questions = [json.loads(line)["question"] for line in open(questions_path) if line.strip()]
 vectors = [index.embed_query(q) for q in questions]
