@@ -1,13 +1,21 @@
 """A synthetic index written straight in the on-disk format, for serving at scale.
 
 Building a million-chunk index through the Beam job means embedding a million
-chunks, hours on a CPU. What the server's load time, memory and latency depend
-on is the shape of the files (rows, row groups, postings, IVF-PQ shards), not on
-where the text came from, so this writes those files directly with numpy:
-a forest of `nodes` nodes (roots = sites, fan-out `fanout`), one chunk per node,
-bodies of Zipf-distributed words that BM25 can rank, and embedding-like unit
-vectors (benchmarks/dense_recall.py's generator) of the dimension of the bundled
-model, so that the real query embedder can search them. The dense part is the
+chunks, hours on a CPU (and the local runner does not hold a million pages in
+24 GiB). What the server's load time, memory and latency depend on is the shape
+of the files (rows, row groups, postings, IVF-PQ shards, links), not on where
+the text came from, so this writes those files directly with numpy, in the
+representation `ritrag build` writes by default (ritrag/representation.py):
+a forest of `nodes` nodes (roots = sites, fan-out `fanout`), one chunk per node
+(BM25 indexes its body; the model would embed its path and body), one node
+document per node (its path, in BM25's "doc" field and embedded), links
+(`LINKS_PER_NODE` per node into its own site, skewed toward the top of the
+site as navigation is; anchor text the target's title or its first word) with
+their edges table and an anchor document per linked-to node (BM25's "anchors"
+field, no vector). Bodies are Zipf-distributed words that BM25 can rank; every
+embedded row gets an embedding-like unit vector (benchmarks/dense_recall.py's
+generator) of the dimension of the bundled model, so that the real query
+embedder can search them. The dense part is the
 build's own: the index the build would choose for that many vectors
 (`choose_params`, unless `factory` is given), trained on the build's sample
 (the smallest chunk ids), float16 vector files and shard indexes built from them
@@ -43,11 +51,14 @@ import pyarrow.parquet as pq
 from ritrag.analyzer import analyze
 from ritrag.embedder import DEFAULT_MODEL, EmbedderSpec
 from ritrag.ids import chunk_id_for, node_id_for, shard_of
-from ritrag.bm25 import BM25_PARAMETERS, corpus_stats
+from ritrag.bm25 import BM25_PARAMETERS, KIND_FIELDS, corpus_stats, row_kinds
 from ritrag.layout import (BM25_STATS_FILE, DEAD_LETTERS_FILE, DENSE_INFO_FILE, DENSE_TRAINED_FILE, IndexLayout,
                            new_manifest, shard_file_name)
+from ritrag.representation import (ANCHOR_DOC_ORDINAL, LEGACY, NODE_DOC_ORDINAL, Representation,
+                                   retrieval_defaults)
 from ritrag.serving_form import write_serving_form
-from ritrag.schema import CHUNKS_SCHEMA, DEAD_LETTERS_SCHEMA, NODES_SCHEMA, POSTINGS_SCHEMA, VOCABULARY_SCHEMA
+from ritrag.schema import (CHUNKS_SCHEMA, DEAD_LETTERS_SCHEMA, EDGES_KIND, EDGES_SCHEMA, NODES_SCHEMA,
+                           POSTINGS_SCHEMA, VOCABULARY_SCHEMA)
 from ritrag.transforms.dense import TRAIN_SAMPLE_SIZE, choose_params, dense_info, rebuild_index, train_empty_index
 from ritrag.vectors import VECTORS_EXTENSION, VECTORS_KIND, write_vectors
 
@@ -56,6 +67,9 @@ DIM = 384  # all-MiniLM-L6-v2
 BATCH = 65_536  # vectors per generated batch
 BLOCK_ROWS = 65_536  # nodes per generated block (a multiple of ROW_GROUP_ROWS)
 QUERY_STREAM = 1 << 40  # batch indices of query vectors, apart from the corpus's
+REPRESENTATION = Representation()  # what `ritrag build` writes by default
+LINKS_PER_NODE = 4
+SHORT_ANCHOR_SHARE = 0.25  # links whose anchor text is the target title's first word, not the whole title
 SYLLABLES = [c + v for c in "bcdfgklmnprstvz" for v in ("a", "e", "i", "o", "u", "ai", "ou")]
 
 
@@ -186,6 +200,8 @@ class SyntheticCorpus:
     ids: pa.Array
     titles: pa.Array
     site: np.ndarray
+    link_target: np.ndarray  # (nodes, LINKS_PER_NODE) target rows, -1 where a draw hit the node itself
+    link_short: np.ndarray  # (nodes, LINKS_PER_NODE) whether the anchor text is the title's first word
     seed: int
 
     @classmethod
@@ -203,9 +219,26 @@ class SyntheticCorpus:
         titles = pc.binary_join_element_wise(capital.take(pa.array(topics[:, 0])), capital.take(pa.array(topics[:, 1])),
                                              capital.take(third), " ", null_handling="skip")
         ids = pa.array([node_id_for(f"synthetic:{seed}:{i}") for i in range(nodes)], pa.string())
-        site = np.searchsorted(np.linspace(0, nodes, sites + 1)[1:], np.arange(nodes), side="right")
+        bounds = np.linspace(0, nodes, sites + 1).astype(np.int64)
+        site = np.searchsorted(bounds[1:], np.arange(nodes), side="right")
+        start, size = bounds[site], bounds[site + 1] - bounds[site]
+        # u^3: most links go to the top of their site (home, section indexes), as navigation does
+        link_target = start[:, None] + (size[:, None] * rng.random((nodes, LINKS_PER_NODE)) ** 3).astype(np.int64)
+        link_target[link_target == np.arange(nodes)[:, None]] = -1
+        link_short = rng.random((nodes, LINKS_PER_NODE)) < SHORT_ANCHOR_SHARE
         return cls(pa.array(words), weights / weights.sum(), parent, position, depth, lengths, topics, ids,
-                   titles, site, seed)
+                   titles, site, link_target, link_short, seed)
+
+    def title_tokens(self, row: int) -> list[int]:
+        """The word ids of node `row`'s title (two words, three on odd rows)."""
+        return self.topics[row, :3 if row % 2 else 2].tolist()
+
+    def in_links(self) -> tuple[np.ndarray, np.ndarray]:
+        """(links with the whole title, links with its first word) into each node."""
+        valid = self.link_target >= 0
+        n = len(self.lengths)
+        return (np.bincount(self.link_target[valid & ~self.link_short], minlength=n),
+                np.bincount(self.link_target[valid & self.link_short], minlength=n))
 
     def bodies(self, rows: np.ndarray, stream: list[int]) -> tuple[pa.Array, np.ndarray, np.ndarray]:
         """(body texts, list offsets, word ids) of `rows`, drawn from the random
@@ -223,11 +256,13 @@ class SyntheticCorpus:
 def write_synthetic_index(out: str, nodes: int = 1_000_000, sites: int = 16, fanout: int = 10,
                           words_per_node: int = 120, vocabulary_size: int = 50_000, num_shards: int = 8,
                           factory: str | None = None, nprobe: int | None = None, rerank: int | None = None,
-                          seed: int = 0) -> dict:
+                          seed: int = 0, representation: Representation = REPRESENTATION) -> dict:
     """Write the index in two streaming passes, memory bounded by one shard's
-    chunks, not the corpus: node shards block by block (node rows written,
-    chunks spilled to their chunk shard), then each chunk shard (sorted, its
-    chunks and postings written), then the dense side."""
+    rows, not the corpus: node shards block by block (node and edge rows
+    written; chunks, node and anchor documents spilled to their chunk shard),
+    then each chunk shard (sorted, its rows and postings written), then the
+    dense side. `representation`: the build's default, or another (LEGACY:
+    an index as builds wrote them before representations, which servers still load)."""
     start = time.time()
     faiss.omp_set_num_threads(1)  # OpenMP spin-waits badly on a shared 2-core machine
     corpus = SyntheticCorpus.draw(nodes, sites, fanout, words_per_node, vocabulary_size, seed)
@@ -237,30 +272,33 @@ def write_synthetic_index(out: str, nodes: int = 1_000_000, sites: int = 16, fan
     os.makedirs(seg_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="synthetic-", dir=out) as spill_dir:
         spills = [os.path.join(spill_dir, f"chunks-{s}.arrow") for s in range(num_shards)]
-        write_node_shards(corpus, seg_dir, spills, num_shards)
-        df = np.zeros(vocabulary_size, np.int64)
-        chunk_ids = [write_chunk_shard(corpus, seg_dir, spills[s], s, num_shards, df) for s in range(num_shards)]
-        n_terms = int(corpus.lengths.sum())
-        present = np.flatnonzero(df)
+        edges = write_node_shards(corpus, seg_dir, spills, num_shards, representation)
+        df = np.zeros((len(KIND_FIELDS), vocabulary_size), np.int64)
+        shards = [write_chunk_shard(corpus, seg_dir, spills[s], s, num_shards, df) for s in range(num_shards)]
+        n_rows, n_terms = sum(rows for _, rows, _ in shards), sum(terms for _, _, terms in shards)
+        total = df.sum(axis=0)
+        present = np.flatnonzero(total)
         words = corpus.words.to_numpy(zero_copy_only=False)
         term_shard = np.array([shard_of(str(w), num_shards) for w in words[present]], np.int64)
         for shard in range(num_shards):  # sharded by term hash, as the build's vocabulary
             mine = present[term_shard == shard]
             order = mine[np.argsort(words[mine].astype(str))]
-            zeros = pa.array(np.zeros(len(order), np.int64))
             with table_writer(os.path.join(seg_dir, shard_file_name("vocabulary", shard, num_shards, "parquet")),
-                              VOCABULARY_SCHEMA) as writer:  # every chunk is a body: all its df is body df
-                write_table(writer, {"term": corpus.words.take(pa.array(order)), "df": pa.array(df[order]),
-                                     "df_body": pa.array(df[order]), "df_doc": zeros, "df_anchors": zeros},
-                            VOCABULARY_SCHEMA)
-        bm25 = corpus_stats(nodes, n_terms)
+                              VOCABULARY_SCHEMA) as writer:
+                write_table(writer, {"term": corpus.words.take(pa.array(order)), "df": pa.array(total[order]),
+                                     **{f"df_{name}": pa.array(df[kind, order])
+                                        for kind, name in enumerate(KIND_FIELDS)}}, VOCABULARY_SCHEMA)
+        bm25 = corpus_stats(n_rows, n_terms)
         with open(os.path.join(seg_dir, BM25_STATS_FILE), "w", encoding="utf-8") as fh:
             json.dump(bm25, fh, sort_keys=True)
         pq.write_table(DEAD_LETTERS_SCHEMA.empty_table(), os.path.join(seg_dir, DEAD_LETTERS_FILE))
         overrides = {k: v for k, v in {"factory": factory, "nprobe": nprobe, "rerank": rerank}.items()
                      if v is not None}
-        dense = write_dense(seg_dir, chunk_ids, overrides, seed, spill_dir)
-    counts = {"pages_read": nodes, "pages_indexed": nodes, "chunks": nodes}
+        embedded = [ids for ids, _, _ in shards]
+        dense = write_dense(seg_dir, embedded, overrides, seed, spill_dir)
+    n_embedded = sum(len(ids) for ids in embedded)
+    counts = {"pages_read": nodes, "pages_indexed": nodes, "chunks": n_rows, "chunks_embedded": n_embedded,
+              "edges": edges}
     write_serving_form(seg_dir, num_shards)
     segment = layout.describe_segment(segment_id, num_shards, counts)
     spec = EmbedderSpec(model=DEFAULT_MODEL)
@@ -268,36 +306,52 @@ def write_synthetic_index(out: str, nodes: int = 1_000_000, sites: int = 16, fan
                             config={"embedder": {**spec.to_dict(), "dimension": DIM}, "dense": dense,
                                     "bm25": dict(BM25_PARAMETERS), "granularity": "page",
                                     "num_shards": num_shards, "base_url": "https://synthetic.example/",
-                                    "site_depth": 1})
+                                    "site_depth": 1,
+                                    **({"representation": representation.to_dict(),
+                                        "retrieval": retrieval_defaults(representation)}
+                                       if representation != LEGACY else {})})
     layout.publish(manifest)
-    return {"version": manifest.version, "nodes": nodes, "chunks": nodes, "postings_terms": n_terms,
-            "seconds": round(time.time() - start, 1), "peak_rss_gib": round(peak_rss_gib(), 2)}
+    return {"version": manifest.version, "nodes": nodes, "rows": n_rows, "embedded": n_embedded, "edges": edges,
+            "postings_terms": n_terms, "seconds": round(time.time() - start, 1),
+            "peak_rss_gib": round(peak_rss_gib(), 2)}
 
 
 SPILL_SCHEMA = pa.schema([pa.field("chunk_id", pa.int64()), pa.field("row", pa.int64()),
+                          pa.field("ordinal", pa.int32()), pa.field("n_tokens", pa.int32()),
                           pa.field("text", pa.large_string()), pa.field("tokens", pa.list_(pa.int32()))])
 
 
-def write_node_shards(corpus: SyntheticCorpus, seg_dir: str, spills: list[str], num_shards: int) -> None:
-    """Each node shard's rows, sorted by node id as the build writes them, block
-    by block; each block's chunks (one per node) spilled to their chunk shard."""
+def write_node_shards(corpus: SyntheticCorpus, seg_dir: str, spills: list[str], num_shards: int,
+                      representation: Representation) -> int:
+    """Each node shard's node and edge rows, sorted by node id (edges by
+    source, then position) as the build writes them, block by block; each
+    block's rows of the chunks table (per node its chunk, its node document
+    and, if linked to, its anchor document) spilled to their chunk shard.
+    Returns the number of edges."""
     ids = corpus.ids
     node_shard = np.fromiter((shard_of(i, num_shards) for i in ids.to_pylist()), np.int64, len(ids))
+    capital = pc.utf8_capitalize(corpus.words)
+    word_id = {w: i for i, w in enumerate(corpus.words.to_pylist())}
+    in_full, in_short = corpus.in_links()
     spill_writers = [pa.ipc.new_file(path, SPILL_SCHEMA) for path in spills]
+    edges = 0
     for s in range(num_shards):
         rows = np.flatnonzero(node_shard == s)
         rows = rows[np.argsort(ids.take(pa.array(rows)).to_numpy(zero_copy_only=False).astype(str), kind="stable")]
-        with table_writer(os.path.join(seg_dir, shard_file_name("nodes", s, num_shards, "parquet")),
-                          NODES_SCHEMA) as writer:
+        with (table_writer(os.path.join(seg_dir, shard_file_name("nodes", s, num_shards, "parquet")),
+                           NODES_SCHEMA) as node_writer,
+              table_writer(os.path.join(seg_dir, shard_file_name(EDGES_KIND, s, num_shards, "parquet")),
+                           EDGES_SCHEMA) as edge_writer):
             for b, first in enumerate(range(0, len(rows), BLOCK_ROWS)):
                 block = rows[first: first + BLOCK_ROWS]
                 bodies, offsets, tokens = corpus.bodies(block, [s, b])
                 titles = corpus.titles.take(pa.array(block))
                 block_ids = ids.take(pa.array(block))
                 anc_offsets, anc = ancestor_rows(block, corpus.parent, corpus.depth)
+                ancestor_titles = pa.ListArray.from_arrays(pa.array(anc_offsets), corpus.titles.take(pa.array(anc)))
                 parent = corpus.parent[block]
                 site = pa.array(corpus.site[block]).cast(pa.string())
-                write_table(writer, {
+                write_table(node_writer, {
                     "node_id": block_ids, "page_id": block_ids,
                     "parent_id": ids.take(pa.array(parent, mask=parent < 0)),
                     "site": joined("site", site), "kind": pa.array(np.full(len(block), "page")),
@@ -306,51 +360,106 @@ def write_node_shards(corpus: SyntheticCorpus, seg_dir: str, spills: list[str], 
                     "url": joined("https://synthetic.example/site", site, "/",
                                   pa.array(block).cast(pa.string()), ".html"),
                     "ancestor_ids": pa.ListArray.from_arrays(pa.array(anc_offsets), ids.take(pa.array(anc))),
-                    "ancestor_titles": pa.ListArray.from_arrays(pa.array(anc_offsets),
-                                                                corpus.titles.take(pa.array(anc))),
+                    "ancestor_titles": ancestor_titles,
                     "body": bodies, "trail_method": pa.array(np.full(len(block), "synthetic")),
                     "source_kind": pa.array(np.full(len(block), "html")),
                 }, NODES_SCHEMA)
-                texts = joined(titles, "\n", bodies)
-                chunk_ids = np.fromiter((chunk_id_for(i, 0, t) for i, t in zip(block_ids.to_pylist(),
-                                                                                texts.to_pylist())),
-                                        np.int64, len(block))
-                token_lists = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
-                                                       pa.array(tokens.astype(np.int32)))
-                spilled = pa.Table.from_arrays([pa.array(chunk_ids), pa.array(block), texts.cast(pa.large_string()),
-                                                token_lists], schema=SPILL_SCHEMA)
+                edges += write_edges(corpus, edge_writer, block, capital)
+                spilled = block_rows(corpus, block, block_ids, titles, ancestor_titles, bodies, offsets, tokens,
+                                     capital, word_id, in_full, in_short, representation)
+                chunk_ids = spilled.column("chunk_id").to_numpy()
                 for c in range(num_shards):
                     mine = np.flatnonzero(chunk_ids % num_shards == c)
                     if len(mine):
                         spill_writers[c].write_table(spilled.take(pa.array(mine)))
     for writer in spill_writers:
         writer.close()
+    return edges
+
+
+def write_edges(corpus: SyntheticCorpus, writer: pq.ParquetWriter, block: np.ndarray, capital: pa.Array) -> int:
+    """The edges rows of the links of `block` (nodes in id order); returns their number."""
+    targets = corpus.link_target[block]
+    valid = targets >= 0
+    source = np.repeat(block, valid.sum(axis=1))
+    position = np.broadcast_to(np.arange(LINKS_PER_NODE, dtype=np.int32), targets.shape)[valid]
+    target, short = targets[valid], corpus.link_short[block][valid]
+    anchor = pc.if_else(pa.array(short), capital.take(pa.array(corpus.topics[target, 0])),
+                        corpus.titles.take(pa.array(target)))
+    write_table(writer, {"source_node_id": corpus.ids.take(pa.array(source)), "position": pa.array(position),
+                         "target_node_id": corpus.ids.take(pa.array(target)), "anchor_text": anchor}, EDGES_SCHEMA)
+    return len(target)
+
+
+def block_rows(corpus: SyntheticCorpus, block: np.ndarray, block_ids: pa.Array, titles: pa.Array,
+               ancestor_titles: pa.Array, bodies: pa.Array, offsets: np.ndarray, tokens: np.ndarray,
+               capital: pa.Array, word_id: dict[str, int], in_full: np.ndarray, in_short: np.ndarray,
+               representation: Representation) -> pa.Table:
+    """The chunks-table rows of `block`, as the build makes them (transforms/chunk.py):
+    its chunk (stored text title line + body, id of the embedded text, BM25 of
+    the body, or of the whole text without node documents); if `representation`
+    has them, its node document (the path) and, for a node others link to, its
+    anchor document (its anchor texts one a line, most used first). Terms
+    besides the body's are the analyzer's."""
+    id_list, title_list, body_list = block_ids.to_pylist(), titles.to_pylist(), bodies.to_pylist()
+    short_list = capital.take(pa.array(corpus.topics[block, 0])).to_pylist()
+    chunk_id, row, ordinal, n_tokens, text, token_lists = [], [], [], [], [], []
+
+    def add(node: int, cid: int, kind: int, words: list[int], stored: str) -> None:
+        chunk_id.append(cid), row.append(node), ordinal.append(kind), n_tokens.append(len(words))
+        text.append(stored), token_lists.append(words)
+
+    for i, node in enumerate(block.tolist()):
+        nid, title, body = id_list[i], title_list[i], body_list[i]
+        placed = {"title": title, "ancestor_titles": ancestor_titles[i].as_py()}
+        words = tokens[offsets[i]: offsets[i + 1]].tolist()
+        add(node, chunk_id_for(nid, 0, representation.render(placed, body)), 0,
+            words if representation.node_docs else [word_id[t] for t in analyze(title)] + words, f"{title}\n{body}")
+        if representation.node_docs:
+            doc = representation.node_doc(placed)
+            add(node, chunk_id_for(nid, NODE_DOC_ORDINAL, doc), NODE_DOC_ORDINAL, [word_id[t] for t in analyze(doc)],
+                doc)
+        lines = sorted((-count, line) for count, line in ((in_full[node], title), (in_short[node], short_list[i]))
+                       if count)
+        if lines and representation.anchor_docs:
+            anchors = "\n".join(line for _, line in lines)
+            add(node, chunk_id_for(nid, ANCHOR_DOC_ORDINAL, anchors), ANCHOR_DOC_ORDINAL,
+                [word_id[t] for t in analyze(anchors)], anchors)
+    return pa.Table.from_arrays(
+        [pa.array(chunk_id, pa.int64()), pa.array(row, pa.int64()), pa.array(ordinal, pa.int32()),
+         pa.array(n_tokens, pa.int32()), pa.array(text, pa.large_string()), pa.array(token_lists, pa.list_(pa.int32()))],
+        schema=SPILL_SCHEMA)
 
 
 def write_chunk_shard(corpus: SyntheticCorpus, seg_dir: str, spill: str, s: int, num_shards: int,
-                      df: np.ndarray) -> np.ndarray:
+                      df: np.ndarray) -> tuple[np.ndarray, int, int]:
     """One chunk shard from its spill: the chunks table and the postings, both
-    sorted as the build writes them; adds the shard's document frequencies to
-    `df`; returns its chunk ids, ascending."""
+    sorted as the build writes them; adds the shard's document frequencies per
+    field to `df` (fields x terms); returns (the ids of its embedded rows,
+    ascending; its number of rows; its number of term occurrences)."""
     with pa.memory_map(spill) as source:
         table = pa.ipc.open_file(source).read_all()
     table = table.sort_by("chunk_id")
     chunk_ids = table.column("chunk_id").to_numpy()
     rows = table.column("row").to_numpy()
+    ordinals = table.column("ordinal").to_numpy()
     with table_writer(os.path.join(seg_dir, shard_file_name("chunks", s, num_shards, "parquet")),
                       CHUNKS_SCHEMA) as writer:
         node_ids = corpus.ids.take(pa.array(rows))
         write_table(writer, {"chunk_id": pa.array(chunk_ids), "node_id": node_ids, "page_id": node_ids,
-                             "ordinal": pa.array(np.zeros(len(rows), np.int32)),
+                             "ordinal": pa.array(ordinals),
                              "text": table.column("text").combine_chunks().cast(pa.string()),
-                             "n_tokens": pa.array(corpus.lengths[rows].astype(np.int32))}, CHUNKS_SCHEMA)
+                             "n_tokens": table.column("n_tokens").combine_chunks()}, CHUNKS_SCHEMA)
     tokens = table.column("tokens").combine_chunks()
     owner = np.repeat(np.arange(len(rows)), np.diff(tokens.offsets.to_numpy()))
+    n_terms = len(owner)
     vocabulary_size = len(corpus.weights)
     pairs, tf = np.unique(owner * vocabulary_size + tokens.values.to_numpy(), return_counts=True)
     del owner, tokens, table
     chunk_of, term_of = pairs // vocabulary_size, pairs % vocabulary_size
-    df += np.bincount(term_of, minlength=vocabulary_size)
+    kind_of = row_kinds(ordinals)[chunk_of]
+    for kind in range(len(KIND_FIELDS)):
+        df[kind] += np.bincount(term_of[kind_of == kind], minlength=vocabulary_size)
     term_rank = np.argsort(np.argsort(corpus.words.to_numpy(zero_copy_only=False).astype(str)))
     order = np.lexsort((chunk_of, term_rank[term_of]))  # postings sort by term text, then chunk id
     with table_writer(os.path.join(seg_dir, shard_file_name("postings", s, num_shards, "parquet")),
@@ -360,15 +469,16 @@ def write_chunk_shard(corpus: SyntheticCorpus, seg_dir: str, spill: str, s: int,
             write_table(writer, {"term": corpus.words.take(pa.array(term_of[part])),
                                  "chunk_id": pa.array(chunk_ids[chunk_of[part]]),
                                  "tf": pa.array(tf[part].astype(np.int32))}, POSTINGS_SCHEMA)
-    return chunk_ids
+    return chunk_ids[ordinals != ANCHOR_DOC_ORDINAL], len(rows), n_terms
 
 
 def write_dense(seg_dir: str, chunk_ids: list[np.ndarray], overrides: dict, seed: int, spill_dir: str) -> dict:
     """Vector files, the trained index and shard indexes as the build writes them
-    (`overrides` as the build's --dense_* flags); returns dense.json. The chunk
-    of rank i among all chunk ids gets vector i of the embedding-like stream, so
-    the build's training sample (the smallest chunk ids) is the stream's start;
-    the stream is drawn once, scattered into per-shard float16 files."""
+    (`overrides` as the build's --dense_* flags); returns dense.json. The
+    embedded row (chunk or node document) of rank i among all their ids gets
+    vector i of the embedding-like stream, so the build's training sample (the
+    smallest ids) is the stream's start; the stream is drawn once, scattered
+    into per-shard float16 files."""
     everything = np.sort(np.concatenate(chunk_ids))
     n, num_shards = len(everything), len(chunk_ids)
     params = dataclasses.replace(choose_params(n, DIM), **overrides)

@@ -51,7 +51,7 @@ import pyarrow.compute as pc
 
 from ritrag.bm25 import row_kinds
 from ritrag.layout import DamagedIndexError, shard_file_name
-from ritrag.schema import EDGES_KIND, TABLES
+from ritrag.schema import EDGES_KIND
 from ritrag.storage import is_remote, open_parquet, open_read
 
 SERVING_KIND = "serving"
@@ -217,7 +217,6 @@ def write_shard_serving_form(segment_dir: str, shard: int, num_shards: int, node
     """Write shard `shard`'s serving file from its chunks, postings,
     vocabulary and edges files (written before); returns its path. `node_ids`:
     `segment_node_ids`. Memory follows the shard."""
-    from apache_beam.io.filesystems import FileSystems
 
     def read(kind: str, columns: list[str]) -> pa.Table:
         return open_parquet(os.path.join(segment_dir, shard_file_name(kind, shard, num_shards, "parquet"))).read(
@@ -226,11 +225,7 @@ def write_shard_serving_form(segment_dir: str, shard: int, num_shards: int, node
     arrays = shard_serving_arrays(read("chunks", ["chunk_id", "ordinal", "node_id"]),
                                   read("postings", ["term", "chunk_id", "tf"]),
                                   read("vocabulary", ["term", "df_body", "df_doc", "df_anchors"]), node_ids)
-    link_columns = ["source_node_id", "target_node_id"]
-    edges_path = os.path.join(segment_dir, shard_file_name(EDGES_KIND, shard, num_shards, "parquet"))
-    # Every job writes an edges file per shard; a segment of benchmarks/synthetic_index.py has none (no links).
-    arrays.update(shard_link_arrays(read(EDGES_KIND, link_columns) if FileSystems.exists(edges_path)
-                                    else TABLES[EDGES_KIND].schema.empty_table().select(link_columns)))
+    arrays.update(shard_link_arrays(read(EDGES_KIND, ["source_node_id", "target_node_id"])))
     path = os.path.join(segment_dir, shard_file_name(SERVING_KIND, shard, num_shards, SERVING_EXT))
     write_arrays(path, arrays)
     return path

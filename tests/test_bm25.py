@@ -12,6 +12,7 @@ import pytest
 from ritrag.analyzer import analyze
 from ritrag.bm25 import (ANCHORS, BM25_PARAMETERS, BODY, DOC, PRUNE_MIN_POSTINGS, Bm25, Field, ScoreAccumulators,
                          corpus_stats, parameters, top_k)
+from ritrag.representation import LEGACY
 from support import benchmark_module
 
 K1, B = BM25_PARAMETERS["k1"], BM25_PARAMETERS["b"]
@@ -228,8 +229,10 @@ def synthetic(tmp_path_factory):
     from ritrag.serving.index import LoadedVersion
 
     out = str(tmp_path_factory.mktemp("bm25_synthetic"))
+    # an index as builds wrote them before representations: one field, "all"
     benchmark_module("synthetic_index").write_synthetic_index(out, nodes=6_000, sites=3, num_shards=3,
-                                                              vocabulary_size=2_000, factory="IDMap2,Flat")
+                                                              vocabulary_size=2_000, factory="IDMap2,Flat",
+                                                              representation=LEGACY)
     return LoadedVersion(out)
 
 

@@ -90,19 +90,24 @@ def test_postings_score_like_a_plainly_read_index(synthetic, loaded):
     np.testing.assert_array_equal(loaded.postings.chunk_length, reference.chunk_length)
     plain = Bm25(reference, loaded.bm25.fields, loaded.bm25.k1, loaded.bm25.b)
     words = sorted(set(reference.terms.tolist()))
-    for query in (words[:2], words[100:103], words[-1:], [words[7], words[7], "zzzunknown"]):
-        got_rows, got = top_k(loaded.bm25.scores(analyze(" ".join(query))), 50)
-        want_rows, want = top_k(plain.scores(analyze(" ".join(query))), 50)
-        np.testing.assert_array_equal(got_rows, want_rows)
-        np.testing.assert_array_equal(got, want)
+    titles = [loaded.nodes["title"][row] for row in (0, 17, 4_321)]
+    assert set(loaded.bm25.fields) == {"body", "doc", "anchors"}  # the build's default representation
+    for query in (words[:2], words[100:103], words[-1:], [words[7], words[7], "zzzunknown"], *titles):
+        terms = analyze(" ".join(query) if isinstance(query, list) else query)
+        for field in loaded.bm25.fields:
+            got_rows, got = top_k(loaded.bm25.scores(terms, field), 50)
+            want_rows, want = top_k(plain.scores(terms, field), 50)
+            np.testing.assert_array_equal(got_rows, want_rows)
+            np.testing.assert_array_equal(got, want)
 
 
 def test_the_fields_df_is_the_vocabularys_summed_over_its_shards(synthetic, loaded):
-    vocabulary = table(synthetic, "vocabulary")
-    field = loaded.bm25.fields["all"]
-    for term, df in list(zip(vocabulary["term"].to_pylist(), vocabulary["df"].to_pylist()))[::37]:
-        assert field.df.get(term) == df
-    assert field.df.get("zzzunknown") == 0 and field.df.get("\ud800x") == 0
+    vocabulary = table(synthetic, "vocabulary").to_pydict()
+    for name, field in loaded.bm25.fields.items():
+        for term, df in list(zip(vocabulary["term"], vocabulary[f"df_{name}"]))[::37]:
+            assert field.df.get(term) == df
+        assert field.df.get("zzzunknown") == 0 and field.df.get("\ud800x") == 0
+    assert sum(vocabulary["df_doc"]) > 0 and sum(vocabulary["df_anchors"]) > 0
 
 
 def test_a_load_that_fails_while_deriving_is_a_damaged_index(synthetic, monkeypatch):
@@ -247,4 +252,4 @@ def test_a_synthetic_ivf_index_loads_joined_with_the_recorded_parameters(tmp_pat
     assert dense["factory"] == "IVF16,PQ96x4fs" and (dense["nprobe"], dense["rerank"]) == (4, 4)
     assert faiss.extract_index_ivf(loaded.dense_shards[0].shards[0]).nprobe == 4
     assert len(loaded.dense_shards) == len(loaded.dense_params) == 1
-    assert loaded.dense_shards[0].ntotal == 3_000 and loaded.vector_store is not None
+    assert loaded.dense_shards[0].ntotal == 6_000 and loaded.vector_store is not None
