@@ -5,6 +5,7 @@ same version (what every new version cost while the server derived its
 arrays from all segments at each load).
 
     python -m benchmarks.go_live --pages 10000 [--work /tmp/bench-go-live] [--reuse] [--watch_s 1]
+    python -m benchmarks.go_live --synthetic INDEX [--watch_s 1]
 
 The corpus is `ritrag synth --pages N` (plus the edited page) built with
 `ritrag build --embedding_model hashing:384`: the default representation
@@ -14,6 +15,12 @@ start -> served through the running server's watcher; a fresh process's
 cold load and first GetToC of the new version (wall, anonymous memory); the
 reload's cost inside a process that holds the old version (what the watcher
 pays), and the ratio of that reload to the cold load.
+
+With `--synthetic`, the index is one benchmarks/synthetic_index.py wrote (the
+same representation, at sizes whose Beam build does not fit this machine) and
+the change is its `write_synthetic_change`: the version `ritrag update`
+publishes for one edited page, written by the benchmark, so the update's own
+wall time is not measured; everything from the publish on is the product's.
 """
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ import httpx
 
 from benchmarks.results import cpu_description, write_section
 from benchmarks.serving import start_server
+from benchmarks.synthetic_index import write_synthetic_change
 
 COLD_LOAD = r"""
 import json, resource, sys, time
@@ -41,6 +49,7 @@ index.get_toc("configuration of the server")
 answered = time.perf_counter()
 anon = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("RssAnon:"))
 print(json.dumps({"load_s": loaded - start, "first_toc_s": answered - start, "rss_anon": anon,
+                  "nodes": len(index.index.node_row),
                   "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 """
 
@@ -122,10 +131,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--watch_s", type=float, default=1.0, help="the running server's --watch_s")
     parser.add_argument("--label", default="current", help="which code ran (run the script with a baseline "
                                                           "checkout's Python to measure that code)")
+    parser.add_argument("--synthetic", metavar="INDEX", help="an index benchmarks/synthetic_index.py wrote, changed "
+                                                             "by its write_synthetic_change instead of an update")
     args = parser.parse_args(argv)
-    pages, index = os.path.join(args.work, "pages"), os.path.join(args.work, "index")
+    pages, index = os.path.join(args.work, "pages"), args.synthetic or os.path.join(args.work, "index")
     built_s = None
-    if not (args.reuse and os.path.exists(os.path.join(index, "CURRENT"))):
+    if not args.synthetic and not (args.reuse and os.path.exists(os.path.join(index, "CURRENT"))):
         if args.reuse and os.path.isdir(pages):
             shutil.rmtree(index, ignore_errors=True)
         else:
@@ -139,9 +150,13 @@ def main(argv: list[str] | None = None) -> None:
     try:
         with httpx.Client(base_url=url, timeout=60) as client:
             assert served_version(client) == before
-            edit_one_page(pages)
             started = time.time()
-            update_s = ritrag("update", pages, "--index", index)
+            if args.synthetic:
+                write_synthetic_change(index)
+                update_s = time.time() - started
+            else:
+                edit_one_page(pages)
+                update_s = ritrag("update", pages, "--index", index)
             after = open(os.path.join(index, "CURRENT")).read().strip()
             # CURRENT's replacement is the commit point; the job still prunes and exits after it
             published = os.stat(os.path.join(index, "CURRENT")).st_mtime
@@ -156,34 +171,44 @@ def main(argv: list[str] | None = None) -> None:
     cold = python(COLD_LOAD, index)
     reload = python(RELOAD, index, before, after)
     latency = {version: python(TOC_LATENCY, index, version) for version in (before, after)}
-    manifest = json.load(open(os.path.join(index, "versions", f"{after}.json")))
-    n_segments, update_counts = len(manifest["segments"]), manifest["stats"]["pages"]
+    manifests = {v: json.load(open(os.path.join(index, "versions", f"{v}.json"))) for v in (before, after)}
+    n_segments, update_counts = len(manifests[after]["segments"]), manifests[after]["stats"]["pages"]
+    size = cold["nodes"] if args.synthetic else args.pages
+    if args.synthetic:
+        corpus = (f"- index: `{index}`, written by benchmarks/synthetic_index.py ({size:,} nodes, "
+                  f"{manifests[before]['stats']['bm25']['n_chunks']:,} rows of the chunks table, default "
+                  f"representation); one node's body changed by its `write_synthetic_change`; {n_segments} segments "
+                  f"after the change; load average {load_before:.1f} at the start")
+        update = (f"- the change written and published by the benchmark in {update_s:.1f} s (not `ritrag update`: "
+                  f"not a product figure)")
+    else:
+        corpus = (f"- corpus: `ritrag synth --pages {args.pages}`, built with `--embedding_model hashing:384` (default "
+                  f"representation){f' in {built_s:.0f} s' if built_s else ''}; one page edited; {n_segments} "
+                  f"segments after the update; load average {load_before:.1f} at the start")
+        update = (f"- `ritrag update` (one changed page): {update_s:.1f} s wall (CURRENT replaced after "
+                  f"{published - started:.1f} s); files unread, their size and mtime unchanged: "
+                  f"{update_counts.get('pages_trusted_by_stamp', 0):,} of {update_counts['pages_read']:,}")
     lines = [
-        f"## A version going live (benchmarks/go_live.py): {args.pages:,} synthetic pages, one changed, "
-        f"{args.label}",
+        f"## A version going live (benchmarks/go_live.py): {size:,} synthetic pages, one changed, {args.label}",
         "",
         f"Machine: {cpu_description()}. Command: `python -m benchmarks.go_live {shlex.join(argv or sys.argv[1:])}`.",
         "",
-        f"- corpus: `ritrag synth --pages {args.pages}`, built with `--embedding_model hashing:384` (default "
-        f"representation){f' in {built_s:.0f} s' if built_s else ''}; one page edited; {n_segments} segments after "
-        f"the update; load average {load_before:.1f} at the start",
+        corpus,
         f"- `ritrag serve --watch_s {args.watch_s:g}` ready in {ready_s:.1f} s",
-        f"- `ritrag update` (one changed page): {update_s:.1f} s wall (CURRENT replaced after {published - started:.1f} s); "
-        f"files unread, their size and mtime unchanged: {update_counts.get('pages_trusted_by_stamp', 0):,} of "
-        f"{update_counts['pages_read']:,}",
-        f"- CURRENT replaced -> served by the running server: {served - published:.2f} s; update start -> served: "
-        f"{served - started:.1f} s",
+        update,
+        f"- CURRENT replaced -> served by the running server: {served - published:.2f} s; "
+        f"{'change' if args.synthetic else 'update'} start -> served: {served - started:.1f} s",
         f"- baseline, a fresh process's cold load of {after}: {cold['load_s']:.2f} s to loaded, "
         f"{cold['first_toc_s']:.2f} s to the first GetToC; anonymous memory {cold['rss_anon'] / 2**20:.0f} MiB, "
         f"peak RSS {cold['peak_rss'] / 2**20:.0f} MiB",
         f"- reload of {after} in a process that serves {before} (what the watcher pays; median of 5): "
         f"{reload['reload_s']:.2f} s; "
         f"reload / cold load {reload['reload_s'] / cold['first_toc_s']:.2f}",
-        *(f"- GetToC retrieval only (query vector given), {version} ({'1 segment' if version == before else f'{n_segments} segments'}), "
-          f"200 node titles in process: p50 {latency[version]['p50_ms']:.2f} ms, p99 {latency[version]['p99_ms']:.2f} ms"
-          for version in (before, after)),
+        *(f"- GetToC retrieval only (query vector given), {version} ({len(manifests[version]['segments'])} "
+          f"segments), 200 node titles in process: p50 {latency[version]['p50_ms']:.2f} ms, "
+          f"p99 {latency[version]['p99_ms']:.2f} ms" for version in (before, after)),
     ]
-    write_section("benchmarks/go_live.py", f"{args.pages} pages, watch {args.watch_s:g} s, {args.label}", "\n".join(lines))
+    write_section("benchmarks/go_live.py", f"{size} pages, watch {args.watch_s:g} s, {args.label}", "\n".join(lines))
     print("\n".join(lines))
 
 

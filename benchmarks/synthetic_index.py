@@ -51,7 +51,7 @@ import pyarrow.parquet as pq
 from ritrag.analyzer import analyze
 from ritrag.embedder import DEFAULT_MODEL, EmbedderSpec
 from ritrag.ids import chunk_id_for, node_id_for, shard_of
-from ritrag.bm25 import BM25_PARAMETERS, KIND_FIELDS, corpus_stats, row_kinds
+from ritrag.bm25 import BM25_PARAMETERS, KIND_FIELDS, corpus_stats, row_kind, row_kinds
 from ritrag.layout import (BM25_STATS_FILE, DEAD_LETTERS_FILE, DENSE_INFO_FILE, DENSE_TRAINED_FILE, IndexLayout,
                            new_manifest, shard_file_name)
 from ritrag.representation import (ANCHOR_DOC_ORDINAL, LEGACY, NODE_DOC_ORDINAL, Representation,
@@ -508,6 +508,74 @@ def write_dense(seg_dir: str, chunk_ids: list[np.ndarray], overrides: dict, seed
     with open(os.path.join(seg_dir, DENSE_INFO_FILE), "w", encoding="utf-8") as fh:
         json.dump(dense, fh, sort_keys=True)
     return dense
+
+
+def write_synthetic_change(out: str, added: str = "Revised for the go-live benchmark.") -> dict:
+    """Publish the version `ritrag update` publishes when one page of the
+    index changed (`added` appended to its body): a one-shard delta segment
+    holding the node's new row and its new chunk (tombstoning the old node row
+    and chunk; its node and anchor documents and links are unchanged, so stay
+    where they are), the signed differences of the vocabulary and BM25
+    statistics, the new chunk's vector in a dense shard of the version's
+    trained index, and its serving form. The node changed is the first in node
+    id order of the first node shard. Returns what was changed, and when."""
+    from ritrag.analyzer import term_frequencies
+    from ritrag.layout import TOMBSTONES_FILE
+    from ritrag.reader import IndexReader
+    from ritrag.schema import TOMBSTONES_SCHEMA
+
+    layout = IndexLayout(out)
+    manifest = layout.load_manifest()
+    base = manifest.segments[0]
+    representation = Representation.from_config(manifest.config)
+    nodes = pq.read_table(os.path.join(layout.segment_dir(base["id"]), layout.segment_files(base, "nodes")[0]))
+    node = nodes.slice(0, 1).to_pylist()[0]
+    old = next(chunk for name in layout.segment_files(base, "chunks")
+               for chunk in pq.read_table(os.path.join(layout.segment_dir(base["id"]), name),
+                                          filters=[("node_id", "=", node["node_id"]), ("ordinal", "=", 0)]).to_pylist())
+    node["body"] = f"{node['body']} {added}"
+    chunk = {**old, "text": f"{old['text']} {added}",
+             "chunk_id": chunk_id_for(node["node_id"], 0, representation.render(node, node["body"]))}
+    bm25_text = representation.bm25_text
+    (old_tf, old_n), (new_tf, new_n) = term_frequencies(bm25_text(old)), term_frequencies(bm25_text(chunk))
+    kind = KIND_FIELDS[row_kind(old["ordinal"])]
+    df = {t: int(t in new_tf) - int(t in old_tf) for t in sorted(set(old_tf) | set(new_tf))}
+    df = {t: d for t, d in df.items() if d}
+    segment_id = f"seg-{layout.next_version()}"
+    seg_dir = layout.segment_dir(segment_id)
+    os.makedirs(seg_dir)
+    name = lambda kind_: os.path.join(seg_dir, shard_file_name(kind_, 0, 1, "parquet"))  # noqa: E731
+    pq.write_table(pa.Table.from_pylist([node], schema=NODES_SCHEMA), name("nodes"))
+    pq.write_table(pa.Table.from_pylist([chunk], schema=CHUNKS_SCHEMA), name("chunks"))
+    pq.write_table(pa.Table.from_pylist([{"term": t, "chunk_id": chunk["chunk_id"], "tf": n}
+                                         for t, n in sorted(new_tf.items())], schema=POSTINGS_SCHEMA), name("postings"))
+    pq.write_table(pa.Table.from_pylist([{"term": t, "df": d, **{f"df_{f}": d if f == kind else 0
+                                                                 for f in KIND_FIELDS}} for t, d in df.items()],
+                                        schema=VOCABULARY_SCHEMA), name("vocabulary"))
+    pq.write_table(EDGES_SCHEMA.empty_table(), name(EDGES_KIND))
+    pq.write_table(pa.Table.from_pylist([{"chunk_id": old["chunk_id"]}, {"node_id": node["node_id"]}],
+                                        schema=TOMBSTONES_SCHEMA), os.path.join(seg_dir, TOMBSTONES_FILE))
+    pq.write_table(DEAD_LETTERS_SCHEMA.empty_table(), os.path.join(seg_dir, DEAD_LETTERS_FILE))
+    delta = corpus_stats(0, new_n - old_n)
+    with open(os.path.join(seg_dir, BM25_STATS_FILE), "w", encoding="utf-8") as fh:
+        json.dump(delta, fh, sort_keys=True)
+    vectors_path = os.path.join(seg_dir, shard_file_name(VECTORS_KIND, 0, 1, VECTORS_EXTENSION))
+    with open(vectors_path, "wb") as fh:
+        write_vectors(fh, np.array([chunk["chunk_id"]]), SyntheticEmbeddings(dim=DIM).batch(QUERY_STREAM - 1, 1))
+    with open(os.path.join(seg_dir, shard_file_name("dense", 0, 1, "faiss")), "wb") as fh:
+        fh.write(rebuild_index(IndexReader(layout).trained_dense_index(), vectors_path))
+    write_serving_form(seg_dir, 1)
+    counts = {"pages_indexed": 1, "pages_replaced": 1, "chunks_added": 1, "chunks_embedded": 1}
+    bm25 = manifest.stats["bm25"]
+    n_terms = bm25["n_terms"] + delta["n_terms"]
+    tombstones = {**manifest.tombstones, "chunk_id": manifest.tombstones["chunk_id"] + 1,
+                  "node_id": manifest.tombstones["node_id"] + 1}
+    changed = new_manifest(layout, [*manifest.segments, layout.describe_segment(segment_id, 1, counts)],
+                           stats={"bm25": corpus_stats(bm25["n_chunks"], n_terms), "pages": counts},
+                           config=manifest.config, tombstones=tombstones)
+    layout.publish(changed)
+    return {"version": changed.version, "node_id": node["node_id"], "title": node["title"],
+            "published": os.stat(layout.current_path).st_mtime}
 
 
 def peak_rss_gib() -> float:
