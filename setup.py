@@ -15,6 +15,7 @@ CORE = [
     "PyStemmer>=2.2",
     "faiss-cpu>=1.8",
     "fsspec>=2023.1",  # the storage layer (ritrag/storage.py); an object store adds its package (the s3, gcs extras)
+    "threadpoolctl>=3",  # one BLAS thread per query in a server (serving/api.py one_thread_per_query)
 ]
 EMBED = [
     "sentence-transformers>=3",

@@ -204,8 +204,8 @@ def main(argv: list[str] | None = None) -> None:
         f"- reload of {after} in a process that serves {before} (what the watcher pays; median of 5): "
         f"{reload['reload_s']:.2f} s; "
         f"reload / cold load {reload['reload_s'] / cold['first_toc_s']:.2f}",
-        *(f"- GetToC retrieval only (query vector given), {version} ({len(manifests[version]['segments'])} "
-          f"segments), 200 node titles in process: p50 {latency[version]['p50_ms']:.2f} ms, "
+        *(f"- GetToC retrieval only (query vector given), {version} (segments: {len(manifests[version]['segments'])}"
+          f"), 200 node titles in process: p50 {latency[version]['p50_ms']:.2f} ms, "
           f"p99 {latency[version]['p99_ms']:.2f} ms" for version in (before, after)),
     ]
     write_section("benchmarks/go_live.py", f"{size} pages, watch {args.watch_s:g} s, {args.label}", "\n".join(lines))

@@ -114,6 +114,7 @@ class NumpyBert:
         prefix = "bert." if "bert.embeddings.word_embeddings.weight" in weights else ""
         self._w = {k[len(prefix):]: v.astype(np.float32, copy=False) for k, v in weights.items()
                    if k.startswith(prefix) and v.dtype.kind == "f"}
+        self._layers = [self._layer(f"encoder.layer.{i}.") for i in range(int(self._config["num_hidden_layers"]))]
         length = min(folder.max_seq_length, max_seq_length or folder.max_seq_length,
                      self._config.get("max_position_embeddings", 512))
         self._tokenizer = Tokenizer.from_file(os.path.join(folder.path, "tokenizer.json"))
@@ -127,6 +128,25 @@ class NumpyBert:
             return np.empty((0, self.dimension), np.float32)
         return np.stack([self._one(t) for t in texts]).astype(np.float32)
 
+    def _layer(self, p: str) -> dict[str, np.ndarray]:
+        """One encoder layer's weights as `_one` multiplies them: each linear
+        map's matrix transposed into a C-contiguous (in, out) array (2x
+        faster for OpenBLAS on a query's few rows than multiplying by `.T`),
+        the query, key and value maps side by side as one (in, 3 x out)."""
+        w = self._w
+        linear = lambda name: np.ascontiguousarray(w.pop(p + name + ".weight").T)  # noqa: E731
+        qkv = ("attention.self.query", "attention.self.key", "attention.self.value")
+        return {
+            "qkv": np.concatenate([linear(n) for n in qkv], axis=1),
+            "qkv_bias": np.concatenate([w.pop(p + n + ".bias") for n in qkv]),
+            "attention_out": linear("attention.output.dense"),
+            "attention_out_bias": w[p + "attention.output.dense.bias"],
+            "intermediate": linear("intermediate.dense"), "intermediate_bias": w[p + "intermediate.dense.bias"],
+            "out": linear("output.dense"), "out_bias": w[p + "output.dense.bias"],
+            "norm1": w[p + "attention.output.LayerNorm.weight"], "norm1_bias": w[p + "attention.output.LayerNorm.bias"],
+            "norm2": w[p + "output.LayerNorm.weight"], "norm2_bias": w[p + "output.LayerNorm.bias"],
+        }
+
     def _one(self, text: str) -> np.ndarray:
         c, w = self._config, self._w
         ids = np.asarray(self._tokenizer.encode(text).ids, dtype=np.int64)
@@ -136,19 +156,16 @@ class NumpyBert:
         x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], eps)
         heads = int(c["num_attention_heads"])
         size = self.dimension // heads
-        for i in range(int(c["num_hidden_layers"])):
-            p = f"encoder.layer.{i}."
-            dense = lambda name, h: h @ w[p + name + ".weight"].T + w[p + name + ".bias"]  # noqa: E731
-            q, k, v = (dense(f"attention.self.{n}", x).reshape(len(ids), heads, size).transpose(1, 0, 2)
-                       for n in ("query", "key", "value"))
+        for layer in self._layers:
+            qkv = (x @ layer["qkv"] + layer["qkv_bias"]).reshape(len(ids), 3, heads, size)
+            q, k, v = (qkv[:, j].transpose(1, 0, 2) for j in range(3))
             scores = q @ k.transpose(0, 2, 1) / np.sqrt(size)
             scores = np.exp(scores - scores.max(-1, keepdims=True))
             context = (scores / scores.sum(-1, keepdims=True)) @ v
-            attended = dense("attention.output.dense", context.transpose(1, 0, 2).reshape(len(ids), -1))
-            x = _layer_norm(attended + x, w[p + "attention.output.LayerNorm.weight"],
-                            w[p + "attention.output.LayerNorm.bias"], eps)
-            hidden = dense("output.dense", _activation(c["hidden_act"], dense("intermediate.dense", x)))
-            x = _layer_norm(hidden + x, w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"], eps)
+            attended = context.transpose(1, 0, 2).reshape(len(ids), -1) @ layer["attention_out"]
+            x = _layer_norm(attended + layer["attention_out_bias"] + x, layer["norm1"], layer["norm1_bias"], eps)
+            inner = _activation(c["hidden_act"], x @ layer["intermediate"] + layer["intermediate_bias"])
+            x = _layer_norm(inner @ layer["out"] + layer["out_bias"] + x, layer["norm2"], layer["norm2_bias"], eps)
         vector = x[0] if self._pooling == "cls" else x.mean(0)
         if self._normalize:
             vector = vector / max(float(np.linalg.norm(vector)), 1e-12)

@@ -58,12 +58,15 @@ def one_thread_per_query() -> None:
     """Embed and search each query on one thread, process-wide: a server gets
     its parallelism from concurrent requests, and intra-query threads only
     add barrier waits (on 2 busy cores: query embedding p50 102 -> 12 ms,
-    a flat FAISS search 13x faster; benchmarks/RESULTS.md)."""
+    a flat FAISS search 13x faster; benchmarks/RESULTS.md). numpy's BLAS
+    too, which runs the numpy query encoder (ritrag/numpy_bert.py)."""
     import faiss
     import torch
+    from threadpoolctl import threadpool_limits
 
     faiss.omp_set_num_threads(1)
     torch.set_num_threads(1)
+    threadpool_limits(1, user_api="blas")
 
 
 @dataclass(frozen=True)
