@@ -209,6 +209,12 @@ class RitragIndex:
         index's recorded retrieval parameters; `cross_links`: each hit lists
         its related nodes elsewhere in the forest (`see_also`)."""
         check_toc_arguments(query, k, n)
+        return self.answer_toc(query, k, n, query_vector, params, cross_links)
+
+    def answer_toc(self, query: str, k: int, n: int, query_vector: np.ndarray | None = None,
+                   params: RetrievalParams | None = None, cross_links: bool = DEFAULT_CROSS_LINKS) -> dict:
+        """`get_toc` for arguments its caller checked (`check_toc_arguments`):
+        the tool faces check them before they charge an episode's budget."""
         retrieval = self.retrieve(query, k, n, query_vector, params)
         return self.toc_of(query, retrieval.hits, retrieval.scores if cross_links else None)
 

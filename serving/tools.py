@@ -80,21 +80,16 @@ class ToolService:
         `collapse_read` (see `mark_read`); its outline labels nodes, the
         cross-links too, by handles."""
         lim = self.limits
+        k, n = (self.k if k is None else k), (self.n if n is None else n)
+        check_toc_arguments(query, k, n)  # the arguments' one check: what follows asks the index unchecked
         if not query.strip():
             raise ToolError("invalid_arguments", "query is empty", errors=[{"field": "query", "message": "empty"}])
-        try:
-            query.encode("utf-8")
-        except UnicodeEncodeError:  # lone surrogates ("\udc80") pass JSON parsing but no tokenizer
-            raise ToolError("invalid_arguments", "query is not valid Unicode text",
-                            errors=[{"field": "query", "message": "invalid Unicode"}]) from None
         _check_limit("query", len(query), lim.max_query_chars, "characters")
-        k, n = (self.k if k is None else k), (self.n if n is None else n)
-        check_toc_arguments(query, k, n)
         _check_limit("k", k, lim.max_k)
         _check_limit("n", n, lim.max_n)
         budget = self._charge(episode_id, GET_TOC)
-        toc = self.index.get_toc(query, k=k, n=n,
-                                 cross_links=self.cross_links if cross_links is None else cross_links)
+        toc = self.index.answer_toc(query, k, n,
+                                    cross_links=self.cross_links if cross_links is None else cross_links)
         cap_depth(toc["trees"])  # every face answers every tree, whatever depth the index holds
         read = self.episodes.read_ids(episode_id)
         if read or collapse_read:

@@ -104,7 +104,7 @@ def test_budgets_forget_idle_and_least_recent_episodes():
 class StubIndex:
     version = "v000001"
 
-    def get_toc(self, query: str, k: int, n: int, cross_links: bool) -> dict:
+    def answer_toc(self, query: str, k: int, n: int, cross_links: bool) -> dict:
         trees = [{"id": "root", "title": "Shop Server", "hit": False, "children": [
             {"id": "ver3", "title": "Version 3", "hit": True, "score": 0.02,
              "children": [{"id": "cfg", "title": "Configuring  the server", "hit": True, "score": 0.03,
