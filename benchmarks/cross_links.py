@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     one_thread_per_query()
     index = open_index(args.index)
-    idx = index.index
+    idx = index.loaded
     resolver = GoldResolver(index, live_rows(index))
     policies = [(per_hit, unscored) for unscored in (False, True) for per_hit in args.per_hit]
     tokens: dict = {p: [] for p in policies}

@@ -49,7 +49,7 @@ index.get_toc("configuration of the server")
 answered = time.perf_counter()
 anon = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("RssAnon:"))
 print(json.dumps({"load_s": loaded - start, "first_toc_s": answered - start, "rss_anon": anon,
-                  "nodes": len(index.index.node_row),
+                  "nodes": len(index.loaded.node_row),
                   "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 """
 
@@ -79,7 +79,7 @@ import numpy as np
 from ritrag.serving.api import RitragIndex, one_thread_per_query
 one_thread_per_query()  # as `ritrag serve` runs
 index = RitragIndex(sys.argv[1], sys.argv[2])
-titles = index.index.nodes["title"]
+titles = index.loaded.nodes["title"]
 queries = [titles[r] for r in random.Random(0).sample(range(len(titles)), 200)]
 vectors = [index.embed_query(q) for q in queries]
 for q, v in zip(queries[:20], vectors):

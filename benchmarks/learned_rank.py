@@ -111,7 +111,7 @@ class Forest:
     node row: site root, page, depth, title terms, body chunk count."""
 
     def __init__(self, index: RitragIndex):
-        idx = index.index
+        idx = index.loaded
         sk = idx.skeleton
         self.index = index
         nodes = idx.reader.positions("nodes")  # every node row, in row order
@@ -136,7 +136,7 @@ class Forest:
         return self._terms[row]
 
     def ancestors(self, row: int) -> np.ndarray:
-        sk = self.index.index.skeleton
+        sk = self.index.loaded.skeleton
         return sk.ancestor_rows[sk.ancestor_indptr[row]:sk.ancestor_indptr[row + 1]]
 
 
@@ -160,7 +160,7 @@ def _sentence(text: str, title: str, rng: np.random.Generator, keep_words: float
 def pseudo_queries(forest: Forest, per_site: int, seed: int, keep_words: float) -> list[PseudoQuery]:
     """Up to three pseudo-queries (KINDS) for each of up to `per_site` nodes
     drawn per site, from the index's node table and bodies alone."""
-    idx = forest.index.index
+    idx = forest.index.loaded
     rng = np.random.default_rng(seed)
     live = live_rows(forest.index)
     drawn = []
@@ -204,7 +204,7 @@ def _per_node(ranking: Ranking, chunk_node: np.ndarray, rows: np.ndarray) -> tup
 
 def features(forest: Forest, query: str, retrieval: Retrieval) -> tuple[np.ndarray, np.ndarray]:
     """(candidate node rows in today's order, their FEATURES matrix)."""
-    idx, index = forest.index.index, forest.index
+    idx, index = forest.index.loaded, forest.index
     rows = np.array([row for row, _ in retrieval.hits], np.int64)
     score = np.array([s for _, s in retrieval.hits], np.float64)
     n = len(rows)
@@ -255,7 +255,7 @@ def features(forest: Forest, query: str, retrieval: Retrieval) -> tuple[np.ndarr
 def embedded(index: RitragIndex, texts: list[str]) -> np.ndarray:
     """The query vectors of `texts`, embedded in batches of EMBED_BATCH (one at
     a time, as GetToC does, is several times slower on a busy CPU)."""
-    embedder = QueryEmbedder(EmbedderSpec.from_dict(index.index.manifest.config["embedder"]))
+    embedder = QueryEmbedder(EmbedderSpec.from_dict(index.loaded.manifest.config["embedder"]))
     return np.vstack([embedder.embed(texts[i:i + EMBED_BATCH]) for i in range(0, len(texts), EMBED_BATCH)])
 
 
@@ -359,7 +359,7 @@ def score_questions(forest: Forest, rankers: dict[str, Ranker], questions_path: 
         rows, x = features(forest, q.question, retrieval)
         fused = sorted(retrieval.fused.items(), key=lambda kv: (-kv[1], kv[0]))
         ranks = {"fusion (today)": first_rank(gains(rows[:n].tolist(), targets)),
-                 "plain RAG chunks": first_rank(gains(index.index.chunk_node[[r for r, _ in fused]].tolist(),
+                 "plain RAG chunks": first_rank(gains(index.loaded.chunk_node[[r for r, _ in fused]].tolist(),
                                                       targets)),
                  **{name: first_rank(gains(ordered(rows, ranker.scores(x))[:n].tolist(), targets))
                     for name, ranker in rankers.items()}}

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> dict:
     questions = load_questions(args.questions)
     if args.gold_under:
         questions = [q for q in questions if any(os.path.isfile(os.path.join(args.gold_under, g)) for g in q.gold)]
-    has_docs = "doc" in index.index.bm25.fields
+    has_docs = "doc" in index.loaded.bm25.fields
     index.embed_query("warm up")
     started = time.time()
     rows = []

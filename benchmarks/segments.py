@@ -63,8 +63,8 @@ def titles(index: str, count: int) -> list[str]:
     from ritrag.serving.api import RitragIndex
 
     idx = RitragIndex(index)
-    rows = random.Random(0).sample(range(len(idx.index.nodes["title"])), count)
-    return [idx.index.nodes["title"][r] for r in rows]
+    rows = random.Random(0).sample(range(len(idx.loaded.nodes["title"])), count)
+    return [idx.loaded.nodes["title"][r] for r in rows]
 
 
 def main(argv: list[str] | None = None) -> None:

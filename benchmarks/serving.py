@@ -57,7 +57,7 @@ def hits(toc: dict) -> list[str]:
 
 def sample_queries(index: RitragIndex, count: int, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
-    titles = index.index.nodes["title"]
+    titles = index.loaded.nodes["title"]
     picked = [titles[rng.randrange(len(titles))] for _ in range(count * 2)]
     return [t for t in dict.fromkeys(picked) if t.strip()][:count]
 
@@ -94,8 +94,8 @@ def in_process(index_dir: str, count: int, cache_dir: str | None) -> tuple[list[
     lines = [
         f"- Python API load{' (builds the --cache_dir)' if cache_dir else ''}: {load_s:.1f} s, "
         f"RSS +{(rss_loaded - rss_before) / 2**30:.2f} GiB "
-        f"({len(index.index.node_row):,} nodes, {len(index.index.chunk_ids):,} chunks, "
-        f"{len(index.index.postings):,} postings)",
+        f"({len(index.loaded.node_row):,} nodes, {len(index.loaded.chunk_ids):,} chunks, "
+        f"{len(index.loaded.postings):,} postings)",
         f"- GetToC (k=200, n=50), query embedded in the call: {percentiles(full)}",
         f"- GetToC with the query vector given (retrieval only): {percentiles(bare)}",
         f"- query embedding alone: {percentiles(embed)}",

@@ -51,7 +51,7 @@ def measure(index_dir: str, cache_dir: str, vectors_path: str, timed: bool) -> d
         return {"load_s": load_s}
     vectors = np.load(vectors_path)
     rng = random.Random(0)
-    titles = index.index.nodes["title"]
+    titles = index.loaded.nodes["title"]
     picked = [titles[rng.randrange(len(titles))] for _ in range(len(vectors) * 2)]
     queries = [t for t in dict.fromkeys(picked) if t.strip()][:len(vectors)]
     for query, vector in zip(queries[:WARM_UP], vectors):
@@ -62,12 +62,12 @@ def measure(index_dir: str, cache_dir: str, vectors_path: str, timed: bool) -> d
         toc = index.get_toc(query, query_vector=vector)
         seconds.append(time.perf_counter() - t0)
         digest.update(json.dumps(toc["trees"], sort_keys=True).encode())
-    search_s, rerank_s = dense_alone(index.index, vectors[:len(queries)])
+    search_s, rerank_s = dense_alone(index.loaded, vectors[:len(queries)])
     with open("/proc/self/status", encoding="ascii") as fh:
         status = {k: v.split()[0] for k, v in (line.split(":", 1) for line in fh) if k in ("RssAnon", "RssFile")}
     return {"load_s": load_s, "seconds": seconds, "search_s": search_s, "rerank_s": rerank_s,
             "anon": int(status["RssAnon"]) * 1024, "file": int(status["RssFile"]) * 1024,
-            "digest": digest.hexdigest()[:16], "chunks": len(index.index.chunk_ids), "queries": len(queries)}
+            "digest": digest.hexdigest()[:16], "chunks": len(index.loaded.chunk_ids), "queries": len(queries)}
 
 
 def dense_alone(idx, vectors: np.ndarray) -> tuple[list[float], list[float]]:

@@ -37,9 +37,9 @@ def hit_nodes(index: RitragIndex, questions: list[str], dtype: str, k: int, n: i
               ) -> tuple[list[list[str]], str]:
     """Each question's hit node ids, best first, its query embedded in `dtype`;
     and the dtype that `auto` resolved to."""
-    spec = EmbedderSpec.from_dict(index.index.manifest.config["embedder"])
+    spec = EmbedderSpec.from_dict(index.loaded.manifest.config["embedder"])
     embedded = load_encoder(spec, "cpu", dtype=dtype).embed(questions, spec.query_prefix)
-    node_ids = index.index.nodes["node_id"]
+    node_ids = index.loaded.nodes["node_id"]
     return [[str(node_ids[row]) for row, _ in index.retrieve(q, k, n, vector).hits]
             for q, vector in zip(questions, embedded.vectors)], embedded.dtype
 

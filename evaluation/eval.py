@@ -178,7 +178,7 @@ def live_rows(index: RitragIndex) -> np.ndarray:
     """The loaded version's row of each live node, in the order of the
     index reader's live node table (ascending: rows number the node files'
     rows in the same order)."""
-    idx = index.index
+    idx = index.loaded
     ids = idx.reader.table("nodes", ["node_id"])["node_id"]
     if not len(ids):
         raise EvalInputError(f"{idx.reader.layout.root}: the index has no nodes: nothing to evaluate against")
@@ -190,7 +190,7 @@ class GoldResolver:
 
     def __init__(self, index: RitragIndex, rows: np.ndarray):
         """`rows`: the live node rows (`live_rows`), in the reader's order."""
-        idx = index.index
+        idx = index.loaded
         self._node_row = idx.node_row
         nodes = idx.reader.table("nodes", ["url", "page_id"])
         self._by_suffix: dict[str, set[int]] = defaultdict(set)
@@ -236,7 +236,7 @@ class EvalConfig:
     retrieval: dict | None = None  # RetrievalParams fields overriding the index's recorded ones (sweeps)
 
     def retrieval_params(self, index: RitragIndex) -> RetrievalParams:
-        return RetrievalParams.from_config(index.index.manifest.config, **(self.retrieval or {}))
+        return RetrievalParams.from_config(index.loaded.manifest.config, **(self.retrieval or {}))
 
 
 @dataclass(frozen=True)
@@ -299,8 +299,8 @@ def evaluate(index: RitragIndex, questions: Sequence[Question], config: EvalConf
     results = [_score(index, run, texts, trees, config) for run in runs]
     latencies = [r["latency_ms"] for r in results]
     report = {
-        "index": str(index.index.reader.layout.root), "version": index.version, "tokenizer": TOKENIZER,
-        "embedder": index.index.manifest.config["embedder"]["model"],
+        "index": str(index.loaded.reader.layout.root), "version": index.version, "tokenizer": TOKENIZER,
+        "embedder": index.loaded.manifest.config["embedder"]["model"],
         "config": asdict(config), "retrieval": asdict(config.retrieval_params(index)),
         "agent": _agent_config(agent), "systems": dict(SYSTEMS),
         "counts": {"questions": len(results), "scored": sum(r["scored"] for r in results),
@@ -324,7 +324,7 @@ def _tree_roots(index: RitragIndex, live: np.ndarray) -> np.ndarray:
     """Row of the tree root of every node row: the first ancestor of a live
     row (`live`, as `live_rows` gives them); itself for a root, or a row no
     live node holds."""
-    idx = index.index
+    idx = index.loaded
     ancestors = idx.reader.table("nodes", ["ancestor_ids"])["ancestor_ids"].combine_chunks()
     roots = np.arange(idx.reader.positions("nodes").num_rows)
     has = pc.fill_null(pc.greater(pc.list_value_length(ancestors), 0), False).to_numpy(zero_copy_only=False)
@@ -336,7 +336,7 @@ def _tree_roots(index: RitragIndex, live: np.ndarray) -> np.ndarray:
 
 def _retrieve(index: RitragIndex, resolver: GoldResolver, roots: np.ndarray, q: Question,
               config: EvalConfig) -> _Run:
-    idx = index.index
+    idx = index.loaded
     resolved = {g: resolver.resolve(g) for g in q.gold}
     targets = list(dict.fromkeys(rows for rows in resolved.values() if rows))  # the same nodes named twice: one target
     t0 = time.perf_counter()  # what one GetToC does: embed, retrieve, build the sub-forest
@@ -372,7 +372,7 @@ def _without_see_also(trees: list[dict]) -> list[dict]:
 def _cross_links(index: RitragIndex, linked: dict, toc_rows: set[int], hits: Sequence[int]) -> dict[str, Any]:
     """The ToC `linked` (with its hits' see_also): its tokens, its cross-link
     rows, and every row one hop from a hit (out- or in-link) outside the ToC."""
-    idx = index.index
+    idx = index.loaded
     see_also = {idx.node_row[link["id"]] for node, _ in preorder(linked["trees"]) for link in node.get("see_also", ())}
     neighbours = {int(r) for hit in hits for r in idx.links.neighbours(hit)} - toc_rows
     return {"rows": see_also, "linked_rows": neighbours,
@@ -388,7 +388,7 @@ def _reads(config: EvalConfig) -> int:
 def _read_texts(index: RitragIndex, runs: Sequence[_Run], config: EvalConfig) -> dict[str, dict[int, str]]:
     """Every text any reader reads, fetched in one pass: node bodies as Read
     returns them (first `max_chars`), and the plain-RAG baseline's chunks."""
-    idx = index.index
+    idx = index.loaded
     rows = {row for run in runs for name in NODE_RANKINGS for row in run.rankings[name][:_reads(config)]}
     ids = [idx.nodes["node_id"][row] for row in sorted(rows)]
     nodes = {idx.node_row[e["id"]]: e["text"] for e in index.read(ids, max_chars=config.max_chars)["nodes"]} if ids else {}
@@ -410,7 +410,7 @@ def _tree_tocs(index: RitragIndex, roots: np.ndarray, rows: np.ndarray, wanted: 
             entry.pop("hit", None)
             entry.pop("score", None)
         trees = toc["trees"]
-        out[root] = {"id": index.index.nodes["node_id"][root], "rows": set(members), "nodes": len(members),
+        out[root] = {"id": index.loaded.nodes["node_id"][root], "rows": set(members), "nodes": len(members),
                      "tokens": {"json": count_tokens(toc_json_text({"trees": trees})),
                                 "outline": count_tokens(render_outline(trees))}}
     return out
@@ -427,7 +427,7 @@ def _score(index: RitragIndex, run: _Run, texts: dict[str, dict[int, str]], tree
         text = "\n".join(texts["nodes"].get(row, "") for row in read)
         systems[name] = {**_rank_metrics(ranked, targets),
                          "found": bool((run.toc_rows if name == "subforest" else set(ranked)) & every),
-                         "read": [index.index.nodes["node_id"][r] for r in read],
+                         "read": [index.loaded.nodes["node_id"][r] for r in read],
                          **_reading(q.evidence, text)}
     systems["subforest"]["toc_tokens_json"] = run.toc_tokens["json"]
     systems["subforest"]["toc_tokens_outline"] = run.toc_tokens["outline"]
@@ -475,7 +475,7 @@ def _focused_reading(index: RitragIndex, rows: Sequence[int], question: str, bud
         left = budget - spent
         if left <= 0:
             break
-        node_id = index.index.nodes["node_id"][row]
+        node_id = index.loaded.nodes["node_id"][row]
         max_chars = max(left * CHARS_PER_TOKEN, 1)
         # A Read asks for characters: text denser in tokens than CHARS_PER_TOKEN
         # is asked for again, shorter, so the budget is a bound, not a target.
@@ -545,7 +545,7 @@ def _run_agent(service, client, q: Question, run: _Run, agent: AgentConfig) -> d
                                     api_key=agent.api_key, max_calls=agent.max_calls, max_toc=agent.max_toc,
                                     transcript_path=transcript, toc_format=agent.toc_format,
                                     temperature=agent.temperature, max_tokens=agent.max_tokens, client=client)
-    rows = [r for r in (index.index.node_row.get(i) for i in result.nodes_read) if r is not None]
+    rows = [r for r in (index.loaded.node_row.get(i) for i in result.nodes_read) if r is not None]
     precision, recall, f1 = node_prf(rows, run.targets)
     out = {"answer": result.answer, "nodes_read": list(result.nodes_read), "precision": precision, "recall": recall,
            "f1": f1, "calls": result.calls, "toc_calls": result.toc_calls, "prompt_tokens": result.prompt_tokens,

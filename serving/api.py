@@ -89,16 +89,17 @@ class Retrieval:
 
 class RitragIndex:
     """A loaded index version answering get_toc and read; safe to share
-    between threads."""
+    between threads. `loaded` is that version (serving.index.LoadedVersion):
+    its reader, manifest, node and chunk arrays, BM25, links and dense shards."""
 
     def __init__(self, index_dir: str, version: str | None = None, device: str | None = None,
                  cache_dir: str | None = None):
-        self.index = LoadedVersion(index_dir, version, cache_dir)
+        self.loaded = LoadedVersion(index_dir, version, cache_dir)
         try:
-            self.params = RetrievalParams.from_config(self.index.manifest.config)
+            self.params = RetrievalParams.from_config(self.loaded.manifest.config)
         except ValueError as exc:  # an unknown fusion, a zero rrf_k: the manifest's fault, not a bug
             raise DamagedIndexError(f"{index_dir}: the manifest's retrieval parameters: {exc}") from None
-        self._spec = EmbedderSpec.from_dict(self.index.manifest.config["embedder"])
+        self._spec = EmbedderSpec.from_dict(self.loaded.manifest.config["embedder"])
         check_backend_available(self._spec)  # refused at load, not at the first query
         try:
             check_model_files(self._spec)  # an adapted model's folder: there, with the same weights
@@ -111,11 +112,11 @@ class RitragIndex:
 
     @property
     def version(self) -> str:
-        return self.index.version
+        return self.loaded.version
 
     def summary(self) -> str:
         """One line for a log: the version and what it holds."""
-        idx = self.index
+        idx = self.loaded
         return (f"{idx.version} ({len(idx.node_row):,} nodes, {int(idx.chunks.live.sum()):,} chunks, "
                 f"{len(idx.manifest.segments)} segments)")
 
@@ -129,7 +130,7 @@ class RitragIndex:
         """The roots' documents (serving.root_prior) embedded by the query
         model, at the first query that asks for them."""
         if self._root_vectors is None:
-            texts = self.index.root_prior().root_texts
+            texts = self.loaded.root_prior().root_texts
             vectors = self._query_embedder().embed(texts) if texts else np.zeros((0, 1), np.float32)
             self._root_vectors = np.asarray(vectors, np.float32)  # one assignment: readers see None or all
         return self._root_vectors
@@ -152,7 +153,7 @@ class RitragIndex:
         (`node_score` "max+doc"), top-k' node documents, with their scores,
         best first: the rankings GetToC fuses (evaluation also scores each
         alone, as a baseline). Nothing the parameters do not use is scored."""
-        idx, params = self.index, params or self.params
+        idx, params = self.loaded, params or self.params
         vector = self.embed_query(query) if query_vector is None else query_vector
         node_docs = "doc" in idx.bm25.fields
         # With node documents in the dense index, twice k' neighbours are split into chunks and documents.
@@ -188,15 +189,15 @@ class RitragIndex:
         vector = self.embed_query(query) if query_vector is None else query_vector
         rankings = self.rankings(query, k, vector, params)
         fused = fuse(rankings.chunks, params)
-        scores = node_scores(fused, self.index.chunk_node)
+        scores = node_scores(fused, self.loaded.chunk_node)
         if params.node_score == "max+doc" and rankings.docs is not None:
             docs = fuse(rankings.docs, params)
-            scores = with_node_docs(scores, node_scores(docs, self.index.chunk_node), params.node_doc_weight)
+            scores = with_node_docs(scores, node_scores(docs, self.loaded.chunk_node), params.node_doc_weight)
         if params.root_weight > 0:
-            prior = self.index.root_prior()
+            prior = self.loaded.root_prior()
             scores = prior.boost(scores, prior.root_scores(analyze(query)), params.root_weight)
         if params.root_dense_weight > 0:
-            scores = self.index.root_prior().boost(scores, RootPrior.dense_scores(vector, self.root_vectors()),
+            scores = self.loaded.root_prior().boost(scores, RootPrior.dense_scores(vector, self.root_vectors()),
                                                    params.root_dense_weight)
         return Retrieval(rankings, fused, top_nodes(scores, n), scores)
 
@@ -224,7 +225,7 @@ class RitragIndex:
         nodes the ToC does not show carries `see_also`, up to
         ritrag.serving.links.MAX_SEE_ALSO of them as {id, title}, ranked by
         `scores` (ritrag.serving.links.see_also)."""
-        idx = self.index
+        idx = self.loaded
         trees = build_subforest(hits, idx.skeleton, TOC_FIELDS)
         if scores is not None and hits:
             hit_rows = np.array([row for row, _ in hits], np.int64)
@@ -251,7 +252,7 @@ class RitragIndex:
         if query is not None:
             checked_text("query", query)
         focused_on = query if query and query.strip() and offset == 0 else None
-        idx = self.index
+        idx = self.loaded
         rows = {nid: idx.node_row.get(nid) for nid in dict.fromkeys(node_ids)}
         records = idx.node_records([r for r in rows.values() if r is not None])
         nodes, unknown = [], []

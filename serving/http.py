@@ -194,7 +194,7 @@ def index_info(index: RitragIndex) -> dict[str, Any]:
     """Which index is served, for /readyz and the web page: its name (the last
     part of its path or URL; the rest of a path says nothing to a client, and
     /readyz answers without the key) and what its live version holds."""
-    loaded = index.index
+    loaded = index.loaded
     where = (loaded.mirror.uri if loaded.mirror is not None else loaded.reader.layout.root).rstrip("/")
     return {"name": os.path.basename(where) or where, "nodes": len(loaded.node_row),
             "chunks": int(loaded.chunks.live.sum())}

@@ -322,7 +322,7 @@ def test_evidence_precision_recall_f1_of_an_episode_on_a_hand_checked_case(endpo
     gold = find(trees, "Version 3", "Configuring the server")
     assert result.nodes_read == [gold, find(trees, "Version 2", "Configuring the server"),
                                  find(service.index.get_toc("logging")["trees"], "Version 3", "Logging")]
-    row = service.index.index.node_row
+    row = service.index.loaded.node_row
     precision, recall, f1 = node_prf([row[i] for i in result.nodes_read], [frozenset({row[gold]})])
     assert (precision, recall, f1) == (pytest.approx(1 / 3), 1.0, pytest.approx(1 / 2))
 

@@ -67,12 +67,12 @@ def linked_indexes(tmp_path_factory) -> dict[str, RitragIndex]:
 
 
 def title_of(index: RitragIndex, node_row: int) -> str:
-    return index.index.nodes["title"][node_row]
+    return index.loaded.nodes["title"][node_row]
 
 
 def test_the_page_its_in_links_name_ranks_first_for_the_anchor_word(linked_indexes):
     index = linked_indexes["on"]
-    idx = index.index
+    idx = index.loaded
     assert "anchors" in idx.bm25.fields
     anchor_rows = np.flatnonzero(idx.chunk_kind == ANCHORS)
     assert "Message forwarding" in {title_of(index, row) for row in idx.chunk_node[anchor_rows].tolist()}
@@ -93,7 +93,7 @@ def test_the_page_its_in_links_name_ranks_first_for_the_anchor_word(linked_index
 
 def test_an_index_without_anchor_documents_scores_with_two_fields_as_before(linked_indexes):
     index = linked_indexes["off"]
-    idx = index.index
+    idx = index.loaded
     assert set(idx.bm25.fields) == {"body", "doc"} and not (idx.chunk_kind == ANCHORS).any()
     for query in ("zephyr", "zephyr relay workers", "port settings log files", "forwarding daemon"):
         terms = analyze(query)
@@ -109,7 +109,7 @@ def test_an_index_without_anchor_documents_scores_with_two_fields_as_before(link
 
 def test_without_node_documents_the_anchors_are_a_field_of_their_own(linked_indexes):
     index = linked_indexes["no_node_docs"]
-    idx = index.index
+    idx = index.loaded
     assert set(idx.bm25.fields) == {"body", "anchors"}
     rankings = index.rankings("zephyr relay", params=RetrievalParams(anchor_weight=1.0))
     (sparse_rows, _), (dense_rows, _) = rankings.chunks

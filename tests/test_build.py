@@ -85,13 +85,13 @@ def test_get_toc_hits_come_with_all_ancestors_and_no_body(tiny):
     toc = tiny.get_toc("which port does version 3 listen on", n=5)
     assert toc["hits"] == 5
     seen_hits = 0
-    nodes = tiny.index.nodes
+    nodes = tiny.loaded.nodes
     for tree in toc["trees"]:
         for entry, parents in walk(tree):
             assert set(entry) <= {"id", "title", "summary", "keywords", "hit", "score", "children"}
             if entry["hit"]:
                 seen_hits += 1
-                row = tiny.index.node_row[entry["id"]]
+                row = tiny.loaded.node_row[entry["id"]]
                 assert [p["id"] for p in parents] == nodes["ancestor_ids"][row]
     assert seen_hits == 5
     best = max((e for t in toc["trees"] for e, _ in walk(t) if e["hit"]), key=lambda e: e["score"])
@@ -102,10 +102,10 @@ def test_get_toc_hits_come_with_all_ancestors_and_no_body(tiny):
 def test_children_keep_document_order(sample_index):
     index = RitragIndex(str(sample_index))
     toc = index.get_toc("server configuration directives", n=50)
-    nodes = index.index.nodes
+    nodes = index.loaded.nodes
     for tree in toc["trees"]:
         for entry, _ in walk(tree):
-            positions = [nodes["position"][index.index.node_row[c["id"]]] for c in entry.get("children", [])]
+            positions = [nodes["position"][index.loaded.node_row[c["id"]]] for c in entry.get("children", [])]
             assert positions == sorted(positions)
 
 
@@ -183,8 +183,8 @@ def bm25_scores(index: RitragIndex, query: str) -> dict[int, float]:
     from ritrag.analyzer import analyze
     from ritrag.bm25 import top_k
 
-    rows, scores = top_k(index.index.bm25.scores(analyze(query), "body"), 200)
-    return {int(index.index.chunk_ids[r]): round(float(s), 5) for r, s in zip(rows, scores)}
+    rows, scores = top_k(index.loaded.bm25.scores(analyze(query), "body"), 200)
+    return {int(index.loaded.chunk_ids[r]): round(float(s), 5) for r, s in zip(rows, scores)}
 
 
 def test_four_shards_answer_like_one(tiny_site, tiny_index, tmp_path):
@@ -200,7 +200,7 @@ def test_four_shards_answer_like_one(tiny_site, tiny_index, tmp_path):
 def test_reranked_ivf_answers_like_the_exact_index(tiny_site, tiny_index, tmp_path):
     build_index(tiny_site, tmp_path / "ivf", "--dense_factory", "IVF1,SQ8", "--dense_rerank", "4")
     exact, ivf = RitragIndex(str(tiny_index)), RitragIndex(str(tmp_path / "ivf"))
-    assert ivf.index.vector_store is not None and exact.index.vector_store is None
+    assert ivf.loaded.vector_store is not None and exact.loaded.vector_store is None
     for query in ("which port does version 3 listen on", "log rotation", "TLS certificates vault"):
         assert ivf.get_toc(query)["trees"] == exact.get_toc(query)["trees"]
 

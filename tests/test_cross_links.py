@@ -31,7 +31,7 @@ def service(sample_index) -> ToolService:
 
 
 def test_hits_list_related_nodes_outside_their_chain_and_the_toc(service):
-    idx = service.index.index
+    idx = service.index.loaded
     assert len(idx.links) > 0
     listed = 0
     for query in QUERIES:

@@ -130,7 +130,7 @@ def test_gold_resolution_rules(tiny_hash_index, tiny_site):
     assert len(resolver.resolve("config.html")) == 2  # v2 and v3: a suffix may name several pages
     assert resolver.resolve("2/config.html") == frozenset()  # only at a path boundary
     assert resolver.resolve("shop/v3/index.html") == resolver.resolve("shop/v3/")  # index file = folder
-    node_id = index.index.nodes["node_id"][next(iter(v2))]
+    node_id = index.loaded.nodes["node_id"][next(iter(v2))]
     assert resolver.resolve(node_id) == v2
     assert resolver.resolve("shop/v9/nowhere.html") == frozenset()
     # The input file's path names the page too (its URL ends elsewhere when a base was inferred).
@@ -189,7 +189,7 @@ def test_a_focused_reader_never_spends_past_its_budget_on_text_dense_in_tokens()
     from ritrag.serving.outline import count_tokens
 
     class DenseReads:  # Reads whose text costs about a token per character, four times the reader's guess
-        index = SimpleNamespace(nodes={"node_id": ["a", "b", "c"]})
+        loaded = SimpleNamespace(nodes={"node_id": ["a", "b", "c"]})
 
         def read(self, ids, max_chars, query):
             return {"nodes": [{"text": "".join(chr(0x4E00 + i * 7919 % 20000) for i in range(max_chars))}]}
@@ -218,9 +218,9 @@ def test_agent_mode_aggregates_a_fake_agent(tiny_hash_index, tmp_path, monkeypat
 
     index = loaded_index(str(tiny_hash_index))
     gold = ev.GoldResolver(index, ev.live_rows(index))  # ids of pages, to script what the fake agent read
-    v3_config = index.index.nodes["node_id"][next(iter(gold.resolve("shop/v3/config.html")))]
-    v2_config = index.index.nodes["node_id"][next(iter(gold.resolve("shop/v2/config.html")))]
-    logging_page = index.index.nodes["node_id"][next(iter(gold.resolve("shop/v3/logging.html")))]
+    v3_config = index.loaded.nodes["node_id"][next(iter(gold.resolve("shop/v3/config.html")))]
+    v2_config = index.loaded.nodes["node_id"][next(iter(gold.resolve("shop/v2/config.html")))]
+    logging_page = index.loaded.nodes["node_id"][next(iter(gold.resolve("shop/v3/logging.html")))]
     reads = {"ports3": [v3_config, v2_config], "rotate": [logging_page]}
     seen = []
 

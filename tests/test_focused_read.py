@@ -34,7 +34,7 @@ def handbook(tmp_path_factory) -> RitragIndex:
 
 
 def node_id(index: RitragIndex) -> str:
-    return next(nid for nid in index.index.node_row if index.read([nid])["nodes"][0]["total_chars"] > 2_000)
+    return next(nid for nid in index.loaded.node_row if index.read([nid])["nodes"][0]["total_chars"] > 2_000)
 
 
 def test_the_matching_passage_comes_first_with_its_offset(handbook):

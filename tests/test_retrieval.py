@@ -125,7 +125,7 @@ def test_the_vectorized_subforest_equals_the_element_at_a_time_one(sample_index)
     from serving_fixtures import loaded_index
 
     index = loaded_index(str(sample_index))
-    idx = index.index
+    idx = index.loaded
     queries = [idx.nodes["title"][row] for row in range(0, len(idx.nodes["title"]), 5)]
     for query in queries + ["configure the server port", "zzz nothing"]:
         hits = index.retrieve(query, n=50).hits
@@ -198,8 +198,8 @@ def _ssl_ranks(index, query: str, params: RetrievalParams) -> dict[str, tuple[in
     hits = index.retrieve(query, params=params).hits
     out = {}
     for rank, (row, score) in enumerate(hits, start=1):
-        if index.index.nodes["title"][row] == "Configuring SSL":
-            site = index.index.nodes["title"][index.index.node_row[index.index.nodes["ancestor_ids"][row][0]]]
+        if index.loaded.nodes["title"][row] == "Configuring SSL":
+            site = index.loaded.nodes["title"][index.loaded.node_row[index.loaded.nodes["ancestor_ids"][row][0]]]
             out[site] = (rank, score)
     return out
 

@@ -37,13 +37,13 @@ def test_the_dense_prior_is_the_query_vectors_similarity_min_max_over_the_roots(
 
 def test_root_weight_adds_the_named_roots_prior_to_every_candidate_under_it(tiny_hash_index):
     index = RitragIndex(str(tiny_hash_index))
-    skeleton = index.index.skeleton
+    skeleton = index.loaded.skeleton
     roots = np.flatnonzero(skeleton.parent_row < 0)
     root_title = skeleton.columns["title"][int(roots[0])].as_py()
     query = f"{root_title} install"
     base = index.retrieve(query, n=50)
     lifted = index.retrieve(query, n=50, params=dataclasses.replace(index.params, root_weight=0.5))
-    prior = index.index.root_prior()
+    prior = index.loaded.root_prior()
     shares = prior.root_scores(analyze(query))
     assert shares.max() == 1.0
     for row, score in base.scores.items():
@@ -55,7 +55,7 @@ def test_root_weight_adds_the_named_roots_prior_to_every_candidate_under_it(tiny
     for row, score in base.scores.items():
         root = prior.root_of[row]
         assert dense.scores[row] == pytest.approx(score + 0.5 * (nearest[root] if root >= 0 else 0.0))
-    assert RitragIndex(str(tiny_hash_index)).index._root_prior is None  # made only when asked for
+    assert RitragIndex(str(tiny_hash_index)).loaded._root_prior is None  # made only when asked for
 
 
 def test_a_negative_root_weight_is_refused():

@@ -62,16 +62,16 @@ def test_a_version_of_three_segments_answers_like_its_compacted_form(three_segme
     compact.run(["--index", str(compacted)])
     assert len(IndexLayout(str(compacted)).load_manifest().segments) == 1
     segmented, single = RitragIndex(str(three_segments)), RitragIndex(str(compacted))
-    assert segmented.index.chunks.live.sum() == len(single.index.chunk_ids)  # the dead rows stay, unused
+    assert segmented.loaded.chunks.live.sum() == len(single.loaded.chunk_ids)  # the dead rows stay, unused
     for query in QUERIES:
         a, b = segmented.get_toc(query), single.get_toc(query)
         assert_same_toc(a["trees"], b["trees"])
         assert a["hits"] == b["hits"]
-        for field in segmented.index.bm25.fields:
-            got = top_k(segmented.index.bm25.scores(analyze(query), field), 50, segmented.index.chunk_ids)
-            want = top_k(single.index.bm25.scores(analyze(query), field), 50, single.index.chunk_ids)
+        for field in segmented.loaded.bm25.fields:
+            got = top_k(segmented.loaded.bm25.scores(analyze(query), field), 50, segmented.loaded.chunk_ids)
+            want = top_k(single.loaded.bm25.scores(analyze(query), field), 50, single.loaded.chunk_ids)
             # rows differ between the two forms; chunk ids and scores do not
-            np.testing.assert_array_equal(segmented.index.chunk_ids[got[0]], single.index.chunk_ids[want[0]])
+            np.testing.assert_array_equal(segmented.loaded.chunk_ids[got[0]], single.loaded.chunk_ids[want[0]])
             np.testing.assert_array_equal(got[1], want[1])
 
 

@@ -47,12 +47,12 @@ def test_an_index_in_the_store_serves_as_the_local_one_does(store, tiny_hash_ind
     local = RitragIndex(str(tiny_hash_index))
     query = "which port does version 3 listen on"
     assert remote.get_toc(query, n=5) == local.get_toc(query, n=5)
-    progress = remote.index.mirror.progress
-    manifest = remote.index.manifest
+    progress = remote.loaded.mirror.progress
+    manifest = remote.loaded.manifest
     total = sum(e["bytes"] for seg in manifest.segments for e in seg["files"].values())
     assert progress.files_done == progress.files_total == sum(len(seg["files"]) for seg in manifest.segments)
     assert progress.bytes_done == progress.bytes_total == progress.bytes_copied == total
-    assert remote.index.mirror.cached_versions() == [remote.version]
+    assert remote.loaded.mirror.cached_versions() == [remote.version]
 
 
 def test_a_restart_over_a_warm_cache_copies_and_hashes_nothing(store, tmp_path, monkeypatch):
@@ -65,17 +65,17 @@ def test_a_restart_over_a_warm_cache_copies_and_hashes_nothing(store, tmp_path, 
     monkeypatch.setattr(ritrag.layout, "sha256_file", no_hashing)
     monkeypatch.setattr(ritrag.serving.remote, "sha256_file", no_hashing)
     again = RitragIndex(store, cache_dir=str(tmp_path))
-    assert again.index.mirror.progress.bytes_copied == 0 and again.get_toc("log rotation")["hits"]
+    assert again.loaded.mirror.progress.bytes_copied == 0 and again.get_toc("log rotation")["hits"]
 
 
 def test_a_file_changed_on_disk_after_its_stamp_is_copied_again(store, tmp_path):
     first = RitragIndex(store, cache_dir=str(tmp_path))
-    segment_id, name, entry = largest_file(first.index.manifest)
-    path = Path(first.index.reader.layout.segment_dir(segment_id)) / name
+    segment_id, name, entry = largest_file(first.loaded.manifest)
+    path = Path(first.loaded.reader.layout.segment_dir(segment_id)) / name
     path.write_bytes(b"x" * entry["bytes"])  # same size, new mtime: the stamp no longer matches
     ritrag.serving.remote._MIRRORS.clear()
     again = RitragIndex(store, cache_dir=str(tmp_path))
-    assert again.index.mirror.progress.bytes_copied == entry["bytes"] and again.get_toc("tls")["hits"]
+    assert again.loaded.mirror.progress.bytes_copied == entry["bytes"] and again.get_toc("tls")["hits"]
 
 
 def test_a_partial_copy_is_resumed_and_a_bad_one_redone(store, tmp_path):

@@ -120,7 +120,7 @@ def test_page_shows_the_index_and_the_toc_of_a_query(tiny_index, tmp_path):
     assert re.search(r"\d+ hits, index v\d{6}", dom)
     assert "o200k_base tokens: JSON" in dom
     # before any query: which index answers, its live version and what it holds
-    index = service.index.index
+    index = service.index.loaded
     assert (f"index {tiny_index.name}, version {index.version}: {len(index.node_row):,} nodes, "
             f"{int(index.chunks.live.sum()):,} chunks") in html.unescape(dom)
 
