@@ -9,6 +9,7 @@ import time
 from functools import lru_cache
 from typing import Callable, Iterator
 
+import httpx
 import uvicorn
 
 from ritrag.serving.api import RitragIndex
@@ -41,3 +42,15 @@ def serving(app: Callable, **options) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+def wait_until_ready(url: str, limit_s: float = 300) -> None:
+    """Poll `url`/readyz until the app reports its index loaded: a create_app
+    app loads in a background thread after uvicorn starts, and a client that
+    asks before (a page's one query on load) gets `not_ready`. The limit is
+    only a bound on the loop, far above any load."""
+    deadline = time.monotonic() + limit_s
+    while httpx.get(f"{url}/readyz", timeout=30).status_code != 200:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} was not ready after {limit_s} s")
+        time.sleep(0.05)

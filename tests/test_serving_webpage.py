@@ -20,7 +20,7 @@ import pytest
 from ritrag.serving.http import create_app
 from ritrag.serving.outline import preorder
 from ritrag.serving.tools import ToolService
-from serving_fixtures import loaded_index, serving
+from serving_fixtures import loaded_index, serving, wait_until_ready
 
 CHROMIUM = next((path for name in ("chromium", "chromium-browser", "google-chrome")
                  if (path := shutil.which(name))), None)
@@ -111,6 +111,7 @@ def test_png_pixels_undoes_every_row_filter():
 def test_page_shows_the_index_and_the_toc_of_a_query(tiny_index, tmp_path):
     service = ToolService(loaded_index(str(tiny_index)))
     with serving(create_app(lambda: service)) as url:
+        wait_until_ready(url)  # the page asks its query once, on load
         page = f"{url}/?q={urllib.parse.quote('which port does version 3 listen on')}"
         dom = chromium(tmp_path / "profile", "--dump-dom", page)
     nodes = re.findall(r'<span class="node (hit|ctx)" title="Read (\w+)">([^<]+)<', dom)
@@ -135,6 +136,7 @@ def test_page_shows_each_hits_cross_links(sample_index, tmp_path):
                 for node, _ in preorder(service.get_toc(query, n=n)["trees"]) if node.get("see_also")}
     assert expected, "a ToC of the sample with cross-links to show"
     with serving(create_app(lambda: service)) as url:
+        wait_until_ready(url)
         dom = chromium(tmp_path / "profile", "--dump-dom", f"{url}/?q={urllib.parse.quote(query)}&n={n}")
     label = (r'<span class="node hit" title="Read (\w+)">[^<]*<span class="id">[^<]*</span> '
              r'<span class="score">[^<]*</span></span>')
@@ -152,6 +154,7 @@ def test_api_pages_render_offline(tiny_hash_index, tmp_path, page, post_colour):
     service = ToolService(loaded_index(str(tiny_hash_index)))
     shot = tmp_path / "page.png"
     with serving(create_app(lambda: service)) as url:
+        wait_until_ready(url)
         chromium(tmp_path / "profile", "--window-size=1000,700", f"--screenshot={shot}", url + page)
     pixels = png_pixels(shot.read_bytes())[..., :3].astype(np.int64)
     assert pixels.shape[:2] == (700, 1000)
