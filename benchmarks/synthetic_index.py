@@ -440,6 +440,7 @@ def write_chunk_shard(corpus: SyntheticCorpus, seg_dir: str, spill: str, s: int,
     with pa.memory_map(spill) as source:
         table = pa.ipc.open_file(source).read_all()
     table = table.sort_by("chunk_id")
+    os.unlink(spill)  # the sorted copy is in memory: the disk holds one spill less (10M: 16 GB of them)
     chunk_ids = table.column("chunk_id").to_numpy()
     rows = table.column("row").to_numpy()
     ordinals = table.column("ordinal").to_numpy()
@@ -504,6 +505,8 @@ def write_dense(seg_dir: str, chunk_ids: list[np.ndarray], overrides: dict, seed
             write_vectors(fh, ids, staged[s])
         with open(os.path.join(seg_dir, shard_file_name("dense", s, num_shards, "faiss")), "wb") as fh:
             fh.write(rebuild_index(trained, vectors_path))
+        staged[s] = None  # written: its staging file goes (10M: 15 GB of them)
+        os.unlink(os.path.join(spill_dir, f"vectors-{s}.npy"))
     dense = dense_info(params, DIM, n, sample_size)
     with open(os.path.join(seg_dir, DENSE_INFO_FILE), "w", encoding="utf-8") as fh:
         json.dump(dense, fh, sort_keys=True)
