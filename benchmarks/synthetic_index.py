@@ -60,6 +60,7 @@ from ritrag.serving_form import write_serving_form
 from ritrag.schema import (CHUNKS_SCHEMA, DEAD_LETTERS_SCHEMA, EDGES_KIND, EDGES_SCHEMA, NODES_SCHEMA,
                            POSTINGS_SCHEMA, VOCABULARY_SCHEMA)
 from ritrag.transforms.dense import TRAIN_SAMPLE_SIZE, choose_params, dense_info, rebuild_index, train_empty_index
+from ritrag.transforms.edges import bounded_anchors
 from ritrag.vectors import VECTORS_EXTENSION, VECTORS_KIND, write_vectors
 
 ROW_GROUP_ROWS = 4096  # as transforms/tables.py writes them (importing it would load Beam)
@@ -419,10 +420,12 @@ def block_rows(corpus: SyntheticCorpus, block: np.ndarray, block_ids: pa.Array, 
             doc = representation.node_doc(placed)
             add(node, chunk_id_for(nid, NODE_DOC_ORDINAL, doc), NODE_DOC_ORDINAL, [word_id[t] for t in analyze(doc)],
                 doc)
-        lines = sorted((-count, line) for count, line in ((in_full[node], title), (in_short[node], short_list[i]))
-                       if count)
-        if lines and representation.anchor_docs:
-            anchors = "\n".join(line for _, line in lines)
+        # ranked and bounded as transforms/edges.py's AnchorTexts does: most used first, then by folded text
+        ranked = sorted(((count, " ".join(line.casefold().split()), line)
+                         for count, line in ((in_full[node], title), (in_short[node], short_list[i])) if count),
+                        key=lambda v: (-v[0], v[1]))
+        if ranked and representation.anchor_docs:
+            anchors = "\n".join(bounded_anchors((nid, ranked))[1])
             add(node, chunk_id_for(nid, ANCHOR_DOC_ORDINAL, anchors), ANCHOR_DOC_ORDINAL,
                 [word_id[t] for t in analyze(anchors)], anchors)
     return pa.Table.from_arrays(
