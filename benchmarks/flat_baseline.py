@@ -33,10 +33,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from ritrag.embedder import DEFAULT_MODEL, EmbedderSpec, available_cpus  # noqa: E402
 from ritrag.encoders import load_encoder  # noqa: E402
-from ritrag.serving.retrieval import minmax_fusion, reciprocal_rank_fusion  # noqa: E402
+from ritrag.serving.retrieval import RRF_K, minmax_fusion, reciprocal_rank_fusion  # noqa: E402
 from ritrag.transforms.parse import UnparseablePage, parse_page  # noqa: E402
 
-RRF_K = 60
 FUSIONS = {"rrf": lambda rankings: reciprocal_rank_fusion([rows for rows, _ in rankings], RRF_K),
            "minmax": minmax_fusion}
 EMBED_SLICE = 8192  # chunks per progress line; the encoder sorts by length within a slice

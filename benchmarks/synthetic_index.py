@@ -6,9 +6,11 @@ chunks, hours on a CPU (and the local runner does not hold a million pages in
 of the files (rows, row groups, postings, IVF-PQ shards, links), not on where
 the text came from, so this writes those files directly with numpy, in the
 representation `ritrag build` writes by default (ritrag/representation.py):
-a forest of `nodes` nodes (roots = sites, fan-out `fanout`), one chunk per node
-(BM25 indexes its body; the model would embed its path and body), one node
-document per node (its path, in BM25's "doc" field and embedded), links
+a forest of `nodes` nodes (roots = sites, fan-out `fanout`), `chunks_per_node`
+chunks per node (BM25 indexes their words; the model would embed the path and
+them), one node
+document per node (its path, in BM25's "doc" field; embedded only where the
+representation has node_doc_vectors, as the build does), links
 (`LINKS_PER_NODE` per node into its own site, skewed toward the top of the
 site as navigation is; anchor text the target's title or its first word) with
 their edges table and an anchor document per linked-to node (BM25's "anchors"
@@ -204,10 +206,11 @@ class SyntheticCorpus:
     link_target: np.ndarray  # (nodes, LINKS_PER_NODE) target rows, -1 where a draw hit the node itself
     link_short: np.ndarray  # (nodes, LINKS_PER_NODE) whether the anchor text is the title's first word
     seed: int
+    chunks_per_node: int  # a body's words cut into this many chunks (ordinals 0..), as even as they allow
 
     @classmethod
     def draw(cls, nodes: int, sites: int, fanout: int, words_per_node: int, vocabulary_size: int,
-             seed: int) -> "SyntheticCorpus":
+             seed: int, chunks_per_node: int = 1) -> "SyntheticCorpus":
         rng = np.random.default_rng(seed)
         words = vocabulary(vocabulary_size, rng)
         parent, position, depth = forest(nodes, sites, fanout)
@@ -228,7 +231,7 @@ class SyntheticCorpus:
         link_target[link_target == np.arange(nodes)[:, None]] = -1
         link_short = rng.random((nodes, LINKS_PER_NODE)) < SHORT_ANCHOR_SHARE
         return cls(pa.array(words), weights / weights.sum(), parent, position, depth, lengths, topics, ids,
-                   titles, site, link_target, link_short, seed)
+                   titles, site, link_target, link_short, seed, chunks_per_node)
 
     def title_tokens(self, row: int) -> list[int]:
         """The word ids of node `row`'s title (two words, three on odd rows)."""
@@ -257,16 +260,20 @@ class SyntheticCorpus:
 def write_synthetic_index(out: str, nodes: int = 1_000_000, sites: int = 16, fanout: int = 10,
                           words_per_node: int = 120, vocabulary_size: int = 50_000, num_shards: int = 8,
                           factory: str | None = None, nprobe: int | None = None, rerank: int | None = None,
-                          seed: int = 0, representation: Representation = REPRESENTATION) -> dict:
+                          seed: int = 0, representation: Representation = REPRESENTATION,
+                          chunks_per_node: int = 1) -> dict:
     """Write the index in two streaming passes, memory bounded by one shard's
     rows, not the corpus: node shards block by block (node and edge rows
     written; chunks, node and anchor documents spilled to their chunk shard),
     then each chunk shard (sorted, its rows and postings written), then the
     dense side. `representation`: the build's default, or another (LEGACY:
-    an index as builds wrote them before representations, which servers still load)."""
+    an index as builds wrote them before representations, which servers still load).
+    `chunks_per_node`: 1, nodes that are one chunk each (the node-side arrays
+    at their heaviest for the rows), or the several of real pages (the dev
+    corpus: 10 chunks per page), with `words_per_node` that many times a chunk's."""
     start = time.time()
     faiss.omp_set_num_threads(1)  # OpenMP spin-waits badly on a shared 2-core machine
-    corpus = SyntheticCorpus.draw(nodes, sites, fanout, words_per_node, vocabulary_size, seed)
+    corpus = SyntheticCorpus.draw(nodes, sites, fanout, words_per_node, vocabulary_size, seed, chunks_per_node)
     layout = IndexLayout(out)
     segment_id = f"seg-{layout.next_version()}"
     seg_dir = layout.segment_dir(segment_id)
@@ -275,7 +282,8 @@ def write_synthetic_index(out: str, nodes: int = 1_000_000, sites: int = 16, fan
         spills = [os.path.join(spill_dir, f"chunks-{s}.arrow") for s in range(num_shards)]
         edges = write_node_shards(corpus, seg_dir, spills, num_shards, representation)
         df = np.zeros((len(KIND_FIELDS), vocabulary_size), np.int64)
-        shards = [write_chunk_shard(corpus, seg_dir, spills[s], s, num_shards, df) for s in range(num_shards)]
+        shards = [write_chunk_shard(corpus, seg_dir, spills[s], s, num_shards, df, representation)
+                  for s in range(num_shards)]
         n_rows, n_terms = sum(rows for _, rows, _ in shards), sum(terms for _, _, terms in shards)
         total = df.sum(axis=0)
         present = np.flatnonzero(total)
@@ -397,8 +405,9 @@ def block_rows(corpus: SyntheticCorpus, block: np.ndarray, block_ids: pa.Array, 
                capital: pa.Array, word_id: dict[str, int], in_full: np.ndarray, in_short: np.ndarray,
                representation: Representation) -> pa.Table:
     """The chunks-table rows of `block`, as the build makes them (transforms/chunk.py):
-    its chunk (stored text title line + body, id of the embedded text, BM25 of
-    the body, or of the whole text without node documents); if `representation`
+    its chunks (the body's words cut into `corpus.chunks_per_node` runs; stored
+    text title line + run, id of the embedded text, BM25 of the run, or of the
+    whole text without node documents); if `representation`
     has them, its node document (the path) and, for a node others link to, its
     anchor document (its anchor texts one a line, most used first). Terms
     besides the body's are the analyzer's."""
@@ -414,8 +423,13 @@ def block_rows(corpus: SyntheticCorpus, block: np.ndarray, block_ids: pa.Array, 
         nid, title, body = id_list[i], title_list[i], body_list[i]
         placed = {"title": title, "ancestor_titles": ancestor_titles[i].as_py()}
         words = tokens[offsets[i]: offsets[i + 1]].tolist()
-        add(node, chunk_id_for(nid, 0, representation.render(placed, body)), 0,
-            words if representation.node_docs else [word_id[t] for t in analyze(title)] + words, f"{title}\n{body}")
+        spelled = body.split(" ")  # the body is its words joined by spaces: one spelling per word id
+        cuts = np.linspace(0, len(words), min(corpus.chunks_per_node, len(words)) + 1).astype(int).tolist()
+        for place, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:])):
+            piece = " ".join(spelled[lo:hi])
+            add(node, chunk_id_for(nid, place, representation.render(placed, piece)), place,
+                words[lo:hi] if representation.node_docs else [word_id[t] for t in analyze(title)] + words[lo:hi],
+                f"{title}\n{piece}")
         if representation.node_docs:
             doc = representation.node_doc(placed)
             add(node, chunk_id_for(nid, NODE_DOC_ORDINAL, doc), NODE_DOC_ORDINAL, [word_id[t] for t in analyze(doc)],
@@ -435,7 +449,7 @@ def block_rows(corpus: SyntheticCorpus, block: np.ndarray, block_ids: pa.Array, 
 
 
 def write_chunk_shard(corpus: SyntheticCorpus, seg_dir: str, spill: str, s: int, num_shards: int,
-                      df: np.ndarray) -> tuple[np.ndarray, int, int]:
+                      df: np.ndarray, representation: Representation) -> tuple[np.ndarray, int, int]:
     """One chunk shard from its spill: the chunks table and the postings, both
     sorted as the build writes them; adds the shard's document frequencies per
     field to `df` (fields x terms); returns (the ids of its embedded rows,
@@ -473,7 +487,8 @@ def write_chunk_shard(corpus: SyntheticCorpus, seg_dir: str, spill: str, s: int,
             write_table(writer, {"term": corpus.words.take(pa.array(term_of[part])),
                                  "chunk_id": pa.array(chunk_ids[chunk_of[part]]),
                                  "tf": pa.array(tf[part].astype(np.int32))}, POSTINGS_SCHEMA)
-    return chunk_ids[ordinals != ANCHOR_DOC_ORDINAL], len(rows), n_terms
+    embedded = np.fromiter(map(representation.embeds, ordinals.tolist()), bool, len(ordinals))
+    return chunk_ids[embedded], len(rows), n_terms
 
 
 def write_dense(seg_dir: str, chunk_ids: list[np.ndarray], overrides: dict, seed: int, spill_dir: str) -> dict:
@@ -519,8 +534,8 @@ def write_dense(seg_dir: str, chunk_ids: list[np.ndarray], overrides: dict, seed
 def write_synthetic_change(out: str, added: str = "Revised for the go-live benchmark.") -> dict:
     """Publish the version `ritrag update` publishes when one page of the
     index changed (`added` appended to its body): a one-shard delta segment
-    holding the node's new row and its new chunk (tombstoning the old node row
-    and chunk; its node and anchor documents and links are unchanged, so stay
+    holding the node's new row and its new last chunk (tombstoning the old node
+    row and that chunk; its other chunks, node and anchor documents and links are unchanged, so stay
     where they are), the signed differences of the vocabulary and BM25
     statistics, the new chunk's vector in a dense shard of the version's
     trained index, and its serving form. The node changed is the first in node
@@ -536,12 +551,14 @@ def write_synthetic_change(out: str, added: str = "Revised for the go-live bench
     representation = Representation.from_config(manifest.config)
     nodes = pq.read_table(os.path.join(layout.segment_dir(base["id"]), layout.segment_files(base, "nodes")[0]))
     node = nodes.slice(0, 1).to_pylist()[0]
-    old = next(chunk for name in layout.segment_files(base, "chunks")
+    old = max((chunk for name in layout.segment_files(base, "chunks")
                for chunk in pq.read_table(os.path.join(layout.segment_dir(base["id"]), name),
-                                          filters=[("node_id", "=", node["node_id"]), ("ordinal", "=", 0)]).to_pylist())
+                                          filters=[("node_id", "=", node["node_id"]), ("ordinal", ">=", 0)]).to_pylist()),
+              key=lambda chunk: chunk["ordinal"])
     node["body"] = f"{node['body']} {added}"
-    chunk = {**old, "text": f"{old['text']} {added}",
-             "chunk_id": chunk_id_for(node["node_id"], 0, representation.render(node, node["body"]))}
+    chunk = {**old, "text": f"{old['text']} {added}"}
+    chunk["chunk_id"] = chunk_id_for(node["node_id"], old["ordinal"],
+                                     representation.render(node, chunk["text"].partition("\n")[2]))
     bm25_text = representation.bm25_text
     (old_tf, old_n), (new_tf, new_n) = term_frequencies(bm25_text(old)), term_frequencies(bm25_text(chunk))
     kind = KIND_FIELDS[row_kind(old["ordinal"])]
@@ -592,13 +609,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out")
     parser.add_argument("--nodes", type=int, default=1_000_000)
+    parser.add_argument("--chunks_per_node", type=int, default=1,
+                        help="chunks per node (real pages: about 10); each of about 120 words")
     parser.add_argument("--num_shards", type=int, default=8)
     parser.add_argument("--factory", help="a FAISS factory string; default: the build's choice for the size")
     parser.add_argument("--nprobe", type=int, help="default: the build's choice for the size")
     parser.add_argument("--rerank", type=int, help="default: the build's choice for the size")
     args = parser.parse_args(argv)
-    print(json.dumps(write_synthetic_index(args.out, args.nodes, num_shards=args.num_shards, factory=args.factory,
-                                           nprobe=args.nprobe, rerank=args.rerank)))
+    print(json.dumps(write_synthetic_index(args.out, args.nodes, words_per_node=120 * args.chunks_per_node,
+                                           num_shards=args.num_shards, factory=args.factory, nprobe=args.nprobe,
+                                           rerank=args.rerank, chunks_per_node=args.chunks_per_node)))
 
 
 if __name__ == "__main__":

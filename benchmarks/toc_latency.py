@@ -2,6 +2,7 @@
 baseline checkout, in one run.
 
     python -m benchmarks.toc_latency INDEX [INDEX ...] --cache_dir DIR [--baseline CHECKOUT] [--queries 200]
+        [--baseline_indexes INDEX ...]   # what the baseline serves instead (its writer's form of the corpus)
 
 For each index, one fresh process per code path and round (rounds alternate
 baseline and current, so both see the same machine load): the index is loaded
@@ -124,26 +125,32 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("indexes", nargs="+")
     parser.add_argument("--cache_dir", required=True)
     parser.add_argument("--baseline", help="another ritrag checkout (a git worktree) measured beside this one")
+    parser.add_argument("--baseline_indexes", nargs="+", metavar="INDEX",
+                        help="with --baseline: the index the baseline serves in place of each of `indexes` (the same "
+                             "corpus as the baseline's writer wrote it, when a default of the on-disk form changed)")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
+    if args.baseline_indexes and (not args.baseline or len(args.baseline_indexes) != len(args.indexes)):
+        parser.error("--baseline_indexes needs --baseline and one index per index")
     paths = ([("baseline", args.baseline)] if args.baseline else []) + [("current", None)]
     load_before = os.getloadavg()[0]
     lines, p50 = [], {}
-    for index_dir in args.indexes:
+    for i, index_dir in enumerate(args.indexes):
+        served = {"baseline": args.baseline_indexes[i] if args.baseline_indexes else index_dir, "current": index_dir}
         vectors_path = query_vectors(index_dir, args.queries, args.cache_dir)
-        for _, code in paths:  # build each path's cache, untimed
-            run_worker(code, index_dir, args.cache_dir, vectors_path, timed=False)
+        for name, code in paths:  # build each path's cache, untimed
+            run_worker(code, served[name], args.cache_dir, vectors_path, timed=False)
         runs: dict[str, list[dict]] = {name: [] for name, _ in paths}
         for _ in range(args.rounds):
             for name, code in paths:
-                runs[name].append(run_worker(code, index_dir, args.cache_dir, vectors_path, timed=True))
+                runs[name].append(run_worker(code, served[name], args.cache_dir, vectors_path, timed=True))
         for name, results in runs.items():
             seconds = [s for r in results for s in r["seconds"]]
             median, p99 = percentiles(seconds)
             p50[(index_dir, name)] = median
             first = results[0]
-            lines.append(f"- {first['chunks']:,} chunks, {name}: GetToC retrieval only p50 {median:.1f} ms, "
+            lines.append(f"- {served[name]}, {first['chunks']:,} chunks, {name}: GetToC retrieval only p50 {median:.1f} ms, "
                          f"p99 {p99:.1f} ms ({len(seconds)} calls in {len(results)} processes); load from the "
                          f"cache {np.median([r['load_s'] for r in results]):.1f} s; per process resident anonymous "
                          f"{max(r['anon'] for r in results) / 2**30:.2f} GiB + file-backed "

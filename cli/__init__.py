@@ -393,7 +393,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     Beam) only when it is the `command` being run or asked for help, so that
     the serving commands never load Beam."""
     from ritrag.serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N
-    from ritrag.serving.budget import Budget
     from ritrag.serving.links import DEFAULT_CROSS_LINKS
     from ritrag.serving.server import API_KEY_ENV, add_server_arguments
 
@@ -487,17 +486,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                                    "error). Exit status 1 when the endpoint failed.")
     p.add_argument("index", help="index directory")
     p.add_argument("question", help="the question to answer")
-    p.add_argument("--base_url", required=True, help="the endpoint's base URL, e.g. http://127.0.0.1:8080/v1")
-    p.add_argument("--model", required=True, help="model name the endpoint serves")
-    p.add_argument("--api_key_env", help="the environment variable holding the endpoint's API key")
+    _add_agent_flags(p, required=True)
     p.add_argument("--transcript", help="write every model and tool call here, as JSONL")
-    p.add_argument("--max_calls", type=int, default=Budget.calls, help="tool calls per question")
-    p.add_argument("--max_toc", type=int, default=Budget.toc_calls, help="of which GetToC")
-    p.add_argument("--toc_format", choices=("json", "outline"), default="json",
-                   help="what GetToC results show the model: the JSON trees or the compact outline")
     p.add_argument("--timeout_s", type=float, default=120.0, help="per model call")
-    p.add_argument("--temperature", type=float, help="sampling temperature (default: the endpoint's)")
-    p.add_argument("--max_tokens", type=int, help="completion tokens per model call (default: the endpoint's)")
     p.set_defaults(func=_agent)
 
     p = sub.add_parser("eval", help="score an index on a question file: the sub-forest beside the method's baselines",
@@ -508,8 +499,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("questions", help="JSONL question file")
     p.add_argument("--k", type=int, default=DEFAULT_K, help="chunks recalled per retriever")
     p.add_argument("--n", type=int, default=DEFAULT_N, help="nodes kept (GetToC hits, BM25- and dense-only rankings)")
-    p.add_argument("--max_calls", type=int, default=Budget.calls,
-                   help="tool calls per question, the one GetToC included (reader and agent)")
     p.add_argument("--ids_per_read", type=int, default=1, help="nodes the deterministic reader asks per Read")
     p.add_argument("--max_chars", type=int, default=DEFAULT_MAX_CHARS, help="characters of a node one Read returns")
     p.add_argument("--chunks", type=int, default=10, help="chunks the plain-RAG baseline reads")
@@ -520,17 +509,30 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="also evaluate OTHER_INDEX (e.g. the same input embedded by an adapted model) on the same "
                         "questions and set its metrics beside INDEX's, per system (the report's 'comparison')")
     p.add_argument("--agent", action="store_true", help="also run the agent loop on every question")
-    p.add_argument("--base_url", help="OpenAI-compatible endpoint (with --agent)")
-    p.add_argument("--model", help="model name (with --agent)")
-    p.add_argument("--api_key_env", help="the environment variable holding the endpoint's API key")
-    p.add_argument("--max_toc", type=int, default=Budget.toc_calls, help="GetToC calls per question (agent)")
-    p.add_argument("--toc_format", choices=("json", "outline"), default="json", help="what GetToC shows the agent")
-    p.add_argument("--temperature", type=float, help="the agent's sampling temperature (default: the endpoint's)")
-    p.add_argument("--max_tokens", type=int, help="completion tokens per model call (default: the endpoint's)")
+    _add_agent_flags(p, required=False)
     p.add_argument("--transcripts", help="directory for one JSONL transcript per question (agent)")
     p.add_argument("--judge_model", help="grade agent answers against questions' `answer` with this model")
     p.set_defaults(func=_eval)
     return top
+
+
+def _add_agent_flags(p: argparse.ArgumentParser, required: bool) -> None:
+    """The agent loop's flags, one definition for `agent` (the endpoint
+    required) and `eval` (used with --agent; --max_calls bounds its reader too)."""
+    from ritrag.serving.budget import Budget
+
+    used = "" if required else " (with --agent)"
+    p.add_argument("--base_url", required=required,
+                   help=f"the OpenAI-compatible endpoint's base URL, e.g. http://127.0.0.1:8080/v1{used}")
+    p.add_argument("--model", required=required, help=f"model name the endpoint serves{used}")
+    p.add_argument("--api_key_env", help="the environment variable holding the endpoint's API key")
+    p.add_argument("--max_calls", type=int, default=Budget.calls,
+                   help="tool calls per question, the one GetToC included")
+    p.add_argument("--max_toc", type=int, default=Budget.toc_calls, help="of which GetToC")
+    p.add_argument("--toc_format", choices=("json", "outline"), default="json",
+                   help="what GetToC results show the model: the JSON trees or the compact outline")
+    p.add_argument("--temperature", type=float, help="sampling temperature (default: the endpoint's)")
+    p.add_argument("--max_tokens", type=int, help="completion tokens per model call (default: the endpoint's)")
 
 
 def _add_query_parsers(sub, default_k: int, default_n: int, default_max_chars: int, cross_links: bool) -> None:

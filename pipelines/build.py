@@ -4,7 +4,8 @@
         [--site_depth N] [--granularity page|section] [--num_shards N]
         [--embedding_model NAME_OR_PATH] [--dense_factory STRING] [--dense_nprobe N]
         [--dense_rerank N] [--chunk_template T] [--path_levels N] [--node_docs on|off]
-        [--anchor_docs on|off] [--metadata_endpoint URL --metadata_model NAME ...] [--induce_toc llm]
+        [--node_doc_vectors on|off] [--anchor_docs on|off]
+        [--metadata_endpoint URL --metadata_model NAME ...] [--induce_toc llm]
         [runner options]
 
 Stages: read -> parse (dead letters aside) -> with --induce_toc llm, long PDFs
@@ -118,8 +119,10 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
         chunks = (node_chunks, anchor_docs) | "ChunksAndAnchorDocs" >> beam.Flatten()
     # Sparse: BM25 postings and global statistics.
     sparse = chunks | "Sparse" >> BuildSparseIndex(representation)
-    # Dense: the model's vectors of the chunks (anchor documents are not embedded) -> the trained index.
+    # Dense: the model's vectors of the rows the representation embeds (chunks; node
+    # documents only with node_doc_vectors; anchor documents never) -> the trained index.
     vectors = (node_chunks
+               | "Embedded" >> beam.Filter(lambda c: representation.embeds(c["ordinal"]))
                | "ChunkTexts" >> beam.Map(lambda c: (c["chunk_id"], c["embedded_text"]))
                | "Embed" >> EmbedChunks.from_options(spec, options)
                | "EmbedProgress" >> LogProgress("embed (chunks)"))

@@ -57,6 +57,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from ritrag.pipelines.launcher import (BuildOptions, IndexOptions, PublishOptions, check_page_accounting, job_counts,
                                        job_options, prepare_job, publish_and_prune, required, run_pipeline)
 from ritrag.pipelines.options import JobFlags, JobOptionsError, given_flags, merge_flags
+from ritrag.bm25 import corpus_stats
 from ritrag.embedder import check_backend_available, check_model_files
 from ritrag.index_config import MODEL_STEP_ENTRIES, IndexConfig, ModelSteps
 from ritrag.layout import BM25_STATS_FILE, IndexLayout, TOMBSTONES_FILE, new_manifest
@@ -205,7 +206,8 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     dead = dead_parts | "AllDead" >> beam.Flatten()
     removed = dead | "Removed" >> RemovedChunkTerms(representation)
     sparse = indexed | "Sparse" >> BuildSparseIndex(representation, removed=removed)
-    vectors = chunks | "Vectors" >> ReuseOrEmbedVectors(live, EmbedChunks.from_options(spec, options))
+    vectors = chunks | "Vectors" >> ReuseOrEmbedVectors(live, EmbedChunks.from_options(spec, options),
+                                                                 representation)
     trained = p | "LiveTrainedIndex" >> beam.Create([TrainedIndex(live.trained_dense_index())])
 
     # Sinks: the delta segment's files.
@@ -232,7 +234,7 @@ def publish_update(layout: IndexLayout, live: IndexReader, segment_id: str, coun
     previous = live.manifest.stats["bm25"]
     n_chunks = previous["n_chunks"] + delta["n_chunks"]
     n_terms = previous["n_terms"] + delta["n_terms"]
-    bm25 = {"n_chunks": n_chunks, "n_terms": n_terms, "avg_chunk_terms": n_terms / n_chunks if n_chunks else 0.0}
+    bm25 = corpus_stats(n_chunks, n_terms)
     segment = layout.describe_segment(segment_id, live.manifest.config["num_shards"], counts)
     totals = {k: live.manifest.tombstones.get(k, 0) + n for k, n in tombstones.items()}
     manifest = new_manifest(

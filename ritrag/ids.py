@@ -8,13 +8,25 @@ rebuild of the same input) writes the same bytes.
   for an agent to copy, wide enough that 30M pages collide with probability
   about 4e-4 (and the forest step checks for collisions).
 * Chunk ids are 63-bit non-negative integers, the ids FAISS stores.
+* A node id's *key* (`node_keys`) is the same 60 bits as an unsigned integer,
+  for the serving form's binary searches: an integer compares in one
+  instruction where a 12-byte string compares byte by byte.
 """
 from __future__ import annotations
 
 import base64
 import hashlib
 
+import numpy as np
+
 NODE_ID_CHARS = 12
+# The base32 digits in byte order, so that keys sort as the ids they encode.
+_KEY_DIGITS = "".join(sorted("abcdefghijklmnopqrstuvwxyz234567")).encode("ascii")
+_DIGIT_OF = np.full(256, 32, np.uint8)
+_DIGIT_OF[np.frombuffer(_KEY_DIGITS, np.uint8)] = np.arange(32, dtype=np.uint8)
+SHORT_ID_BYTES = 7  # a hand-made id this short (tests, tools) keys as its bytes, flagged by the top bit
+_SHORT = np.uint64(1 << 63)
+NO_NODE_KEY = np.uint64(2 ** 64 - 1)  # the key of an id that is neither: no node holds it
 
 
 def _digest(*parts: str, size: int) -> bytes:
@@ -55,3 +67,38 @@ def shard_of(chunk_or_node_id: int | str, num_shards: int) -> int:
     if isinstance(chunk_or_node_id, int):
         return chunk_or_node_id % num_shards
     return int.from_bytes(_digest("shard", chunk_or_node_id, size=8), "little") % num_shards
+
+
+def node_keys(ids: np.ndarray) -> np.ndarray:
+    """The uint64 key of each node id of `ids` (fixed-width bytes, `S<w>`): a
+    node id of 12 base32 characters is its 60 bits, digits ordered as bytes
+    are, so keys sort as the ids do; an id of at most SHORT_ID_BYTES bytes
+    (hand-made indexes) is 2^63 + its bytes, big-endian; any other id is
+    NO_NODE_KEY, which no node holds. Memory: a few bytes per id beyond the
+    keys (a version's millions of ids are keyed at load)."""
+    n, width = len(ids), ids.dtype.itemsize
+    raw = np.ascontiguousarray(ids).view(np.uint8).reshape(n, width)
+    keys, short = np.zeros(n, np.uint64), np.zeros(n, np.uint64)
+    canonical = np.full(n, width >= NODE_ID_CHARS)
+    for column in range(min(width, NODE_ID_CHARS)):
+        digit = _DIGIT_OF[raw[:, column]]
+        canonical &= digit < 32
+        keys = (keys << np.uint64(5)) | (digit & np.uint8(31)).astype(np.uint64)
+    for column in range(SHORT_ID_BYTES):
+        byte = raw[:, column].astype(np.uint64) if column < width else np.zeros(n, np.uint64)
+        short = (short << np.uint64(8)) | byte
+    beyond = raw[:, NODE_ID_CHARS:].any(axis=1) if width > NODE_ID_CHARS else np.zeros(n, bool)
+    canonical &= ~beyond
+    fits_short = ~raw[:, SHORT_ID_BYTES:].any(axis=1) if width > SHORT_ID_BYTES else np.ones(n, bool)
+    return np.where(canonical, keys, np.where(fits_short, short | _SHORT, NO_NODE_KEY))
+
+
+def node_ids_of_keys(keys: np.ndarray) -> list[str]:
+    """The node ids of keys `node_keys` made (not NO_NODE_KEY)."""
+    keys = np.asarray(keys, np.uint64)
+    digits = np.frombuffer(_KEY_DIGITS, np.uint8)[
+        (keys[:, None] >> np.arange(5 * (NODE_ID_CHARS - 1), -1, -5, dtype=np.uint64)) & np.uint64(31)]
+    short = ((keys[:, None] >> np.arange(8 * (SHORT_ID_BYTES - 1), -1, -8, dtype=np.uint64)) & np.uint64(255)
+             ).astype(np.uint8)
+    return [bytes(s).rstrip(b"\0").decode("ascii") if k & _SHORT else bytes(d).decode("ascii")
+            for k, d, s in zip(keys.tolist(), digits, short)]

@@ -242,8 +242,13 @@ INDEX_FLAGS: tuple[ConfigFlag, ...] = (
                f"most levels of the node path in the representation: the root and the last ones "
                f"(default {Representation.path_levels})", type=int, default_in_help=True),
     ConfigFlag("node_docs", ("representation", "node_docs"),
-               f"index a per-node document (path, summary, keywords) in BM25 and dense, and keep the path out of "
-               f"chunk postings (default {_on_off(Representation.node_docs)})",
+               f"index a per-node document (path, summary, keywords) in BM25 (and dense with --node_doc_vectors on), "
+               f"and keep the path out of chunk postings (default {_on_off(Representation.node_docs)})",
+               choices=ON_OFF, to_config=lambda value: value == ON_OFF[0], to_flag=_on_off, default_in_help=True),
+    ConfigFlag("node_doc_vectors", ("representation", "node_doc_vectors"),
+               f"embed node documents too, for --node_score max+doc's dense side (the default node score never "
+               f"uses them; off: max+doc fuses their BM25 ranking alone) "
+               f"(default {_on_off(Representation.node_doc_vectors)})",
                choices=ON_OFF, to_config=lambda value: value == ON_OFF[0], to_flag=_on_off, default_in_help=True),
     ConfigFlag("anchor_docs", ("representation", "anchor_docs"),
                f"index the anchor texts other pages link a node with as its anchor document, a third BM25 field, "

@@ -21,10 +21,15 @@ name disambiguate most.
 - Node documents (`node_docs`): one extra row per node that holds text, in the
   chunks table with ordinal -1 (NODE_DOC_ORDINAL): the path, then the node's
   summary and keywords when it has any (the model's, from the metadata stage,
-  unless `metadata_retrieval` is off: then its source's). It is indexed in BM25 and embedded like
-  a chunk, so it flows through builds, updates, vector reuse and compaction as
-  chunks do; the server ranks node documents apart from chunks and combines a
-  node's own match with its best chunk (`node_score`).
+  unless `metadata_retrieval` is off: then its source's). It is indexed in BM25
+  like a chunk, so it flows through builds, updates and compaction as chunks
+  do; the server ranks node documents apart from chunks and combines a node's
+  own match with its best chunk (`node_score` "max+doc"). It is embedded only
+  with `node_doc_vectors`: the default node score ("max") never fuses the node
+  documents' dense ranking, yet their vectors were a tenth to a fifth of the
+  embedded rows (the build's costliest stage) and doubled every query's dense
+  search depth (benchmarks/RESULTS.md, "Node-document vectors"). Without them,
+  "max+doc" fuses the node documents' BM25 ranking alone.
 - Anchor documents (`anchor_docs`): one row per node that other pages link to,
   in the chunks table with ordinal -2 (ANCHOR_DOC_ORDINAL): the anchor texts of
   its in-links, one a line (transforms/edges.py chooses and bounds them). BM25
@@ -76,6 +81,7 @@ class Representation:
     template: str = DEFAULT_TEMPLATE
     path_levels: int = DEFAULT_PATH_LEVELS
     node_docs: bool = True
+    node_doc_vectors: bool = False
     anchor_docs: bool = True
     # Whether a node document holds the model's summary and keywords (when the
     # node has them) or only its source's: off keeps model metadata in the ToC
@@ -97,9 +103,21 @@ class Representation:
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> "Representation":
         """The representation a manifest's config records (LEGACY when it records
-        none; without anchor documents when it predates them)."""
+        none; without anchor documents and with node-document vectors when it
+        predates them: what such builds did)."""
         recorded = config.get("representation")
-        return cls(**{"anchor_docs": False, **recorded}) if recorded is not None else LEGACY
+        return (cls(**{"anchor_docs": False, "node_doc_vectors": True, **recorded}) if recorded is not None
+                else LEGACY)
+
+    def embeds(self, ordinal: int) -> bool:
+        """Whether the chunks-table row of `ordinal` has a vector: a chunk, and a
+        node document with `node_doc_vectors` (an anchor document never)."""
+        return ordinal >= 0 or (ordinal == NODE_DOC_ORDINAL and self.node_doc_vectors)
+
+    @property
+    def dense_node_docs(self) -> bool:
+        """Whether the dense index holds node documents beside the chunks."""
+        return self.node_docs and self.node_doc_vectors
 
     def path(self, title: str, ancestor_titles: Sequence[str]) -> str:
         """Root > ... > node title, at most `path_levels` levels (root and the last ones)."""

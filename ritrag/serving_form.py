@@ -27,11 +27,15 @@ The arrays of shard s (numbers of ritrag.bm25.KIND_FIELDS for fields):
     vocab_terms   S<w> (v,)    the terms of vocabulary-s, ascending
     vocab_df      int64 (v, 3) their document frequency per field over the whole
                                segment (signed in an update's delta)
-    link_out_source S<w> (e,)  the node links of edges-s, each (source, target)
-    link_out_target S<w> (e,)  pair once, a node's links to itself left out,
-                               sorted by source then target (a node's out-links)
-    link_in_target  S<w> (e,)  the same pairs sorted by target then source
-    link_in_source  S<w> (e,)  (a node's in-links)
+    link_out_source uint64 (e,) the node links of edges-s, each (source, target)
+    link_out_target uint64 (e,) pair once as node keys (ritrag.ids.node_keys),
+                               a node's links to itself left out, sorted by
+                               source then target (a node's out-links)
+    link_in_target  uint64 (e,) the same pairs sorted by target then source
+    link_in_source  uint64 (e,) (a node's in-links)
+
+(Files written before the keys hold the link arrays as the ids' bytes, S<w>,
+sorted likewise: a server turns them into keys once, `link_arrays`.)
 
 The container: 8 bytes of magic `RITRAG\\x01\\x00`, a little-endian uint64
 header length, the header as UTF-8 JSON ({"arrays": {name: {"dtype",
@@ -50,6 +54,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ritrag.bm25 import row_kinds
+from ritrag.ids import NO_NODE_KEY, node_keys
 from ritrag.layout import DamagedIndexError, shard_file_name
 from ritrag.schema import EDGES_KIND
 from ritrag.storage import is_remote, open_parquet, open_read
@@ -59,7 +64,7 @@ SERVING_EXT = "arrays"
 MAGIC = b"RITRAG\x01\x00"
 ALIGN = 64
 # The dtypes a serving file may hold: anything else in a header is damage.
-DTYPES = {"<i8", "<i4", "|i1", "<f4", "<u2"}
+DTYPES = {"<i8", "<i4", "|i1", "<f4", "<u2", "<u8"}
 MAX_TF = np.iinfo(np.uint16).max
 
 
@@ -196,11 +201,18 @@ def shard_link_arrays(edges: pa.Table) -> dict[str, np.ndarray]:
     """The link arrays of one edges shard (module docstring) from its
     source_node_id and target_node_id columns: a server answers a node's links
     by binary search in them, so no version derives a link graph at load."""
-    source, target = utf8_fixed_width(edges["source_node_id"]), utf8_fixed_width(edges["target_node_id"])
-    width = max(source.dtype.itemsize, target.dtype.itemsize)
-    pairs = np.zeros(len(source), [("source", f"S{width}"), ("target", f"S{width}")])
+    return link_arrays(utf8_fixed_width(edges["source_node_id"]), utf8_fixed_width(edges["target_node_id"]))
+
+
+def link_arrays(source: np.ndarray, target: np.ndarray) -> dict[str, np.ndarray]:
+    """The link arrays of the (source, target) pairs of node ids (bytes: an
+    edges table's, or a file's written before keys); a pair naming an id no
+    key stands for (ritrag.ids.NO_NODE_KEY: no node holds it) is left out."""
+    source, target = node_keys(source), node_keys(target)
+    pairs = np.zeros(len(source), [("source", np.uint64), ("target", np.uint64)])
     pairs["source"], pairs["target"] = source, target
-    pairs = np.unique(pairs[pairs["source"] != pairs["target"]])  # sorted by source, then target
+    kept = (source != target) & (source != NO_NODE_KEY) & (target != NO_NODE_KEY)
+    pairs = np.unique(pairs[kept])  # sorted by source, then target
     by_target = pairs[np.argsort(pairs, order=("target", "source"), kind="stable")]
     return {"link_out_source": pairs["source"], "link_out_target": pairs["target"],
             "link_in_target": by_target["target"], "link_in_source": by_target["source"]}

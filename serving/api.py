@@ -27,7 +27,7 @@ from ritrag.serving.outline import preorder
 from ritrag.serving.passages import focus
 from ritrag.serving.root_prior import RootPrior
 from ritrag.serving.retrieval import (Ranking, RetrievalParams, build_subforest, dense_top_k, fuse, node_scores,
-                                     top_nodes, with_node_docs)
+                                     shown_rows, top_nodes, with_node_docs)
 
 DEFAULT_K = 200  # chunks recalled by each retriever (k')
 DEFAULT_N = 50  # nodes kept
@@ -157,7 +157,7 @@ class RitragIndex:
         vector = self.embed_query(query) if query_vector is None else query_vector
         node_docs = "doc" in idx.bm25.fields
         # With node documents in the dense index, twice k' neighbours are split into chunks and documents.
-        depth = k * (2 if node_docs else 1)
+        depth = k * (2 if idx.dense_node_docs else 1)
         if idx.vector_store is None:
             dense_ids, similarities = dense_top_k(vector, idx.dense_shards, depth, idx.dense_params)
         else:
@@ -226,10 +226,10 @@ class RitragIndex:
         ritrag.serving.links.MAX_SEE_ALSO of them as {id, title}, ranked by
         `scores` (ritrag.serving.links.see_also)."""
         idx = self.loaded
-        trees = build_subforest(hits, idx.skeleton, TOC_FIELDS)
+        hit_rows = np.array([row for row, _ in hits], np.int64)
+        shown = shown_rows(hit_rows, idx.skeleton)
+        trees = build_subforest(hits, idx.skeleton, TOC_FIELDS, shown)
         if scores is not None and hits:
-            hit_rows = np.array([row for row, _ in hits], np.int64)
-            shown = np.union1d(hit_rows, idx.skeleton.ancestors(hit_rows))
             related = see_also(hit_rows.tolist(), shown, idx.links, idx.skeleton, scores)
             if related:
                 entries = {entry["id"]: entry for entry, _ in preorder(trees)}

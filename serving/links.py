@@ -25,7 +25,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from ritrag.reader import IndexReader
+from ritrag.ids import node_keys, shard_of
+from ritrag.reader import IndexReader, LiveFile
 from ritrag.schema import EDGES_KIND
 from ritrag.serving.segments import SegmentShards
 from ritrag.serving.skeleton import NodeRows, Skeleton
@@ -38,30 +39,39 @@ DEFAULT_CROSS_LINKS = True  # GetToC lists them unless asked not to (benchmarks/
 def _ranges(sorted_ids: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(the positions in `sorted_ids` of the entries equal to each of `keys`,
     concatenated; the index in `keys` of each)."""
-    lo, hi = np.searchsorted(sorted_ids, keys), np.searchsorted(sorted_ids, keys, "right")
-    counts = hi - lo
+    # Integer keys: the entries equal to k end where k + 1 would start (one
+    # search for both ends; no array holds NO_NODE_KEY, whose k + 1 wraps to 0).
+    lo, hi = np.split(np.searchsorted(sorted_ids, np.concatenate([keys, keys + np.uint64(1)])), 2)
+    counts = np.maximum(hi - lo, 0)
     owner = np.repeat(np.arange(len(keys)), counts)
     return np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(len(owner)), owner
 
 
 class ShardLinks:
     """The link arrays of one edges shard of a segment (ritrag.serving_form
-    LINK_ARRAYS: mapped from its serving file), and the sources whose edges
-    later segments tombstoned there (sorted ids: an edge is live unless its
-    source was tombstoned)."""
+    LINK_ARRAYS: node keys, mapped from its serving file), and the sources
+    whose edges later segments tombstoned there (sorted keys: an edge is live
+    unless its source was tombstoned). `edges`: the shard's edges file, which
+    holds the edges of the sources it owns (ritrag.reader.LiveFile.owns)."""
 
-    def __init__(self, arrays: Mapping[str, np.ndarray], dead_sources: frozenset):
+    def __init__(self, arrays: Mapping[str, np.ndarray], dead_sources: frozenset, edges: LiveFile | None = None):
+        self.edges = edges
         self.out_source, self.out_target = arrays["link_out_source"], arrays["link_out_target"]
         self.in_target, self.in_source = arrays["link_in_target"], arrays["link_in_source"]
-        self.dead = np.array(sorted(s.encode("ascii") for s in dead_sources), dtype=bytes)
+        dead = [s.encode("utf-8") for s in dead_sources]
+        self.dead = np.sort(node_keys(np.array(dead, dtype=bytes))) if dead else np.zeros(0, np.uint64)
 
     def _live(self, sources: np.ndarray) -> np.ndarray:
         return ~np.isin(sources, self.dead) if len(self.dead) else np.ones(len(sources), bool)
 
-    def links_of(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(the ids each of `keys` links to or is linked from by a live edge
-        here, concatenated; the index in `keys` of each)."""
-        out_at, out_owner = _ranges(self.out_source, keys)
+    def links_of(self, keys: np.ndarray, owned: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(the keys each of `keys` links to or is linked from by a live edge
+        here, concatenated; the index in `keys` of each). `owned`: which of
+        `keys` are sources this shard owns (None: all): only theirs can have
+        out-links here."""
+        asked = np.arange(len(keys)) if owned is None else np.flatnonzero(owned)
+        out_at, out_owner = _ranges(self.out_source, keys[asked])
+        out_owner = asked[out_owner]
         out_owner_live = self._live(keys)[out_owner] if len(self.dead) else np.ones(len(out_owner), bool)
         in_at, in_owner = _ranges(self.in_target, keys)
         sources = self.in_source[in_at]
@@ -96,29 +106,43 @@ class LinkGraph:
         from the serving file of its segment and shard."""
         mapped = {(segment.segment, number): shard for segment in segments
                   for number, shard in enumerate(segment.shards)}
-        return cls([ShardLinks(mapped[f.segment, f.shard].links(f), f.dead) for f in reader.files(EDGES_KIND)],
+        return cls([ShardLinks(mapped[f.segment, f.shard].links(f), f.dead, f) for f in reader.files(EDGES_KIND)],
                    node_ids, node_row)
 
     def __len__(self) -> int:
         """The number of stored (source, target) pairs, live or not: 0 when the version has no links."""
         return self.edge_rows
 
-    def _keys(self, rows: np.ndarray) -> np.ndarray:
-        return utf8_fixed_width(self._node_ids.take(pa.array(np.asarray(rows, np.int64))))
+    def _ids(self, rows: np.ndarray) -> pa.Array:
+        return self._node_ids.take(pa.array(np.asarray(rows, np.int64)))
 
     def in_degree(self, rows: np.ndarray) -> np.ndarray:
-        keys = self._keys(rows)
+        keys = node_keys(utf8_fixed_width(self._ids(rows)))
         return sum((s.in_counts(keys) for s in self._shards), np.zeros(len(keys), np.int64))
 
-    def neighbour_lists(self, rows: np.ndarray) -> list[np.ndarray]:
+    def neighbour_lists(self, rows: np.ndarray, among: np.ndarray | None = None) -> list[np.ndarray]:
         """For each of `rows`, the rows it links to or is linked from,
-        ascending, each once: one search per shard for all of them."""
+        ascending, each once: one search per shard for all of them. `among`:
+        live node rows; when given, only neighbours among them are listed,
+        found in them rather than among every node (a hub's thousands of
+        neighbours against a query's few hundred scored nodes)."""
         rows = np.asarray(rows, np.int64)
-        keys = self._keys(rows)
-        found = [s.links_of(keys) for s in self._shards]
-        ids = np.concatenate([f[0] for f in found]) if found else np.zeros(0, "S1")
+        taken = self._ids(rows)
+        keys = node_keys(utf8_fixed_width(taken))
+        # A source's out-links are in the one shard of each segment that owns it
+        # (ritrag.ids.shard_of, as the jobs shard the edges table).
+        ids = taken.to_pylist()
+        owner = {n: np.array([shard_of(i, n) for i in ids], np.int64)
+                 for n in {s.edges.num_shards for s in self._shards if s.edges is not None}}
+        found = [s.links_of(keys, owner[s.edges.num_shards] == s.edges.shard if s.edges is not None else None)
+                 for s in self._shards]
+        ids = np.concatenate([f[0] for f in found]) if found else np.zeros(0, np.uint64)
         owner = np.concatenate([f[1] for f in found]) if found else np.zeros(0, np.int64)
-        linked = self._node_row.rows(ids) if len(ids) else np.zeros(0, np.int64)
+        if among is None:
+            linked = self._node_row.rows(ids) if len(ids) else np.zeros(0, np.int64)
+        else:
+            among = np.asarray(among, np.int64)
+            linked = NodeRows.of(utf8_fixed_width(self._ids(among)), among).rows(ids)
         keep = (linked >= 0) & (linked != rows[owner])
         pairs = np.unique(owner[keep] * (len(self._node_ids) + 1) + linked[keep])
         owner, linked = np.divmod(pairs, len(self._node_ids) + 1)
@@ -152,7 +176,7 @@ def see_also(hits: Sequence[int], shown: np.ndarray, graph: LinkGraph, skeleton:
         at = np.clip(np.searchsorted(scored, rows), 0, max(len(scored) - 1, 0))
         return np.where(scored[at] == rows, score_of[at], 0.0) if len(scored) else np.zeros(len(rows))
 
-    neighbours = graph.neighbour_lists(np.asarray(hits, np.int64))
+    neighbours = graph.neighbour_lists(np.asarray(hits, np.int64), None if unscored else scored[score_of > 0])
     # Every candidate's ancestors and in-degree, asked once for all hits.
     candidates = np.unique(np.concatenate(neighbours))
     candidates = candidates[~np.isin(candidates, np.asarray(shown, np.int64))]

@@ -32,7 +32,7 @@ import numpy as np
 from ritrag.representation import DEFAULT_RETRIEVAL, Representation, retrieval_defaults
 from ritrag.serving.skeleton import Skeleton
 
-RRF_K = 60
+RRF_K = DEFAULT_RETRIEVAL["rrf_k"]
 NODE_SCORES = ("max", "max+doc")
 FUSIONS = ("minmax", "rrf")
 Ranking = tuple[np.ndarray, np.ndarray]  # (rows, scores), best first
@@ -164,8 +164,13 @@ def top_nodes(scores: dict[int, float], n: int) -> list[tuple[int, float]]:
     return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
 
 
-def build_subforest(hits: list[tuple[int, float]], skeleton: Skeleton, fields: Sequence[str] = ("title",)
-                    ) -> list[dict]:
+def shown_rows(hit_rows: np.ndarray, skeleton: Skeleton) -> np.ndarray:
+    """The rows a ToC of `hit_rows` shows: the hits and all their ancestors, sorted."""
+    return np.union1d(hit_rows, skeleton.ancestors(hit_rows))
+
+
+def build_subforest(hits: list[tuple[int, float]], skeleton: Skeleton, fields: Sequence[str] = ("title",),
+                    shown: np.ndarray | None = None) -> list[dict]:
     """The query-induced sub-forest: hit nodes plus all their ancestors.
 
     Returns the trees (one per root: a node whose parent is not included),
@@ -174,12 +179,13 @@ def build_subforest(hits: list[tuple[int, float]], skeleton: Skeleton, fields: S
     `id`, the requested metadata `fields` when not empty, `hit` (True for
     retrieved nodes, False for ancestors shown only as context) and, on hits,
     `score`. Rows and columns are gathered in a few array operations; Python
-    runs once per entry, to make its dict.
+    runs once per entry, to make its dict. `shown`: the hits' `shown_rows`,
+    when the caller has them (the ancestors are a search per id).
     """
     if not hits:
         return []
     hit_rows = np.array([row for row, _ in hits], np.int64)
-    rows = np.union1d(hit_rows, skeleton.ancestors(hit_rows))
+    rows = shown_rows(hit_rows, skeleton) if shown is None else shown
     score = np.zeros(len(rows))
     is_hit = np.zeros(len(rows), bool)
     at = np.searchsorted(rows, hit_rows)

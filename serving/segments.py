@@ -28,7 +28,7 @@ from ritrag.bm25 import BODY, KIND_FIELDS, Field
 from ritrag.ids import shard_of
 from ritrag.layout import DamagedIndexError, IndexLoadError
 from ritrag.reader import IndexReader, LiveFile
-from ritrag.serving_form import LINK_ARRAYS, SERVING_KIND, map_arrays, shard_link_arrays
+from ritrag.serving_form import LINK_ARRAYS, SERVING_KIND, link_arrays, map_arrays, shard_link_arrays
 from ritrag.serving.skeleton import NodeRows
 
 LOG = logging.getLogger("ritrag.serving")
@@ -64,13 +64,16 @@ class MappedShard:
     def links(self, edges: LiveFile) -> dict[str, np.ndarray]:
         """The link arrays of the segment shard's edges (ritrag.serving_form
         LINK_ARRAYS) as the file holds them; a file written before they were
-        has them derived from `edges` once per process (its version's edges
-        file of this shard)."""
-        if all(name in self.arrays for name in LINK_ARRAYS):
+        has them derived from `edges`, and one written before node keys has
+        its arrays made keys, once per process (its version's edges file of
+        this shard)."""
+        if all(name in self.arrays and self.arrays[name].dtype == np.uint64 for name in LINK_ARRAYS):
             return self.arrays
         with self._links_lock:
             if self._links is None:
-                self._links = shard_link_arrays(edges.read(["source_node_id", "target_node_id"]))
+                self._links = (link_arrays(self.arrays["link_out_source"], self.arrays["link_out_target"])
+                               if all(name in self.arrays for name in LINK_ARRAYS)
+                               else shard_link_arrays(edges.read(["source_node_id", "target_node_id"])))
             return self._links
 
     def term_range(self, key: bytes) -> tuple[int, int]:

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ritrag.ids import NO_NODE_KEY, node_ids_of_keys, node_keys
 from ritrag.serving_form import utf8_fixed_width
 
 SKELETON_COLUMNS = ["node_id", "parent_id", "position", "title", "summary", "keywords", "ancestor_ids"]
@@ -35,20 +36,22 @@ class Column(Sequence):
 
 
 class NodeRows(Mapping):
-    """Node id -> row, by binary search over the ids sorted once: a
-    fixed-width bytes array takes a fraction of a dict's memory and start time
-    for millions of ids, and can be memory-mapped."""
+    """Node id -> row, by binary search over the ids' keys (uint64,
+    ritrag.ids.node_keys) sorted once: an integer array takes a fraction of a
+    dict's memory and start time for millions of ids, and an integer compares
+    in one step where the id's 12 bytes compare one by one (the searches of a
+    GetToC: its hits' ancestors, their links)."""
 
-    def __init__(self, sorted_ids: np.ndarray, order: np.ndarray):
-        """`sorted_ids` (fixed-width bytes, ascending) and the row of each."""
-        self._sorted, self._order = sorted_ids, order
-        self._width = sorted_ids.dtype.itemsize
+    def __init__(self, sorted_keys: np.ndarray, order: np.ndarray):
+        """`sorted_keys` (uint64, ascending) and the row of each."""
+        self._sorted, self._order = sorted_keys, order
 
     @classmethod
     def of(cls, ids: np.ndarray, rows: np.ndarray | None = None) -> "NodeRows":
         """The map of `ids` (bytes) held by the node rows `rows` (default: row i holds ids[i])."""
-        by_id = np.argsort(ids, kind="stable")
-        return cls(ids[by_id], by_id if rows is None else rows[by_id])
+        keys = _held_keys(ids)
+        by_key = np.argsort(keys, kind="stable")
+        return cls(keys[by_key], by_key if rows is None else rows[by_key])
 
     def merged(self, live: np.ndarray, ids: np.ndarray, start: int) -> "NodeRows":
         """The map of the rows `live` marks, when this map's rows are all below
@@ -58,31 +61,32 @@ class NodeRows(Mapping):
         only: a version one segment on costs that segment, not the index."""
         keep = live[self._order]
         new_rows = start + np.flatnonzero(live[start:])
-        by_id = np.argsort(ids[new_rows], kind="stable")
-        new_ids, new_rows = ids[new_rows][by_id], new_rows[by_id]
-        old_ids = self._sorted[keep].astype(ids.dtype)
-        at = np.searchsorted(old_ids, new_ids, side="right")  # equal ids: the earlier row first, as in `of`
-        return NodeRows(np.insert(old_ids, at, new_ids), np.insert(self._order[keep], at, new_rows))
+        new_keys = _held_keys(ids[new_rows])
+        by_key = np.argsort(new_keys, kind="stable")
+        new_keys, new_rows = new_keys[by_key], new_rows[by_key]
+        old_keys = self._sorted[keep]
+        at = np.searchsorted(old_keys, new_keys, side="right")  # equal ids: the earlier row first, as in `of`
+        return NodeRows(np.insert(old_keys, at, new_keys), np.insert(self._order[keep], at, new_rows))
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """(sorted ids, their rows): what `NodeRows(...)` is made of, to cache."""
+        """(sorted keys, their rows): what `NodeRows(...)` is made of."""
         return self._sorted, self._order
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
-        """Rows of an array of ids (bytes); -1 where unknown."""
+        """Rows of an array of node ids (bytes) or of their keys (uint64); -1 where unknown."""
+        keys = ids if ids.dtype == np.uint64 else node_keys(ids)
         if not len(self._sorted):
-            return np.full(len(ids), -1, np.int64)
-        pos = np.clip(np.searchsorted(self._sorted, ids), 0, len(self._sorted) - 1)
-        return np.where(self._sorted[pos] == ids, self._order[pos], -1)
+            return np.full(len(keys), -1, np.int64)
+        pos = np.clip(np.searchsorted(self._sorted, keys), 0, len(self._sorted) - 1)
+        return np.where(self._sorted[pos] == keys, self._order[pos], -1)
 
     def __getitem__(self, node_id: str) -> int:
         try:
             key = node_id.encode("ascii")
         except (AttributeError, UnicodeEncodeError):
             raise KeyError(node_id) from None
-        # numpy compares fixed-width bytes with trailing NULs stripped and
-        # would truncate a longer key, so neither may reach the search.
-        if not key or len(key) > self._width or b"\0" in key:
+        # numpy's bytes drop trailing NULs: "a" and "a\0" would be one id.
+        if not key or b"\0" in key:
             raise KeyError(node_id)
         row = int(self.rows(np.array([key]))[0])
         if row < 0:
@@ -90,10 +94,19 @@ class NodeRows(Mapping):
         return row
 
     def __iter__(self) -> Iterator[str]:
-        return (k.decode("ascii") for k in self._sorted)
+        return iter(node_ids_of_keys(self._sorted))
 
     def __len__(self) -> int:
         return len(self._sorted)
+
+
+def _held_keys(ids: np.ndarray) -> np.ndarray:
+    """The keys of ids a node row holds: an id no key stands for is refused."""
+    keys = node_keys(ids)
+    if (keys == NO_NODE_KEY).any():
+        raise ValueError(f"node id {ids[keys == NO_NODE_KEY][0]!r} is not a node id "
+                         f"(12 base32 characters, ritrag.ids)")
+    return keys
 
 
 def skeleton_columns(table: pa.Table) -> dict[str, pa.Array]:

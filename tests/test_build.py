@@ -11,8 +11,11 @@ import pytest
 
 from ritrag.embedder import EmbedderSpec, load_tokenizer, model_token_limit
 from ritrag.layout import DamagedIndexError, IndexLayout
-from ritrag.representation import ANCHOR_DOC_ORDINAL
+from ritrag.reader import IndexReader
+from ritrag.representation import ANCHOR_DOC_ORDINAL, NODE_DOC_ORDINAL
 from ritrag.serving.api import RitragIndex
+from ritrag.serving.retrieval import RetrievalParams
+from ritrag.vectors import VectorStore
 from support import BASE, assert_same_toc, build_index
 
 pytestmark = pytest.mark.slow
@@ -203,6 +206,33 @@ def test_reranked_ivf_answers_like_the_exact_index(tiny_site, tiny_index, tmp_pa
     assert ivf.loaded.vector_store is not None and exact.loaded.vector_store is None
     for query in ("which port does version 3 listen on", "log rotation", "TLS certificates vault"):
         assert ivf.get_toc(query)["trees"] == exact.get_toc(query)["trees"]
+
+
+def embedded_rows(index_dir) -> dict[int, int]:
+    """Chunk id -> chunks-table ordinal of every row the index holds a vector of."""
+    chunks = table(index_dir, "chunks")
+    ordinal = dict(zip(chunks["chunk_id"].to_pylist(), chunks["ordinal"].to_pylist()))
+    store = VectorStore.open([f.path for f in IndexReader(str(index_dir)).files("vectors")])
+    return {int(i): ordinal[int(i)] for shard in store.shards for i in shard.ids}
+
+
+def test_node_documents_get_vectors_only_with_node_doc_vectors(tiny_site, tiny_index, tmp_path):
+    """By default the dense index holds the chunks alone (the default node score
+    never fuses node documents' dense ranking); --node_doc_vectors on embeds node
+    documents too, and on an exact index the default node score answers alike."""
+    build_index(tiny_site, tmp_path / "docvec", "--node_doc_vectors", "on")
+    chunks = table(tiny_index, "chunks")
+    ordinals = dict(zip(chunks["chunk_id"].to_pylist(), chunks["ordinal"].to_pylist()))
+    assert NODE_DOC_ORDINAL in ordinals.values()  # node documents are rows (BM25) all the same
+    assert embedded_rows(tiny_index) == {c: o for c, o in ordinals.items() if o >= 0}
+    assert embedded_rows(tmp_path / "docvec") == {c: o for c, o in ordinals.items() if o >= NODE_DOC_ORDINAL}
+    config = IndexLayout(str(tmp_path / "docvec")).load_manifest().config
+    assert config["representation"]["node_doc_vectors"] is True
+    default, docvec = RitragIndex(str(tiny_index)), RitragIndex(str(tmp_path / "docvec"))
+    for query in ("which port does version 3 listen on", "log rotation", "TLS certificates vault"):
+        assert docvec.get_toc(query)["trees"] == default.get_toc(query)["trees"]
+        # "max+doc" without node-document vectors fuses their BM25 ranking alone
+        assert default.get_toc(query, params=RetrievalParams(node_score="max+doc"))["hits"] > 0
 
 
 def test_multi_process_local_runner_builds_the_same_index(tiny_site, tiny_index, tmp_path):

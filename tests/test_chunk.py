@@ -5,7 +5,7 @@ import pytest
 
 from ritrag.embedder import EmbedderSpec, load_tokenizer, model_token_limit
 from ritrag.ids import chunk_id_for, content_hash
-from ritrag.representation import LEGACY, NODE_DOC_ORDINAL, Representation
+from ritrag.representation import ANCHOR_DOC_ORDINAL, LEGACY, NODE_DOC_ORDINAL, Representation
 from ritrag.transforms.chunk import (chunk_rows, chunk_text, counted_chunks, counts_add_up, node_chunk_rows,
                               tokenizer_counter, word_counter)
 from ritrag.transforms.parse import parse_page
@@ -163,6 +163,18 @@ def test_legacy_representation_is_what_builds_did_before_templates():
     assert all(r["embedded_text"] == r["text"] and r["ordinal"] >= 0 for r in rows)
     assert LEGACY.bm25_text(rows[0]) == rows[0]["text"]
     assert Representation.from_config({}) == LEGACY
+
+
+def test_node_documents_are_embedded_only_with_node_doc_vectors():
+    assert [Representation().embeds(o) for o in (0, 3, NODE_DOC_ORDINAL, ANCHOR_DOC_ORDINAL)] == [
+        True, True, False, False]
+    with_vectors = Representation(node_doc_vectors=True)
+    assert [with_vectors.embeds(o) for o in (0, NODE_DOC_ORDINAL, ANCHOR_DOC_ORDINAL)] == [True, True, False]
+    assert with_vectors.dense_node_docs and not Representation().dense_node_docs
+    assert not Representation(node_docs=False, node_doc_vectors=True).dense_node_docs
+    # An index recorded before the choice embedded its node documents: it reads so.
+    recorded = {k: v for k, v in Representation().to_dict().items() if k != "node_doc_vectors"}
+    assert Representation.from_config({"representation": recorded}) == with_vectors
 
 
 def test_the_path_tokens_are_reserved_so_embedded_texts_fit_the_limit(tokenizer):

@@ -16,6 +16,7 @@ from ritrag.reader import IndexReader
 from ritrag.serving.http import create_app
 from ritrag.serving.links import MAX_SEE_ALSO, LinkGraph, ShardLinks, see_also
 from ritrag.serving_form import shard_link_arrays
+from ritrag.ids import node_ids_of_keys, node_keys
 from ritrag.serving.outline import SEE_MARK, outline_ids, parse_outline, preorder
 from ritrag.serving.skeleton import NodeRows, Skeleton
 from ritrag.serving.tool_models import TocResult
@@ -151,6 +152,28 @@ def test_a_serving_file_written_before_the_link_arrays_derives_them_from_its_edg
     write_arrays(str(tmp_path / "old.arrays"), arrays)
     shard = MappedShard(str(tmp_path / "old.arrays"))
     links = shard.links(Edges())
-    assert links["link_out_source"].tolist() == [b"n1", b"n1"] and links["link_out_target"].tolist() == [b"n0", b"n2"]
-    assert links["link_in_target"].tolist() == [b"n0", b"n2"]
+    n0, n1, n2 = node_keys(np.array([b"n0", b"n1", b"n2"])).tolist()
+    assert links["link_out_source"].tolist() == [n1, n1] and links["link_out_target"].tolist() == [n0, n2]
+    assert links["link_in_target"].tolist() == [n0, n2]
     assert shard.links(Edges()) is links and Edges.reads == 1  # once per process
+
+
+def test_a_serving_file_written_before_node_keys_has_its_link_arrays_made_keys(sample_index, tmp_path):
+    """Link arrays of node ids as bytes (the serving form before keys) are
+    turned into the keys of the same links, once per process."""
+    from ritrag.serving.segments import MappedShard
+    from ritrag.serving_form import LINK_ARRAYS, map_arrays, write_arrays
+
+    written = map_arrays(str(next(sample_index.rglob("serving-*.arrays"))))
+    ids = {int(k): i.encode("ascii") for k, i in zip(written["link_out_source"], node_ids_of_keys(written["link_out_source"]))}
+    ids.update({int(k): i.encode("ascii") for k, i in zip(written["link_out_target"],
+                                                        node_ids_of_keys(written["link_out_target"]))})
+    old = {name: np.array(a) for name, a in written.items()}
+    for name in LINK_ARRAYS:  # as the writer made them before keys: the ids, sorted by their bytes
+        old[name] = np.array([ids[int(k)] for k in written[name]], dtype="S12")
+    assert len(old["link_out_source"]) > 10
+    write_arrays(str(tmp_path / "old.arrays"), old)
+    shard = MappedShard(str(tmp_path / "old.arrays"))
+    links = shard.links(edges=None)
+    assert all(np.array_equal(links[name], written[name]) for name in LINK_ARRAYS)
+    assert shard.links(edges=None) is links

@@ -18,7 +18,7 @@ OTHER_VALUES = {"base_url": "https://docs.example/", "site_depth": 2, "granulari
                 "embedding_model": "hashing:64", "query_prefix": "query: ", "document_prefix": "passage: ",
                 "dense_factory": "IVF1,SQ8", "dense_nprobe": 7, "dense_rerank": 4,
                 "chunk_template": "{title}\\n{body}", "path_levels": 2, "node_docs": "off", "anchor_docs": "off",
-                "metadata_retrieval": "off", "metadata_model": "qwen", "metadata_nodes": "off", "induce_toc": "llm",
+                "node_doc_vectors": "on", "metadata_retrieval": "off", "metadata_model": "qwen", "metadata_nodes": "off", "induce_toc": "llm",
                 "induce_toc_min_pages": 3}
 
 
@@ -46,7 +46,7 @@ def test_every_flag_sets_its_value():
                                  embedder=EmbedderSpec("hashing:64", "query: ", "passage: "),
                                  representation=Representation(template="{title}\n{body}", path_levels=2,
                                                                 node_docs=False, anchor_docs=False,
-                                                                metadata_retrieval=False),
+                                                                node_doc_vectors=True, metadata_retrieval=False),
                                  dense_factory="IVF1,SQ8", dense_nprobe=7, dense_rerank=4,
                                  model_steps=ModelSteps("qwen", metadata_nodes=False, induce_toc=True,
                                                         induce_toc_min_pages=3))

@@ -14,10 +14,13 @@ import pytest
 
 from ritrag.analyzer import analyze
 from ritrag.bm25 import Bm25, top_k
+from ritrag.ids import NO_NODE_KEY, node_id_for, node_ids_of_keys, node_keys
 from ritrag.layout import DamagedIndexError, IndexLayout
+from ritrag.reader import IndexReader
 from ritrag.serving.dense_shards import JoinedIVFShards, read_dense_shard, segment_dense_indexes, tombstone_parameters
 from ritrag.serving.index import LoadedVersion
 from ritrag.serving.retrieval import dense_top_k
+from ritrag.vectors import VectorStore
 from support import benchmark_module
 
 write_synthetic_index = benchmark_module("synthetic_index").write_synthetic_index
@@ -36,8 +39,9 @@ def table(index_dir: str, kind: str) -> pa.Table:
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory) -> str:
     out = str(tmp_path_factory.mktemp("synthetic_index"))
-    # 9,000 nodes in 2 shards: more than one 4,096-row group per node file.
-    write_synthetic_index(out, nodes=9_000, sites=3, num_shards=2, vocabulary_size=3_000, factory="IDMap2,Flat")
+    # 9,000 nodes in 2 shards: more than one 4,096-row group per node file; two chunks a node.
+    write_synthetic_index(out, nodes=9_000, sites=3, num_shards=2, vocabulary_size=3_000, factory="IDMap2,Flat",
+                          chunks_per_node=2)
     return out
 
 
@@ -66,6 +70,18 @@ def test_node_ids_map_to_rows_and_odd_ids_to_nothing(synthetic, loaded):
     parents = loaded.nodes["parent_id"]
     row = loaded.node_row[ids[123]]
     assert loaded.nodes["ancestor_ids"][row][-1:] == ([parents[row]] if parents[row] else [])
+
+
+def test_node_keys_sort_as_the_ids_do_and_stand_for_them_alone():
+    ids = np.array(sorted(node_id_for(f"page {i}").encode("ascii") for i in range(5_000)), dtype="S12")
+    keys = node_keys(ids)
+    assert np.all(np.diff(keys.astype(np.float64)) > 0)  # ascending and distinct, as the sorted ids
+    assert node_ids_of_keys(keys) == [i.decode("ascii") for i in ids]
+    short = node_keys(np.array([b"n1", b"a0", b""]))
+    assert node_ids_of_keys(short) == ["n1", "a0", ""] and not set(short.tolist()) & set(keys.tolist())
+    odd = np.array([ids[0] + b"x", ids[0].upper(), b"\xc3\xa9" * 6, b"eightbyt"])  # no key stands for these
+    assert (node_keys(odd) == NO_NODE_KEY).all()
+    assert (node_keys(ids.astype("S20")) == keys).all()  # the width an array has is not the id
 
 
 class PlainPostings:
@@ -108,6 +124,20 @@ def test_the_fields_df_is_the_vocabularys_summed_over_its_shards(synthetic, load
             assert field.df.get(term) == df
         assert field.df.get("zzzunknown") == 0 and field.df.get("\ud800x") == 0
     assert sum(vocabulary["df_doc"]) > 0 and sum(vocabulary["df_anchors"]) > 0
+
+
+def test_the_synthetic_index_has_the_builds_rows_and_vectors(synthetic):
+    """Two chunks a node, their words the node's body; a node document a node; vectors
+    of the chunks alone (the default representation embeds no node document)."""
+    chunks = table(synthetic, "chunks").to_pydict()
+    ordinals = dict(zip(chunks["chunk_id"], chunks["ordinal"]))
+    assert list(ordinals.values()).count(1) == list(ordinals.values()).count(-1) == 9_000
+    node = table(synthetic, "nodes").slice(0, 1).to_pylist()[0]
+    pieces = sorted((o, t) for n, o, t in zip(chunks["node_id"], chunks["ordinal"], chunks["text"])
+                    if n == node["node_id"] and o >= 0)
+    assert " ".join(t.partition("\n")[2] for _, t in pieces) == node["body"]
+    store = VectorStore.open([f.path for f in IndexReader(synthetic).files("vectors")])
+    assert {int(i) for shard in store.shards for i in shard.ids} == {c for c, o in ordinals.items() if o >= 0}
 
 
 def test_a_load_that_fails_while_deriving_is_a_damaged_index(synthetic, monkeypatch):
@@ -252,4 +282,4 @@ def test_a_synthetic_ivf_index_loads_joined_with_the_recorded_parameters(tmp_pat
     assert dense["factory"] == "IVF16,PQ96x4fs" and (dense["nprobe"], dense["rerank"]) == (4, 4)
     assert faiss.extract_index_ivf(loaded.dense_shards[0].shards[0]).nprobe == 4
     assert len(loaded.dense_shards) == len(loaded.dense_params) == 1
-    assert loaded.dense_shards[0].ntotal == 6_000 and loaded.vector_store is not None
+    assert loaded.dense_shards[0].ntotal == 3_000 and loaded.vector_store is not None  # the chunks: no node documents

@@ -84,7 +84,9 @@ def test_update_embeds_exactly_the_chunks_with_new_text(snapshots):
     first = layout.load_manifest("v000001")
     counts = layout.load_manifest().stats["pages"]
     old_texts = {c["text_hash"] for c in live_table_version(updated, first).values()}
-    new_texts = [c for c in live_table(fresh, "chunks").values() if c["text_hash"] not in old_texts]
+    embeds = Representation.from_config(first.config).embeds  # node documents have no vectors by default
+    new_texts = [c for c in live_table(fresh, "chunks").values()
+                 if c["text_hash"] not in old_texts and embeds(c["ordinal"])]
     assert counts["chunks_embedded"] == len(new_texts) > 0
     assert counts["pages_unchanged"] >= 2 and counts["pages_deleted"] == 2
 
@@ -434,14 +436,15 @@ def test_an_update_gives_the_rows_and_vectors_of_a_fresh_build_in_the_path_repre
     assert any(c["ordinal"] == -1 for c in chunks.values())  # node documents are rows too
     moved = next(c for c in chunks.values() if c["ordinal"] == -1 and c["text"].endswith("Deploying"))
     assert moved["text"] == "Shop Server > Version 2 > Deploying"  # the page moved under Version 2
-    assert live_vectors(updated, list(chunks)) == live_vectors(fresh, list(chunks))
+    embedded = [c for c, row in chunks.items() if Representation().embeds(row["ordinal"])]
+    assert live_vectors(updated, embedded) == live_vectors(fresh, embedded)
 
 
 def test_an_update_refuses_another_representation(hashed_snapshots, tmp_path):
     updated, _ = hashed_snapshots
     before = IndexLayout(str(updated)).current_version()
     for flags in (["--chunk_template", "{title}\\n{body}"], ["--node_docs", "off"], ["--path_levels", "2"],
-                  ["--anchor_docs", "off"]):
+                  ["--anchor_docs", "off"], ["--node_doc_vectors", "on"]):
         with pytest.raises(ValueError, match="rebuild"):
             update.run(["--input", str(tmp_path), "--index", str(updated), *flags])
     assert IndexLayout(str(updated)).current_version() == before

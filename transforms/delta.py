@@ -562,25 +562,29 @@ class WriteTombstones(beam.PTransform):
 
 
 class ReuseOrEmbedVectors(beam.PTransform):
-    """New chunk rows -> (chunk id, vector) of every new chunk: the stored vector of
-    a live chunk with the same text, else the model's. Only the live chunk refs
-    whose text hash a new chunk has are read."""
+    """New chunk rows -> (chunk id, vector) of every new row the representation
+    embeds (`Representation.embeds`): the stored vector of a live row with the
+    same text, else the model's. Only the live chunk refs whose text hash a
+    new row has are read."""
 
-    def __init__(self, live: IndexReader, embed: EmbedChunks):
+    def __init__(self, live: IndexReader, embed: EmbedChunks, representation: Representation):
         super().__init__()
         self._live = live
         self._vector_files = [f.path for f in live.files("vectors")]
         self._embed = embed
+        self._representation = representation
 
     def expand(self, chunks):
+        embeds = self._representation.embeds
+        chunks = chunks | "Embedded" >> beam.Filter(lambda c: embeds(c["ordinal"]))
         live = chunks.pipeline | "SameText" >> ReadLiveRows(
             self._live, "chunks", CHUNK_REF_COLUMNS, where={"text_hash": chunks | "TextHashes" >> beam.Map(
                 lambda c: c["text_hash"])})
         split = (
             {"new": chunks | "KeyNewByText" >> beam.Map(lambda c: (c["text_hash"], c)),
-             # Anchor documents have no vector to lend.
+             # Only a live row with a vector has one to lend.
              "live": live | "KeyLiveByText" >> beam.FlatMap(
-                 lambda c: [(c["text_hash"], c)] if c["ordinal"] != ANCHOR_DOC_ORDINAL else [])}
+                 lambda c: [(c["text_hash"], c)] if embeds(c["ordinal"]) else [])}
             | "JoinByText" >> beam.CoGroupByKey()
             | "SplitReuse" >> beam.FlatMap(split_reuse).with_outputs("embed", main="reuse"))
         reused = record_counts(split["reuse"] | "StoredVectors" >> beam.ParDo(
