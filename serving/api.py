@@ -264,8 +264,7 @@ class RitragIndex:
             entry = {
                 "id": nid,
                 "title": idx.nodes["title"][row],
-                "path": [idx.nodes["title"][a] for a in map(idx.node_row.get, idx.nodes["ancestor_ids"][row])
-                         if a is not None],
+                "path": [idx.nodes["title"][a] for a in idx.skeleton.ancestors(np.array([row])).tolist()],
                 "url": records[row]["url"],
                 "text": body[offset: offset + max_chars],
                 "total_chars": len(body),

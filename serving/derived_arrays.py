@@ -22,8 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from ritrag.reader import IndexReader
-from ritrag.serving.skeleton import SKELETON_COLUMNS, NodeRows, Skeleton, skeleton_columns
-from ritrag.serving_form import utf8_fixed_width
+from ritrag.serving.skeleton import HELD_COLUMNS, SKELETON_COLUMNS, NodeRows, Skeleton, skeleton_columns
 
 
 class NodeColumns:
@@ -68,9 +67,9 @@ def node_columns(reader: IndexReader) -> NodeColumns:
                      key=len, default=())
         base = _NODE_COLUMNS.get(prefix) if prefix else None
     done = len(prefix) if base is not None else 0
-    added = pa.concat_tables([f.read(SKELETON_COLUMNS) for f in files[done:]]).combine_chunks()
-    columns = skeleton_columns(added) if base is None else {
-        name: pa.concat_arrays([base.columns[name], *added[name].chunks]) for name in SKELETON_COLUMNS}
+    added = skeleton_columns(pa.concat_tables([f.read(SKELETON_COLUMNS) for f in files[done:]]))
+    columns = added if base is None else {
+        name: pa.concat_arrays([base.columns[name], added[name]]) for name in HELD_COLUMNS}
     held_map = base.node_row if base is not None else None
     made = NodeColumns(columns, len(files) - done,
                        (held_map, len(base.columns["node_id"])) if held_map is not None else None)
@@ -84,16 +83,16 @@ def derive_nodes(reader: IndexReader) -> tuple[NodeColumns, NodeRows, Skeleton]:
     held = node_columns(reader)
     columns = held.columns
     positions = reader.positions("nodes")
-    ids = utf8_fixed_width(columns["node_id"])
+    keys = columns["node_key"].to_numpy()
     bounds = positions.file_start.tolist()  # each file's first row, and the end
     live = np.concatenate([f.live_mask(columns["node_id"][start:end])
                            for f, start, end in zip(positions.files, bounds, bounds[1:])] or [np.zeros(0, bool)])
     if held.node_row is None:
         if held.prefix is not None:  # rows only go (tombstones accumulate) or come with the files added
             earlier, start = held.prefix
-            held.node_row, held.ids_sorted = earlier.merged(live, ids, start), int(live[start:].sum())
+            held.node_row, held.ids_sorted = earlier.merged(live, keys, start), int(live[start:].sum())
         else:
             live_rows = np.flatnonzero(live)
-            held.node_row, held.ids_sorted = NodeRows.of(ids[live_rows], live_rows), len(live_rows)
+            held.node_row, held.ids_sorted = NodeRows.of(keys[live_rows], live_rows), len(live_rows)
         held.prefix = None  # the earlier map is not kept alive by this one
     return held, held.node_row, Skeleton(columns, held.node_row)

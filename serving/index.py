@@ -51,7 +51,7 @@ from ritrag.serving.links import LinkGraph
 from ritrag.serving.root_prior import RootPrior
 from ritrag.serving.remote import IndexMirror, StampedLayout, default_cache_dir, local_stamps, mirror
 from ritrag.serving.segments import SegmentedPostings, VersionChunks, node_chunks, version_fields, version_shards
-from ritrag.serving.skeleton import Column
+from ritrag.serving.skeleton import Column, IdColumn, IdListColumn
 
 LOG = logging.getLogger("ritrag.serving")
 
@@ -113,7 +113,11 @@ class LoadedVersion:
         positions = self.reader.positions("nodes")
         # held: the node columns (shared with the next version this process loads)
         self.node_columns, self.node_row, self.skeleton = derive_nodes(self.reader)
-        self.nodes: dict[str, Sequence] = {name: Column(array) for name, array in self.node_columns.columns.items()}
+        columns = self.node_columns.columns
+        self.nodes: dict[str, Sequence] = {name: Column(columns[name])
+                                           for name in ("node_id", "title", "summary", "keywords")}
+        self.nodes["parent_id"], self.nodes["ancestor_ids"] = (IdColumn(columns["parent_key"]),
+                                                              IdListColumn(columns["ancestor_keys"]))
         self.nodes["position"] = self.skeleton.position
         segments = version_shards(self.reader)
         first_file = {}
@@ -126,7 +130,7 @@ class LoadedVersion:
         self.node_chunks = node_chunks(self.chunks, positions.num_rows)  # each node's body chunks
         self.postings = SegmentedPostings(self.chunks)
         self.bm25 = Bm25(self.postings, version_fields(segments, self.chunks, n_chunks, n_terms), k1, b)
-        self.links = LinkGraph.of(self.reader, segments, self.node_columns.columns["node_id"], self.node_row)
+        self.links = LinkGraph.of(self.reader, segments, self.skeleton)
         self._root_prior: RootPrior | None = None
         self._root_prior_lock = threading.Lock()
 

@@ -30,7 +30,6 @@ from ritrag.reader import IndexReader, LiveFile
 from ritrag.schema import EDGES_KIND
 from ritrag.serving.segments import SegmentShards
 from ritrag.serving.skeleton import NodeRows, Skeleton
-from ritrag.serving_form import utf8_fixed_width
 
 MAX_SEE_ALSO = 3  # related nodes per hit: a few handles, not a second ToC
 DEFAULT_CROSS_LINKS = True  # GetToC lists them unless asked not to (benchmarks/RESULTS.md, "The link graph")
@@ -95,29 +94,27 @@ class LinkGraph:
     when both its nodes are live rows and its source's edges are live; a
     node's in-degree counts its live edges (each source once)."""
 
-    def __init__(self, shards: list[ShardLinks], node_ids: pa.Array, node_row: NodeRows):
-        self._shards, self._node_ids, self._node_row = shards, node_ids, node_row
+    def __init__(self, shards: list[ShardLinks], skeleton: Skeleton):
+        """`skeleton`: the version's node rows (their ids, keys and id map)."""
+        self._shards, self._node_ids = shards, skeleton.columns["node_id"]
+        self._node_key, self._node_row = skeleton.node_key, skeleton.node_row
         self.edge_rows = sum(len(s.out_source) for s in shards)  # stored pairs, dead ones too
 
     @classmethod
-    def of(cls, reader: IndexReader, segments: list[SegmentShards], node_ids: pa.Array, node_row: NodeRows
-           ) -> "LinkGraph":
+    def of(cls, reader: IndexReader, segments: list[SegmentShards], skeleton: Skeleton) -> "LinkGraph":
         """The link graph of a loaded version: every edges file's link arrays,
         from the serving file of its segment and shard."""
         mapped = {(segment.segment, number): shard for segment in segments
                   for number, shard in enumerate(segment.shards)}
         return cls([ShardLinks(mapped[f.segment, f.shard].links(f), f.dead, f) for f in reader.files(EDGES_KIND)],
-                   node_ids, node_row)
+                   skeleton)
 
     def __len__(self) -> int:
         """The number of stored (source, target) pairs, live or not: 0 when the version has no links."""
         return self.edge_rows
 
-    def _ids(self, rows: np.ndarray) -> pa.Array:
-        return self._node_ids.take(pa.array(np.asarray(rows, np.int64)))
-
     def in_degree(self, rows: np.ndarray) -> np.ndarray:
-        keys = node_keys(utf8_fixed_width(self._ids(rows)))
+        keys = self._node_key[np.asarray(rows, np.int64)]
         return sum((s.in_counts(keys) for s in self._shards), np.zeros(len(keys), np.int64))
 
     def neighbour_lists(self, rows: np.ndarray, among: np.ndarray | None = None) -> list[np.ndarray]:
@@ -127,11 +124,10 @@ class LinkGraph:
         found in them rather than among every node (a hub's thousands of
         neighbours against a query's few hundred scored nodes)."""
         rows = np.asarray(rows, np.int64)
-        taken = self._ids(rows)
-        keys = node_keys(utf8_fixed_width(taken))
+        keys = self._node_key[rows]
         # A source's out-links are in the one shard of each segment that owns it
         # (ritrag.ids.shard_of, as the jobs shard the edges table).
-        ids = taken.to_pylist()
+        ids = self._node_ids.take(pa.array(rows)).to_pylist()
         owner = {n: np.array([shard_of(i, n) for i in ids], np.int64)
                  for n in {s.edges.num_shards for s in self._shards if s.edges is not None}}
         found = [s.links_of(keys, owner[s.edges.num_shards] == s.edges.shard if s.edges is not None else None)
@@ -142,7 +138,7 @@ class LinkGraph:
             linked = self._node_row.rows(ids) if len(ids) else np.zeros(0, np.int64)
         else:
             among = np.asarray(among, np.int64)
-            linked = NodeRows.of(utf8_fixed_width(self._ids(among)), among).rows(ids)
+            linked = NodeRows.of(self._node_key[among], among).rows(ids)
         keep = (linked >= 0) & (linked != rows[owner])
         pairs = np.unique(owner[keep] * (len(self._node_ids) + 1) + linked[keep])
         owner, linked = np.divmod(pairs, len(self._node_ids) + 1)

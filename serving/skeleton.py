@@ -2,7 +2,9 @@
 arrays. `Skeleton` is the skeleton columns of every node row (ids, parents,
 positions, titles, optional summary and keywords, ancestors; Arrow), a row's
 parent and ancestors resolved to live rows as a query asks; `NodeRows` maps
-node ids to rows. Rows are node positions in the version's files
+node ids to rows. Parent and ancestor ids are held as their node keys
+(ritrag.ids.node_keys, made once per node file decoded: `skeleton_columns`),
+so a query resolves them by integer search without converting a string. Rows are node positions in the version's files
 (ritrag.reader.RowPositions): rows that later segments replaced stay, but no
 id maps to them.
 """
@@ -19,7 +21,10 @@ import pyarrow.compute as pc
 from ritrag.ids import NO_NODE_KEY, node_ids_of_keys, node_keys
 from ritrag.serving_form import utf8_fixed_width
 
-SKELETON_COLUMNS = ["node_id", "parent_id", "position", "title", "summary", "keywords", "ancestor_ids"]
+SKELETON_COLUMNS = ["node_id", "parent_id", "position", "title", "summary", "keywords", "ancestor_ids"]  # read
+# What is held of them: the node's own id, and its own, parent and ancestor ids as keys
+# (uint64; NO_NODE_KEY for a root's missing parent), which take less memory than the strings.
+HELD_COLUMNS = ["node_id", "node_key", "parent_key", "position", "title", "summary", "keywords", "ancestor_keys"]
 
 
 class Column(Sequence):
@@ -35,6 +40,22 @@ class Column(Sequence):
         return len(self._array)
 
 
+class IdColumn(Column):
+    """Row access to a column of node keys, as the node ids they stand for (None for NO_NODE_KEY)."""
+
+    def __getitem__(self, row: int) -> str | None:
+        key = self._array[row].as_py()
+        return None if key == int(NO_NODE_KEY) else node_ids_of_keys(np.array([key], np.uint64))[0]
+
+
+class IdListColumn(Column):
+    """Row access to a column of lists of node keys, as lists of the node ids they stand for."""
+
+    def __getitem__(self, row: int) -> list[str]:
+        keys = self._array[row].values.to_numpy(zero_copy_only=False)
+        return node_ids_of_keys(keys) if len(keys) else []
+
+
 class NodeRows(Mapping):
     """Node id -> row, by binary search over the ids' keys (uint64,
     ritrag.ids.node_keys) sorted once: an integer array takes a fraction of a
@@ -48,8 +69,9 @@ class NodeRows(Mapping):
 
     @classmethod
     def of(cls, ids: np.ndarray, rows: np.ndarray | None = None) -> "NodeRows":
-        """The map of `ids` (bytes) held by the node rows `rows` (default: row i holds ids[i])."""
-        keys = _held_keys(ids)
+        """The map of `ids` (bytes, or their keys: uint64) held by the node rows
+        `rows` (default: row i holds ids[i])."""
+        keys = ids if ids.dtype == np.uint64 else _held_keys(ids)
         by_key = np.argsort(keys, kind="stable")
         return cls(keys[by_key], by_key if rows is None else rows[by_key])
 
@@ -57,11 +79,11 @@ class NodeRows(Mapping):
         """The map of the rows `live` marks, when this map's rows are all below
         `start` and every live row below it is among them: this map less the
         rows no longer live, and the live rows from `start` on (`ids`: every
-        row's id) merged in, as `of` would order them. It sorts the new ids
+        row's id, or its key) merged in, as `of` would order them. It sorts the new ids
         only: a version one segment on costs that segment, not the index."""
         keep = live[self._order]
         new_rows = start + np.flatnonzero(live[start:])
-        new_keys = _held_keys(ids[new_rows])
+        new_keys = ids[new_rows] if ids.dtype == np.uint64 else _held_keys(ids[new_rows])
         by_key = np.argsort(new_keys, kind="stable")
         new_keys, new_rows = new_keys[by_key], new_rows[by_key]
         old_keys = self._sorted[keep]
@@ -109,11 +131,30 @@ def _held_keys(ids: np.ndarray) -> np.ndarray:
     return keys
 
 
-def skeleton_columns(table: pa.Table) -> dict[str, pa.Array]:
-    """The skeleton columns as single arrays; a column of one chunk (a mapped
-    cache's) is used as it is, not copied by a concatenation."""
-    return {name: table[name].chunk(0) if table[name].num_chunks == 1 else table[name].combine_chunks()
-            for name in SKELETON_COLUMNS}
+def skeleton_columns(table: pa.Table | Mapping[str, pa.Array | pa.ChunkedArray]) -> dict[str, pa.Array]:
+    """The HELD_COLUMNS of node rows read with the SKELETON_COLUMNS, one array
+    each: ids keyed once here, so that queries never convert them. A node id
+    no key stands for is refused (ValueError)."""
+    present = set(table.column_names if isinstance(table, pa.Table) else table)
+    # (a hand-made skeleton, in tests, may leave out the text columns)
+    columns = {name: _one_array(table[name]) for name in SKELETON_COLUMNS if name in HELD_COLUMNS and name in present}
+    columns["node_key"] = pa.array(_held_keys(utf8_fixed_width(columns["node_id"])), pa.uint64())
+    parents = pc.fill_null(_one_array(table["parent_id"]), "")
+    parent_keys = node_keys(utf8_fixed_width(parents))
+    parent_keys[np.asarray(pc.equal(parents, "").to_numpy(zero_copy_only=False), bool)] = NO_NODE_KEY
+    columns["parent_key"] = pa.array(parent_keys, pa.uint64())
+    lists = _one_array(table["ancestor_ids"])
+    offsets = lists.offsets.to_numpy()
+    values = node_keys(utf8_fixed_width(lists.flatten())) if offsets[-1] > offsets[0] else np.zeros(0, np.uint64)
+    columns["ancestor_keys"] = pa.ListArray.from_arrays(pa.array(offsets - offsets[0], pa.int32()),
+                                                         pa.array(values, pa.uint64()))
+    return {name: columns[name] for name in HELD_COLUMNS if name in columns}
+
+
+def _one_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(column, pa.Array):
+        return column
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
 class Skeleton:
@@ -127,22 +168,30 @@ class Skeleton:
     what needs every row (the root prior)."""
 
     def __init__(self, columns: Mapping[str, pa.Array], node_row: NodeRows):
-        self.columns, self.node_row = columns, node_row
-        self.position = columns["position"].to_numpy()  # int32 place among its siblings
+        """`columns`: the HELD_COLUMNS (`skeleton_columns`), or the SKELETON_COLUMNS, keyed here."""
+        self.columns = columns if "node_key" in columns else skeleton_columns(columns)
+        self.node_row = node_row
+        self.position = self.columns["position"].to_numpy()  # int32 place among its siblings
+        self.node_key = self.columns["node_key"].to_numpy()  # uint64, every row's own id's key
+        self._parent_key = self.columns["parent_key"].to_numpy()
+        ancestors = self.columns["ancestor_keys"]
+        self._ancestor_starts = ancestors.offsets.to_numpy().astype(np.int64)
+        self._ancestor_keys = ancestors.values.to_numpy()
 
     def parents(self, rows: np.ndarray) -> np.ndarray:
         """The live row of each row's parent (int64); -1 for a root or a parent no live row holds."""
-        parent_ids = self.columns["parent_id"].take(pa.array(rows, pa.int64()))
-        return self.node_row.rows(utf8_fixed_width(pc.fill_null(parent_ids, "")))
+        return self.node_row.rows(self._parent_key[np.asarray(rows, np.int64)])
 
     def ancestor_lists(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(how many live ancestors each row has, their rows concatenated, each
         row's root first); ids no live row holds are left out."""
-        lists = self.columns["ancestor_ids"].take(pa.array(rows, pa.int64()))
-        found = self.node_row.rows(utf8_fixed_width(lists.flatten()))
-        offsets = lists.offsets.to_numpy()
-        offsets = offsets - offsets[0]  # flatten() starts at the array's first list
-        kept = np.concatenate([[0], np.cumsum(found >= 0)])[offsets]
+        rows = np.asarray(rows, np.int64)
+        starts = self._ancestor_starts[rows]
+        counts = self._ancestor_starts[rows + 1] - starts
+        # the entries of each row's list, one gather: each entry's start, plus its place in the list
+        at = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+        found = self.node_row.rows(self._ancestor_keys[at])
+        kept = np.concatenate([[0], np.cumsum(found >= 0)])[np.concatenate([[0], np.cumsum(counts)])]
         return np.diff(kept), found[found >= 0]
 
     def ancestors(self, rows: np.ndarray) -> np.ndarray:

@@ -66,13 +66,11 @@ def test_related_nodes_are_those_the_query_scored_best_first_then_by_in_links():
                         NodeRows.of(np.array(ids, dtype=bytes)))
     edges = pa.table({"source_node_id": ["n1", "n1", "n1", "n3", "n1", "n2"],
                       "target_node_id": ["n2", "n3", "n4", "n4", "n2", "n2"]})  # a repeated link, a link to itself
-    graph = LinkGraph([ShardLinks(shard_link_arrays(edges), frozenset())], pa.array(ids),
-                      NodeRows.of(np.array(ids, dtype=bytes)))
+    graph = LinkGraph([ShardLinks(shard_link_arrays(edges), frozenset())], skeleton)
     assert graph.neighbours(1).tolist() == [2, 3, 4] and graph.neighbours(4).tolist() == [1, 3]
     assert graph.in_degree(np.array([2, 3, 4, 0])).tolist() == [1, 1, 2, 0]
     # n3's edges tombstoned by a later segment: its link to n4 is gone both ways
-    pruned = LinkGraph([ShardLinks(shard_link_arrays(edges), frozenset({"n3"}))], pa.array(ids),
-                       NodeRows.of(np.array(ids, dtype=bytes)))
+    pruned = LinkGraph([ShardLinks(shard_link_arrays(edges), frozenset({"n3"}))], skeleton)
     assert pruned.neighbours(4).tolist() == [1] and pruned.in_degree(np.array([4, 3])).tolist() == [1, 1]
     assert pruned.neighbours(3).tolist() == [1]
     shown = np.array([0, 1])
