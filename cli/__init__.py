@@ -256,9 +256,10 @@ def _inspect(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _adapt(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.adaptation import AdaptConfig, AdaptError, adapt
+    from ritrag.flags import from_arguments
 
     try:
-        record = adapt(args.index, args.out, AdaptConfig.from_arguments(args),
+        record = adapt(args.index, args.out, from_arguments(AdaptConfig, args),
                        progress=lambda line: print(line, file=sys.stderr))
     except AdaptError as exc:  # a clean refusal, printed by main as one JSON line
         raise ToolError("invalid_arguments", str(exc)) from None
@@ -267,16 +268,18 @@ def _adapt(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _serve(args: argparse.Namespace, extra: list[str]) -> int:
+    from ritrag.flags import from_arguments
     from ritrag.serving.server import ServerConfig, run_http
 
-    run_http(ServerConfig.from_arguments(args))
+    run_http(from_arguments(ServerConfig, args, verbose=args.verbose))
     return 0
 
 
 def _mcp(args: argparse.Namespace, extra: list[str]) -> int:
+    from ritrag.flags import from_arguments
     from ritrag.serving.server import ServerConfig, run_mcp
 
-    run_mcp(ServerConfig.from_arguments(args), args.transport)
+    run_mcp(from_arguments(ServerConfig, args, verbose=args.verbose), args.transport)
     return 0
 
 
@@ -447,8 +450,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="new folder for the adapted model")
     if command == "adapt":  # the options' home imports nothing heavy, but only the command run needs it
         from ritrag.adaptation.train import AdaptConfig
+        from ritrag.flags import add_arguments
 
-        AdaptConfig.add_arguments(p)
+        add_arguments(p, AdaptConfig)
     p.set_defaults(func=_adapt)
 
     p = sub.add_parser("synth", help="write a deterministic synthetic corpus of documentation sites")
