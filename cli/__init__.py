@@ -490,7 +490,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                                    "error). Exit status 1 when the endpoint failed.")
     p.add_argument("index", help="index directory")
     p.add_argument("question", help="the question to answer")
-    _add_agent_flags(p, required=True)
+    if command == "agent":  # the agent loop's module loads the serving stack: only for the command run
+        _add_agent_flags(p, required=True)
     p.add_argument("--transcript", help="write every model and tool call here, as JSONL")
     p.add_argument("--timeout_s", type=float, default=120.0, help="per model call")
     p.set_defaults(func=_agent)
@@ -513,7 +514,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="also evaluate OTHER_INDEX (e.g. the same input embedded by an adapted model) on the same "
                         "questions and set its metrics beside INDEX's, per system (the report's 'comparison')")
     p.add_argument("--agent", action="store_true", help="also run the agent loop on every question")
-    _add_agent_flags(p, required=False)
+    if command == "eval":
+        _add_agent_flags(p, required=False)
     p.add_argument("--transcripts", help="directory for one JSONL transcript per question (agent)")
     p.add_argument("--judge_model", help="grade agent answers against questions' `answer` with this model")
     p.set_defaults(func=_eval)
@@ -521,22 +523,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def _add_agent_flags(p: argparse.ArgumentParser, required: bool) -> None:
-    """The agent loop's flags, one definition for `agent` (the endpoint
-    required) and `eval` (used with --agent; --max_calls bounds its reader too)."""
-    from ritrag.serving.budget import Budget
+    """The agent loop's flags (ritrag.evaluation.agent.AgentSettings) for `agent`
+    (the endpoint required) and `eval` (used with --agent)."""
+    from ritrag.evaluation.agent import AgentSettings
+    from ritrag.flags import add_arguments
 
-    used = "" if required else " (with --agent)"
-    p.add_argument("--base_url", required=required,
-                   help=f"the OpenAI-compatible endpoint's base URL, e.g. http://127.0.0.1:8080/v1{used}")
-    p.add_argument("--model", required=required, help=f"model name the endpoint serves{used}")
-    p.add_argument("--api_key_env", help="the environment variable holding the endpoint's API key")
-    p.add_argument("--max_calls", type=int, default=Budget.calls,
-                   help="tool calls per question, the one GetToC included")
-    p.add_argument("--max_toc", type=int, default=Budget.toc_calls, help="of which GetToC")
-    p.add_argument("--toc_format", choices=("json", "outline"), default="json",
-                   help="what GetToC results show the model: the JSON trees or the compact outline")
-    p.add_argument("--temperature", type=float, help="sampling temperature (default: the endpoint's)")
-    p.add_argument("--max_tokens", type=int, help="completion tokens per model call (default: the endpoint's)")
+    endpoint = ("base_url", "model")
+    if required:
+        add_arguments(p, AgentSettings, required=endpoint)
+    else:
+        add_arguments(p, AgentSettings, help_notes={name: " (with --agent)" for name in endpoint})
 
 
 def _add_query_parsers(sub, default_k: int, default_n: int, default_max_chars: int, cross_links: bool) -> None:
