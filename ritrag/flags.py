@@ -12,7 +12,8 @@ says how it is a flag (`option` writes it):
     positional       True: a positional argument, not a --flag
     cli              False: the field is no flag
     default_in_help  the flag's default is None (left out, the field's default
-                     applies) and the help states the default in its own words
+                     applies) and the help states the default in its own words:
+                     "{default}" in it is the field's default, as the flag writes it
     to_field/to_flag converters between the flag's value and the field's
 
 The rest comes from the annotation: `int | None` is an int flag, a
@@ -93,7 +94,8 @@ class Flag:
         default = None if meta.get("default_in_help") or value is None else to_flag(value)
         if repeatable:
             default = [to_flag(item) for item in value or ()]
-        return cls(field=f.name, name=meta.get("flag", f.name), help=meta["help"], type=kind,
+        text = meta["help"].format(default=to_flag(value)) if meta.get("default_in_help") else meta["help"]
+        return cls(field=f.name, name=meta.get("flag", f.name), help=text, type=kind,
                    choices=tuple(choices) if choices else None, default=False if switch else default,
                    words=words, switch=bool(switch), repeatable=repeatable,
                    positional=bool(meta.get("positional")), default_in_help=bool(meta.get("default_in_help")),
