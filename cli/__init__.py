@@ -33,25 +33,8 @@ import os
 import re
 import sys
 import time
-from typing import Callable
 
 from ritrag.serving.errors import ToolError
-
-# Query-time retrieval parameters `ritrag eval` can override (serving.retrieval.RetrievalParams).
-RETRIEVAL_FLAGS: dict[str, tuple[Callable[[str], object], str]] = {
-    "node_score": (str, "node score: max (the paper's rule: best chunk) or max+doc (+ the node's own match)"),
-    "path_weight": (float, "BM25 weight of the node path field in a chunk's score"),
-    "anchor_weight": (float, "BM25 weight of the node's in-link anchor texts field in a chunk's score"),
-    "fusion": (str, "how BM25 and dense are fused: minmax (normalized scores, the default) or rrf (ranks)"),
-    "sparse_weight": (float, "weight of the BM25 ranking in the fusion"),
-    "dense_weight": (float, "weight of the dense ranking in the fusion"),
-    "rrf_k": (float, "reciprocal rank fusion constant (fusion rrf)"),
-    "node_doc_weight": (float, "weight of the node's own match under max+doc"),
-    "root_weight": (float, "weight of the query's prior for a node's root: BM25 over the roots' titles and site keys"),
-    "root_dense_weight": (float, "weight of the query vector's prior for a node's root: its similarity to the root's "
-                                 "title and site key, min-max over the roots"),
-}
-
 
 # The Beam jobs, each a module of ritrag.pipelines: (one-line help, the job flag
 # the CLI takes as its positional argument).
@@ -232,10 +215,9 @@ def _prune(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _synth(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.evaluation.synth import SynthConfig, generate_corpus
+    from ritrag.flags import from_arguments
 
-    config = SynthConfig(pages=args.pages, sites=args.sites, depth=args.depth, fanout=args.fanout,
-                         words=args.words, seed=args.seed, base_url=args.base_url)
-    print(json.dumps(generate_corpus(args.out, config)))
+    print(json.dumps(generate_corpus(args.out, from_arguments(SynthConfig, args))))
     return 0
 
 
@@ -319,6 +301,7 @@ def _eval(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.evaluation.eval import (AgentConfig, EvalConfig, EvalInputError, compare_runs, evaluate,
                                         load_questions, open_index)
     from ritrag.evaluation.report import render_comparison, render_text, write_report
+    from ritrag.flags import flag_values
     from ritrag.serving.retrieval import RetrievalParams
 
     one_thread_per_query()  # questions run one after another; see one_thread_per_query
@@ -330,7 +313,7 @@ def _eval(args: argparse.Namespace, extra: list[str]) -> int:
         agent = AgentConfig(base_url=args.base_url, model=args.model, api_key=_api_key(args), max_calls=args.max_calls,
                             max_toc=args.max_toc, transcripts_dir=args.transcripts, judge_model=args.judge_model,
                             toc_format=args.toc_format, temperature=args.temperature, max_tokens=args.max_tokens)
-    retrieval = {name: getattr(args, name) for name in RETRIEVAL_FLAGS if getattr(args, name) is not None}
+    retrieval = flag_values(RetrievalParams, args)  # the flags given
     try:
         RetrievalParams(**retrieval)  # checks the values before any work
     except ValueError as exc:
@@ -456,14 +439,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.set_defaults(func=_adapt)
 
     p = sub.add_parser("synth", help="write a deterministic synthetic corpus of documentation sites")
-    p.add_argument("--pages", type=int, required=True, help="pages to write")
     p.add_argument("--out", required=True, help="directory to write them to")
-    p.add_argument("--sites", type=int, default=4, help="sites (forest roots)")
-    p.add_argument("--depth", type=int, default=4, help="levels of each site's tree")
-    p.add_argument("--fanout", type=int, default=8, help="children per inner page")
-    p.add_argument("--words", type=int, default=400, help="words of body text per page")
-    p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same files)")
-    p.add_argument("--base_url", default="https://synth.example", help="the sites' public URL")
+    if command == "synth":
+        from ritrag.evaluation.synth import SynthConfig
+        from ritrag.flags import add_arguments
+
+        add_arguments(p, SynthConfig, required=("pages",))
     p.set_defaults(func=_synth)
 
     p = sub.add_parser("serve", help="HTTP service: GetToC and Read, OpenAPI, metrics, a web page",
@@ -507,8 +488,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--ids_per_read", type=int, default=1, help="nodes the deterministic reader asks per Read")
     p.add_argument("--max_chars", type=int, default=DEFAULT_MAX_CHARS, help="characters of a node one Read returns")
     p.add_argument("--chunks", type=int, default=10, help="chunks the plain-RAG baseline reads")
-    for name, (kind, help_text) in RETRIEVAL_FLAGS.items():
-        p.add_argument(f"--{name}", type=kind, help=f"{help_text} (default: the index's recorded value)")
+    if command == "eval":  # the query-time retrieval parameters it may override (serving.retrieval)
+        from ritrag.flags import add_arguments
+        from ritrag.serving.retrieval import RetrievalParams
+
+        add_arguments(p, RetrievalParams)
     p.add_argument("--out", help="directory for eval.json and eval.html")
     p.add_argument("--compare", metavar="OTHER_INDEX",
                    help="also evaluate OTHER_INDEX (e.g. the same input embedded by an adapted model) on the same "
