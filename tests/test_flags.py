@@ -21,8 +21,9 @@ class Example:
     loud: bool = option(False, "log more")
     tag: tuple[str, ...] = option((), "a tag (repeatable)")
     label: str = option("x", "a label", flag="example_label")
-    text: str | None = option(None, "a text; \\n writes a newline (default: none)", default_in_help=True,
-                              to_field=lambda text: text.replace("\\n", "\n"))
+    text: str = option("a\nz", "a text; \\n writes a newline (default '{default}')", default_in_help=True,
+                       to_field=lambda text: text.replace("\\n", "\n"),
+                       to_flag=lambda text: text.replace("\n", "\\n"))
     internal: int = dataclasses.field(default=7, metadata={"cli": False})
 
 
@@ -50,6 +51,7 @@ def test_the_flags_defaults_types_and_help_are_the_fields():
     assert isinstance(actions["loud"], argparse._StoreTrueAction)
     assert actions["example_label"].help == "a label" and "label" not in actions
     assert actions["text"].default is None  # default_in_help: left out, the field's default applies
+    assert actions["text"].help == "a text; \\n writes a newline (default 'a\\nz')"  # as the flag writes it
     assert actions["source"].option_strings == []  # positional
 
 
