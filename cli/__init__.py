@@ -33,25 +33,8 @@ import os
 import re
 import sys
 import time
-from typing import Callable
 
 from ritrag.serving.errors import ToolError
-
-# Query-time retrieval parameters `ritrag eval` can override (serving.retrieval.RetrievalParams).
-RETRIEVAL_FLAGS: dict[str, tuple[Callable[[str], object], str]] = {
-    "node_score": (str, "node score: max (the paper's rule: best chunk) or max+doc (+ the node's own match)"),
-    "path_weight": (float, "BM25 weight of the node path field in a chunk's score"),
-    "anchor_weight": (float, "BM25 weight of the node's in-link anchor texts field in a chunk's score"),
-    "fusion": (str, "how BM25 and dense are fused: minmax (normalized scores, the default) or rrf (ranks)"),
-    "sparse_weight": (float, "weight of the BM25 ranking in the fusion"),
-    "dense_weight": (float, "weight of the dense ranking in the fusion"),
-    "rrf_k": (float, "reciprocal rank fusion constant (fusion rrf)"),
-    "node_doc_weight": (float, "weight of the node's own match under max+doc"),
-    "root_weight": (float, "weight of the query's prior for a node's root: BM25 over the roots' titles and site keys"),
-    "root_dense_weight": (float, "weight of the query vector's prior for a node's root: its similarity to the root's "
-                                 "title and site key, min-max over the roots"),
-}
-
 
 # The Beam jobs, each a module of ritrag.pipelines: (one-line help, the job flag
 # the CLI takes as its positional argument).
@@ -232,10 +215,9 @@ def _prune(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _synth(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.evaluation.synth import SynthConfig, generate_corpus
+    from ritrag.flags import from_arguments
 
-    config = SynthConfig(pages=args.pages, sites=args.sites, depth=args.depth, fanout=args.fanout,
-                         words=args.words, seed=args.seed, base_url=args.base_url)
-    print(json.dumps(generate_corpus(args.out, config)))
+    print(json.dumps(generate_corpus(args.out, from_arguments(SynthConfig, args))))
     return 0
 
 
@@ -256,9 +238,10 @@ def _inspect(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _adapt(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.adaptation import AdaptConfig, AdaptError, adapt
+    from ritrag.flags import from_arguments
 
     try:
-        record = adapt(args.index, args.out, AdaptConfig.from_arguments(args),
+        record = adapt(args.index, args.out, from_arguments(AdaptConfig, args),
                        progress=lambda line: print(line, file=sys.stderr))
     except AdaptError as exc:  # a clean refusal, printed by main as one JSON line
         raise ToolError("invalid_arguments", str(exc)) from None
@@ -267,16 +250,18 @@ def _adapt(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _serve(args: argparse.Namespace, extra: list[str]) -> int:
+    from ritrag.flags import from_arguments
     from ritrag.serving.server import ServerConfig, run_http
 
-    run_http(ServerConfig.from_arguments(args))
+    run_http(from_arguments(ServerConfig, args, verbose=args.verbose))
     return 0
 
 
 def _mcp(args: argparse.Namespace, extra: list[str]) -> int:
+    from ritrag.flags import from_arguments
     from ritrag.serving.server import ServerConfig, run_mcp
 
-    run_mcp(ServerConfig.from_arguments(args), args.transport)
+    run_mcp(from_arguments(ServerConfig, args, verbose=args.verbose), args.transport)
     return 0
 
 
@@ -316,6 +301,7 @@ def _eval(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.evaluation.eval import (AgentConfig, EvalConfig, EvalInputError, compare_runs, evaluate,
                                         load_questions, open_index)
     from ritrag.evaluation.report import render_comparison, render_text, write_report
+    from ritrag.flags import flag_values
     from ritrag.serving.retrieval import RetrievalParams
 
     one_thread_per_query()  # questions run one after another; see one_thread_per_query
@@ -327,7 +313,7 @@ def _eval(args: argparse.Namespace, extra: list[str]) -> int:
         agent = AgentConfig(base_url=args.base_url, model=args.model, api_key=_api_key(args), max_calls=args.max_calls,
                             max_toc=args.max_toc, transcripts_dir=args.transcripts, judge_model=args.judge_model,
                             toc_format=args.toc_format, temperature=args.temperature, max_tokens=args.max_tokens)
-    retrieval = {name: getattr(args, name) for name in RETRIEVAL_FLAGS if getattr(args, name) is not None}
+    retrieval = flag_values(RetrievalParams, args)  # the flags given
     try:
         RetrievalParams(**retrieval)  # checks the values before any work
     except ValueError as exc:
@@ -447,19 +433,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="new folder for the adapted model")
     if command == "adapt":  # the options' home imports nothing heavy, but only the command run needs it
         from ritrag.adaptation.train import AdaptConfig
+        from ritrag.flags import add_arguments
 
-        AdaptConfig.add_arguments(p)
+        add_arguments(p, AdaptConfig)
     p.set_defaults(func=_adapt)
 
     p = sub.add_parser("synth", help="write a deterministic synthetic corpus of documentation sites")
-    p.add_argument("--pages", type=int, required=True, help="pages to write")
     p.add_argument("--out", required=True, help="directory to write them to")
-    p.add_argument("--sites", type=int, default=4, help="sites (forest roots)")
-    p.add_argument("--depth", type=int, default=4, help="levels of each site's tree")
-    p.add_argument("--fanout", type=int, default=8, help="children per inner page")
-    p.add_argument("--words", type=int, default=400, help="words of body text per page")
-    p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same files)")
-    p.add_argument("--base_url", default="https://synth.example", help="the sites' public URL")
+    if command == "synth":
+        from ritrag.evaluation.synth import SynthConfig
+        from ritrag.flags import add_arguments
+
+        add_arguments(p, SynthConfig, required=("pages",))
     p.set_defaults(func=_synth)
 
     p = sub.add_parser("serve", help="HTTP service: GetToC and Read, OpenAPI, metrics, a web page",
@@ -486,7 +471,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                                    "error). Exit status 1 when the endpoint failed.")
     p.add_argument("index", help="index directory")
     p.add_argument("question", help="the question to answer")
-    _add_agent_flags(p, required=True)
+    if command == "agent":  # the agent loop's module loads the serving stack: only for the command run
+        _add_agent_flags(p, required=True)
     p.add_argument("--transcript", help="write every model and tool call here, as JSONL")
     p.add_argument("--timeout_s", type=float, default=120.0, help="per model call")
     p.set_defaults(func=_agent)
@@ -502,14 +488,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--ids_per_read", type=int, default=1, help="nodes the deterministic reader asks per Read")
     p.add_argument("--max_chars", type=int, default=DEFAULT_MAX_CHARS, help="characters of a node one Read returns")
     p.add_argument("--chunks", type=int, default=10, help="chunks the plain-RAG baseline reads")
-    for name, (kind, help_text) in RETRIEVAL_FLAGS.items():
-        p.add_argument(f"--{name}", type=kind, help=f"{help_text} (default: the index's recorded value)")
+    if command == "eval":  # the query-time retrieval parameters it may override (serving.retrieval)
+        from ritrag.flags import add_arguments
+        from ritrag.serving.retrieval import RetrievalParams
+
+        add_arguments(p, RetrievalParams)
     p.add_argument("--out", help="directory for eval.json and eval.html")
     p.add_argument("--compare", metavar="OTHER_INDEX",
                    help="also evaluate OTHER_INDEX (e.g. the same input embedded by an adapted model) on the same "
                         "questions and set its metrics beside INDEX's, per system (the report's 'comparison')")
     p.add_argument("--agent", action="store_true", help="also run the agent loop on every question")
-    _add_agent_flags(p, required=False)
+    if command == "eval":
+        _add_agent_flags(p, required=False)
     p.add_argument("--transcripts", help="directory for one JSONL transcript per question (agent)")
     p.add_argument("--judge_model", help="grade agent answers against questions' `answer` with this model")
     p.set_defaults(func=_eval)
@@ -517,22 +507,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def _add_agent_flags(p: argparse.ArgumentParser, required: bool) -> None:
-    """The agent loop's flags, one definition for `agent` (the endpoint
-    required) and `eval` (used with --agent; --max_calls bounds its reader too)."""
-    from ritrag.serving.budget import Budget
+    """The agent loop's flags (ritrag.evaluation.agent.AgentSettings) for `agent`
+    (the endpoint required) and `eval` (used with --agent)."""
+    from ritrag.evaluation.agent import AgentSettings
+    from ritrag.flags import add_arguments
 
-    used = "" if required else " (with --agent)"
-    p.add_argument("--base_url", required=required,
-                   help=f"the OpenAI-compatible endpoint's base URL, e.g. http://127.0.0.1:8080/v1{used}")
-    p.add_argument("--model", required=required, help=f"model name the endpoint serves{used}")
-    p.add_argument("--api_key_env", help="the environment variable holding the endpoint's API key")
-    p.add_argument("--max_calls", type=int, default=Budget.calls,
-                   help="tool calls per question, the one GetToC included")
-    p.add_argument("--max_toc", type=int, default=Budget.toc_calls, help="of which GetToC")
-    p.add_argument("--toc_format", choices=("json", "outline"), default="json",
-                   help="what GetToC results show the model: the JSON trees or the compact outline")
-    p.add_argument("--temperature", type=float, help="sampling temperature (default: the endpoint's)")
-    p.add_argument("--max_tokens", type=int, help="completion tokens per model call (default: the endpoint's)")
+    endpoint = ("base_url", "model")
+    if required:
+        add_arguments(p, AgentSettings, required=endpoint)
+    else:
+        add_arguments(p, AgentSettings, help_notes={name: " (with --agent)" for name in endpoint})
 
 
 def _add_query_parsers(sub, default_k: int, default_n: int, default_max_chars: int, cross_links: bool) -> None:

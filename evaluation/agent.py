@@ -26,11 +26,12 @@ import re
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import httpx
 
 from ritrag.chat import EndpointError, chat_completion
+from ritrag.flags import option
 from ritrag.serving.budget import GET_TOC, READ, Budget, EpisodeBudgets
 from ritrag.serving.errors import ToolError
 from ritrag.serving.outline import count_tokens, toc_json_text
@@ -97,6 +98,23 @@ class AgentResult:
 
 
 TIMEOUT_S = 120.0  # seconds one model call may take (connect, read, write)
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """The agent loop's endpoint, budget and sampling: the flags of `ritrag
+    agent` (the endpoint required) and `ritrag eval` (with --agent; --max_calls
+    bounds its deterministic reader too), defined once here."""
+
+    base_url: str | None = option(None, "the OpenAI-compatible endpoint's base URL, e.g. http://127.0.0.1:8080/v1")
+    model: str | None = option(None, "model name the endpoint serves")
+    api_key_env: str | None = option(None, "the environment variable holding the endpoint's API key")
+    max_calls: int = option(Budget.calls, "tool calls per question, the one GetToC included")
+    max_toc: int = option(Budget.toc_calls, "of which GetToC")
+    toc_format: Literal["json", "outline"] = option(
+        "json", "what GetToC results show the model: the JSON trees or the compact outline")
+    temperature: float | None = option(None, "sampling temperature (default: the endpoint's)")
+    max_tokens: int | None = option(None, "completion tokens per model call (default: the endpoint's)")
 
 
 def run_agent(index: str | ToolService, question: str, *, base_url: str, model: str, api_key: str | None = None,

@@ -36,16 +36,19 @@ from string import Formatter
 from typing import Callable, Iterator, Sequence
 from urllib.parse import urlsplit
 
+from ritrag.flags import option
+
 
 @dataclass(frozen=True)
 class SynthConfig:
-    pages: int
-    sites: int = 4
-    depth: int = 4  # max depth below a site's home page
-    fanout: int = 8  # children per section page (approximate)
-    words: int = 400  # mean body words per page
-    seed: int = 0
-    base_url: str = "https://synth.example"  # sites live under base_url/<site-name>/
+    # The flags of `ritrag synth`.
+    pages: int = option(help="pages to write")
+    sites: int = option(4, "sites (forest roots)")
+    depth: int = option(4, "levels of each site's tree")  # max depth below a site's home page
+    fanout: int = option(8, "children per inner page")  # children per section page (approximate)
+    words: int = option(400, "words of body text per page")  # mean body words per page
+    seed: int = option(0, "random seed (same seed, same files)")
+    base_url: str = option("https://synth.example", "the sites' public URL")  # sites live under base_url/<site-name>/
 
     def __post_init__(self) -> None:
         for name in ("pages", "sites", "depth", "fanout", "words"):

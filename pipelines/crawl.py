@@ -43,6 +43,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from ritrag.pipelines.launcher import BuildOptions, PublishOptions, job_options
 from ritrag.pipelines.options import JobFlags
+from ritrag.flags import add_arguments, from_arguments, option
 from ritrag.layout import IndexLayout
 from ritrag.storage import (dir_exists, exists, make_dirs, match_files, open_parquet, open_read, remove_tree, replace_file)
 from ritrag.crawl_dir import WARC_DIR, crawldb_path, scan_crawldb
@@ -64,48 +65,34 @@ LOG = logging.getLogger("ritrag.crawl")
 # mismatches, whose empty outcome is the good one (it was printed on every round).
 logging.getLogger("apache_beam.io.filebasedsink").addFilter(
     lambda record: "No shards found to finalize" not in str(record.msg))
-DEFAULT_USER_AGENT = "ritrag-crawl/0.1 (documentation indexer; set --crawl_user_agent to name yourself)"
 ROUNDS_DIR = ".rounds"  # a crawl's working files (fetch lists, rows, robots rules) until it ends
 
 
+@dataclasses.dataclass(frozen=True)
+class CrawlJob:
+    """What one crawl job is asked, beyond how it crawls and fetches (CrawlConfig,
+    FetchPolicy): the job's own flags."""
+
+    seed: tuple[str, ...] = option((), "a seed URL (repeatable)")
+    seeds: str | None = option(None, "file of seed URLs, one per line (# comments)")
+    previous: str | None = option(None, "CrawlDB directory of an earlier crawl to re-crawl conditionally "
+                                        "(default: --out, when it holds one)")
+    include: tuple[str, ...] = option((), "regex: also in scope (repeatable)")
+    exclude: tuple[str, ...] = option((), "regex: never in scope (repeatable)")
+    max_pages: int = option(100_000, "page URLs scheduled at most")
+    max_rounds: int = option(100, "fetch rounds (one Beam job each) at most")
+    warc_shards: int = option(4, "WARC writers (files) per round")
+    warc_max_bytes: int = option(128 * 1024 * 1024, "a WARC file is closed once it reaches this size")
+
+
 class CrawlOptions(PipelineOptions):
-    """What is crawled and how politely (defaults: CrawlConfig and FetchPolicy, their one definition)."""
+    """What is crawled and how politely. The flags are the fields of CrawlJob,
+    CrawlConfig and FetchPolicy: their defaults and help are defined there, once."""
 
     @classmethod
     def _add_argparse_args(cls, parser):
-        parser.add_argument("--seed", action="append", default=[], help="a seed URL (repeatable)")
-        parser.add_argument("--seeds", default=None, help="file of seed URLs, one per line (# comments)")
-        parser.add_argument("--previous", default=None,
-                            help="CrawlDB directory of an earlier crawl to re-crawl conditionally "
-                                 "(default: --out, when it holds one)")
-        parser.add_argument("--include", action="append", default=[], help="regex: also in scope (repeatable)")
-        parser.add_argument("--exclude", action="append", default=[], help="regex: never in scope (repeatable)")
-        parser.add_argument("--max_pages", type=int, default=100_000, help="page URLs scheduled at most")
-        parser.add_argument("--max_depth", type=int, default=CrawlConfig.max_depth, help="link hops from a seed")
-        parser.add_argument("--max_rounds", type=int, default=100, help="fetch rounds (one Beam job each) at most")
-        parser.add_argument("--per_host_concurrency", type=int, default=CrawlConfig.per_host_concurrency,
-                            help="requests in flight to one host")
-        parser.add_argument("--per_host_delay_s", type=float, default=CrawlConfig.per_host_delay_s,
-                            help="seconds between request starts to one host (robots.txt Crawl-delay raises it)")
-        parser.add_argument("--max_crawl_delay_s", type=float, default=CrawlConfig.max_crawl_delay_s,
-                            help="a robots.txt Crawl-delay is honoured up to this")
-        parser.add_argument("--crawl_user_agent", default=DEFAULT_USER_AGENT,
-                            help="User-Agent sent and matched against robots.txt groups")
-        parser.add_argument("--timeout_s", type=float, default=FetchPolicy.timeout_s,
-                            help="for a whole response, headers and body")
-        parser.add_argument("--max_response_bytes", type=int, default=FetchPolicy.max_bytes,
-                            help="a larger body (decoded) is not kept")
-        parser.add_argument("--retries", type=int, default=FetchPolicy.retries,
-                            help="on 429, 5xx, timeouts, connection errors")
-        parser.add_argument("--retry_backoff_s", type=float, default=FetchPolicy.backoff_s,
-                            help="first retry delay, doubled per retry")
-        parser.add_argument("--max_retry_after_s", type=float, default=FetchPolicy.max_retry_after_s,
-                            help="a longer Retry-After ends the retries")
-        parser.add_argument("--max_redirects", type=int, default=CrawlConfig.max_redirects,
-                            help="redirect hops followed from one URL")
-        parser.add_argument("--warc_shards", type=int, default=4, help="WARC writers (files) per round")
-        parser.add_argument("--warc_max_bytes", type=int, default=128 * 1024 * 1024,
-                            help="a WARC file is closed once it reaches this size")
+        for config in (CrawlJob, CrawlConfig, FetchPolicy):
+            add_arguments(parser, config)
 
 
 class CrawlJobOptions(CrawlOptions, BuildOptions, PublishOptions):
@@ -133,10 +120,8 @@ def read_seeds(opts: CrawlJobOptions) -> tuple[list[str], list[dict]]:
 
 
 def crawl_config(opts: CrawlJobOptions, seeds: list[str]) -> CrawlConfig:
-    policy = FetchPolicy(opts.crawl_user_agent, opts.timeout_s, opts.max_response_bytes, opts.retries,
-                         opts.retry_backoff_s, opts.max_retry_after_s)
-    return CrawlConfig(policy, Scope.for_seeds(seeds, opts.include, opts.exclude), opts.per_host_concurrency,
-                       opts.per_host_delay_s, opts.max_crawl_delay_s, opts.max_depth, opts.max_redirects)
+    return from_arguments(CrawlConfig, opts, policy=from_arguments(FetchPolicy, opts),
+                          scope=Scope.for_seeds(seeds, opts.include, opts.exclude))
 
 
 def parquet_sink(prefix: str, schema, **kwargs) -> beam.io.WriteToParquet:

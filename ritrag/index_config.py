@@ -4,16 +4,19 @@ A build is made with an IndexConfig and records it in the manifest's config
 (`to_manifest`); an update reads the live index's back (`from_manifest`) and
 refuses a command line that asks for another (`changes_asked`): one index is
 made one way. The jobs' flags of these values are `INDEX_FLAGS`, one per
-value, so a flag's default, help and choices are the config's own and a flag
-cannot drift from what it sets. No Beam here: the server reads configs too.
+value, made (ritrag.flags) from the metadata of the fields of IndexConfig and
+of its nested EmbedderSpec, Representation and ModelSteps, so a flag's
+default, help and choices are the config's own and a flag cannot drift from
+what it sets. No Beam here: the server reads configs too.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from ritrag.bm25 import BM25_PARAMETERS
 from ritrag.embedder import EmbedderSpec
+from ritrag.flags import Flag, flags_of, option
 from ritrag.representation import Representation, retrieval_defaults
 
 # What the input directory stands for when neither --base_url nor a site's pages name a public URL.
@@ -31,14 +34,21 @@ class ModelSteps:
     these values, not change them). Where the model is served (the endpoint,
     its key, budget and patience) is a job's flags, not the index's."""
 
-    model: str | None = None  # None: no model is asked
-    metadata_nodes: bool = True
-    induce_toc: bool = False
-    induce_toc_min_pages: int = 8
+    # None: no model is asked
+    model: str | None = option(None, "the model the metadata endpoint serves (part of every cache key); an update "
+                                     "asks the index's", flag="metadata_model")
+    metadata_nodes: bool = option(True, "off: no summary and keywords per node; the endpoint serves --induce_toc "
+                                        "llm only", choices=ON_OFF)
+    induce_toc: bool = option(False, "llm: a PDF without a usable outline (its ToC induced from its layout or one "
+                                     "section per page) of at least --induce_toc_min_pages pages is cut at the "
+                                     "headings the model reads in its pages, each verified against the page it "
+                                     "names (docs/METADATA.md); needs --metadata_endpoint and --metadata_model",
+                              choices=("llm", "off"))
+    induce_toc_min_pages: int = option(8, "the fewest pages of a PDF whose ToC --induce_toc llm asks the model for")
     # The prompts' versions the answers were asked with: set by the job that
     # asks (transforms/metadata/ defines them), read back from a manifest.
-    metadata_prompt: str | None = None
-    toc_prompt: str | None = None
+    metadata_prompt: str | None = dataclasses.field(default=None, metadata={"cli": False})
+    toc_prompt: str | None = dataclasses.field(default=None, metadata={"cli": False})
 
     @property
     def describes_nodes(self) -> bool:
@@ -78,18 +88,23 @@ MODEL_STEP_ENTRIES = tuple(ModelSteps(model="-", induce_toc=True).to_manifest())
 class IndexConfig:
     """What an index is made of: a build's choices, which an update keeps."""
 
-    base_url: str | None = None  # None: each site's public URL where its pages name it, else DEFAULT_BASE_URL
-    site_depth: int = 0
-    granularity: str = "page"  # one of GRANULARITIES
-    num_shards: int = 1
-    embedder: EmbedderSpec = EmbedderSpec()
-    representation: Representation = Representation()
+    # Each field is a build flag (INDEX_FLAGS), or a dataclass whose fields are.
+    # None: each site's public URL where its pages name it, else DEFAULT_BASE_URL
+    base_url: str | None = option(None, f"URL that the input directory stands for (default: each site's public URL "
+                                        f"where its pages name it, else {DEFAULT_BASE_URL}; transforms/site_base.py)")
+    site_depth: int = option(0, "URL path segments that name a site (1: one forest per <host>/<product>/)")
+    granularity: str = option("page", "a node per page, or also a node per heading section inside pages",
+                              choices=GRANULARITIES)
+    num_shards: int = option(1, "files per table, BM25 postings and dense index (parallel writers and loaders)")
+    embedder: EmbedderSpec = dataclasses.field(default=EmbedderSpec(), metadata={"cli": False})
+    representation: Representation = dataclasses.field(default=Representation(), metadata={"cli": False})
     # None: chosen by corpus size (transforms/dense.py choose_params); an index read
     # back has the values its dense index was trained with.
-    dense_factory: str | None = None
-    dense_nprobe: int | None = None
-    dense_rerank: int | None = None
-    model_steps: ModelSteps = ModelSteps()
+    dense_factory: str | None = option(None, "FAISS index factory string (default: chosen by corpus size)")
+    dense_nprobe: int | None = option(None, "IVF lists the server probes per query (default: chosen by corpus size)")
+    dense_rerank: int | None = option(None, "the server re-ranks N x k' index candidates exactly; 1: off (default: "
+                                            "chosen by corpus size)")
+    model_steps: ModelSteps = dataclasses.field(default=ModelSteps(), metadata={"cli": False})
 
     def __post_init__(self):
         if self.granularity not in GRANULARITIES:
@@ -162,41 +177,38 @@ class IndexConfig:
                 for flag in INDEX_FLAGS if flag.value(asked) != flag.value(self)]
 
 
-def _same(value: Any) -> Any:
-    return value
-
-
 @dataclasses.dataclass(frozen=True)
 class ConfigFlag:
-    """The command-line flag of one IndexConfig value."""
+    """The command-line flag of one IndexConfig value: the flag of the field at
+    `path` (ritrag.flags, from the field's metadata)."""
 
-    name: str
     path: tuple[str, ...]  # the value's place: a field of IndexConfig, or a field of one of its fields
-    help: str
-    type: Callable[[str], Any] | None = None  # None: the flag's value is the string given
-    choices: tuple[str, ...] | None = None
-    to_config: Callable[[Any], Any] = _same  # the flag's value -> the config's
-    to_flag: Callable[[Any], Any] = _same  # the config's value -> the flag's
-    # The help states the default in the value's own words, and the flag's
-    # default is None: left out, the config's default applies.
-    default_in_help: bool = False
+    flag: Flag
+
+    @property
+    def name(self) -> str:
+        return self.flag.name
+
+    @property
+    def default_in_help(self) -> bool:
+        """The help states the default in the value's own words, and the flag's
+        default is None: left out, the config's default applies."""
+        return self.flag.default_in_help
 
     def value(self, config: IndexConfig) -> Any:
         """`config`'s value, as this flag gives it."""
         value: Any = config
         for name in self.path:
             value = getattr(value, name)
-        return self.to_flag(value)
+        return self.flag.to_flag(value)
 
     def applied(self, config: IndexConfig, flag_value: Any) -> IndexConfig:
         """`config` with this flag's value `flag_value` in its place."""
-        return _replaced(config, self.path, self.to_config(flag_value))
+        return _replaced(config, self.path, self.flag.field_value(flag_value))
 
     def add_to(self, parser) -> None:
         """Add the flag to an argparse parser (or anything with its add_argument)."""
-        kwargs = {k: v for k, v in {"type": self.type, "choices": self.choices}.items() if v is not None}
-        parser.add_argument(f"--{self.name}", default=None if self.default_in_help else self.value(IndexConfig()),
-                            help=self.help, **kwargs)
+        self.flag.add_to(parser, default=None if self.default_in_help else self.value(IndexConfig()))
 
 
 def _replaced(target: Any, path: tuple[str, ...], value: Any) -> Any:
@@ -204,73 +216,17 @@ def _replaced(target: Any, path: tuple[str, ...], value: Any) -> Any:
     return dataclasses.replace(target, **{path[0]: inner})
 
 
-def _on_off(value: bool) -> str:
-    return ON_OFF[0] if value else ON_OFF[1]
+def _config_flags(cls: type, path: tuple[str, ...] = ()) -> tuple[ConfigFlag, ...]:
+    """The flags of `cls`'s fields, in field order, and in the place of a field
+    whose default is a dataclass (not itself a flag) the flags of its fields."""
+    flags = flags_of(cls)
+    out: list[ConfigFlag] = []
+    for f in dataclasses.fields(cls):
+        if f.name in flags:
+            out.append(ConfigFlag((*path, f.name), flags[f.name]))
+        elif dataclasses.is_dataclass(f.default):
+            out += _config_flags(type(f.default), (*path, f.name))
+    return tuple(out)
 
 
-INDEX_FLAGS: tuple[ConfigFlag, ...] = (
-    ConfigFlag("base_url", ("base_url",),
-               f"URL that the input directory stands for (default: each site's public URL where its pages name it, "
-               f"else {DEFAULT_BASE_URL}; transforms/site_base.py)"),
-    ConfigFlag("site_depth", ("site_depth",),
-               "URL path segments that name a site (1: one forest per <host>/<product>/)", type=int),
-    ConfigFlag("granularity", ("granularity",),
-               "a node per page, or also a node per heading section inside pages", choices=GRANULARITIES),
-    ConfigFlag("num_shards", ("num_shards",),
-               "files per table, BM25 postings and dense index (parallel writers and loaders)", type=int),
-    ConfigFlag("embedding_model", ("embedder", "model"),
-               "sentence-transformers model name or local folder (recorded with its checksum, e.g. ritrag adapt's "
-               "output), or hashing:DIM (a model-free stand-in for tests)"),
-    ConfigFlag("query_prefix", ("embedder", "query_prefix"),
-               "text the model expects before a query (e.g. 'query: ' for E5 models)"),
-    ConfigFlag("document_prefix", ("embedder", "document_prefix"),
-               "text the model expects before a document (e.g. 'passage: ')"),
-    ConfigFlag("dense_factory", ("dense_factory",), "FAISS index factory string (default: chosen by corpus size)"),
-    ConfigFlag("dense_nprobe", ("dense_nprobe",),
-               "IVF lists the server probes per query (default: chosen by corpus size)", type=int),
-    ConfigFlag("dense_rerank", ("dense_rerank",),
-               "the server re-ranks N x k' index candidates exactly; 1: off (default: chosen by corpus size)",
-               type=int),
-    # The representation (ritrag/representation.py). A command line writes a
-    # newline of the template as \n.
-    ConfigFlag("chunk_template", ("representation", "template"),
-               f"what the model embeds of a chunk: {{path}}, {{title}}, {{body}} (default {Representation.template!r}; "
-               f"'{{title}}\\n{{body}}' is the representation of indexes built before templates)",
-               to_config=lambda text: text.replace("\\n", "\n"), to_flag=lambda text: text.replace("\n", "\\n"),
-               default_in_help=True),
-    ConfigFlag("path_levels", ("representation", "path_levels"),
-               f"most levels of the node path in the representation: the root and the last ones "
-               f"(default {Representation.path_levels})", type=int, default_in_help=True),
-    ConfigFlag("node_docs", ("representation", "node_docs"),
-               f"index a per-node document (path, summary, keywords) in BM25 (and dense with --node_doc_vectors on), "
-               f"and keep the path out of chunk postings (default {_on_off(Representation.node_docs)})",
-               choices=ON_OFF, to_config=lambda value: value == ON_OFF[0], to_flag=_on_off, default_in_help=True),
-    ConfigFlag("node_doc_vectors", ("representation", "node_doc_vectors"),
-               f"embed node documents too, for --node_score max+doc's dense side (the default node score never "
-               f"uses them; off: max+doc fuses their BM25 ranking alone) "
-               f"(default {_on_off(Representation.node_doc_vectors)})",
-               choices=ON_OFF, to_config=lambda value: value == ON_OFF[0], to_flag=_on_off, default_in_help=True),
-    ConfigFlag("anchor_docs", ("representation", "anchor_docs"),
-               f"index the anchor texts other pages link a node with as its anchor document, a third BM25 field, "
-               f"never embedded (default {_on_off(Representation.anchor_docs)})",
-               choices=ON_OFF, to_config=lambda value: value == ON_OFF[0], to_flag=_on_off, default_in_help=True),
-    # What a chat model is asked (ModelSteps; docs/METADATA.md). The endpoint
-    # that serves it is a job's flag (transforms/metadata/enrich.py).
-    ConfigFlag("metadata_model", ("model_steps", "model"),
-               "the model the metadata endpoint serves (part of every cache key); an update asks the index's"),
-    ConfigFlag("metadata_nodes", ("model_steps", "metadata_nodes"),
-               "off: no summary and keywords per node; the endpoint serves --induce_toc llm only",
-               choices=ON_OFF, to_config=lambda value: value == ON_OFF[0], to_flag=_on_off),
-    ConfigFlag("induce_toc", ("model_steps", "induce_toc"),
-               "llm: a PDF without a usable outline (its ToC induced from its layout or one section per page) of "
-               "at least --induce_toc_min_pages pages is cut at the headings the model reads in its pages, each "
-               "verified against the page it names (docs/METADATA.md); needs --metadata_endpoint and "
-               "--metadata_model", choices=("llm", "off"), to_config=lambda value: value == "llm",
-               to_flag=lambda on: "llm" if on else "off"),
-    ConfigFlag("induce_toc_min_pages", ("model_steps", "induce_toc_min_pages"),
-               "the fewest pages of a PDF whose ToC --induce_toc llm asks the model for", type=int),
-    ConfigFlag("metadata_retrieval", ("representation", "metadata_retrieval"),
-               f"put model metadata (--metadata_endpoint) into node documents, BM25 and dense; off: show it in the "
-               f"ToC only (default {_on_off(Representation.metadata_retrieval)})",
-               choices=ON_OFF, to_config=lambda value: value == ON_OFF[0], to_flag=_on_off, default_in_help=True),
-)
+INDEX_FLAGS: tuple[ConfigFlag, ...] = _config_flags(IndexConfig)

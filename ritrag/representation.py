@@ -52,6 +52,8 @@ import dataclasses
 import string
 from typing import Any, Callable, Mapping, Sequence
 
+from ritrag.flags import option
+
 NODE_DOC_ORDINAL = -1  # the chunks-table ordinal of a node's own document
 ANCHOR_DOC_ORDINAL = -2  # the chunks-table ordinal of a node's in-link anchor texts (never embedded)
 PATH_SEPARATOR = " > "
@@ -78,15 +80,31 @@ DEFAULT_RETRIEVAL: dict[str, Any] = {"fusion": "minmax", "rrf_k": 60, "sparse_we
 class Representation:
     """How a node's chunks and document are turned into indexed and embedded text."""
 
-    template: str = DEFAULT_TEMPLATE
-    path_levels: int = DEFAULT_PATH_LEVELS
-    node_docs: bool = True
-    node_doc_vectors: bool = False
-    anchor_docs: bool = True
+    # Each field is a build flag (ritrag/index_config.py INDEX_FLAGS). A command
+    # line writes a newline of the template as \n.
+    template: str = option(
+        DEFAULT_TEMPLATE, "what the model embeds of a chunk: {{path}}, {{title}}, {{body}} (default '{default}'; "
+        "'{{title}}\\n{{body}}' is the representation of indexes built before templates)", flag="chunk_template",
+        default_in_help=True, to_field=lambda text: text.replace("\\n", "\n"),
+        to_flag=lambda text: text.replace("\n", "\\n"))
+    path_levels: int = option(DEFAULT_PATH_LEVELS, "most levels of the node path in the representation: the root "
+                                                   "and the last ones (default {default})", default_in_help=True)
+    node_docs: bool = option(True, "index a per-node document (path, summary, keywords) in BM25 (and dense with "
+                                   "--node_doc_vectors on), and keep the path out of chunk postings "
+                                   "(default {default})", choices=("on", "off"), default_in_help=True)
+    node_doc_vectors: bool = option(False, "embed node documents too, for --node_score max+doc's dense side (the "
+                                           "default node score never uses them; off: max+doc fuses their BM25 "
+                                           "ranking alone) (default {default})", choices=("on", "off"),
+                                    default_in_help=True)
+    anchor_docs: bool = option(True, "index the anchor texts other pages link a node with as its anchor document, "
+                                     "a third BM25 field, never embedded (default {default})", choices=("on", "off"),
+                               default_in_help=True)
     # Whether a node document holds the model's summary and keywords (when the
     # node has them) or only its source's: off keeps model metadata in the ToC
     # only, so an evaluation can tell its effect on ranking from its effect on reading.
-    metadata_retrieval: bool = True
+    metadata_retrieval: bool = option(True, "put model metadata (--metadata_endpoint) into node documents, BM25 "
+                                            "and dense; off: show it in the ToC only (default {default})",
+                                      choices=("on", "off"), default_in_help=True)
 
     def __post_init__(self):
         fields = {name for _, name, _, _ in string.Formatter().parse(self.template) if name is not None}

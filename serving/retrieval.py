@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ritrag.flags import option
 from ritrag.representation import DEFAULT_RETRIEVAL, Representation, retrieval_defaults
 from ritrag.serving.skeleton import Skeleton
 
@@ -38,21 +39,34 @@ FUSIONS = ("minmax", "rrf")
 Ranking = tuple[np.ndarray, np.ndarray]  # (rows, scores), best first
 
 
+def _param(name: str, help: str) -> Any:
+    """A retrieval parameter: its default DEFAULT_RETRIEVAL's; its flag's default
+    None, so that an evaluation left without it uses the index's recorded value."""
+    return option(DEFAULT_RETRIEVAL[name], f"{help} (default: the index's recorded value)", default_in_help=True)
+
+
 @dataclass(frozen=True)
 class RetrievalParams:
     """Query-time parameters of hybrid retrieval (the build records its defaults
     in the manifest, config "retrieval"; benchmarks/RESULTS.md has the sweep)."""
 
-    fusion: str = DEFAULT_RETRIEVAL["fusion"]  # "minmax" (normalized scores) or "rrf" (ranks)
-    rrf_k: float = DEFAULT_RETRIEVAL["rrf_k"]  # the RRF constant (fusion "rrf")
-    sparse_weight: float = DEFAULT_RETRIEVAL["sparse_weight"]  # weight of the BM25 ranking in the fusion
-    dense_weight: float = DEFAULT_RETRIEVAL["dense_weight"]  # weight of the dense ranking in the fusion
-    path_weight: float = DEFAULT_RETRIEVAL["path_weight"]  # BM25 weight of the path field in a chunk's score
-    anchor_weight: float = DEFAULT_RETRIEVAL["anchor_weight"]  # BM25 weight of the in-link anchors field
-    node_score: str = DEFAULT_RETRIEVAL["node_score"]  # "max": best chunk (the paper); "max+doc": + own match
-    node_doc_weight: float = DEFAULT_RETRIEVAL["node_doc_weight"]  # the node's own fused score under "max+doc"
-    root_weight: float = DEFAULT_RETRIEVAL["root_weight"]  # x the query's prior for the node's root (root_prior.py)
-    root_dense_weight: float = DEFAULT_RETRIEVAL["root_dense_weight"]  # x the query vector's prior for the root
+    # Each field is a flag of `ritrag eval`, left out: the index's recorded value.
+    fusion: str = _param("fusion", "how BM25 and dense are fused: minmax (normalized scores, the default) or rrf "
+                                   "(ranks)")
+    rrf_k: float = _param("rrf_k", "reciprocal rank fusion constant (fusion rrf)")
+    sparse_weight: float = _param("sparse_weight", "weight of the BM25 ranking in the fusion")
+    dense_weight: float = _param("dense_weight", "weight of the dense ranking in the fusion")
+    path_weight: float = _param("path_weight", "BM25 weight of the node path field in a chunk's score")
+    anchor_weight: float = _param("anchor_weight", "BM25 weight of the node's in-link anchor texts field in a "
+                                                   "chunk's score")
+    node_score: str = _param("node_score", "node score: max (the paper's rule: best chunk) or max+doc (+ the "
+                                           "node's own match)")
+    node_doc_weight: float = _param("node_doc_weight", "weight of the node's own match under max+doc")
+    root_weight: float = _param("root_weight", "weight of the query's prior for a node's root: BM25 over the "
+                                               "roots' titles and site keys")
+    root_dense_weight: float = _param("root_dense_weight", "weight of the query vector's prior for a node's root: "
+                                                           "its similarity to the root's title and site key, "
+                                                           "min-max over the roots")
 
     def __post_init__(self):
         if self.node_score not in NODE_SCORES:

@@ -11,7 +11,6 @@ refused with more than one worker.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -21,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ritrag.flags import add_arguments, option
 from ritrag.storage import is_remote
 from ritrag.serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N, RitragIndex, one_thread_per_query
 from ritrag.serving.budget import Budget, EpisodeBudgets, EpisodeMemory
@@ -34,53 +34,48 @@ API_KEY_ENV = "RITRAG_API_KEY"  # when set, the server requires that key
 CONFIG_ENV = "RITRAG_SERVER_CONFIG"  # how `--workers` hands the config to the worker processes
 
 
-def _option(default: Any, help: str, **kwargs: Any) -> Any:
-    return field(default=default, metadata={"help": help, **kwargs})
-
-
 @dataclass(frozen=True)
 class ServerConfig:
     """Everything a serving process is started with (the CLI flags of `ritrag
     serve` and `ritrag mcp`, one field each)."""
 
-    index: str = field(metadata={"help": "index directory, or an object-store URL (gs://, s3://, any fsspec URL)"})
-    cache_dir: str | None = _option(None, "stamp the index files hashed at the first start here, so that "
-                                          "later starts and other workers trust them without hashing again. "
-                                          "An object-store index is copied here too "
-                                          "(default with an object-store index or --workers > 1: ~/.cache/ritrag)")
-    cache_keep_versions: int = _option(2, "object-store index: cached versions kept (never evicting the one served)")
-    cache_max_gib: float = _option(0.0, "object-store index: evict cached versions past this size, oldest first "
-                                        "(0: no size limit)")
-    copy_workers: int = _option(8, "object-store index: files copied at once")
-    budget_store: str = _option("memory", "where episode budgets and handles live: memory (this process) or "
-                                          "redis://HOST:PORT/DB (shared by workers and replicas)")
-    budget_store_failure: Literal["closed", "open"] = _option(
+    index: str = option(help="index directory, or an object-store URL (gs://, s3://, any fsspec URL)", positional=True)
+    cache_dir: str | None = option(None, "stamp the index files hashed at the first start here, so that "
+                                         "later starts and other workers trust them without hashing again. "
+                                         "An object-store index is copied here too "
+                                         "(default with an object-store index or --workers > 1: ~/.cache/ritrag)")
+    cache_keep_versions: int = option(2, "object-store index: cached versions kept (never evicting the one served)")
+    cache_max_gib: float = option(0.0, "object-store index: evict cached versions past this size, oldest first "
+                                       "(0: no size limit)")
+    copy_workers: int = option(8, "object-store index: files copied at once")
+    budget_store: str = option("memory", "where episode budgets and handles live: memory (this process) or "
+                                         "redis://HOST:PORT/DB (shared by workers and replicas)")
+    budget_store_failure: Literal["closed", "open"] = option(
         "closed", "when Redis does not answer: refuse counted calls with a 503 (closed) or serve them uncounted "
-                  "(open)", choices=("closed", "open"))
-    watch_s: float = _option(10.0, "check CURRENT this often and swap to a newly published version (0: never)")
-    host: str = _option("127.0.0.1", "address to listen on (0.0.0.0: every interface)")
-    port: int = _option(8000, "port to listen on")
-    workers: int = _option(1, "server processes behind the port (HTTP only; more than one needs a redis:// "
-                              "--budget_store)")
-    access_log: bool = _option(False, "log one line per HTTP request")
-    k: int = _option(DEFAULT_K, "chunks recalled per retriever (k')")
-    n: int = _option(DEFAULT_N, "nodes kept in a GetToC answer")
-    max_calls: int = _option(Budget.calls, "tool calls per episode")
-    max_toc_calls: int = _option(Budget.toc_calls, "GetToC calls per episode")
-    max_query_chars: int = _option(Limits.max_query_chars, "a longer GetToC query is refused")
-    max_ids_per_read: int = _option(Limits.max_ids_per_read, "node ids one Read may ask for")
-    max_chars: int = _option(DEFAULT_MAX_CHARS, "characters of body text per node and Read (longer bodies "
-                                                "continue at next_offset)")
-    max_request_bytes: int = _option(Limits.max_request_bytes, "a larger HTTP request body is refused (413)")
-    toc_format: Literal["json", "outline"] = _option(
-        "json", "what GetToC results show a model by default: the JSON trees or the compact outline",
-        choices=("json", "outline"))
-    cross_links: Literal["on", "off"] = _option(
+                  "(open)")
+    watch_s: float = option(10.0, "check CURRENT this often and swap to a newly published version (0: never)")
+    host: str = option("127.0.0.1", "address to listen on (0.0.0.0: every interface)")
+    port: int = option(8000, "port to listen on")
+    workers: int = option(1, "server processes behind the port (HTTP only; more than one needs a redis:// "
+                             "--budget_store)")
+    access_log: bool = option(False, "log one line per HTTP request")
+    k: int = option(DEFAULT_K, "chunks recalled per retriever (k')")
+    n: int = option(DEFAULT_N, "nodes kept in a GetToC answer")
+    max_calls: int = option(Budget.calls, "tool calls per episode")
+    max_toc_calls: int = option(Budget.toc_calls, "GetToC calls per episode")
+    max_query_chars: int = option(Limits.max_query_chars, "a longer GetToC query is refused")
+    max_ids_per_read: int = option(Limits.max_ids_per_read, "node ids one Read may ask for")
+    max_chars: int = option(DEFAULT_MAX_CHARS, "characters of body text per node and Read (longer bodies "
+                                               "continue at next_offset)")
+    max_request_bytes: int = option(Limits.max_request_bytes, "a larger HTTP request body is refused (413)")
+    toc_format: Literal["json", "outline"] = option(
+        "json", "what GetToC results show a model by default: the JSON trees or the compact outline")
+    cross_links: Literal["on", "off"] = option(
         "on" if DEFAULT_CROSS_LINKS else "off", "GetToC hits list related nodes elsewhere that their pages link "
-        "to or are linked from (see_also; an HTTP request may turn them off)", choices=("on", "off"))
-    cors_origin: tuple[str, ...] = _option((), "an origin allowed to call from a browser (repeatable)")
-    allowed_host: tuple[str, ...] = _option((), "MCP: a Host header to accept when --host is not loopback "
-                                                "(DNS rebinding protection; repeatable)")
+        "to or are linked from (see_also; an HTTP request may turn them off)")
+    cors_origin: tuple[str, ...] = option((), "an origin allowed to call from a browser (repeatable)")
+    allowed_host: tuple[str, ...] = option((), "MCP: a Host header to accept when --host is not loopback "
+                                               "(DNS rebinding protection; repeatable)")
     verbose: bool = field(default=False, metadata={"cli": False})
 
     @property
@@ -106,33 +101,16 @@ class ServerConfig:
             return dataclasses.replace(self, cache_dir=default_cache_dir())
         return self
 
-    @classmethod
-    def from_arguments(cls, args: argparse.Namespace) -> "ServerConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in vars(args).items() if k in names}
-        return cls(**values)
+
+# The flags only some commands take; every other field is a flag of both.
+PER_COMMAND_FLAGS = ("workers", "cors_origin", "toc_format", "allowed_host")
 
 
-def add_server_arguments(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None,
-                         **defaults: Any) -> None:
-    """ServerConfig's fields as `parser`'s flags (the index positional), each
-    with its help; `only`: these flags and the common ones; `defaults`:
-    another default for a command (mcp listens on 8001)."""
-    per_command = {"workers", "cors_origin", "toc_format", "allowed_host"}
-    for f in dataclasses.fields(ServerConfig):
-        if f.metadata.get("cli") is False or (f.name in per_command and f.name not in (only or ())):
-            continue
-        default = defaults.get(f.name, f.default)
-        if f.name == "index":
-            parser.add_argument("index", help=f.metadata["help"])
-        elif isinstance(f.default, bool):
-            parser.add_argument(f"--{f.name}", action="store_true", help=f.metadata["help"])
-        elif isinstance(f.default, tuple):
-            parser.add_argument(f"--{f.name}", action="append", default=[], help=f.metadata["help"])
-        else:
-            kind = str if f.default is None else type(f.default)
-            parser.add_argument(f"--{f.name}", type=kind, default=default, help=f.metadata["help"],
-                                **({"choices": f.metadata["choices"]} if "choices" in f.metadata else {}))
+def add_server_arguments(parser: Any, only: tuple[str, ...] = (), **defaults: Any) -> None:
+    """ServerConfig's fields as `parser`'s flags (the index positional): the
+    common ones and, of PER_COMMAND_FLAGS, those in `only`; `defaults`: another
+    default for a command (mcp listens on 8001)."""
+    add_arguments(parser, ServerConfig, skip=set(PER_COMMAND_FLAGS) - set(only), defaults=defaults)
 
 
 def episode_state(config: ServerConfig) -> tuple:

@@ -18,7 +18,6 @@ and the folder's checksum (`model_checksum`, which a build with
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json
@@ -33,6 +32,7 @@ import numpy as np
 from ritrag.adaptation.pairs import TrainingPair, sample_pairs
 from ritrag.embedder import (ADAPTATION_RECORD, HASHING_PREFIX, EmbedderSpec, check_model_files, choose_device,
                              is_model_folder, model_checksum, quiet_model_loading, resolve_model_path)
+from ritrag.flags import option
 from ritrag.reader import IndexReader
 from ritrag.storage import is_remote
 
@@ -51,22 +51,17 @@ class AdaptError(ValueError):
 class AdaptConfig:
     """What an adaptation runs with; every field is a flag of `ritrag adapt`."""
 
-    steps: int = dataclasses.field(default=200, metadata={"help": "optimizer steps (the step budget)"})
-    max_minutes: float = dataclasses.field(
-        default=60.0, metadata={"help": "stop after the step that passes this many minutes (the time budget)"})
-    batch_size: int = dataclasses.field(
-        default=32, metadata={"help": "pairs per step; each anchor's negatives are the batch's other positives"})
-    seed: int = dataclasses.field(default=0, metadata={"help": "seed of the pair sample, the batches and torch"})
-    lr: float = dataclasses.field(default=2e-5, metadata={"help": "peak learning rate (AdamW)"})
-    hard_negatives: bool = dataclasses.field(
-        default=True, metadata={"help": "add a look-alike node's text (a sibling, or the same title on another "
-                                        "site) to each pair as a hard negative", "choices": ("on", "off")})
-    base_model: str | None = dataclasses.field(
-        default=None, metadata={"help": "model to start from: a local folder or bundled:all-MiniLM-L6-v2 "
-                                        "(default: the index's own model)"})
-    device: str | None = dataclasses.field(
-        default=None, metadata={"help": "torch device (default: cuda, then mps, then cpu; runs are "
-                                        "byte-for-byte repeatable on a CPU)"})
+    steps: int = option(200, "optimizer steps (the step budget)")
+    max_minutes: float = option(60.0, "stop after the step that passes this many minutes (the time budget)")
+    batch_size: int = option(32, "pairs per step; each anchor's negatives are the batch's other positives")
+    seed: int = option(0, "seed of the pair sample, the batches and torch")
+    lr: float = option(2e-5, "peak learning rate (AdamW)")
+    hard_negatives: bool = option(True, "add a look-alike node's text (a sibling, or the same title on another "
+                                        "site) to each pair as a hard negative", choices=("on", "off"))
+    base_model: str | None = option(None, "model to start from: a local folder or bundled:all-MiniLM-L6-v2 "
+                                          "(default: the index's own model)")
+    device: str | None = option(None, "torch device (default: cuda, then mps, then cpu; runs are "
+                                      "byte-for-byte repeatable on a CPU)")
 
     def __post_init__(self):
         if self.steps < 1 or self.batch_size < 2:
@@ -74,20 +69,6 @@ class AdaptConfig:
                              f"{self.steps} and {self.batch_size}")
         if not self.max_minutes > 0 or not self.lr > 0:
             raise AdaptError(f"max minutes and learning rate must be positive, not {self.max_minutes} and {self.lr}")
-
-    @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        """One flag per field, its help and default the field's."""
-        for f in dataclasses.fields(cls):
-            choices = f.metadata.get("choices")
-            kind = str if choices or f.default is None else type(f.default)
-            default = ("on" if f.default else "off") if choices else f.default
-            parser.add_argument(f"--{f.name}", type=kind, default=default, choices=choices, help=f.metadata["help"])
-
-    @classmethod
-    def from_arguments(cls, args: argparse.Namespace) -> "AdaptConfig":
-        return cls(**{f.name: (getattr(args, f.name) == "on") if f.metadata.get("choices") else getattr(args, f.name)
-                      for f in dataclasses.fields(cls)})
 
 
 def pack_batches(pairs: Sequence[TrainingPair], batch_size: int) -> list[list[TrainingPair]]:

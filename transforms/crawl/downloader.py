@@ -41,6 +41,7 @@ from typing import Callable, Iterator
 import httpcore
 import httpx
 
+from ritrag.flags import option
 from ritrag.transforms.sources.sniff import web_kind
 from ritrag.urls import is_web_url, resolve
 
@@ -59,14 +60,20 @@ GZIP_WBITS = 16 + zlib.MAX_WBITS  # zlib's window bits for a gzip wrapper
 MAX_KEEPALIVE_CONNECTIONS = 64
 
 
+DEFAULT_USER_AGENT = "ritrag-crawl/0.1 (documentation indexer; set --crawl_user_agent to name yourself)"
+
+
 @dataclass(frozen=True)
 class FetchPolicy:
-    user_agent: str
-    timeout_s: float = 20.0
-    max_bytes: int = 20 * 1024 * 1024
-    retries: int = 2
-    backoff_s: float = 1.0  # first retry delay; doubled per retry
-    max_retry_after_s: float = 120.0  # a longer Retry-After ends the retries
+    """How one URL is fetched (the crawl's flags of these values come from these fields)."""
+
+    user_agent: str = option(DEFAULT_USER_AGENT, "User-Agent sent and matched against robots.txt groups",
+                             flag="crawl_user_agent")
+    timeout_s: float = option(20.0, "for a whole response, headers and body")
+    max_bytes: int = option(20 * 1024 * 1024, "a larger body (decoded) is not kept", flag="max_response_bytes")
+    retries: int = option(2, "on 429, 5xx, timeouts, connection errors")
+    backoff_s: float = option(1.0, "first retry delay, doubled per retry", flag="retry_backoff_s")
+    max_retry_after_s: float = option(120.0, "a longer Retry-After ends the retries")
 
 
 @dataclass(frozen=True)

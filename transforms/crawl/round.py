@@ -22,11 +22,12 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator
 
 import apache_beam as beam
 
+from ritrag.flags import option
 from ritrag.ids import shard_of
 from ritrag.transforms.counts import CountingDoFn
 from ritrag.transforms.crawl.crawldb import CrawlTarget, crawldb_row, link_rank, not_modified_result
@@ -46,14 +47,15 @@ RECENT_LINKS = 100_000  # crawl_keys a host's round remembers to drop repeated l
 
 @dataclass(frozen=True)
 class CrawlConfig:
-    policy: FetchPolicy
-    scope: Scope
-    per_host_concurrency: int = 2
-    per_host_delay_s: float = 1.0
-    max_crawl_delay_s: float = 30.0
-    max_depth: int = 20
-    max_redirects: int = 5
-    respect_robots: bool = True
+    policy: FetchPolicy = field(metadata={"cli": False})  # its own flags: FetchPolicy's fields
+    scope: Scope = field(metadata={"cli": False})  # from the seeds and the job's --include/--exclude
+    per_host_concurrency: int = option(2, "requests in flight to one host")
+    per_host_delay_s: float = option(1.0, "seconds between request starts to one host (robots.txt Crawl-delay "
+                                          "raises it)")
+    max_crawl_delay_s: float = option(30.0, "a robots.txt Crawl-delay is honoured up to this")
+    max_depth: int = option(20, "link hops from a seed")
+    max_redirects: int = option(5, "redirect hops followed from one URL")
+    respect_robots: bool = field(default=True, metadata={"cli": False})
 
 
 class HostGate:

@@ -34,6 +34,7 @@ from typing import Iterable
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from ritrag.flags import add_arguments, from_arguments, option
 from ritrag.index_config import ModelSteps
 from ritrag.representation import PATH_SEPARATOR
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
@@ -60,39 +61,20 @@ class MetadataOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser):
-        defaults = EndpointConfig("-", "-")
-        parser.add_argument("--metadata_endpoint", default=None,
-                            help="base URL of an OpenAI-compatible chat-completions endpoint (its "
-                                 "/chat/completions is posted to, e.g. http://127.0.0.1:8080/v1); "
-                                 "left out: no model metadata (an update of an index built with a model needs it)")
-        parser.add_argument("--metadata_api_key_env", default=None,
-                            help="environment variable holding the endpoint's API key (read on the workers; "
-                                 "the key itself is never a flag)")
-        parser.add_argument("--metadata_cache", default=None,
-                            help="folder or bucket prefix of the metadata cache (default: INDEX/metadata_cache)")
-        parser.add_argument("--metadata_max_tokens", type=int, default=None,
-                            help="token budget of the job's metadata requests, planned before any request "
-                                 "(docs/METADATA.md); default: no budget")
-        parser.add_argument("--metadata_in_flight", type=int, default=defaults.in_flight,
-                            help="metadata requests open at once per worker")
-        parser.add_argument("--metadata_batch_size", type=int, default=16,
-                            help="most nodes a worker takes into one batch of requests")
-        parser.add_argument("--metadata_deadline_s", type=float, default=defaults.deadline_s,
-                            help="seconds one metadata request may take, its whole answer included")
-        parser.add_argument("--metadata_max_attempts", type=int, default=defaults.max_attempts,
-                            help="tries of one request that got 429 or 5xx, the first included")
-        parser.add_argument("--metadata_max_answer_tokens", type=int, default=defaults.max_answer_tokens,
-                            help="max_tokens asked of the model per answer")
+        for config in (EndpointConfig, MetadataPlan):  # the flags are these fields'
+            add_arguments(parser, config)
 
 
 @dataclasses.dataclass(frozen=True)
 class MetadataPlan:
     """What the stage does in one job: whom to ask, where the cache lives, the budget."""
 
-    endpoint: EndpointConfig
-    cache_dir: str
-    max_tokens: int | None = None
-    batch_size: int = 16
+    endpoint: EndpointConfig = dataclasses.field(metadata={"cli": False})  # its flags: EndpointConfig's fields
+    cache_dir: str = option(help="folder or bucket prefix of the metadata cache (default: INDEX/metadata_cache)",
+                            flag="metadata_cache")
+    max_tokens: int | None = option(None, "token budget of the job's metadata requests, planned before any request "
+                                          "(docs/METADATA.md); default: no budget", flag="metadata_max_tokens")
+    batch_size: int = option(16, "most nodes a worker takes into one batch of requests", flag="metadata_batch_size")
 
     @classmethod
     def for_nodes(cls, options: PipelineOptions, index_dir: str, steps: ModelSteps) -> "MetadataPlan | None":
@@ -114,12 +96,8 @@ class MetadataPlan:
             raise ValueError(f"--metadata_max_tokens must be at least 0, not {opts.metadata_max_tokens}")
         if opts.metadata_batch_size < 1:
             raise ValueError(f"--metadata_batch_size must be at least 1, not {opts.metadata_batch_size}")
-        endpoint = EndpointConfig(opts.metadata_endpoint, steps.model or "", opts.metadata_api_key_env,
-                                  in_flight=opts.metadata_in_flight, deadline_s=opts.metadata_deadline_s,
-                                  max_attempts=opts.metadata_max_attempts,
-                                  max_answer_tokens=opts.metadata_max_answer_tokens)
-        return cls(endpoint, opts.metadata_cache or default_cache_dir(index_dir), opts.metadata_max_tokens,
-                   opts.metadata_batch_size)
+        return from_arguments(cls, opts, endpoint=from_arguments(EndpointConfig, opts, model=steps.model or ""),
+                              cache_dir=opts.metadata_cache or default_cache_dir(index_dir))
 
 
 def describable(node: dict) -> bool:

@@ -13,6 +13,7 @@ exponential backoff; a timeout, a refused connection that persists, another
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import field
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +22,7 @@ from typing import Callable, Sequence
 import httpx
 
 from ritrag.chat import EndpointError, chat_completion
+from ritrag.flags import option
 from ritrag.transforms.counts import CountingDoFn
 from ritrag.transforms.metadata.base import (Answer, MetadataFailure, MetadataRequest, ModelAnswer, NodeMetadata,
                                              parse_answer)
@@ -33,16 +35,25 @@ Messages = list[dict[str, str]]
 class EndpointConfig:
     """How to reach the model and how patient to be with it."""
 
-    endpoint: str  # the base URL: `{endpoint}/chat/completions` is posted to
-    model: str
-    api_key_env: str | None = None  # the environment variable holding the key, read where the requests are made
-    in_flight: int = 4
-    deadline_s: float = 60.0
-    max_attempts: int = 3
-    backoff_s: float = 1.0  # the first retry's wait without Retry-After; doubled per attempt
-    max_retry_after_s: float = 30.0
-    max_answer_tokens: int = 256
-    max_answer_bytes: int = 64 << 10
+    # The jobs' --metadata_* flags are these fields' (transforms/metadata/enrich.py MetadataOptions).
+    # The base URL: `{endpoint}/chat/completions` is posted to.
+    endpoint: str = option(help="base URL of an OpenAI-compatible chat-completions endpoint (its /chat/completions "
+                                "is posted to, e.g. http://127.0.0.1:8080/v1); left out: no model metadata (an "
+                                "update of an index built with a model needs it)", flag="metadata_endpoint")
+    model: str = field(metadata={"cli": False})  # the index's (ModelSteps: --metadata_model)
+    # the environment variable holding the key, read where the requests are made
+    api_key_env: str | None = option(None, "environment variable holding the endpoint's API key (read on the "
+                                           "workers; the key itself is never a flag)", flag="metadata_api_key_env")
+    in_flight: int = option(4, "metadata requests open at once per worker", flag="metadata_in_flight")
+    deadline_s: float = option(60.0, "seconds one metadata request may take, its whole answer included",
+                               flag="metadata_deadline_s")
+    max_attempts: int = option(3, "tries of one request that got 429 or 5xx, the first included",
+                               flag="metadata_max_attempts")
+    # the first retry's wait without Retry-After; doubled per attempt
+    backoff_s: float = field(default=1.0, metadata={"cli": False})
+    max_retry_after_s: float = field(default=30.0, metadata={"cli": False})
+    max_answer_tokens: int = option(256, "max_tokens asked of the model per answer", flag="metadata_max_answer_tokens")
+    max_answer_bytes: int = field(default=64 << 10, metadata={"cli": False})
 
     def __post_init__(self):
         if not self.endpoint or not self.model:

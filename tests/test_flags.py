@@ -1,0 +1,95 @@
+"""ritrag/flags.py: a dataclass's fields as argparse flags, and the parsed
+flags read back into the dataclass."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Literal
+
+import pytest
+
+from ritrag.flags import add_arguments, flag_values, flags_of, from_arguments, option
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    source: str = option(help="where to read", positional=True)
+    size: int = option(3, "how many")
+    ratio: float | None = option(None, "a share (default: chosen)")
+    mode: Literal["fast", "slow"] = option("fast", "how")
+    hard: bool = option(True, "hard or soft", choices=("on", "off"))
+    loud: bool = option(False, "log more")
+    tag: tuple[str, ...] = option((), "a tag (repeatable)")
+    label: str = option("x", "a label", flag="example_label")
+    text: str = option("a\nz", "a text; \\n writes a newline (default '{default}')", default_in_help=True,
+                       to_field=lambda text: text.replace("\\n", "\n"),
+                       to_flag=lambda text: text.replace("\n", "\\n"))
+    internal: int = dataclasses.field(default=7, metadata={"cli": False})
+
+
+def parser(**kwargs) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(exit_on_error=False)
+    add_arguments(p, Example, **kwargs)
+    return p
+
+
+def test_a_dataclass_round_trips_through_argparse():
+    assert from_arguments(Example, parser().parse_args(["here"])) == Example("here")
+    given = parser().parse_args(["here", "--size", "5", "--ratio", "0.5", "--mode", "slow", "--hard", "off",
+                                 "--loud", "--tag", "a", "--tag", "b", "--example_label", "y", "--text", "a\\nb"])
+    assert from_arguments(Example, given, internal=8) == Example(
+        "here", size=5, ratio=0.5, mode="slow", hard=False, loud=True, tag=("a", "b"), label="y", text="a\nb",
+        internal=8)
+
+
+def test_the_flags_defaults_types_and_help_are_the_fields():
+    actions = {a.dest: a for a in parser()._actions}
+    assert actions["size"].default == 3 and actions["size"].type is int
+    assert actions["ratio"].default is None and actions["ratio"].type is float  # from `float | None`
+    assert actions["mode"].choices == ("fast", "slow")  # from the Literal
+    assert actions["hard"].default == "on" and actions["hard"].choices == ("on", "off")
+    assert isinstance(actions["loud"], argparse._StoreTrueAction)
+    assert actions["example_label"].help == "a label" and "label" not in actions
+    assert actions["text"].default is None  # default_in_help: left out, the field's default applies
+    assert actions["text"].help == "a text; \\n writes a newline (default 'a\\nz')"  # as the flag writes it
+    assert actions["source"].option_strings == []  # positional
+
+
+def test_choices_are_refused():
+    with pytest.raises(argparse.ArgumentError, match="invalid choice"):
+        parser().parse_args(["here", "--mode", "medium"])
+    with pytest.raises(argparse.ArgumentError, match="invalid choice"):
+        parser().parse_args(["here", "--hard", "yes"])
+
+
+def test_repeatable_tuples():
+    args = parser().parse_args(["here"])
+    assert args.tag == [] and from_arguments(Example, args).tag == ()
+    assert from_arguments(Example, parser().parse_args(["here", "--tag", "a"])).tag == ("a",)
+
+
+def test_a_field_marked_cli_false_is_no_flag():
+    assert "internal" not in flags_of(Example)
+    with pytest.raises(SystemExit):
+        parser().parse_args(["here", "--internal", "1"])
+
+
+def test_a_command_picks_flags_and_sets_its_own_defaults_required_and_notes():
+    p = argparse.ArgumentParser(exit_on_error=False)
+    add_arguments(p, Example, only=("size", "label", "tag"), skip=("tag",), defaults={"size": 9},
+                  required=("label",), help_notes={"size": " (per run)"})
+    actions = {a.dest: a for a in p._actions if a.dest != "help"}
+    assert set(actions) == {"size", "example_label"}
+    assert actions["size"].default == 9 and actions["size"].help == "how many (per run)"
+    assert actions["example_label"].required
+    # a namespace with some of the flags gives those fields only
+    assert flag_values(Example, argparse.Namespace(size=4, other=1)) == {"size": 4}
+
+
+def test_a_flag_without_help_is_refused():
+    @dataclasses.dataclass
+    class Undocumented:
+        size: int = 3
+
+    with pytest.raises(ValueError, match="needs its help"):
+        add_arguments(argparse.ArgumentParser(), Undocumented)
