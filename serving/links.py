@@ -31,6 +31,7 @@ from ritrag.schema import EDGES_KIND
 from ritrag.serving.segments import SegmentShards
 from ritrag.serving.skeleton import NodeRows, Skeleton
 
+_ONE = np.uint64(1)
 MAX_SEE_ALSO = 3  # related nodes per hit: a few handles, not a second ToC
 DEFAULT_CROSS_LINKS = True  # GetToC lists them unless asked not to (benchmarks/RESULTS.md, "The link graph")
 
@@ -40,10 +41,13 @@ def _ranges(sorted_ids: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.nd
     concatenated; the index in `keys` of each)."""
     # Integer keys: the entries equal to k end where k + 1 would start (one
     # search for both ends; no array holds NO_NODE_KEY, whose k + 1 wraps to 0).
-    lo, hi = np.split(np.searchsorted(sorted_ids, np.concatenate([keys, keys + np.uint64(1)])), 2)
-    counts = np.maximum(hi - lo, 0)
-    owner = np.repeat(np.arange(len(keys)), counts)
-    return np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(len(owner)), owner
+    # Few calls per array, as a query asks this of every shard for a few keys.
+    n = len(keys)
+    bounds = sorted_ids.searchsorted(np.concatenate((keys, keys + _ONE)))
+    lo = bounds[:n]
+    counts = np.maximum(bounds[n:] - lo, 0)
+    owner = np.arange(n).repeat(counts)
+    return (lo - counts.cumsum() + counts).repeat(counts) + np.arange(len(owner)), owner
 
 
 class ShardLinks:
@@ -117,12 +121,14 @@ class LinkGraph:
         keys = self._node_key[np.asarray(rows, np.int64)]
         return sum((s.in_counts(keys) for s in self._shards), np.zeros(len(keys), np.int64))
 
-    def neighbour_lists(self, rows: np.ndarray, among: np.ndarray | None = None) -> list[np.ndarray]:
-        """For each of `rows`, the rows it links to or is linked from,
-        ascending, each once: one search per shard for all of them. `among`:
-        live node rows; when given, only neighbours among them are listed,
-        found in them rather than among every node (a hub's thousands of
-        neighbours against a query's few hundred scored nodes)."""
+    def neighbour_pairs(self, rows: np.ndarray, among: np.ndarray | None = None
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """(i, neighbour) pairs, each once, ordered by i then neighbour: the
+        rows that rows[i] links to or is linked from, one search per shard
+        for all of `rows`. `among`: live node rows; when given, only
+        neighbours among them are listed, found in them rather than among
+        every node (a hub's thousands of neighbours against a query's few
+        hundred scored nodes)."""
         rows = np.asarray(rows, np.int64)
         keys = self._node_key[rows]
         # A source's out-links are in the one shard of each segment that owns it
@@ -141,12 +147,11 @@ class LinkGraph:
             linked = NodeRows.of(self._node_key[among], among).rows(ids)
         keep = (linked >= 0) & (linked != rows[owner])
         pairs = np.unique(owner[keep] * (len(self._node_ids) + 1) + linked[keep])
-        owner, linked = np.divmod(pairs, len(self._node_ids) + 1)
-        return np.split(linked, np.searchsorted(owner, np.arange(1, len(rows))))
+        return np.divmod(pairs, len(self._node_ids) + 1)
 
     def neighbours(self, row: int) -> np.ndarray:
         """The rows `row` links to or is linked from, ascending, each once."""
-        return self.neighbour_lists(np.array([row]))[0]
+        return self.neighbour_pairs(np.array([row]))[1]
 
 
 def see_also(hits: Sequence[int], shown: np.ndarray, graph: LinkGraph, skeleton: Skeleton,
@@ -159,9 +164,10 @@ def see_also(hits: Sequence[int], shown: np.ndarray, graph: LinkGraph, skeleton:
     `shown` with a positive score (with `unscored`, any such neighbour,
     those without a score after the others), listed under the first hit that
     has it; ties by in-link count, then row. The links, ancestors and
-    in-degrees are asked once for all hits (a search per shard), and the rest
-    is array operations per hit, so a hub page's thousands of neighbours cost
-    no Python loop."""
+    in-degrees are asked once for all hits (a search per shard), the rest is
+    array operations over all (hit, neighbour) pairs, and Python only walks
+    the pairs left, in order, to list each neighbour once (a few hundred: the
+    neighbours are the query's scored nodes)."""
     if not len(graph) or per_hit <= 0 or not len(hits):
         return {}
     scored = np.fromiter(scores, np.int64, len(scores))
@@ -172,34 +178,36 @@ def see_also(hits: Sequence[int], shown: np.ndarray, graph: LinkGraph, skeleton:
         at = np.clip(np.searchsorted(scored, rows), 0, max(len(scored) - 1, 0))
         return np.where(scored[at] == rows, score_of[at], 0.0) if len(scored) else np.zeros(len(rows))
 
-    neighbours = graph.neighbour_lists(np.asarray(hits, np.int64), None if unscored else scored[score_of > 0])
-    # Every candidate's ancestors and in-degree, asked once for all hits.
-    candidates = np.unique(np.concatenate(neighbours))
-    candidates = candidates[~np.isin(candidates, np.asarray(shown, np.int64))]
+    hits = np.asarray(hits, np.int64)
+    hit_of, rows = graph.neighbour_pairs(hits, None if unscored else scored[score_of > 0])
+    keep = ~np.isin(rows, np.asarray(shown, np.int64))
     if not unscored:
-        candidates = candidates[score(candidates) > 0]
-    if not len(candidates):
+        keep &= score(rows) > 0
+    hit_of, rows = hit_of[keep], rows[keep]
+    if not len(rows):
         return {}
-    score_of_candidate = score(candidates)
+    # Every candidate's ancestors and in-degree, asked once for all hits.
+    candidates, at = np.unique(rows, return_inverse=True)
     counts, chain = skeleton.ancestor_lists(candidates)
-    indptr = np.concatenate([[0], np.cumsum(counts)])
-    degree = graph.in_degree(candidates)
-    listed = np.zeros(len(candidates), bool)  # listed under an earlier hit
+    # A descendant of its hit has the hit among its ancestors (whose own ancestors are in `shown`):
+    # the pairs (candidate, ancestor) searched for each (candidate, its hit), as one integer each.
+    width = int(max(chain.max(initial=0), hits.max())) + 1
+    chained = np.sort(np.repeat(np.arange(len(candidates)), counts) * width + chain)
+    pair = at * width + hits[hit_of]
+    found = np.minimum(np.searchsorted(chained, pair), max(len(chained) - 1, 0))
+    descendant = chained[found] == pair if len(chained) else np.zeros(len(pair), bool)
+    hit_of, at = hit_of[~descendant], at[~descendant]
+    candidate_score, degree = score(candidates), graph.in_degree(candidates)
+    # Each hit's candidates best first (score, then in-links, then row); hits in rank
+    # order, each listing its first `per_hit` that no earlier hit listed.
+    order = np.lexsort((candidates[at], -degree[at], -candidate_score[at], hit_of))
+    listed = np.zeros(len(candidates), bool)
     out: dict[int, list[int]] = {}
-    for hit, rows in zip(hits, neighbours):
-        # a hit's neighbours are sorted and so are the candidates: membership by binary search
-        at = np.searchsorted(candidates, rows).clip(0, len(candidates) - 1)
-        keep = (candidates[at] == rows) & ~listed[at]
-        rows, at = rows[keep], at[keep]
-        # A descendant of the hit has it among its ancestors; its ancestors are in `shown`.
-        own = np.repeat(np.arange(len(rows)), counts[at])
-        positions = np.repeat(indptr[at] - np.cumsum(counts[at]) + counts[at], counts[at]) + np.arange(len(own))
-        descendant = np.zeros(len(rows), bool)
-        descendant[own[chain[positions] == hit]] = True
-        rows, at = rows[~descendant], at[~descendant]
-        if not len(rows):
+    for h, c in zip(hit_of[order].tolist(), at[order].tolist()):
+        if listed[c]:
             continue
-        best = np.lexsort((rows, -degree[at], -score_of_candidate[at]))[:per_hit]
-        listed[at[best]] = True
-        out[hit] = rows[best].tolist()
+        chosen = out.setdefault(int(hits[h]), [])
+        if len(chosen) < per_hit:
+            chosen.append(int(candidates[c]))
+            listed[c] = True
     return out
