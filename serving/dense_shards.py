@@ -95,12 +95,14 @@ def read_dense_shard(path: str, nprobe: int):
 
     IO_FLAG_MMAP maps the inverted lists of IVF indexes stored as arrays (IVF-Flat,
     -SQ, -PQ) from the file instead of copying them, so processes serving one index
-    share its pages; faiss 1.15 still reads the blocked lists of fast-scan indexes
-    (`...x4fs`) and exact indexes into private memory (48 B of codes per vector at
-    PQ96x4fs; benchmarks/RESULTS.md, "Dense search at scale").
+    share its pages; IO_FLAG_MMAP_IFC maps the codes of flat indexes: an IVF
+    shard's coarse quantizer (6 MiB at 4,096 lists of 384 dimensions, in every
+    shard) and an exact index. faiss 1.15 still reads the blocked lists of
+    fast-scan indexes (`...x4fs`) into private memory (48 B of codes per vector
+    at PQ96x4fs; benchmarks/RESULTS.md, "Dense search at scale").
     """
     try:
-        index = faiss.read_index(path, faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+        index = faiss.read_index(path, faiss.IO_FLAG_MMAP | faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY)
     except RuntimeError as exc:
         raise DamagedIndexError(f"{path}: not a readable FAISS index ({exc})") from exc
     try:
