@@ -95,16 +95,23 @@ def read_dense_shard(path: str, nprobe: int):
 
     IO_FLAG_MMAP maps the inverted lists of IVF indexes stored as arrays (IVF-Flat,
     -SQ, -PQ) from the file instead of copying them, so processes serving one index
-    share its pages; IO_FLAG_MMAP_IFC maps the codes of flat indexes: an IVF
-    shard's coarse quantizer (6 MiB at 4,096 lists of 384 dimensions, in every
-    shard) and an exact index. faiss 1.15 still reads the blocked lists of
+    share its pages; IO_FLAG_MMAP_IFC maps the codes of flat indexes, where
+    faiss allows it beside IO_FLAG_MMAP: a fast-scan IVF shard's coarse
+    quantizer (6 MiB at 4,096 lists of 384 dimensions, in every shard) and an
+    exact index. faiss 1.15 still reads the blocked lists of
     fast-scan indexes (`...x4fs`) into private memory (48 B of codes per vector
     at PQ96x4fs; benchmarks/RESULTS.md, "Dense search at scale").
     """
+    mapped = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY
     try:
-        index = faiss.read_index(path, faiss.IO_FLAG_MMAP | faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY)
-    except RuntimeError as exc:
-        raise DamagedIndexError(f"{path}: not a readable FAISS index ({exc})") from exc
+        index = faiss.read_index(path, mapped | faiss.IO_FLAG_MMAP_IFC)
+    except RuntimeError:
+        # faiss maps array lists (IVF-Flat, -SQ, -PQ) only from a file reader, which
+        # IO_FLAG_MMAP_IFC replaces: those shards map their lists, the bulk, instead.
+        try:
+            index = faiss.read_index(path, mapped)
+        except RuntimeError as exc:
+            raise DamagedIndexError(f"{path}: not a readable FAISS index ({exc})") from exc
     try:
         faiss.extract_index_ivf(index).nprobe = nprobe
     except RuntimeError:
