@@ -45,7 +45,7 @@ import math
 import os
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 from urllib.parse import urlsplit
 
@@ -236,7 +236,7 @@ class EvalConfig:
     retrieval: dict | None = None  # RetrievalParams fields overriding the index's recorded ones (sweeps)
 
     def retrieval_params(self, index: RitragIndex) -> RetrievalParams:
-        return RetrievalParams.from_config(index.loaded.manifest.config, **(self.retrieval or {}))
+        return replace(index.params, **(self.retrieval or {}))  # the index's recorded ones, checked again
 
 
 @dataclass(frozen=True)
@@ -300,7 +300,7 @@ def evaluate(index: RitragIndex, questions: Sequence[Question], config: EvalConf
     latencies = [r["latency_ms"] for r in results]
     report = {
         "index": str(index.loaded.reader.layout.root), "version": index.version, "tokenizer": TOKENIZER,
-        "embedder": index.loaded.manifest.config["embedder"]["model"],
+        "embedder": index.loaded.manifest.settings.index.embedder.model,
         "config": asdict(config), "retrieval": asdict(config.retrieval_params(index)),
         "agent": _agent_config(agent), "systems": dict(SYSTEMS),
         "counts": {"questions": len(results), "scored": sum(r["scored"] for r in results),
