@@ -59,6 +59,7 @@ from ritrag.pipelines.launcher import (BuildOptions, IndexOptions, PublishOption
 from ritrag.pipelines.options import JobFlags, JobOptionsError, given_flags, merge_flags
 from ritrag.bm25 import corpus_stats
 from ritrag.embedder import check_backend_available, check_model_files
+from ritrag.flags import from_arguments
 from ritrag.index_config import MODEL_STEP_ENTRIES, IndexConfig, ModelSteps
 from ritrag.layout import BM25_STATS_FILE, IndexLayout, TOMBSTONES_FILE, new_manifest
 from ritrag.schema import EDGES_KIND
@@ -149,8 +150,8 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     chunker = Chunker(spec, representation)  # the build's chunking: new and changed nodes, re-placed ones
     root, pattern = input_root_and_pattern(opts.input)
     # The sites' public bases the build inferred (config.site_bases) key the pages as they did then.
-    parser = PageParser(root, config.page_base_url, config.site_depth, opts.max_page_bytes,
-                        opts.follow_links_outside_input).with_site_bases(live.manifest.settings.site_bases)
+    parser = from_arguments(PageParser, opts, root=root, base_url=config.page_base_url,
+                            site_depth=config.site_depth).with_site_bases(live.manifest.settings.site_bases)
     # Diff: unchanged pages keep their stored skeleton; new and changed ones are parsed.
     diff = p | "Diff" >> DiffInput(pattern, parser, live, opts.read_every_input)
     parsed = diff["parse"] | "ParseChanged" >> ParseChangedPages(parser)
