@@ -49,7 +49,6 @@ import lightgbm
 import numpy as np
 
 from ritrag.analyzer import analyze
-from ritrag.embedder import EmbedderSpec
 from ritrag.encoders import QueryEmbedder
 from ritrag.evaluation.eval import GoldResolver, live_rows, load_questions, open_index
 from ritrag.evaluation.metrics import first_rank, gains
@@ -255,7 +254,7 @@ def features(forest: Forest, query: str, retrieval: Retrieval) -> tuple[np.ndarr
 def embedded(index: RitragIndex, texts: list[str]) -> np.ndarray:
     """The query vectors of `texts`, embedded in batches of EMBED_BATCH (one at
     a time, as GetToC does, is several times slower on a busy CPU)."""
-    embedder = QueryEmbedder(EmbedderSpec.from_dict(index.loaded.manifest.config["embedder"]))
+    embedder = QueryEmbedder(index.loaded.manifest.settings.index.embedder)
     return np.vstack([embedder.embed(texts[i:i + EMBED_BATCH]) for i in range(0, len(texts), EMBED_BATCH)])
 
 

@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     def theirs(query: Any):
         return lucene.searcher.search(query, args.k)
 
-    params = RetrievalParams.from_config(idx.manifest.config)
+    params = RetrievalParams(**idx.manifest.settings.retrieval)
     weights = {"doc": params.path_weight, "anchors": params.anchor_weight}
     with_doc = field == "body"  # an index with node fields: GetToC ranks chunks by more than their body
 

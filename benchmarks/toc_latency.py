@@ -106,7 +106,7 @@ def query_vectors(index_dir: str, count: int, directory: str) -> str:
     from benchmarks.synthetic_index import QUERY_STREAM, SyntheticEmbeddings
     from ritrag.layout import IndexLayout
 
-    dim = int(IndexLayout(index_dir).load_manifest().config["dense"]["dim"])
+    dim = IndexLayout(index_dir).load_manifest().settings.dense.dim
     path = os.path.join(directory, f"toc_latency_queries-{dim}-{count}.npy")
     os.makedirs(directory, exist_ok=True)
     np.save(path, SyntheticEmbeddings(dim=dim).batch(QUERY_STREAM, count).astype(np.float32))

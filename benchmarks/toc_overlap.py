@@ -28,7 +28,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.results import cpu_description, write_section  # noqa: E402
-from ritrag.embedder import EmbedderSpec  # noqa: E402
 from ritrag.encoders import load_encoder  # noqa: E402
 from ritrag.serving.api import DEFAULT_K, DEFAULT_N, RitragIndex  # noqa: E402
 
@@ -37,7 +36,7 @@ def hit_nodes(index: RitragIndex, questions: list[str], dtype: str, k: int, n: i
               ) -> tuple[list[list[str]], str]:
     """Each question's hit node ids, best first, its query embedded in `dtype`;
     and the dtype that `auto` resolved to."""
-    spec = EmbedderSpec.from_dict(index.loaded.manifest.config["embedder"])
+    spec = index.loaded.manifest.settings.index.embedder
     embedded = load_encoder(spec, "cpu", dtype=dtype).embed(questions, spec.query_prefix)
     node_ids = index.loaded.nodes["node_id"]
     return [[str(node_ids[row]) for row, _ in index.retrieve(q, k, n, vector).hits]

@@ -33,8 +33,12 @@ import os
 import re
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from ritrag.serving.errors import ToolError
+
+if TYPE_CHECKING:  # imported by the commands that use it: the agent loop loads the serving stack
+    from ritrag.evaluation.agent import AgentSettings
 
 # The Beam jobs, each a module of ritrag.pipelines: (one-line help, the job flag
 # the CLI takes as its positional argument).
@@ -273,24 +277,27 @@ def _tools(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-def _api_key(args: argparse.Namespace) -> str | None:
+def _api_key(settings: AgentSettings) -> str | None:
     """The endpoint's API key from the variable `--api_key_env` names (agent, eval --agent)."""
-    if not args.api_key_env:
+    if not settings.api_key_env:
         return None
-    api_key = os.environ.get(args.api_key_env)
+    api_key = os.environ.get(settings.api_key_env)
     if not api_key:
-        raise ToolError("invalid_arguments", f"--api_key_env: the environment variable {args.api_key_env} is not set")
+        raise ToolError("invalid_arguments",
+                        f"--api_key_env: the environment variable {settings.api_key_env} is not set")
     return api_key
 
 
 def _agent(args: argparse.Namespace, extra: list[str]) -> int:
-    from ritrag.evaluation.agent import run_agent
+    from ritrag.evaluation.agent import AgentSettings, run_agent
+    from ritrag.flags import from_arguments
 
-    api_key = _api_key(args)
-    result = run_agent(args.index, args.question, base_url=args.base_url, model=args.model, api_key=api_key,
-                       max_calls=args.max_calls, max_toc=args.max_toc, transcript_path=args.transcript,
-                       toc_format=args.toc_format, timeout_s=args.timeout_s, temperature=args.temperature,
-                       max_tokens=args.max_tokens)
+    settings = from_arguments(AgentSettings, args)
+    api_key = _api_key(settings)
+    result = run_agent(args.index, args.question, base_url=settings.base_url, model=settings.model, api_key=api_key,
+                       max_calls=settings.max_calls, max_toc=settings.max_toc, transcript_path=args.transcript,
+                       toc_format=settings.toc_format, timeout_s=args.timeout_s, temperature=settings.temperature,
+                       max_tokens=settings.max_tokens)
     print(result.answer)
     print(json.dumps(result.summary(), ensure_ascii=False))
     return 0 if result.error is None else 1
@@ -298,28 +305,30 @@ def _agent(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _eval(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.serving.api import one_thread_per_query
+    from ritrag.evaluation.agent import AgentSettings
     from ritrag.evaluation.eval import (AgentConfig, EvalConfig, EvalInputError, compare_runs, evaluate,
                                         load_questions, open_index)
     from ritrag.evaluation.report import render_comparison, render_text, write_report
-    from ritrag.flags import flag_values
+    from ritrag.flags import flag_values, from_arguments
     from ritrag.serving.retrieval import RetrievalParams
 
     one_thread_per_query()  # questions run one after another; see one_thread_per_query
 
+    settings = from_arguments(AgentSettings, args)
     agent = None
     if args.agent:
-        if not (args.base_url and args.model):
+        if not (settings.base_url and settings.model):
             raise ToolError("invalid_arguments", "--agent needs --base_url and --model")
-        agent = AgentConfig(base_url=args.base_url, model=args.model, api_key=_api_key(args), max_calls=args.max_calls,
-                            max_toc=args.max_toc, transcripts_dir=args.transcripts, judge_model=args.judge_model,
-                            toc_format=args.toc_format, temperature=args.temperature, max_tokens=args.max_tokens)
+        agent = AgentConfig(base_url=settings.base_url, model=settings.model, api_key=_api_key(settings),
+                            max_calls=settings.max_calls, max_toc=settings.max_toc, transcripts_dir=args.transcripts,
+                            judge_model=args.judge_model, toc_format=settings.toc_format,
+                            temperature=settings.temperature, max_tokens=settings.max_tokens)
     retrieval = flag_values(RetrievalParams, args)  # the flags given
     try:
         RetrievalParams(**retrieval)  # checks the values before any work
     except ValueError as exc:
         raise ToolError("invalid_arguments", str(exc)) from None
-    config = EvalConfig(k=args.k, n=args.n, max_calls=args.max_calls, ids_per_read=args.ids_per_read,
-                        max_chars=args.max_chars, chunks=args.chunks, retrieval=retrieval or None)
+    config = from_arguments(EvalConfig, args, max_calls=settings.max_calls, retrieval=retrieval or None)
     try:
         questions = load_questions(args.questions)
         # One index loaded at a time: the first is let go before the second loads.
@@ -483,15 +492,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                                    "real model behind --base_url.")
     p.add_argument("index", help="index directory")
     p.add_argument("questions", help="JSONL question file")
-    p.add_argument("--k", type=int, default=DEFAULT_K, help="chunks recalled per retriever")
-    p.add_argument("--n", type=int, default=DEFAULT_N, help="nodes kept (GetToC hits, BM25- and dense-only rankings)")
-    p.add_argument("--ids_per_read", type=int, default=1, help="nodes the deterministic reader asks per Read")
-    p.add_argument("--max_chars", type=int, default=DEFAULT_MAX_CHARS, help="characters of a node one Read returns")
-    p.add_argument("--chunks", type=int, default=10, help="chunks the plain-RAG baseline reads")
-    if command == "eval":  # the query-time retrieval parameters it may override (serving.retrieval)
+    if command == "eval":  # the evaluation's flags, then the retrieval parameters it may override
+        from ritrag.evaluation.eval import EvalConfig
         from ritrag.flags import add_arguments
         from ritrag.serving.retrieval import RetrievalParams
 
+        add_arguments(p, EvalConfig)
         add_arguments(p, RetrievalParams)
     p.add_argument("--out", help="directory for eval.json and eval.html")
     p.add_argument("--compare", metavar="OTHER_INDEX",

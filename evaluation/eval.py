@@ -45,13 +45,14 @@ import math
 import os
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 from urllib.parse import urlsplit
 
 import numpy as np
 import pyarrow.compute as pc
 
+from ritrag.flags import option
 from ritrag.evaluation.metrics import evidence_found, first_rank, gains, ndcg, node_prf, percentile
 from ritrag.layout import IndexLayout, IndexLoadError
 from ritrag.serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N, RitragIndex
@@ -227,16 +228,21 @@ class GoldResolver:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    k: int = DEFAULT_K  # chunks recalled by each retriever (k')
-    n: int = DEFAULT_N  # nodes kept (GetToC's hits; the BM25- and dense-only rankings' length)
-    max_calls: int = 10  # the reader's tool calls per question, its one GetToC included
-    ids_per_read: int = 1  # nodes per Read call: the reader reads (max_calls - 1) * ids_per_read nodes
-    max_chars: int = DEFAULT_MAX_CHARS  # characters of a node one Read returns (from offset 0)
-    chunks: int = 10  # chunks the plain-RAG baseline reads
-    retrieval: dict | None = None  # RetrievalParams fields overriding the index's recorded ones (sweeps)
+    # Each field but max_calls and retrieval is a flag of `ritrag eval` (its
+    # --max_calls is AgentSettings', which bounds the agent loop too).
+    k: int = option(DEFAULT_K, "chunks recalled per retriever")  # k'
+    n: int = option(DEFAULT_N, "nodes kept (GetToC hits, BM25- and dense-only rankings)")
+    # the reader's tool calls per question, its one GetToC included
+    max_calls: int = field(default=10, metadata={"cli": False})
+    # the reader reads (max_calls - 1) * ids_per_read nodes
+    ids_per_read: int = option(1, "nodes the deterministic reader asks per Read")
+    max_chars: int = option(DEFAULT_MAX_CHARS, "characters of a node one Read returns")  # from offset 0
+    chunks: int = option(10, "chunks the plain-RAG baseline reads")
+    # RetrievalParams fields overriding the index's recorded ones (sweeps)
+    retrieval: dict | None = field(default=None, metadata={"cli": False})
 
     def retrieval_params(self, index: RitragIndex) -> RetrievalParams:
-        return RetrievalParams.from_config(index.loaded.manifest.config, **(self.retrieval or {}))
+        return replace(index.params, **(self.retrieval or {}))  # the index's recorded ones, checked again
 
 
 @dataclass(frozen=True)
@@ -300,7 +306,7 @@ def evaluate(index: RitragIndex, questions: Sequence[Question], config: EvalConf
     latencies = [r["latency_ms"] for r in results]
     report = {
         "index": str(index.loaded.reader.layout.root), "version": index.version, "tokenizer": TOKENIZER,
-        "embedder": index.loaded.manifest.config["embedder"]["model"],
+        "embedder": index.loaded.manifest.settings.index.embedder.model,
         "config": asdict(config), "retrieval": asdict(config.retrieval_params(index)),
         "agent": _agent_config(agent), "systems": dict(SYSTEMS),
         "counts": {"questions": len(results), "scored": sum(r["scored"] for r in results),

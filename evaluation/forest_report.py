@@ -90,13 +90,14 @@ def forest_report(index_dir: str, version: str | None = None) -> dict:
             dead_by_site[_site_dir(row["source"])][row["reason"]] += 1
     for name, stats in link_statistics(reader, nodes).items():
         sites[name]["links"] = stats
-    for input_site, decided in (manifest.config.get("site_bases") or {}).items():
+    settings = manifest.settings
+    for input_site, decided in (settings.site_bases or {}).items():
         site = sites.get(decided["base"] or input_site)
         if site is not None:
             site["base"] = {**decided, "input": input_site}
     return {"index": index_dir, "version": manifest.version, "sites": dict(sorted(sites.items())),
-            "base_url": manifest.config.get("base_url"), "bases_recorded": "site_bases" in manifest.config,
-            "base_url_given": manifest.config.get("base_url_given"),
+            "base_url": settings.index.page_base_url, "bases_recorded": settings.site_bases is not None,
+            "base_url_given": settings.index.base_url is not None,
             "trail_cascade": trail_cascade(manifest.stats),
             "link_counters": {name: value for name, value in sorted((manifest.stats.get("pages") or {}).items())
                               if name.startswith(LINK_COUNTER_PREFIXES)},
@@ -105,7 +106,7 @@ def forest_report(index_dir: str, version: str | None = None) -> dict:
                             # not 0s: a PDF the model's headings cut leaves its parse's how at 0
                             if name.startswith(TOC_INDUCED_COUNTER_PREFIX) and value},
             "model_metadata": {"nodes": sum(s["model_metadata"] for s in sites.values()),
-                               "asked_of": manifest.config.get("metadata"),
+                               "asked_of": settings.index.model_steps.to_manifest().get("metadata"),
                                "counters": {name: value for name, value in sorted(
                                    (manifest.stats.get("pages") or {}).items()) if name.startswith("metadata_")}},
             "dead_letters": dict(dead), "dead_letters_by_source_dir": {k: dict(v) for k, v in dead_by_site.items()}}

@@ -34,6 +34,7 @@ from ritrag.pipelines.launcher import (BuildOptions, PublishOptions, check_page_
                                        required, run_pipeline)
 from ritrag.pipelines.options import JobFlags, JobOptionsError
 from ritrag.index_config import IndexConfig
+from ritrag.flags import from_arguments
 from ritrag.layout import BM25_STATS_FILE, DENSE_INFO_FILE, IndexLayout, SITE_BASES_FILE, new_manifest
 from ritrag.schema import EDGES_KIND
 from ritrag.storage import exists, open_read
@@ -78,8 +79,7 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
     opts = options.view_as(InputOptions)
     spec, representation, num_shards = config.embedder, config.representation, config.num_shards
     root, pattern = input_root_and_pattern(opts.input)
-    reader = PageParser(root, config.page_base_url, config.site_depth, opts.max_page_bytes,
-                        opts.follow_links_outside_input)
+    reader = from_arguments(PageParser, opts, root=root, base_url=config.page_base_url, site_depth=config.site_depth)
     readables = p | "ReadInput" >> ReadInput(pattern, reader)
     # Sites' public bases, from what their pages say of themselves: the parser that
     # keys pages under them is decided once and reaches parsing and node rows as a

@@ -25,7 +25,6 @@ from ritrag.pipelines.options import JobFlags
 from ritrag.layout import BM25_STATS_FILE, new_manifest
 from ritrag.reader import IndexReader, LiveFile
 from ritrag.storage import open_read
-from ritrag.representation import Representation
 from ritrag.schema import TABLES
 from ritrag.vectors import VectorShard
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainedIndex, WriteDenseIndex
@@ -52,11 +51,11 @@ def live_vectors(live_file: LiveFile) -> Iterable[tuple[int, np.ndarray]]:
 
 def compact_pipeline(p: beam.Pipeline, live: IndexReader, segment_dir: str) -> None:
     """Stages compute the live rows, postings and statistics; sinks write them, one segment into `segment_dir`."""
-    num_shards = live.manifest.config["num_shards"]
+    num_shards = live.manifest.settings.index.num_shards
     rows = {kind: (p | f"Live{kind.title()}" >> ReadLiveRows(live, kind)
                    | f"Strip{kind.title()}" >> beam.Map(without_file))
             for kind in TABLES}  # every table of the segment, rewritten
-    sparse = rows["chunks"] | "Sparse" >> BuildSparseIndex(Representation.from_config(live.manifest.config))
+    sparse = rows["chunks"] | "Sparse" >> BuildSparseIndex(live.manifest.settings.index.representation)
     vectors = (p
                | "VectorFiles" >> beam.Create(live.files("vectors"))
                | "LiveVectors" >> beam.FlatMap(live_vectors))
@@ -81,7 +80,7 @@ def run(argv: list[str] | None = None) -> str:
         run_pipeline(options, segment_dir, lambda p: compact_pipeline(p, live, segment_dir))
         with open_read(os.path.join(segment_dir, BM25_STATS_FILE)) as fh:
             bm25 = json.load(fh)
-        segment = layout.describe_segment(segment_id, live.manifest.config["num_shards"], {})
+        segment = layout.describe_segment(segment_id, live.manifest.settings.index.num_shards, {})
         manifest = new_manifest(layout, segments=[segment],
                                 stats={**live.manifest.stats, "bm25": bm25,
                                        "compact_seconds": round(time.time() - started, 1)},

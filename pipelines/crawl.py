@@ -102,11 +102,11 @@ class CrawlJobOptions(CrawlOptions, BuildOptions, PublishOptions):
 FLAGS: JobFlags = {CrawlOptions: None, BuildOptions: ("out",), PublishOptions: ("break_lock",)}
 
 
-def read_seeds(opts: CrawlJobOptions) -> tuple[list[str], list[dict]]:
+def read_seeds(job: CrawlJob) -> tuple[list[str], list[dict]]:
     """(clean seed URLs, bad_url CrawlDB rows of the malformed ones)."""
-    raw = list(opts.seed)
-    if opts.seeds:
-        with open_read(opts.seeds) as fh:
+    raw = list(job.seed)
+    if job.seeds:
+        with open_read(job.seeds) as fh:
             raw += [line.strip() for line in fh.read().decode("utf-8").splitlines()
                     if line.strip() and not line.lstrip().startswith("#")]
     seeds, bad = [], []
@@ -119,9 +119,9 @@ def read_seeds(opts: CrawlJobOptions) -> tuple[list[str], list[dict]]:
     return seeds, bad
 
 
-def crawl_config(opts: CrawlJobOptions, seeds: list[str]) -> CrawlConfig:
+def crawl_config(opts: CrawlJobOptions, job: CrawlJob, seeds: list[str]) -> CrawlConfig:
     return from_arguments(CrawlConfig, opts, policy=from_arguments(FetchPolicy, opts),
-                          scope=Scope.for_seeds(seeds, opts.include, opts.exclude))
+                          scope=Scope.for_seeds(seeds, job.include, job.exclude))
 
 
 def parquet_sink(prefix: str, schema, **kwargs) -> beam.io.WriteToParquet:
@@ -156,7 +156,7 @@ def accounting_mismatch(keyed: tuple[str, dict]) -> list[str]:
 
 def round_pipeline(p: beam.Pipeline, number: int, work: str, seed_targets: list[dict], previous_dir: str,
                    scheduled_before: int, config: CrawlConfig, robots: dict[str, RobotsRules], warc_dir: str,
-                   crawl_id: str, opts: CrawlJobOptions, round_urls: int | None = None) -> None:
+                   crawl_id: str, job: CrawlJob, round_urls: int | None = None) -> None:
     """One round: [generate] -> fetch grouped by host -> store per shard ->
     generate the next fetch list. Everything it produces goes to files under
     round_dir(work, number) and targets of the next round's directory.
@@ -175,7 +175,7 @@ def round_pipeline(p: beam.Pipeline, number: int, work: str, seed_targets: list[
         resting | "WriteResting" >> parquet_sink(resting_prefix(work), RESTING_SCHEMA, num_shards=1)
         candidates = (previous, p | "Seeds" >> beam.Create(seed_targets)) | "Candidates" >> beam.Flatten()
         targets = candidates | "GenerateFirst" >> Generate(p | "NoneScheduled" >> beam.Create([]),
-                                                           p | "Room" >> beam.Create([int(opts.max_pages)]))
+                                                           p | "Room" >> beam.Create([job.max_pages]))
         targets | "WriteTargets" >> parquet_sink(os.path.join(here, "targets"), CRAWL_TARGET_SCHEMA)
     else:
         targets = p | "ReadTargets" >> beam.io.ReadFromParquet(targets_pattern(work, number))
@@ -187,10 +187,10 @@ def round_pipeline(p: beam.Pipeline, number: int, work: str, seed_targets: list[
                | "FetchHost" >> beam.ParDo(FetchHostFn(config, robots)).with_outputs(LINKS, ROBOTS, main="outcomes"))
     rows = record_counts(fetched["outcomes"]
                          | "FetchProgress" >> LogProgress(f"round {number} fetch (URLs)", round_urls)
-                         | "KeyByShard" >> beam.Map(shard_key, opts.warc_shards)
+                         | "KeyByShard" >> beam.Map(shard_key, job.warc_shards)
                          | "GroupByShard" >> beam.GroupByKey()
                          | "Store" >> beam.ParDo(StoreShardFn(warc_dir, f"{crawl_id}-r{number:02d}", crawl_id,
-                                                              opts.warc_max_bytes)).with_outputs(COUNTS, main="rows")
+                                                              job.warc_max_bytes)).with_outputs(COUNTS, main="rows")
                          ).rows
     rows | "WriteRows" >> parquet_sink(os.path.join(here, "rows"), CRAWLDB_SCHEMA)
     ({"targets": targets | "TargetUrls" >> beam.Map(lambda r: (r["url"], 1)),
@@ -208,7 +208,7 @@ def round_pipeline(p: beam.Pipeline, number: int, work: str, seed_targets: list[
     scheduled = ((p | "EarlierTargets" >> beam.Create(earlier)
                   | "ReadEarlier" >> beam.io.ReadAllFromParquet(columns=["url"]),
                   targets, resting) | "Scheduled" >> beam.Flatten() | "ScheduledKeys" >> beam.Map(lambda r: crawl_key(r["url"])))
-    limit = opts.max_pages - scheduled_before
+    limit = job.max_pages - scheduled_before
     room = (targets | "CountTargets" >> beam.combiners.Count.Globally()
             | "NextRoom" >> beam.Map(lambda n: limit - n))
     (fetched[LINKS]
@@ -259,23 +259,24 @@ def run(argv: list[str] | None = None) -> dict[str, int]:
     standard = options.view_as(StandardOptions)
     if not standard.runner:
         standard.runner = "FnApiRunner"
-    seeds, bad_rows = read_seeds(opts)
-    previous_dir = opts.previous or opts.out
+    job = from_arguments(CrawlJob, opts)
+    seeds, bad_rows = read_seeds(job)
+    previous_dir = job.previous or opts.out
     scope_seeds = seeds or previous_seeds(previous_dir)
     if not scope_seeds:
         raise ValueError("no valid seed URL (give --seed URL or --seeds FILE)" +
                          (f"; {len(bad_rows)} malformed" if bad_rows else ""))
     make_dirs(opts.out)
     with IndexLease(IndexLayout(opts.out), "crawl", opts.break_lock):
-        return crawl(options, opts, seeds, bad_rows, previous_dir, crawl_config(opts, scope_seeds))
+        return crawl(options, job, opts.out, seeds, bad_rows, previous_dir, crawl_config(opts, job, scope_seeds))
 
 
-def crawl(options: PipelineOptions, opts: CrawlJobOptions, seeds: list[str], bad_rows: list[dict],
+def crawl(options: PipelineOptions, job: CrawlJob, out: str, seeds: list[str], bad_rows: list[dict],
           previous_dir: str, config: CrawlConfig) -> dict[str, int]:
-    """The rounds and the CrawlDB update, under the crawl directory's lease."""
+    """The rounds and the CrawlDB update into crawl directory `out`, under its lease."""
     crawl_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    warc_dir = os.path.join(opts.out, WARC_DIR)
-    work = os.path.join(opts.out, ROUNDS_DIR, crawl_id)
+    warc_dir = os.path.join(out, WARC_DIR)
+    work = os.path.join(out, ROUNDS_DIR, crawl_id)
     make_dirs(warc_dir)
     seed_targets = [target_record(CrawlTarget(s), "seed") for s in dict.fromkeys(seeds)]
     counts: Counter = Counter(f"{r['kind']}_{r['status']}" for r in bad_rows)
@@ -284,11 +285,11 @@ def crawl(options: PipelineOptions, opts: CrawlJobOptions, seeds: list[str], bad
     LOG.info("crawl %s: %d seeds, re-visiting %s, scope %s", crawl_id, len(seeds),
              crawldb_path(previous_dir) if exists(crawldb_path(previous_dir)) else "nothing",
              ", ".join(config.scope.prefixes))
-    for number in range(opts.max_rounds):
+    for number in range(job.max_rounds):
         here = round_dir(work, number)
         make_dirs(here)
         run_job(options, lambda p: round_pipeline(
-            p, number, work, seed_targets, previous_dir, scheduled, config, dict(robots), warc_dir, crawl_id, opts,
+            p, number, work, seed_targets, previous_dir, scheduled, config, dict(robots), warc_dir, crawl_id, job,
             upcoming))
         counts.update(read_counts(here))  # its CrawlDB rows by kind_status (StoreShardFn)
         check_round(here, number)
@@ -305,7 +306,7 @@ def crawl(options: PipelineOptions, opts: CrawlJobOptions, seeds: list[str], bad
                                         for batch in open_parquet(path).iter_batches(
                                             columns=["url", "kind", "status", "final_url"])
                                         for r in batch.to_pylist() if r["kind"] == "page"))
-    update_crawldb(options, previous_dir, opts.out, rows_patterns, bad_rows, hops)
+    update_crawldb(options, previous_dir, out, rows_patterns, bad_rows, hops)
     if dir_exists(work):
         remove_tree(work)
     pages = sum(n for k, n in counts.items() if k.startswith("page_"))

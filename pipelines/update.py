@@ -59,6 +59,7 @@ from ritrag.pipelines.launcher import (BuildOptions, IndexOptions, PublishOption
 from ritrag.pipelines.options import JobFlags, JobOptionsError, given_flags, merge_flags
 from ritrag.bm25 import corpus_stats
 from ritrag.embedder import check_backend_available, check_model_files
+from ritrag.flags import from_arguments
 from ritrag.index_config import MODEL_STEP_ENTRIES, IndexConfig, ModelSteps
 from ritrag.layout import BM25_STATS_FILE, IndexLayout, TOMBSTONES_FILE, new_manifest
 from ritrag.schema import EDGES_KIND
@@ -142,15 +143,15 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     and changed long PDFs without an outline are cut at the model's headings; with
     `metadata`, the new and changed pages' nodes are described by the model (cache first)."""
     opts = options.view_as(UpdateOptions)
-    config = IndexConfig.from_manifest(live.manifest.config)
+    config = live.manifest.settings.index
     spec, representation, num_shards = config.embedder, config.representation, config.num_shards
     check_backend_available(spec)  # before any work: new chunks must be embedded like the live ones
     check_model_files(spec)  # and by the same model folder, when the index names one
     chunker = Chunker(spec, representation)  # the build's chunking: new and changed nodes, re-placed ones
     root, pattern = input_root_and_pattern(opts.input)
     # The sites' public bases the build inferred (config.site_bases) key the pages as they did then.
-    parser = PageParser(root, config.page_base_url, config.site_depth, opts.max_page_bytes,
-                        opts.follow_links_outside_input).with_site_bases(live.manifest.config.get("site_bases"))
+    parser = from_arguments(PageParser, opts, root=root, base_url=config.page_base_url,
+                            site_depth=config.site_depth).with_site_bases(live.manifest.settings.site_bases)
     # Diff: unchanged pages keep their stored skeleton; new and changed ones are parsed.
     diff = p | "Diff" >> DiffInput(pattern, parser, live, opts.read_every_input)
     parsed = diff["parse"] | "ParseChanged" >> ParseChangedPages(parser)
@@ -235,7 +236,7 @@ def publish_update(layout: IndexLayout, live: IndexReader, segment_id: str, coun
     n_chunks = previous["n_chunks"] + delta["n_chunks"]
     n_terms = previous["n_terms"] + delta["n_terms"]
     bm25 = corpus_stats(n_chunks, n_terms)
-    segment = layout.describe_segment(segment_id, live.manifest.config["num_shards"], counts)
+    segment = layout.describe_segment(segment_id, live.manifest.settings.index.num_shards, counts)
     totals = {k: live.manifest.tombstones.get(k, 0) + n for k, n in tombstones.items()}
     manifest = new_manifest(
         layout, segments=[*live.manifest.segments, segment],
@@ -250,7 +251,7 @@ def run(argv: list[str] | None = None) -> str:
     """Run an incremental update; returns the published version name."""
     options = job_options(argv, FLAGS)
     opts = required(options, UpdateOptions, "input", "index")
-    live_config = IndexConfig.from_manifest(IndexLayout(opts.index).load_manifest().config)
+    live_config = IndexLayout(opts.index).load_manifest().settings.index
     refuse_reshaping(live_config, given_flags(sys.argv[1:] if argv is None else argv, FLAGS))
     steps = asked_steps(live_config.model_steps)  # the index's, with this ritrag's prompts
     refuse_a_silent_model_mismatch(steps, options.view_as(MetadataOptions).metadata_endpoint)

@@ -1,23 +1,30 @@
-"""What shapes an index, typed once: `IndexConfig`.
+"""What shapes an index, typed once: `IndexConfig`; a manifest's config, typed
+once: `ManifestConfig`.
 
 A build is made with an IndexConfig and records it in the manifest's config
-(`to_manifest`); an update reads the live index's back (`from_manifest`) and
-refuses a command line that asks for another (`changes_asked`): one index is
-made one way. The jobs' flags of these values are `INDEX_FLAGS`, one per
-value, made (ritrag.flags) from the metadata of the fields of IndexConfig and
-of its nested EmbedderSpec, Representation and ModelSteps, so a flag's
-default, help and choices are the config's own and a flag cannot drift from
-what it sets. No Beam here: the server reads configs too.
+(`to_manifest`); an update reads the live index's back (the manifest's
+`settings.index`) and refuses a command line that asks for another
+(`changes_asked`): one index is made one way. Every reader of a manifest's
+config reads its `ManifestConfig` (`Manifest.settings`, parsed as the manifest
+is read): the IndexConfig, and what the build found and recorded beside it
+(the dense index, BM25's parameters, the query-time defaults, the sites'
+bases), where a manifest older than an entry reads the default of its time.
+
+The jobs' flags of these values are `INDEX_FLAGS`, one per value, made
+(ritrag.flags) from the metadata of the fields of IndexConfig and of its
+nested EmbedderSpec, Representation and ModelSteps, so a flag's default, help
+and choices are the config's own and a flag cannot drift from what it sets.
+No Beam here: the server reads configs too.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ritrag.bm25 import BM25_PARAMETERS
 from ritrag.embedder import EmbedderSpec
 from ritrag.flags import Flag, flags_of, option
-from ritrag.representation import Representation, retrieval_defaults
+from ritrag.representation import DEFAULT_RETRIEVAL, Representation, retrieval_defaults
 
 # What the input directory stands for when neither --base_url nor a site's pages name a public URL.
 DEFAULT_BASE_URL = "http://localhost/"
@@ -119,7 +126,8 @@ class IndexConfig:
         return self.base_url or DEFAULT_BASE_URL
 
     def to_manifest(self, dense_info: Mapping[str, Any], site_bases: Mapping[str, dict]) -> dict[str, Any]:
-        """The manifest's config of an index built with this config, whose dense
+        """The manifest's config of an index built with this config (read back
+        typed by ManifestConfig.from_manifest), whose dense
         index the build described as `dense_info` and whose sites' public bases
         it decided as `site_bases` (per site as the input names it: the base its
         pages named, or why none; empty when --base_url was given)."""
@@ -137,23 +145,6 @@ class IndexConfig:
             "site_depth": self.site_depth,
             **self.model_steps.to_manifest(),
         }
-
-    @classmethod
-    def from_manifest(cls, config: Mapping[str, Any]) -> "IndexConfig":
-        """What an index was built with, from its manifest's config. A value a
-        manifest predates reads as what the builds of its time did: the base URL
-        as given (before sites' bases were inferred), the LEGACY representation,
-        the defaults of EmbedderSpec's newer fields."""
-        defaults = cls()
-        dense = config.get("dense", {})
-        return cls(base_url=config.get("base_url") if config.get("base_url_given", True) else None,
-                   site_depth=config.get("site_depth", defaults.site_depth),
-                   granularity=config.get("granularity", defaults.granularity),
-                   num_shards=config.get("num_shards", defaults.num_shards),
-                   embedder=EmbedderSpec.from_dict(config.get("embedder", {})),
-                   representation=Representation.from_config(config),
-                   dense_factory=dense.get("factory"), dense_nprobe=dense.get("nprobe"),
-                   dense_rerank=dense.get("rerank"), model_steps=ModelSteps.from_manifest(config))
 
     def with_flags(self, flags: Mapping[str, Any]) -> "IndexConfig":
         """This config with the values of `flags` (flag name -> parsed value) that
@@ -175,6 +166,94 @@ class IndexConfig:
         asked = self.with_flags(flags)
         return [f"--{flag.name} {flag.value(asked)!r} (the index has {flag.value(self)!r})"
                 for flag in INDEX_FLAGS if flag.value(asked) != flag.value(self)]
+
+
+@dataclasses.dataclass(frozen=True)
+class DenseSettings:
+    """The dense index a manifest records (config "dense", its build's
+    dense.json, transforms/dense.py dense_info): what it was trained with and
+    from, and how the server searches it."""
+
+    factory: str | None = None  # None: a manifest that predates it
+    # A manifest that predates them is searched as the server did then: 64
+    # lists probed, no re-ranking.
+    nprobe: int = 64
+    rerank: int = 1
+    dim: int | None = None  # the vectors' width (the embedder's "dimension")
+    n_vectors: int | None = None
+    train_sample: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Bm25Parameters:
+    """BM25's saturation and length normalization (config "bm25"): every index
+    records ritrag/bm25.py's; the server scores with the recorded ones."""
+
+    k1: float = BM25_PARAMETERS["k1"]
+    b: float = BM25_PARAMETERS["b"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ManifestConfig:
+    """A manifest's config, typed: parsed once, where the manifest is read
+    (`Manifest.settings`, ritrag/layout.py), every default of a manifest that
+    predates an entry applied here, in its section's class. What is written
+    stays `IndexConfig.to_manifest`'s dict (`Manifest.config`, the raw record)."""
+
+    index: IndexConfig  # what shaped the index: the build's choices, which an update keeps
+    dense: DenseSettings
+    bm25: Bm25Parameters
+    # The query-time defaults the build recorded (serving.retrieval.RetrievalParams
+    # fields, which that class checks), those of the representation where none
+    # are recorded, DEFAULT_RETRIEVAL's where one is missing.
+    retrieval: dict[str, Any]
+    # Each site's inferred public base as the input names it (`to_manifest`);
+    # None: a manifest from before bases were inferred.
+    site_bases: dict[str, dict] | None
+
+    @classmethod
+    def from_manifest(cls, config: Mapping[str, Any]) -> "ManifestConfig":
+        """The typed `config` (a manifest's). A value a manifest predates reads
+        as what the builds of its time did: the base URL as given (before
+        sites' bases were inferred), the LEGACY representation (and, before
+        node_doc_vectors was recorded, node documents embedded), the defaults
+        of EmbedderSpec's newer fields and of the dense and BM25 sections.
+        ValueError naming the section of a value of the wrong type or out of
+        its range."""
+        defaults = IndexConfig()
+        dense = _parsed("config.dense", lambda: DenseSettings(**_known(DenseSettings, config.get("dense", {}))))
+        representation = _parsed("config.representation", lambda: Representation.from_config(config))
+        embedder = _parsed("config.embedder", lambda: EmbedderSpec.from_dict(config.get("embedder", {})))
+        steps = _parsed("config.metadata or induce_toc", lambda: ModelSteps.from_manifest(config))
+        index = _parsed("config", lambda: IndexConfig(
+            base_url=config.get("base_url") if config.get("base_url_given", True) else None,
+            site_depth=config.get("site_depth", defaults.site_depth),
+            granularity=config.get("granularity", defaults.granularity),
+            num_shards=config.get("num_shards", defaults.num_shards), embedder=embedder,
+            representation=representation, dense_factory=dense.factory, dense_nprobe=dense.nprobe,
+            dense_rerank=dense.rerank, model_steps=steps))
+        bm25 = _parsed("config.bm25", lambda: Bm25Parameters(**_known(Bm25Parameters, config.get("bm25", {}))))
+        recorded = config.get("retrieval") or retrieval_defaults(representation)
+        return cls(index=index, dense=dense, bm25=bm25,
+                   retrieval={name: recorded.get(name, default) for name, default in DEFAULT_RETRIEVAL.items()},
+                   site_bases=config.get("site_bases"))
+
+
+def _known(cls: type, recorded: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of `recorded` that are fields of dataclass `cls` (a section
+    also records what no reader types, e.g. the dense index's metric)."""
+    return {f.name: recorded[f.name] for f in dataclasses.fields(cls) if f.name in recorded}
+
+
+def _parsed(where: str, parse: Callable[[], Any]) -> Any:
+    """`parse()`; a value it refuses (of the wrong type or range) or an entry it
+    misses as a ValueError that names `where`, the config's section."""
+    try:
+        return parse()
+    except KeyError as exc:
+        raise ValueError(f"{where}: no entry {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
 
 
 @dataclasses.dataclass(frozen=True)

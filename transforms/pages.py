@@ -41,6 +41,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from ritrag.flags import add_arguments, option
 from ritrag.ids import raw_hash
 from ritrag.layout import DEAD_LETTERS_FILE
 from ritrag.storage import is_remote
@@ -84,11 +85,7 @@ class InputOptions(PipelineOptions):
     def _add_argparse_args(cls, parser):
         parser.add_argument("--input", help=f"directory or glob of input files: {described_kinds()}, by content "
                                             "(any Beam filesystem)")
-        parser.add_argument("--max_page_bytes", type=int, default=20 * 1024 * 1024,
-                            help="a larger input file (or WARC record) is a dead letter (too_large)")
-        parser.add_argument("--follow_links_outside_input", action="store_true",
-                            help="index files whose real path (symbolic links resolved) lies outside the "
-                                 "input directory; by default they are dead letters (outside_input)")
+        add_arguments(parser, PageParser)  # how a page is read: PageParser's flags
 
 
 def input_root_and_pattern(spec: str) -> tuple[str, str]:
@@ -137,14 +134,20 @@ def real_path(path: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class PageParser:
-    """How a job turns one input file into a ParsedPage: the same in every pass."""
+    """How a job turns one input file into a ParsedPage: the same in every pass.
+    The fields a command line sets are InputOptions' flags; a job reads them
+    back with `from_arguments`, the rest (the index's) given."""
 
-    root: str
-    base_url: str
-    site_depth: int
-    max_page_bytes: int
-    follow_links_outside_input: bool = False
-    site_bases: tuple[tuple[str, str], ...] = ()  # (site as the input names it, its public base)
+    root: str = dataclasses.field(metadata={"cli": False})
+    base_url: str = dataclasses.field(metadata={"cli": False})
+    site_depth: int = dataclasses.field(metadata={"cli": False})
+    max_page_bytes: int = option(DEFAULT_MAX_BYTES, "a larger input file (or WARC record) is a dead letter "
+                                                    "(too_large)")
+    follow_links_outside_input: bool = option(False, "index files whose real path (symbolic links resolved) lies "
+                                                     "outside the input directory; by default they are dead "
+                                                     "letters (outside_input)")
+    # (site as the input names it, its public base)
+    site_bases: tuple[tuple[str, str], ...] = dataclasses.field(default=(), metadata={"cli": False})
 
     def refusal(self, path: str) -> DeadLetter | None:
         """Why the file at `path` must not be opened, as a dead letter; None when

@@ -218,7 +218,7 @@ def sample_pairs(reader: IndexReader, limit: int, seed: int, hard_negatives: boo
     """At most `limit` training pairs of the version `reader` reads (both kinds
     mixed by rank), each with a hard negative where `hard_negatives` and one
     is found. `representation` makes the paths (default: the index's own)."""
-    representation = representation or Representation.from_config(reader.manifest.config)
+    representation = representation or reader.manifest.settings.index.representation
     chunks = sample_chunks(reader, limit, seed)
     anchors = sample_anchors(reader, limit, seed)
     nodes = read_nodes(reader, {node for _, _, node in chunks} | {target for _, _, target in anchors})

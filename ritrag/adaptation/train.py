@@ -185,7 +185,7 @@ def _checked_out(out: str) -> str:
 
 def _base_model(reader: IndexReader, config: AdaptConfig) -> tuple[EmbedderSpec, str]:
     """(the index's embedder spec, the model to start from)."""
-    spec = EmbedderSpec.from_dict(reader.manifest.config["embedder"])
+    spec = reader.manifest.settings.index.embedder
     base = config.base_model or spec.model
     if base.startswith(HASHING_PREFIX):
         raise AdaptError(f"the index was embedded with {base}, a stand-in without weights; start from a model: "
