@@ -56,12 +56,6 @@ BM25_PARAMETERS = {"k1": 1.2, "b": 0.75}
 Scores = tuple[np.ndarray, np.ndarray]  # (rows, float32 scores): rows in no particular order, or best first after top_k
 
 
-def parameters(config: Mapping[str, Any]) -> tuple[float, float]:
-    """(k1, b): a manifest config's recorded values over the defaults."""
-    recorded = {**BM25_PARAMETERS, **config.get("bm25", {})}
-    return recorded["k1"], recorded["b"]
-
-
 def corpus_stats(n_chunks: int, n_terms: int) -> dict[str, Any]:
     """A segment's bm25.json: rows and terms indexed (signed in a delta)."""
     return {"n_chunks": n_chunks, "n_terms": n_terms, "avg_chunk_terms": (n_terms / n_chunks) if n_chunks else 0.0}

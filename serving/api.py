@@ -17,7 +17,7 @@ import numpy as np
 from ritrag.analyzer import analyze
 from ritrag.bm25 import DOC, top_k
 from ritrag.vectors import rerank_exact
-from ritrag.embedder import EmbedderSpec, ModelFilesError, check_backend_available, check_model_files
+from ritrag.embedder import ModelFilesError, check_backend_available, check_model_files
 from ritrag.encoders import QueryEmbedder
 from ritrag.layout import DamagedIndexError, MissingIndexError
 from ritrag.serving.errors import ToolError, checked_int, checked_text
@@ -96,10 +96,10 @@ class RitragIndex:
                  cache_dir: str | None = None):
         self.loaded = LoadedVersion(index_dir, version, cache_dir)
         try:
-            self.params = RetrievalParams.from_config(self.loaded.manifest.config)
+            self.params = RetrievalParams.recorded(self.loaded.manifest.settings.retrieval)
         except ValueError as exc:  # an unknown fusion, a zero rrf_k: the manifest's fault, not a bug
             raise DamagedIndexError(f"{index_dir}: the manifest's retrieval parameters: {exc}") from None
-        self._spec = EmbedderSpec.from_dict(self.loaded.manifest.config["embedder"])
+        self._spec = self.loaded.manifest.settings.index.embedder
         check_backend_available(self._spec)  # refused at load, not at the first query
         try:
             check_model_files(self._spec)  # an adapted model's folder: there, with the same weights

@@ -46,7 +46,7 @@ def load_dense_shards(reader: IndexReader) -> tuple[list, list, list[SegmentInde
     None when no later segment tombstoned any of its chunks); and the
     per-segment holders, which the caller keeps for as long as it searches the
     indexes."""
-    nprobe = int(reader.manifest.config.get("dense", {}).get("nprobe", 64))
+    nprobe = reader.manifest.settings.dense.nprobe
     files: dict[str, list] = {}
     for f in reader.files("dense"):
         files.setdefault(f.segment, []).append(f)

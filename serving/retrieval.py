@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ritrag.flags import option
-from ritrag.representation import DEFAULT_RETRIEVAL, Representation, retrieval_defaults
+from ritrag.representation import DEFAULT_RETRIEVAL
 from ritrag.serving.skeleton import Skeleton
 
 RRF_K = DEFAULT_RETRIEVAL["rrf_k"]
@@ -81,10 +81,9 @@ class RetrievalParams:
             raise ValueError("sparse_weight and dense_weight must not both be 0")
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], **overrides: Any) -> "RetrievalParams":
-        """The parameters a manifest's config records (those of its representation
-        when it records none), with `overrides` (None values ignored)."""
-        recorded = config.get("retrieval") or retrieval_defaults(Representation.from_config(config))
+    def recorded(cls, recorded: Mapping[str, Any], **overrides: Any) -> "RetrievalParams":
+        """The parameters a manifest records (`ManifestConfig.retrieval`, with its
+        defaults for older manifests), with `overrides` (None values ignored)."""
         known = {f.name for f in fields(cls)}
         return cls(**{**{k: v for k, v in recorded.items() if k in known},
                       **{k: v for k, v in overrides.items() if v is not None}})

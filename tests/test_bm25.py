@@ -11,7 +11,7 @@ import pytest
 
 from ritrag.analyzer import analyze
 from ritrag.bm25 import (ANCHORS, BM25_PARAMETERS, BODY, DOC, PRUNE_MIN_POSTINGS, Bm25, Field, ScoreAccumulators,
-                         corpus_stats, parameters, top_k)
+                         corpus_stats, top_k)
 from ritrag.representation import LEGACY
 from support import benchmark_module
 
@@ -217,7 +217,6 @@ def test_top_k_breaks_ties_by_row_or_by_the_rows_ids_also_at_the_kth_place():
 
 
 def test_parameters_are_the_manifests_over_the_defaults_and_stats_what_the_jobs_record():
-    assert parameters({}) == (1.2, 0.75) and parameters({"bm25": {"k1": 0.9}}) == (0.9, 0.75)
     assert corpus_stats(4, 10) == {"n_chunks": 4, "n_terms": 10, "avg_chunk_terms": 2.5}
     assert corpus_stats(0, 0)["avg_chunk_terms"] == 0.0
 

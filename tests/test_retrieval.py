@@ -2,6 +2,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from ritrag.index_config import ManifestConfig
 from ritrag.serving.skeleton import NodeRows, Skeleton
 from ritrag.serving.retrieval import (RetrievalParams, build_subforest, fuse, minmax_fusion, node_scores,
                                      reciprocal_rank_fusion, top_nodes, with_node_docs)
@@ -143,10 +144,13 @@ def test_weighted_rrf_and_node_scores_with_the_nodes_own_match():
 
 
 def test_retrieval_params_come_from_the_manifest_and_are_checked():
-    assert RetrievalParams.from_config({}).node_score == "max"  # an index without node documents
+    def recorded_in(config: dict) -> RetrievalParams:
+        return RetrievalParams.recorded(ManifestConfig.from_manifest(config).retrieval)
+
+    assert recorded_in({}).node_score == "max"  # an index without node documents
     recorded = {"representation": {"template": "{path}\\n{body}", "path_levels": 4, "node_docs": True},
                 "retrieval": {"rrf_k": 30, "node_score": "max+doc"}}
-    params = RetrievalParams.from_config(recorded, rrf_k=None, path_weight=2.0)
+    params = RetrievalParams.recorded(ManifestConfig.from_manifest(recorded).retrieval, rrf_k=None, path_weight=2.0)
     assert (params.rrf_k, params.path_weight, params.node_score) == (30, 2.0, "max+doc")
     with pytest.raises(ValueError):
         RetrievalParams(node_score="sum")
@@ -155,7 +159,7 @@ def test_retrieval_params_come_from_the_manifest_and_are_checked():
     with pytest.raises(ValueError):
         RetrievalParams(sparse_weight=0.0, dense_weight=0.0)
     # an index whose manifest predates the fusion parameter gets today's default fusion
-    assert RetrievalParams.from_config(recorded).fusion == "minmax"
+    assert recorded_in(recorded).fusion == "minmax"
 
 
 LOOKALIKE_BODY = [("Certificates", "Put the certificate and its private key in the configuration directory."),
