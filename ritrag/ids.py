@@ -78,19 +78,26 @@ def node_keys(ids: np.ndarray) -> np.ndarray:
     keys (a version's millions of ids are keyed at load)."""
     n, width = len(ids), ids.dtype.itemsize
     raw = np.ascontiguousarray(ids).view(np.uint8).reshape(n, width)
-    keys, short = np.zeros(n, np.uint64), np.zeros(n, np.uint64)
-    canonical = np.full(n, width >= NODE_ID_CHARS)
-    for column in range(min(width, NODE_ID_CHARS)):
-        digit = _DIGIT_OF[raw[:, column]]
-        canonical &= digit < 32
-        keys = (keys << np.uint64(5)) | (digit & np.uint8(31)).astype(np.uint64)
-    for column in range(SHORT_ID_BYTES):
-        byte = raw[:, column].astype(np.uint64) if column < width else np.zeros(n, np.uint64)
-        short = (short << np.uint64(8)) | byte
-    beyond = raw[:, NODE_ID_CHARS:].any(axis=1) if width > NODE_ID_CHARS else np.zeros(n, bool)
-    canonical &= ~beyond
-    fits_short = ~raw[:, SHORT_ID_BYTES:].any(axis=1) if width > SHORT_ID_BYTES else np.ones(n, bool)
-    return np.where(canonical, keys, np.where(fits_short, short | _SHORT, NO_NODE_KEY))
+    if width < NODE_ID_CHARS:  # padded with NULs, which are no digits
+        raw = np.pad(raw, ((0, 0), (0, NODE_ID_CHARS - width)))
+    digits = _DIGIT_OF[raw[:, :NODE_ID_CHARS]]
+    canonical = digits.max(axis=1) < 32
+    if width > NODE_ID_CHARS:
+        canonical &= ~raw[:, NODE_ID_CHARS:].any(axis=1)
+    digits &= np.uint8(31)
+    # The 5-bit digits packed two at a time, then three pairs, then the two
+    # 30-bit halves: a few passes over the ids, not one per digit.
+    pairs = (digits[:, 0::2].astype(np.uint16) << 5) | digits[:, 1::2]
+    halves = (pairs[:, 0::3].astype(np.uint32) << 20) | (pairs[:, 1::3].astype(np.uint32) << 10) | pairs[:, 2::3]
+    keys = (halves[:, 0].astype(np.uint64) << np.uint64(30)) | halves[:, 1]
+    other = np.flatnonzero(~canonical)  # short ids and ids that are none: few, or none
+    if len(other):
+        rest = raw[other]
+        short = np.zeros((len(other), 8), np.uint8)
+        short[:, 8 - SHORT_ID_BYTES:] = rest[:, :SHORT_ID_BYTES]
+        fits = ~rest[:, SHORT_ID_BYTES:].any(axis=1)
+        keys[other] = np.where(fits, short.view(">u8").reshape(-1).astype(np.uint64) | _SHORT, NO_NODE_KEY)
+    return keys
 
 
 def node_ids_of_keys(keys: np.ndarray) -> list[str]:

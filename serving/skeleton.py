@@ -145,7 +145,10 @@ def skeleton_columns(table: pa.Table | Mapping[str, pa.Array | pa.ChunkedArray])
     columns["parent_key"] = pa.array(parent_keys, pa.uint64())
     lists = _one_array(table["ancestor_ids"])
     offsets = lists.offsets.to_numpy()
-    values = node_keys(utf8_fixed_width(lists.flatten())) if offsets[-1] > offsets[0] else np.zeros(0, np.uint64)
+    # An ancestor is listed by every node below it: each distinct id keyed once.
+    ancestors = lists.flatten().dictionary_encode()
+    values = (node_keys(utf8_fixed_width(ancestors.dictionary))[ancestors.indices.to_numpy()]
+              if len(ancestors) else np.zeros(0, np.uint64))
     columns["ancestor_keys"] = pa.ListArray.from_arrays(pa.array(offsets - offsets[0], pa.int32()),
                                                          pa.array(values, pa.uint64()))
     return {name: columns[name] for name in HELD_COLUMNS if name in columns}
