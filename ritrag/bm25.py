@@ -240,6 +240,22 @@ class Accumulator:
         self._touched = []
 
 
+class _ReadOnce:
+    """`TermPostings` of one query: each term's postings read from `postings` once."""
+
+    def __init__(self, postings: TermPostings):
+        self._postings, self._read = postings, {}
+        self.chunk_length = postings.chunk_length
+
+    def of(self, term: str) -> tuple[np.ndarray, np.ndarray]:
+        if term not in self._read:
+            self._read[term] = self._postings.of(term)
+        return self._read[term]
+
+    def tf_at(self, term: str, rows: np.ndarray) -> np.ndarray:
+        return self._postings.tf_at(term, rows)
+
+
 class Bm25:
     """A loaded index's BM25: the postings, its fields (one, or one per row
     kind), and every row's length norm (each with its own field's mean
@@ -259,11 +275,12 @@ class Bm25:
             self._add_field(accumulator, terms, field)
             return accumulator.take()
 
-    def _add_field(self, accumulator: Accumulator, terms: Sequence[str], field: str) -> None:
+    def _add_field(self, accumulator: Accumulator, terms: Sequence[str], field: str,
+                   postings: TermPostings | None = None) -> None:
         """Add each query term's BM25 in `field`, term after term in query order."""
         f = self.fields[field]
         for term in self._weighted(terms, f):
-            accumulator.add(*self._term(term, f))
+            accumulator.add(*self._term(term, f, postings))
 
     def _weighted(self, terms: Sequence[str], f: Field) -> list[tuple[str, float, int]]:
         """(term, qtf x idf, df) of each distinct query term that some row of `f` holds, in query order."""
@@ -295,12 +312,13 @@ class Bm25:
             return self._top_k(partial, exact, terms, field, k, row_ids, additions)
 
     def _top_k(self, partial: Accumulator, exact: Accumulator, terms: Sequence[str], field: str, k: int,
-               row_ids: np.ndarray | None, additions: Sequence[Scores]) -> Scores:
+               row_ids: np.ndarray | None, additions: Sequence[Scores], postings: TermPostings | None = None
+               ) -> Scores:
         f = self.fields[field]
         query = self._weighted(terms, f)
         if sum(df for *_, df in query) < self.prune_min_postings:
             for term in query:
-                partial.add(*self._term(term, f))
+                partial.add(*self._term(term, f, postings))
             for rows, values in additions:
                 partial.add(rows, values)
             return top_k(partial.take(), k, row_ids)
@@ -313,7 +331,7 @@ class Bm25:
         for i in sorted(range(len(query)), key=lambda i: -bounds[i]):
             if left < threshold * (1 - BOUND_SLACK):
                 break
-            rows, contribution = self._term(query[i], f)
+            rows, contribution = self._term(query[i], f, postings)
             partial.add(rows, contribution)
             read[i] = rows, contribution
             left -= bounds[i]
@@ -350,10 +368,12 @@ class Bm25:
         partial.clear()
         return top_k(exact.take(), k, row_ids)
 
-    def _term(self, term: tuple[str, float, int], f: Field) -> tuple[np.ndarray, np.ndarray]:
-        """(rows ascending, float64 BM25) of one weighted query term's postings in field `f`."""
+    def _term(self, term: tuple[str, float, int], f: Field, postings: TermPostings | None = None
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """(rows ascending, float64 BM25) of one weighted query term's postings in
+        field `f`, read from `postings` (default: the index's)."""
         word, weight, _ = term
-        rows, tf = self.postings.of(word)
+        rows, tf = (postings or self.postings).of(word)
         if f.member is not None:
             keep = f.member[rows]
             rows, tf = rows[keep], tf[keep]
@@ -371,11 +391,13 @@ class Bm25:
         field, so a chunk gets at most one addition per field. The node
         fields are scored whole (their rows are one per node); the bodies
         through `top_k`."""
+        # A term's postings hold every kind of row: read once for the node fields and the bodies.
+        postings = _ReadOnce(self.postings)
         with self.accumulators.lend() as accumulator:
             own = {}
             for name, weight in weights.items():
                 if name in self.fields and weight > 0:
-                    self._add_field(accumulator, terms, name)
+                    self._add_field(accumulator, terms, name, postings)
                     own[name] = accumulator.take()
             indptr, node_rows = node_chunks
             additions = []
@@ -387,4 +409,4 @@ class Bm25:
                 additions.append((node_rows[starts + np.arange(counts.sum())].astype(np.int64),
                                   weights[name] * np.repeat(values[matched], counts)))
             with self.accumulators.lend() as exact:
-                return self._top_k(accumulator, exact, terms, "body", k, row_ids, additions), own
+                return self._top_k(accumulator, exact, terms, "body", k, row_ids, additions, postings), own
