@@ -5,7 +5,8 @@ baseline checkout, in one run.
         [--baseline_indexes INDEX ...]   # what the baseline serves instead (its writer's form of the corpus)
 
 For each index, one fresh process per code path and round (rounds alternate
-baseline and current, so both see the same machine load): the index is loaded
+baseline and current, each going first in every other round, so both see the
+same machine load and page cache): the index is loaded
 from `--cache_dir` (built by a first, untimed load of each code path), then
 GetToC runs with the query vector given (retrieval alone: BM25, dense search,
 fusion, sub-forest; no query embedding), queries being node titles drawn with
@@ -142,8 +143,10 @@ def main(argv: list[str] | None = None) -> None:
         for name, code in paths:  # build each path's cache, untimed
             run_worker(code, served[name], args.cache_dir, vectors_path, timed=False)
         runs: dict[str, list[dict]] = {name: [] for name, _ in paths}
-        for _ in range(args.rounds):
-            for name, code in paths:
+        for round_ in range(args.rounds):
+            # Who goes first alternates: the first process of a round finds the pages the
+            # other left in the page cache least, and the first round finds the fewest.
+            for name, code in (paths if round_ % 2 == 0 else paths[::-1]):
                 runs[name].append(run_worker(code, served[name], args.cache_dir, vectors_path, timed=True))
         for name, results in runs.items():
             seconds = [s for r in results for s in r["seconds"]]
