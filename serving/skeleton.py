@@ -4,9 +4,9 @@ positions, titles, optional summary and keywords, ancestors; Arrow), a row's
 parent and ancestors resolved to live rows as a query asks; `NodeRows` maps
 node ids to rows. Parent and ancestor ids are held as their node keys
 (ritrag.ids.node_keys, made once per node file decoded: `skeleton_columns`),
-so a query resolves them by integer search without converting a string. Rows are node positions in the version's files
-(ritrag.reader.RowPositions): rows that later segments replaced stay, but no
-id maps to them.
+so a query resolves them by integer search without converting a string.
+Rows are node positions in the version's files (ritrag.reader.RowPositions):
+rows that later segments replaced stay, but no id maps to them.
 """
 from __future__ import annotations
 
@@ -137,7 +137,8 @@ def skeleton_columns(table: pa.Table | Mapping[str, pa.Array | pa.ChunkedArray])
     no key stands for is refused (ValueError)."""
     present = set(table.column_names if isinstance(table, pa.Table) else table)
     # (a hand-made skeleton, in tests, may leave out the text columns)
-    columns = {name: _one_array(table[name]) for name in SKELETON_COLUMNS if name in HELD_COLUMNS and name in present}
+    columns = {name: _one_array(table[name]) for name in SKELETON_COLUMNS
+               if name in HELD_COLUMNS and name in present}
     columns["node_key"] = pa.array(_held_keys(utf8_fixed_width(columns["node_id"])), pa.uint64())
     parents = pc.fill_null(_one_array(table["parent_id"]), "")
     parent_keys = node_keys(utf8_fixed_width(parents))
