@@ -358,7 +358,7 @@ class Bm25:
             else:
                 if candidates is None:
                     candidates = np.sort(touched[partial.scores[touched] > 0])
-                tf = self.postings.tf_at(term, candidates)
+                tf = (postings or self.postings).tf_at(term, candidates)
                 hit = np.flatnonzero(tf)
                 tf = tf[hit]
                 exact.add(candidates[hit], weight * tf * (self.k1 + 1.0) / (tf + self.norm[candidates[hit]]))
