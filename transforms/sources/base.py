@@ -51,9 +51,12 @@ def served_as_html(suffixes: tuple[str, ...]) -> Callable[[str], str | None]:
     """The URL rule of a document a static-site generator renders: `guide/setup.md`
     -> `guide/setup.html`; `index.*` and `README.*` -> `index.html`, the folder's URL."""
     def url_path(relative: str) -> str | None:
+        # the suffix test first, without splitting: an update asks it of every input file's path
+        if not relative.lower().endswith(suffixes):
+            return None
         folder, name = posixpath.split(relative)
         stem, suffix = posixpath.splitext(name)
-        if suffix.lower() not in suffixes:
+        if suffix.lower() not in suffixes:  # `.md` alone is a hidden file, no suffix (splitext)
             return None
         return posixpath.join(folder, "index.html" if stem.lower() in ("index", "readme") else stem + ".html")
     return url_path
@@ -62,6 +65,8 @@ def served_as_html(suffixes: tuple[str, ...]) -> Callable[[str], str | None]:
 def served_without(suffix: str) -> Callable[[str], str | None]:
     """The URL rule of a file served without its suffix (`t/welcome.json` -> `t/welcome`)."""
     def url_path(relative: str) -> str | None:
+        if not relative.lower().endswith(suffix):  # as served_as_html's, before splitting
+            return None
         folder, name = posixpath.split(relative)
         stem, found = posixpath.splitext(name)
         return posixpath.join(folder, stem) if found.lower() == suffix else None
