@@ -386,13 +386,16 @@ class TableSpec:
     tombstones name; ritrag.ids.shard_of) and sorted on `sort_keys` within a
     shard; `added` holds the columns it gained after its format began, with the
     value rows of older files read as (an index built before them can still be
-    updated, compacted and inspected, its old rows saying "unknown")."""
+    updated, compacted and inspected, its old rows saying "unknown").
+    `record` is the typed record its rows are written from (`table_record`),
+    None for a table written from dicts."""
 
     kind: str
     schema: pa.Schema
     id_column: str
     sort_keys: tuple[str, ...]
     added: dict = field(default_factory=dict)
+    record: type | None = None
 
 
 EDGES_KIND = "edges"  # the resolved links of the segment's pages
@@ -401,8 +404,8 @@ TABLES = {spec.kind: spec for spec in (
     TableSpec("pages", PAGES_SCHEMA, "url", ("url",), {"source_kind": "", "links": [], "links_navigation": 0,
                                                        "source_stamp": ""}),
     TableSpec("nodes", NODES_SCHEMA, "node_id", ("node_id",),
-              {"source_kind": "", "source_summary": "", "source_keywords": [], "metadata_key": ""}),
-    TableSpec("chunks", CHUNKS_SCHEMA, "chunk_id", ("chunk_id",)),
+              {"source_kind": "", "source_summary": "", "source_keywords": [], "metadata_key": ""}, NodeRow),
+    TableSpec("chunks", CHUNKS_SCHEMA, "chunk_id", ("chunk_id",), record=ChunkRow),
     # An edges row is live unless its source was tombstoned.
     TableSpec(EDGES_KIND, EDGES_SCHEMA, "source_node_id", ("source_node_id", "position")),
 )}

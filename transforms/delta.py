@@ -334,7 +334,7 @@ def removed_chunk_terms(file_and_ids: tuple[str, Iterable[int]], representation:
                         ) -> Iterable[ChunkTerms]:
     path, ids = file_and_ids
     for chunk_id, row in read_rows_by_id(path, "chunk_id", sorted(set(ids)), ["text", "ordinal"]).items():
-        yield chunk_terms({"chunk_id": chunk_id, **row}, representation)
+        yield chunk_terms(chunk_id, row["ordinal"], row["text"], representation)
 
 
 def write_tombstones(out_dir: str, dead: list[tuple[str, object]]) -> None:
