@@ -206,9 +206,9 @@ def test_forest_stage_gives_node_and_pages_rows_keyed_as_the_parser_keys_them(tm
             "shop/v3/config.html", "shop/v3/logging.html", "shop/v3/guide/deploy.html"])
 
     def node_rows(rows):
-        page_rows = [r for r in rows if r["page_id"] == r["node_id"]]  # the pages indexed
-        assert len(page_rows) == 7 and all(r["url"].startswith(base) for r in page_rows)
-        assert any(r["kind"] == "section" and r["title"] == "Ports" for r in rows)
+        page_rows = [r for r in rows if r.page_id == r.node_id]  # the pages indexed
+        assert len(page_rows) == 7 and all(r.url.startswith(base) for r in page_rows)
+        assert any(r.kind == "section" and r.title == "Ports" for r in rows)
 
     p, parsed, forest = forest_of(tiny_site, with_public_base)
     with p:
