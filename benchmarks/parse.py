@@ -103,7 +103,7 @@ def pipeline_stages(pages: list[tuple[str, bytes]], count, limit: int, additive:
                 rows = chunk_rows(placement.node_id, placement.node_id, page.title, page.body, count, limit, additive)
                 chunks += len(rows)
                 if token_counts is not None:
-                    token_counts.extend(row["n_tokens"] for row in rows)
+                    token_counts.extend(row.n_tokens for row in rows)
     return chunks
 
 

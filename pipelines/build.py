@@ -40,7 +40,7 @@ from ritrag.schema import EDGES_KIND
 from ritrag.storage import exists, open_read
 from ritrag.transforms.chunk import ChunkNodesFn, Chunker
 from ritrag.transforms.counts import WriteCounts
-from ritrag.transforms.edges import EDGE_COUNTERS, AnchorDocuments, ResolveEdges
+from ritrag.transforms.edges import EDGE_COUNTERS, AnchorDocuments, ResolveEdges, link_target
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainDenseIndex, WriteDenseIndex
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
 from ritrag.transforms.metadata.enrich import METADATA_COUNTERS, EnrichNodeMetadata, MetadataOptions, MetadataPlan
@@ -112,18 +112,19 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
                    | "ChunkProgress" >> LogProgress("chunk (chunks)"))
     # Edges: the indexed pages' links resolved to nodes; the anchor texts of each
     # node's in-links become its anchor document, a chunks-table row BM25 indexes.
-    edges = forest[LINKS_OUTPUT] | "Edges" >> ResolveEdges(nodes)
+    targets = nodes | "LinkTargets" >> beam.Map(link_target)
+    edges = forest[LINKS_OUTPUT] | "Edges" >> ResolveEdges(targets)
     chunks = node_chunks
     if representation.anchor_docs:
-        anchor_docs = edges | "AnchorDocuments" >> AnchorDocuments(nodes, spec)
+        anchor_docs = edges | "AnchorDocuments" >> AnchorDocuments(targets, spec)
         chunks = (node_chunks, anchor_docs) | "ChunksAndAnchorDocs" >> beam.Flatten()
     # Sparse: BM25 postings and global statistics.
     sparse = chunks | "Sparse" >> BuildSparseIndex(representation)
     # Dense: the model's vectors of the rows the representation embeds (chunks; node
     # documents only with node_doc_vectors; anchor documents never) -> the trained index.
     vectors = (node_chunks
-               | "Embedded" >> beam.Filter(lambda c: representation.embeds(c["ordinal"]))
-               | "ChunkTexts" >> beam.Map(lambda c: (c["chunk_id"], c["embedded_text"]))
+               | "Embedded" >> beam.Filter(lambda c: representation.embeds(c.ordinal))
+               | "ChunkTexts" >> beam.Map(lambda c: (c.chunk_id, c.embedded_text))
                | "Embed" >> EmbedChunks.from_options(spec, options)
                | "EmbedProgress" >> LogProgress("embed (chunks)"))
     trained = vectors | "TrainDense" >> TrainDenseIndex(config.dense_factory, config.dense_nprobe,

@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import time
-from typing import Iterable
+from typing import Any, Iterable
 
 import apache_beam as beam
 import numpy as np
@@ -25,7 +25,8 @@ from ritrag.pipelines.options import JobFlags
 from ritrag.layout import BM25_STATS_FILE, new_manifest
 from ritrag.reader import IndexReader, LiveFile
 from ritrag.storage import open_read
-from ritrag.schema import TABLES
+from ritrag.schema import TABLES, TableSpec
+from ritrag.transforms import records  # noqa: F401  (the records' RowCoder)
 from ritrag.vectors import VectorShard
 from ritrag.transforms.dense import TRAINED, VECTORS, TrainedIndex, WriteDenseIndex
 from ritrag.transforms.serving_files import WriteServingForm
@@ -36,8 +37,16 @@ LOG = logging.getLogger("ritrag.compact")
 FLAGS: JobFlags = {IndexOptions: None, PublishOptions: None}
 
 
-def without_file(row: dict) -> dict:
-    return {k: v for k, v in row.items() if k != "_file"}
+def table_row(row: dict, spec: TableSpec) -> Any:
+    """A live row read back as its table is written from: the table's typed
+    record (a chunk's `embedded_text` is "": compaction embeds nothing, its
+    vectors are the stored ones), else a dict of its columns; the reader's
+    `_file` dropped either way."""
+    columns = {name: row[name] for name in spec.schema.names}
+    if spec.record is None:
+        return columns
+    extra = {name: "" for name in spec.record._fields[len(spec.schema):]}
+    return spec.record(**columns, **extra)
 
 
 def live_vectors(live_file: LiveFile) -> Iterable[tuple[int, np.ndarray]]:
@@ -53,8 +62,8 @@ def compact_pipeline(p: beam.Pipeline, live: IndexReader, segment_dir: str) -> N
     """Stages compute the live rows, postings and statistics; sinks write them, one segment into `segment_dir`."""
     num_shards = live.manifest.settings.index.num_shards
     rows = {kind: (p | f"Live{kind.title()}" >> ReadLiveRows(live, kind)
-                   | f"Strip{kind.title()}" >> beam.Map(without_file))
-            for kind in TABLES}  # every table of the segment, rewritten
+                   | f"Strip{kind.title()}" >> beam.Map(table_row, spec).with_output_types(spec.record or dict))
+            for kind, spec in TABLES.items()}  # every table of the segment, rewritten
     sparse = rows["chunks"] | "Sparse" >> BuildSparseIndex(live.manifest.settings.index.representation)
     vectors = (p
                | "VectorFiles" >> beam.Create(live.files("vectors"))

@@ -182,7 +182,7 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     if metadata is not None:
         planned = planned | "EnrichNodeMetadata" >> EnrichNodeMetadata(metadata, os.path.basename(segment_dir),
                                                                           toc_spent)
-    changed = planned | "ChunkRows" >> ChunkRows(chunker)
+    changed = planned | "ChunkRows" >> ChunkRows(chunker, delta[UpdatePagesFn.OLD_CHUNKS])
     nodes = (changed["nodes"], replaced["nodes"]) | "AllNodes" >> beam.Flatten()
     # Links: the edges of the sources whose edges changed; the anchor documents of
     # the nodes whose in-links changed.

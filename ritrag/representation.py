@@ -53,6 +53,7 @@ import string
 from typing import Any, Callable, Mapping, Sequence
 
 from ritrag.flags import option
+from ritrag.schema import NodeRow
 
 NODE_DOC_ORDINAL = -1  # the chunks-table ordinal of a node's own document
 ANCHOR_DOC_ORDINAL = -2  # the chunks-table ordinal of a node's in-link anchor texts (never embedded)
@@ -145,35 +146,35 @@ class Representation:
             levels = head + levels[len(levels) - self.path_levels + len(head):]
         return PATH_SEPARATOR.join(levels)
 
-    def render(self, node: Mapping[str, Any], body: str) -> str:
-        """The embedded text of a chunk of `node` (a node row) holding paragraphs `body`."""
+    def render(self, node: NodeRow, body: str) -> str:
+        """The embedded text of a chunk of `node` holding paragraphs `body`."""
         return self.renderer(node)(body)
 
-    def renderer(self, node: Mapping[str, Any]) -> Callable[[str], str]:
+    def renderer(self, node: NodeRow) -> Callable[[str], str]:
         """`render` for the chunks of one node, its path worked out once."""
-        path, title = self.path(node["title"], node["ancestor_titles"]), node["title"].strip()
+        path, title = self.path(node.title, node.ancestor_titles), node.title.strip()
         return lambda body: self.template.format(path=path, title=title, body=body).strip()
 
-    def node_doc(self, node: Mapping[str, Any]) -> str:
+    def node_doc(self, node: NodeRow) -> str:
         """The text of a node's own document: its path, summary and keywords
         (its source's, not the model's, when `metadata_retrieval` is off)."""
-        source = not self.metadata_retrieval and node.get("metadata_key")
-        summary, keywords = (("source_summary", "source_keywords") if source else ("summary", "keywords"))
-        parts = [self.path(node["title"], node["ancestor_titles"]), (node.get(summary) or "").strip(),
-                 ", ".join(k.strip() for k in node.get(keywords) or () if k.strip())]
+        source = not self.metadata_retrieval and node.metadata_key
+        summary, keywords = ((node.source_summary, node.source_keywords) if source else (node.summary, node.keywords))
+        parts = [self.path(node.title, node.ancestor_titles), summary.strip(),
+                 ", ".join(k.strip() for k in keywords if k.strip())]
         return "\n".join(p for p in parts if p)
 
-    def node_inputs(self, node: Mapping[str, Any]) -> tuple[str, str]:
+    def node_inputs(self, node: NodeRow) -> tuple[str, str]:
         """What of a node row its chunks' and document's indexed texts depend on,
         besides its body: when this changes, the node is chunked again."""
         return self.render(node, ""), self.node_doc(node) if self.node_docs else ""
 
-    def bm25_text(self, chunk: Mapping[str, Any]) -> str:
-        """What BM25 indexes of a chunks-table row: a node or anchor document
-        whole; a chunk's body (its stored text less the title line) when node
-        documents carry the path, else its whole stored text."""
-        text = chunk["text"]
-        if not self.node_docs or chunk["ordinal"] < 0:
+    def bm25_text(self, text: str, ordinal: int) -> str:
+        """What BM25 indexes of a chunks-table row of stored `text` and
+        `ordinal`: a node or anchor document whole; a chunk's body (its stored
+        text less the title line) when node documents carry the path, else its
+        whole stored text."""
+        if not self.node_docs or ordinal < 0:
             return text
         _, _, body = text.partition("\n")
         return body

@@ -1,14 +1,18 @@
 """The one definition of every record that crosses a module boundary.
 
 In-pipeline records are frozen dataclasses (small, picklable by Beam's coders);
-table rows are plain dicts whose columns are fixed by the Arrow schemas below,
-which are also the on-disk Parquet schemas of the index.
+the Arrow schemas below are the on-disk Parquet schemas of the index. Node and
+chunk rows are typed records made from their schemas (`NodeRow`, `ChunkRow`:
+NamedTuples; ritrag/transforms/records.py gives them Beam's RowCoder); the
+other tables' rows are plain dicts whose columns their schemas fix.
 """
 from __future__ import annotations
 
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Optional, Sequence
+
 
 import pyarrow as pa
 
@@ -295,6 +299,42 @@ CHUNKS_SCHEMA = pa.schema(
     ]
 )
 
+
+def _python_type(arrow_field: pa.Field) -> Any:
+    """The Python type of a record field holding `arrow_field`'s values."""
+    arrow_type = arrow_field.type
+    if pa.types.is_string(arrow_type):
+        python_type = str
+    elif pa.types.is_integer(arrow_type):
+        python_type = int
+    elif pa.types.is_list(arrow_type) and pa.types.is_string(arrow_type.value_type):
+        python_type = Sequence[str]
+    else:
+        raise TypeError(f"no record field type for {arrow_field}")
+    return Optional[python_type] if arrow_field.nullable else python_type
+
+
+def table_record(name: str, schema: pa.Schema, extra: Sequence[tuple[str, type]] = ()) -> type:
+    """A NamedTuple of `schema`'s columns, in order, then the `extra` fields
+    (in-pipeline data that is no column: a table sink writes the schema's
+    columns only). Made from the schema so that the columns are defined once,
+    by the on-disk format. A NamedTuple rather than a dataclass: Beam infers
+    its schema, so it encodes one field by field (RowCoder) and checks the
+    element types declared on transforms against it when a pipeline is built."""
+    record = NamedTuple(name, [(f.name, _python_type(f)) for f in schema] + list(extra))
+    record.__module__ = __name__  # pickled by reference: ritrag.schema.<name>
+    return record
+
+
+# A NODES_SCHEMA row: what the forest, the metadata stage and the update emit per
+# node, and what the chunker and the nodes table read. List columns hold lists.
+NodeRow = table_record("NodeRow", NODES_SCHEMA)
+# A CHUNKS_SCHEMA row, and `embedded_text`: what the model embeds of it (the
+# representation's rendering of the chunk, ritrag/representation.py; "" for an
+# anchor document, never embedded). It is no column: the stored text and its
+# hash are, and the embed stages read it here rather than render the chunk again.
+ChunkRow = table_record("ChunkRow", CHUNKS_SCHEMA, extra=[("embedded_text", str)])
+
 CRUMB_TYPE = pa.struct([pa.field("title", pa.string()), pa.field("url", pa.string())])
 # A page's Link, its position being its place in the list.
 LINK_TYPE = pa.struct([pa.field("url", pa.string(), nullable=False), pa.field("fragment", pa.string(), nullable=False),
@@ -346,13 +386,16 @@ class TableSpec:
     tombstones name; ritrag.ids.shard_of) and sorted on `sort_keys` within a
     shard; `added` holds the columns it gained after its format began, with the
     value rows of older files read as (an index built before them can still be
-    updated, compacted and inspected, its old rows saying "unknown")."""
+    updated, compacted and inspected, its old rows saying "unknown").
+    `record` is the typed record its rows are written from (`table_record`),
+    None for a table written from dicts."""
 
     kind: str
     schema: pa.Schema
     id_column: str
     sort_keys: tuple[str, ...]
     added: dict = field(default_factory=dict)
+    record: type | None = None
 
 
 EDGES_KIND = "edges"  # the resolved links of the segment's pages
@@ -361,8 +404,8 @@ TABLES = {spec.kind: spec for spec in (
     TableSpec("pages", PAGES_SCHEMA, "url", ("url",), {"source_kind": "", "links": [], "links_navigation": 0,
                                                        "source_stamp": ""}),
     TableSpec("nodes", NODES_SCHEMA, "node_id", ("node_id",),
-              {"source_kind": "", "source_summary": "", "source_keywords": [], "metadata_key": ""}),
-    TableSpec("chunks", CHUNKS_SCHEMA, "chunk_id", ("chunk_id",)),
+              {"source_kind": "", "source_summary": "", "source_keywords": [], "metadata_key": ""}, NodeRow),
+    TableSpec("chunks", CHUNKS_SCHEMA, "chunk_id", ("chunk_id",), record=ChunkRow),
     # An edges row is live unless its source was tombstoned.
     TableSpec(EDGES_KIND, EDGES_SCHEMA, "source_node_id", ("source_node_id", "position")),
 )}

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ritrag.reader import ID_COLUMNS, IndexReader
+from ritrag.schema import ChunkRow, NodeRow
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample" / "pages"
@@ -122,3 +123,19 @@ def benchmark_module(name: str):
         sys.modules[qualified] = module  # dataclasses look their module up while the file runs
         spec.loader.exec_module(module)
     return sys.modules[qualified]
+
+
+def node_row(**fields) -> NodeRow:
+    """A node row of a page node at a site's root, but for `fields`."""
+    defaults = dict(node_id="n", parent_id=None, page_id=None, site="", kind="page", position=0, depth=0, title="",
+                    url=None, ancestor_ids=[], ancestor_titles=[], body="", summary="", keywords=[],
+                    source_summary="", source_keywords=[], metadata_key="", content_hash="", trail_method="",
+                    source_kind="")
+    return NodeRow(**{**defaults, **fields})
+
+
+def chunk_row(**fields) -> ChunkRow:
+    """A chunk row (ordinal 0 of node "n"), but for `fields`."""
+    defaults = dict(chunk_id=1, node_id="n", page_id="n", ordinal=0, text="", text_hash="", n_tokens=0,
+                    embedded_text="")
+    return ChunkRow(**{**defaults, **fields})

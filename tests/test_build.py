@@ -267,12 +267,12 @@ def test_a_page_changed_between_the_two_reads_is_dead_lettered_not_lost(tiny_sit
         return tagged
 
     unchanged = outputs()
-    assert [r["body"] for r in unchanged["nodes"]] == [page.body] and len(unchanged[PAGES_OUTPUT]) == 1
+    assert [r.body for r in unchanged["nodes"]] == [page.body] and len(unchanged[PAGES_OUTPUT]) == 1
     with open(path, "ab") as fh:
         fh.write(b"<p>edited while the build ran</p>")
     changed = outputs()
     assert [d.reason for d in changed[DEAD]] == ["changed_during_build"]
-    assert PAGES_OUTPUT not in changed and [r["body"] for r in changed["nodes"]] == [""]
+    assert PAGES_OUTPUT not in changed and [r.body for r in changed["nodes"]] == [""]
 
 
 def test_progress_lines_give_count_rate_eta_and_memory():

@@ -9,6 +9,7 @@ from ritrag.representation import ANCHOR_DOC_ORDINAL, LEGACY, NODE_DOC_ORDINAL, 
 from ritrag.transforms.chunk import (chunk_rows, chunk_text, counted_chunks, counts_add_up, node_chunk_rows,
                               tokenizer_counter, word_counter)
 from ritrag.transforms.parse import parse_page
+from support import node_row
 
 SAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample", "pages")
 
@@ -106,16 +107,16 @@ def test_byte_level_tokenizers_are_not_trusted_to_add_up():
 def test_chunk_ids_are_deterministic_and_text_sensitive():
     rows = chunk_rows("node1", "page1", "T", "one.\n\ntwo.", words, 100)
     assert rows == chunk_rows("node1", "page1", "T", "one.\n\ntwo.", words, 100)
-    assert rows[0]["chunk_id"] == chunk_id_for("node1", 0, rows[0]["text"])
-    assert 0 <= rows[0]["chunk_id"] < 2 ** 63
-    assert chunk_rows("node1", "page1", "T", "one!\n\ntwo.", words, 100)[0]["chunk_id"] != rows[0]["chunk_id"]
-    assert {r["node_id"] for r in rows} == {"node1"}
+    assert rows[0].chunk_id == chunk_id_for("node1", 0, rows[0].text)
+    assert 0 <= rows[0].chunk_id < 2 ** 63
+    assert chunk_rows("node1", "page1", "T", "one!\n\ntwo.", words, 100)[0].chunk_id != rows[0].chunk_id
+    assert {r.node_id for r in rows} == {"node1"}
 
 
 # --- the representation (ritrag/representation.py) -------------------------------------------------------------
 
-NODE = {"node_id": "n1", "page_id": "n1", "title": "Configuring SSL", "body": "Set the key.\n\nSet the cert.",
-        "ancestor_titles": ["Alpha Server", "Admin Guide", "Security"], "summary": "TLS setup", "keywords": ["tls"]}
+NODE = node_row(node_id="n1", page_id="n1", title="Configuring SSL", body="Set the key.\n\nSet the cert.",
+                ancestor_titles=["Alpha Server", "Admin Guide", "Security"], summary="TLS setup", keywords=["tls"])
 
 
 def test_path_keeps_the_root_and_the_last_levels():
@@ -136,32 +137,32 @@ def test_template_must_hold_the_body_and_known_fields_only():
 def test_embedded_text_states_the_path_once_and_the_stored_text_stays_the_page_text():
     rows = node_chunk_rows(NODE, Representation(), words, 100)
     doc, chunk = rows
-    assert doc["ordinal"] == NODE_DOC_ORDINAL
-    assert doc["text"] == "Alpha Server > Admin Guide > Security > Configuring SSL\nTLS setup\ntls"
-    assert chunk["text"] == "Configuring SSL\nSet the key.\nSet the cert."
+    assert doc.ordinal == NODE_DOC_ORDINAL
+    assert doc.text == "Alpha Server > Admin Guide > Security > Configuring SSL\nTLS setup\ntls"
+    assert chunk.text == "Configuring SSL\nSet the key.\nSet the cert."
     path = "Alpha Server > Admin Guide > Security > Configuring SSL"
-    assert chunk["embedded_text"] == f"{path}\nSet the key.\nSet the cert."
-    assert chunk["embedded_text"].count("Configuring SSL") == 1
-    assert chunk["text_hash"] == content_hash(chunk["embedded_text"])
+    assert chunk.embedded_text == f"{path}\nSet the key.\nSet the cert."
+    assert chunk.embedded_text.count("Configuring SSL") == 1
+    assert chunk.text_hash == content_hash(chunk.embedded_text)
     # BM25 indexes the body of a chunk (the path lives in the node document) and the document whole.
-    assert Representation().bm25_text(chunk) == "Set the key.\nSet the cert."
-    assert Representation().bm25_text(doc) == doc["text"]
+    assert Representation().bm25_text(chunk.text, chunk.ordinal) == "Set the key.\nSet the cert."
+    assert Representation().bm25_text(doc.text, doc.ordinal) == doc.text
 
 
 def test_a_chunk_under_another_path_is_another_chunk():
-    moved = {**NODE, "ancestor_titles": ["Beta Server", "Admin Guide", "Security"]}
+    moved = NODE._replace(ancestor_titles=["Beta Server", "Admin Guide", "Security"])
     here = node_chunk_rows(NODE, Representation(), words, 100)
     there = node_chunk_rows(moved, Representation(), words, 100)
-    assert here[1]["text"] == there[1]["text"] and here[1]["chunk_id"] != there[1]["chunk_id"]
+    assert here[1].text == there[1].text and here[1].chunk_id != there[1].chunk_id
     assert Representation().node_inputs(NODE) != Representation().node_inputs(moved)
     assert LEGACY.node_inputs(NODE) == LEGACY.node_inputs(moved)  # the legacy form ignores the path
 
 
 def test_legacy_representation_is_what_builds_did_before_templates():
     rows = node_chunk_rows(NODE, LEGACY, words, 100)
-    assert [r["text"] for r in rows] == chunk_text("Configuring SSL", NODE["body"], words, 100)
-    assert all(r["embedded_text"] == r["text"] and r["ordinal"] >= 0 for r in rows)
-    assert LEGACY.bm25_text(rows[0]) == rows[0]["text"]
+    assert [r.text for r in rows] == chunk_text("Configuring SSL", NODE.body, words, 100)
+    assert all(r.embedded_text == r.text and r.ordinal >= 0 for r in rows)
+    assert LEGACY.bm25_text(rows[0].text, rows[0].ordinal) == rows[0].text
     assert Representation.from_config({}) == LEGACY
 
 
@@ -179,11 +180,12 @@ def test_node_documents_are_embedded_only_with_node_doc_vectors():
 
 def test_the_path_tokens_are_reserved_so_embedded_texts_fit_the_limit(tokenizer):
     count, limit = tokenizer_counter(tokenizer), 60
-    node = {**NODE, "ancestor_titles": ["A very long site name " * 3, "Section " * 4],
-            "body": "\n\n".join(f"Paragraph {i} says something about certificates and keys." for i in range(30))}
+    node = NODE._replace(ancestor_titles=["A very long site name " * 3, "Section " * 4],
+                         body="\n\n".join(f"Paragraph {i} says something about certificates and keys."
+                                            for i in range(30)))
     for additive in (False, True):
         rows = node_chunk_rows(node, Representation(), count, limit, additive)
         assert len(rows) > 3
         for row in rows:
-            assert row["n_tokens"] == count([row["embedded_text"]])[0] <= limit
-            assert row["ordinal"] == NODE_DOC_ORDINAL or row["text"].startswith("Configuring SSL\n")
+            assert row.n_tokens == count([row.embedded_text])[0] <= limit
+            assert row.ordinal == NODE_DOC_ORDINAL or row.text.startswith("Configuring SSL\n")

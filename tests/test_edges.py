@@ -11,7 +11,8 @@ from apache_beam.testing.util import assert_that, equal_to
 from ritrag.ids import node_id_for
 from ritrag.schema import EDGES_SCHEMA, PageSkeleton
 from ritrag.transforms.edges import (EDGES_COUNTER, EDGES_TO_SECTIONS_COUNTER, LINKS_UNRESOLVED_COUNTER,
-                                     MAX_NODE_ANCHOR_CHARS, MAX_NODE_ANCHORS, AnchorTexts, ResolveEdges)
+                                     MAX_NODE_ANCHOR_CHARS, MAX_NODE_ANCHORS, AnchorTexts, ResolveEdges,
+                                     link_target)
 from ritrag.transforms.forest import build_site_forest
 from ritrag.transforms.nodes import page_node_rows, placement_row
 from ritrag.transforms.pages import COUNTERS
@@ -95,7 +96,7 @@ def test_body_links_become_edges_and_navigation_none(granularity):
     ]
 
     p = test_pipeline.TestPipeline(runner="FnApiRunner")
-    nodes = p | "Nodes" >> Create(node_rows(pages, granularity))
+    nodes = p | "Nodes" >> Create([link_target(row) for row in node_rows(pages, granularity)])
     edges = (p | "Links" >> Create([(page.url, page.links) for page in pages])
              | ResolveEdges(nodes))
     assert_that(edges, equal_to(expected))

@@ -20,7 +20,7 @@ from ritrag.schema import NodePlacement
 from ritrag.transforms.delta import plan_page_update
 from ritrag.transforms.link_delta import TOMBSTONE, anchor_doc_delta, source_delta
 from ritrag.vectors import VectorStore
-from support import BASE, build_index, live_table, tiny_page
+from support import BASE, build_index, chunk_row, live_table, tiny_page
 
 GUIDE = [("Guide", "guide/")]
 
@@ -167,9 +167,9 @@ def test_a_source_is_rewritten_only_when_its_edges_change():
 
 def test_an_anchor_document_is_replaced_only_when_its_text_changes():
     doc = {"chunk_id": 1, "node_id": "t", "_file": "f"}
-    assert list(anchor_doc_delta(("t", {"new": [{"chunk_id": 1, "node_id": "t"}], "old": [doc]}))) == []
-    replaced = list(anchor_doc_delta(("t", {"new": [{"chunk_id": 2, "node_id": "t"}], "old": [doc]})))
-    assert replaced[0] == {"chunk_id": 2, "node_id": "t"}
+    assert list(anchor_doc_delta(("t", {"new": [chunk_row(chunk_id=1, node_id="t")], "old": [doc]}))) == []
+    replaced = list(anchor_doc_delta(("t", {"new": [chunk_row(chunk_id=2, node_id="t")], "old": [doc]})))
+    assert replaced[0] == chunk_row(chunk_id=2, node_id="t")
     assert (replaced[1].tag, replaced[1].value) == (TOMBSTONE, ("chunk_id", ("f", 1)))
     gone = list(anchor_doc_delta(("t", {"new": [], "old": [doc]})))
     assert [(g.tag, g.value) for g in gone] == [(TOMBSTONE, ("chunk_id", ("f", 1)))]
@@ -178,7 +178,8 @@ def test_an_anchor_document_is_replaced_only_when_its_text_changes():
 def test_a_plan_names_the_urls_whose_nodes_a_link_may_name_changed():
     page = {"node_id": "p", "parent_id": "r", "page_id": "p", "site": "s", "kind": "page", "position": 0, "depth": 1,
             "title": "P", "url": "u", "ancestor_ids": ["r"], "ancestor_titles": ["R"], "trail_method": "url",
-            "source_kind": "html"}
+            "source_kind": "html", "summary": "", "keywords": [], "source_summary": "", "source_keywords": [],
+            "metadata_key": "", "content_hash": ""}  # a live row as PlaceChangedForests reads it (no body)
     section = {**page, "node_id": "s1", "kind": "section", "url": "u#a", "depth": 2}
     anchor_doc = {"chunk_id": 9, "node_id": "p", "page_id": "p", "ordinal": ANCHOR_DOC_ORDINAL, "_file": "f"}
     gone = plan_page_update(None, None, 0, [page, section], [anchor_doc], "section",

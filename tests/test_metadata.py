@@ -26,7 +26,7 @@ from ritrag.transforms.metadata.base import (MAX_KEYWORDS, MetadataFailure, Meta
 from ritrag.transforms.metadata.enrich import AdmitWithinBudget, within
 from ritrag.transforms.metadata.openai_compatible import EndpointConfig, OpenAICompatibleModel
 from chat_endpoint import FakeEndpoint
-from support import TINY_SITE, build_index, live_table, tiny_page, write_tiny_site
+from support import TINY_SITE, build_index, live_table, node_row, tiny_page, write_tiny_site
 
 def title_of(body: dict) -> str:
     """The node title a request asks about: the last level of its title path."""
@@ -143,9 +143,9 @@ def test_parse_answer_refuses_anything_else(content):
 
 
 def test_the_cache_key_is_the_node_text_model_and_prompt_not_its_place():
-    node = {"title": "TLS", "body": "Certificates.", "ancestor_titles": ["A"]}
-    assert metadata_key("m", node) == metadata_key("m", {**node, "ancestor_titles": ["B", "C"]})
-    assert len({metadata_key("m", node), metadata_key("m2", node), metadata_key("m", {**node, "body": "x"})}) == 3
+    node = node_row(title="TLS", body="Certificates.", ancestor_titles=["A"])
+    assert metadata_key("m", node) == metadata_key("m", node._replace(ancestor_titles=["B", "C"]))
+    assert len({metadata_key("m", node), metadata_key("m2", node), metadata_key("m", node._replace(body="x"))}) == 3
 
 
 def test_the_budget_admits_a_prefix_in_key_order_whatever_the_merge_order():

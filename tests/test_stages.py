@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to, is_not_empty
+from apache_beam.typehints.decorators import TypeCheckError
 
-from support import BASE, write_tiny_site
+from support import BASE, chunk_row, node_row, write_tiny_site
 from ritrag.bm25 import BODY, DOC
 from ritrag.embedder import EmbedderSpec
 from ritrag.encoders import load_encoder
 from ritrag.representation import LEGACY, NODE_DOC_ORDINAL, Representation
+from ritrag.schema import TABLES, ChunkRow, NodeRow
 from ritrag.transforms.chunk import ChunkNodesFn, Chunker
 from ritrag.transforms.dense import (DenseParams, TrainDenseIndex, TrainedIndex, dense_info, train_dense_index,
                                     train_empty_index)
@@ -23,6 +25,7 @@ from ritrag.transforms.embed import EmbedChunks
 from ritrag.transforms.nodes import PAGES_OUTPUT, BuildForestNodes
 from ritrag.transforms.pages import DEAD, PageParser, ParsePages, ReadInput, input_root_and_pattern
 from ritrag.transforms.sparse import CORPUS_STATS, POSTINGS, VOCABULARY, BuildSparseIndex
+from ritrag.transforms.tables import WriteParquetTable
 
 HASHING = EmbedderSpec(model="hashing:384")
 
@@ -42,9 +45,9 @@ def the_one(check):
 # --- sparse ----------------------------------------------------------------------
 
 # Three chunks whose terms the analyzer keeps as written (no stop words, stems of themselves).
-CHUNKS = [{"chunk_id": 1, "ordinal": 0, "text": "port port log"},
-          {"chunk_id": 2, "ordinal": 0, "text": "log disk"},
-          {"chunk_id": 3, "ordinal": 0, "text": "port host disk disk"}]
+CHUNKS = [chunk_row(chunk_id=1, ordinal=0, text="port port log"),
+          chunk_row(chunk_id=2, ordinal=0, text="log disk"),
+          chunk_row(chunk_id=3, ordinal=0, text="port host disk disk")]
 
 
 def test_sparse_stage_gives_postings_document_frequencies_and_corpus_statistics():
@@ -75,8 +78,8 @@ def test_sparse_stage_of_a_delta_gives_signed_differences():
 
 
 def test_sparse_stage_indexes_a_chunk_body_without_its_title_line_where_node_documents_hold_the_path():
-    chunk = {"chunk_id": 7, "ordinal": 0, "text": "Ports\nport host"}
-    node_doc = {"chunk_id": 8, "ordinal": NODE_DOC_ORDINAL, "text": "Ports\nport host"}
+    chunk = chunk_row(chunk_id=7, ordinal=0, text="Ports\nport host")
+    node_doc = chunk_row(chunk_id=8, ordinal=NODE_DOC_ORDINAL, text="Ports\nport host")
     with pipeline() as p:
         sparse = p | beam.Create([chunk, node_doc]) | BuildSparseIndex(Representation())
         assert_that(sparse[POSTINGS], equal_to([(7, {"port": 1, "host": 1}, BODY), (8, {"port": 2, "host": 1}, DOC)]))
@@ -135,20 +138,45 @@ def test_dense_training_stage_gives_none_for_no_vectors():
 # --- chunks ------------------------------------------------------------------------
 
 NODES = [
-    {"node_id": "n-page", "page_id": "n-page", "kind": "page", "title": "Ports", "ancestor_titles": ["Shop"],
-     "body": "Version 2 listens on port 8080.\n\nVersion 3 listens on port 9443.", "summary": "",
-     "keywords": [], "url": f"{BASE}/ports.html"},
-    {"node_id": "n-site", "page_id": None, "kind": "site", "title": "Shop", "ancestor_titles": [], "body": "",
-     "summary": "", "keywords": [], "url": f"{BASE}/"},
+    node_row(node_id="n-page", page_id="n-page", kind="page", title="Ports", ancestor_titles=["Shop"],
+             body="Version 2 listens on port 8080.\n\nVersion 3 listens on port 9443.", url=f"{BASE}/ports.html"),
+    node_row(node_id="n-site", kind="site", title="Shop", url=f"{BASE}/"),
 ]
 
 
 def test_chunk_stage_cuts_each_node_like_the_one_chunker():
     expected = [row for node in NODES for row in Chunker(HASHING, LEGACY)(node)]
-    assert [row["node_id"] for row in expected] == ["n-page"]  # a site node holds no text
+    assert [row.node_id for row in expected] == ["n-page"]  # a site node holds no text
     with pipeline() as p:
         chunks = p | beam.Create(NODES) | beam.ParDo(ChunkNodesFn(Chunker(HASHING, LEGACY)))
+        assert chunks.element_type is ChunkRow  # declared: what consumes chunks is checked against it
         assert_that(chunks, equal_to(expected))
+
+
+def test_a_stage_given_the_wrong_rows_is_refused_when_the_pipeline_is_built():
+    """Node and chunk rows are declared types: wiring chunk rows where node
+    rows belong (or the other way) fails at construction, before any data."""
+    p = pipeline()
+    chunks = p | "Chunks" >> beam.Create(CHUNKS).with_output_types(ChunkRow)
+    nodes = p | "Nodes" >> beam.Create(NODES).with_output_types(NodeRow)
+    with pytest.raises(TypeCheckError):
+        chunks | "ChunkChunks" >> beam.ParDo(ChunkNodesFn(Chunker(HASHING, LEGACY)))
+    with pytest.raises(TypeCheckError):
+        nodes | "NodesAsChunks" >> WriteParquetTable("/nonexistent", TABLES["chunks"], 1)
+    with pytest.raises(TypeCheckError):
+        nodes | "SparseOfNodes" >> BuildSparseIndex(LEGACY)
+
+
+def test_typed_rows_cross_a_shuffle_as_themselves():
+    """Beam encodes the records with RowCoder (transforms/records.py), and a
+    grouped record comes back equal, list columns as lists."""
+    assert isinstance(beam.coders.registry.get_coder(NodeRow), beam.coders.RowCoder)
+    with pipeline() as p:
+        grouped = (p | beam.Create(NODES).with_output_types(NodeRow)
+                   | beam.Map(lambda n: (n.kind, n)).with_output_types(tuple[str, NodeRow])
+                   | beam.GroupByKey()
+                   | beam.FlatMap(lambda kv: kv[1]).with_output_types(NodeRow))
+        assert_that(grouped, equal_to(NODES))
 
 
 # --- forest and node rows -----------------------------------------------------------
@@ -178,9 +206,9 @@ def test_forest_stage_gives_node_and_pages_rows_keyed_as_the_parser_keys_them(tm
             "shop/v3/config.html", "shop/v3/logging.html", "shop/v3/guide/deploy.html"])
 
     def node_rows(rows):
-        page_rows = [r for r in rows if r["page_id"] == r["node_id"]]  # the pages indexed
-        assert len(page_rows) == 7 and all(r["url"].startswith(base) for r in page_rows)
-        assert any(r["kind"] == "section" and r["title"] == "Ports" for r in rows)
+        page_rows = [r for r in rows if r.page_id == r.node_id]  # the pages indexed
+        assert len(page_rows) == 7 and all(r.url.startswith(base) for r in page_rows)
+        assert any(r.kind == "section" and r.title == "Ports" for r in rows)
 
     p, parsed, forest = forest_of(tiny_site, with_public_base)
     with p:

@@ -15,7 +15,7 @@ from ritrag.layout import IndexLayout
 from ritrag.reader import IndexReader
 from ritrag.representation import Representation
 from ritrag.schema import NodePlacement
-from support import TINY_SITE, assert_same_toc, live_table, build_index, tiny_page, write_tiny_site
+from support import TINY_SITE, assert_same_toc, live_table, build_index, node_row, tiny_page, write_tiny_site
 
 QUERIES = ["which port does version 3 listen on", "log rotation", "deploy containers replicas",
            "metrics endpoint prometheus", "TLS certificates"]
@@ -205,7 +205,7 @@ def test_plan_of_a_new_page_that_could_not_be_read_again_keeps_its_place():
     placement = NodePlacement("p", "r", "s", "page", 0, 1, "Page", "u", ("r",), ("Root",), "url")
     plan = plan_page_update(placement, None, 2, [], [], "page",
                             representation=Representation())
-    assert plan.rows == [placement_row(placement)]  # no _old_chunks: nothing for ChunkRows to chunk
+    assert plan.rows == [placement_row(placement)] and plan.old_chunks == {}  # nothing for ChunkRows to chunk
     assert (plan.indexed, plan.merged, plan.page_rows) == (0, 1, [])
 
 
@@ -420,8 +420,8 @@ def test_a_chunker_pickles_without_its_tokenizer_and_chunks_the_same_after():
     from ritrag.transforms.chunk import Chunker
 
     chunker = Chunker(EmbedderSpec(model="hashing:384"), Representation())
-    node = {"node_id": "n", "page_id": "p", "kind": "page", "title": "Ports", "ancestor_titles": ["Shop"],
-            "body": "Listen on port 8080. " * 40, "summary": "", "keywords": [], "url": "https://x.test/ports.html"}
+    node = node_row(node_id="n", page_id="p", title="Ports", ancestor_titles=["Shop"],
+                    body="Listen on port 8080. " * 40, url="https://x.test/ports.html")
     rows = chunker(node)
     assert rows and chunker._counter is not None  # loaded at first use
     copy = pickle.loads(pickle.dumps(chunker))

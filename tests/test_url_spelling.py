@@ -11,7 +11,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from ritrag.ids import node_id_for
 from ritrag.schema import PageSkeleton
 from ritrag.transforms.crawl.scope import clean_url, crawl_key
-from ritrag.transforms.edges import ResolveEdges
+from ritrag.transforms.edges import ResolveEdges, link_target
 from ritrag.transforms.forest import build_site_forest
 from ritrag.transforms.nodes import page_node_rows, placement_row
 from ritrag.transforms.parse import parse_page
@@ -65,7 +65,7 @@ def test_a_link_with_tracking_parameters_resolves_to_the_crawled_pages_node():
         rows += page_node_rows(placement, page, "page")[0] if page else [placement_row(placement)]
 
     p = test_pipeline.TestPipeline(runner="FnApiRunner")
-    nodes = p | "Nodes" >> Create(rows)
+    nodes = p | "Nodes" >> Create([link_target(row) for row in rows])
     edges = p | "Links" >> Create([(home.url, home.links)]) | ResolveEdges(nodes)
     assert_that(edges, equal_to([{"source_node_id": node_id_for(home.url), "position": 0,
                                   "target_node_id": node_id_for(crawled), "anchor_text": "the install guide"}]))

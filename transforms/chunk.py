@@ -12,13 +12,15 @@ tokenizer, so the limit is the one the model really sees.
 from __future__ import annotations
 
 import re
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import apache_beam as beam
 
 from ritrag.embedder import EmbedderSpec, load_tokenizer, model_token_limit
 from ritrag.ids import chunk_id_for, content_hash
 from ritrag.representation import ANCHOR_DOC_ORDINAL, LEGACY, NODE_DOC_ORDINAL, Representation
+from ritrag.schema import ChunkRow, NodeRow
+from ritrag.transforms import records  # noqa: F401  (the records' RowCoder)
 
 TokenCounter = Callable[[Sequence[str]], list[int]]
 
@@ -136,45 +138,42 @@ def _truncated(text: str, limit: int, count: TokenCounter) -> tuple[str, int]:
     return text, n
 
 
-def node_chunk_rows(node: dict, representation: Representation, count: TokenCounter, limit: int,
-                    additive: bool = False) -> list[dict]:
-    """Rows of the chunks table (CHUNKS_SCHEMA) for one node row: its chunks and,
-    if the representation has them, its node document (ordinal -1). Each row
-    also carries `embedded_text`, what the model embeds (not a column: it is
-    the representation's, derived again wherever needed)."""
-    title_line = _title_line(node["title"])
-    passages = counted_passages(node["body"], representation.renderer(node), count, limit, additive)
+def node_chunk_rows(node: NodeRow, representation: Representation, count: TokenCounter, limit: int,
+                    additive: bool = False) -> list[ChunkRow]:
+    """Rows of the chunks table for one node row: its chunks and, if the
+    representation has them, its node document (ordinal -1), each with what
+    the model embeds of it (`ChunkRow.embedded_text`)."""
+    title_line = _title_line(node.title)
+    passages = counted_passages(node.body, representation.renderer(node), count, limit, additive)
     pieces = [(ordinal, title_line(passage), embedded, n)
               for ordinal, (passage, embedded, n) in enumerate(passages)]
     doc = representation.node_doc(node) if representation.node_docs else ""
     if doc:  # a node with neither title nor path nor metadata has nothing to match
         doc, n = _truncated(doc, limit, count)
         pieces.insert(0, (NODE_DOC_ORDINAL, doc, doc, n))
-    return [{
-        "chunk_id": chunk_id_for(node["node_id"], ordinal, embedded),
-        "node_id": node["node_id"],
-        "page_id": node["page_id"],
-        "ordinal": ordinal,
-        "text": text,
-        "text_hash": content_hash(embedded),
-        "n_tokens": n_tokens,
-        "embedded_text": embedded,
-    } for ordinal, text, embedded, n_tokens in pieces]
+    return [ChunkRow(chunk_id=chunk_id_for(node.node_id, ordinal, embedded), node_id=node.node_id,
+                     page_id=node.page_id, ordinal=ordinal, text=text, text_hash=content_hash(embedded),
+                     n_tokens=n_tokens, embedded_text=embedded)
+            for ordinal, text, embedded, n_tokens in pieces]
 
 
-def anchor_doc_row(node_id: str, page_id: str, anchors: Sequence[str], count: TokenCounter) -> dict:
+def anchor_doc_row(node_id: str, page_id: str, anchors: Sequence[str], count: TokenCounter) -> ChunkRow:
     """The chunks-table row of a node's anchor document (ordinal -2): the anchor
-    texts of its in-links, one a line. Not embedded: no `embedded_text`."""
+    texts of its in-links, one a line. Never embedded: its `embedded_text` is ""."""
     text = "\n".join(anchors)
-    return {"chunk_id": chunk_id_for(node_id, ANCHOR_DOC_ORDINAL, text), "node_id": node_id, "page_id": page_id,
-            "ordinal": ANCHOR_DOC_ORDINAL, "text": text, "text_hash": content_hash(text),
-            "n_tokens": count([text])[0]}
+    return ChunkRow(chunk_id=chunk_id_for(node_id, ANCHOR_DOC_ORDINAL, text), node_id=node_id, page_id=page_id,
+                    ordinal=ANCHOR_DOC_ORDINAL, text=text, text_hash=content_hash(text), n_tokens=count([text])[0],
+                    embedded_text="")
 
 
 def chunk_rows(node_id: str, page_id: str, title: str, body: str, count: TokenCounter, limit: int,
-               additive: bool = False) -> list[dict]:
-    """Chunk rows of a node known by its title and body alone (LEGACY representation)."""
-    node = {"node_id": node_id, "page_id": page_id, "title": title, "body": body, "ancestor_titles": []}
+               additive: bool = False) -> list[ChunkRow]:
+    """Chunk rows of a page node known by its title and body alone, at the
+    root of no site (LEGACY representation: the title is all it renders)."""
+    node = NodeRow(node_id=node_id, parent_id=None, page_id=page_id, site="", kind="page", position=0, depth=0,
+                   title=title, url=None, ancestor_ids=[], ancestor_titles=[], body=body, summary="", keywords=[],
+                   source_summary="", source_keywords=[], metadata_key="", content_hash="", trail_method="",
+                   source_kind="")
     return node_chunk_rows(node, LEGACY, count, limit, additive)
 
 
@@ -268,8 +267,8 @@ class Chunker:
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_counter": None}
 
-    def __call__(self, node: dict) -> list[dict]:
-        if node["kind"] in ("site", "virtual"):
+    def __call__(self, node: NodeRow) -> list[ChunkRow]:
+        if node.kind in ("site", "virtual"):
             return []
         if self._counter is None:
             self._counter = model_counter(self.spec)
@@ -277,6 +276,8 @@ class Chunker:
         return node_chunk_rows(node, self.representation, count, limit, additive)
 
 
+@beam.typehints.with_input_types(NodeRow)
+@beam.typehints.with_output_types(ChunkRow)
 class ChunkNodesFn(beam.DoFn):
     """Node rows -> chunk rows, counting tokens with the embedding model's tokenizer."""
 
@@ -284,12 +285,13 @@ class ChunkNodesFn(beam.DoFn):
         self._chunker = chunker
         self._chunks = beam.metrics.Metrics.counter("ritrag.chunk", "chunks")
 
-    def process(self, node: dict):
+    def process(self, node: NodeRow) -> Iterable[ChunkRow]:
         rows = self._chunker(node)
         self._chunks.inc(len(rows))
         yield from rows
 
 
+@beam.typehints.with_output_types(ChunkRow)
 class AnchorDocFn(beam.DoFn):
     """(node id, page id, anchor texts) -> the node's anchor-document chunk row,
     its tokens counted with the embedding model's tokenizer like every chunk's."""
@@ -301,7 +303,7 @@ class AnchorDocFn(beam.DoFn):
     def setup(self):
         self._count, _, _ = model_counter(self._spec)
 
-    def process(self, node_page_anchors: tuple[str, str, tuple[str, ...]]):
+    def process(self, node_page_anchors: tuple[str, str, tuple[str, ...]]) -> Iterable[ChunkRow]:
         node_id, page_id, anchors = node_page_anchors
         self._docs.inc()
         yield anchor_doc_row(node_id, page_id, anchors, self._count)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Optional
 
 import apache_beam as beam
 from apache_beam.io import fileio
@@ -34,12 +34,13 @@ from ritrag.layout import TOMBSTONES_FILE
 from ritrag.reader import IndexReader, read_rows_by_id
 from ritrag.storage import open_parquet
 from ritrag.representation import ANCHOR_DOC_ORDINAL, Representation
-from ritrag.schema import (NODES_SCHEMA, TOMBSTONES_SCHEMA, DeadLetter, Link, NodePlacement, PageSkeleton, PageSource,
-                           ParsedPage, page_row)
+from ritrag.schema import (NODES_SCHEMA, TOMBSTONES_SCHEMA, ChunkRow, DeadLetter, Link, NodePlacement, NodeRow,
+                           PageSkeleton, PageSource, ParsedPage, page_row)
+from ritrag.transforms import records  # noqa: F401  (the records' RowCoder)
 from ritrag.transforms.chunk import Chunker
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 from ritrag.transforms.diff import PAGE_SKELETON_COLUMNS
-from ritrag.transforms.edges import node_targets
+from ritrag.transforms.edges import TARGET_COLUMNS, link_target, node_targets
 from ritrag.transforms.embed import EmbedChunks
 from ritrag.transforms.nodes import DEPTH_CAPPED_COUNTER, PlaceSkeletons, page_node_rows, placement_row
 from ritrag.transforms.pages import (COUNTERS, DEAD, PageParser, ParsePages, SpillPagesFn, chosen_source,
@@ -54,9 +55,10 @@ PLACEMENT_FIELDS = ("parent_id", "site", "kind", "position", "depth", "title", "
                     "ancestor_ids", "ancestor_titles", "trail_method", "source_kind")
 NODE_SKELETON_COLUMNS = [f.name for f in NODES_SCHEMA if f.name != "body"]
 CHUNK_REF_COLUMNS = ["chunk_id", "node_id", "page_id", "ordinal", "text_hash"]
-RECHUNK = "_rechunk"  # a re-placed row whose representation changed: ReplaceRows attaches its `_old_chunks`
-# What the link stages (transforms/link_delta.py) need of a node a link may name.
-TARGET_COLUMNS = ("node_id", "page_id", "kind", "url")
+# Marks a re-placed live row (a dict read back, before its body is) whose
+# representation changed: ReplaceRows reads its live chunk refs and chunks it again.
+RECHUNK = "_rechunk"
+ChunkRef = tuple[str, int]  # (the live file that holds a chunk, its chunk id): what a tombstone and a point read need
 
 
 class OpenForParse(beam.DoFn):
@@ -100,10 +102,13 @@ def live_placement(row: dict) -> NodePlacement:
 class PagePlan:
     """What one page (or virtual node) contributes to the delta segment."""
 
-    rows: list[dict] = field(default_factory=list)  # node rows to write, bodies known
-    rows_needing_body: list[dict] = field(default_factory=list)  # re-placed rows; body from `_file`
+    rows: list[NodeRow] = field(default_factory=list)  # node rows to write, bodies known
+    # The live chunks of each row of `rows` to chunk (a page parsed again), by node
+    # id: kept apart from the rows, which pass the metadata stage before ChunkRows.
+    old_chunks: dict[str, list[ChunkRef]] = field(default_factory=dict)
+    rows_needing_body: list[dict] = field(default_factory=list)  # re-placed live rows; body from `_file`
     dead_nodes: list[str] = field(default_factory=list)
-    dead_chunks: list[tuple[str, int]] = field(default_factory=list)  # (file, chunk id)
+    dead_chunks: list[ChunkRef] = field(default_factory=list)
     dead_urls: list[str] = field(default_factory=list)  # pages-table rows
     page_rows: list[dict] = field(default_factory=list)  # pages-table rows to write
     # Its nodes a link may name after the update (TARGET_COLUMNS), the page URLs
@@ -156,8 +161,10 @@ def plan_page_update(placement: NodePlacement | None, page: ParsedPage | None, n
     """`page_plan`, with the nodes of the group a link may name after it, and the
     page URLs whose such nodes it changes (the links to them are resolved again)."""
     plan = page_plan(placement, page, n_parsed, old_rows, old_chunks, granularity, representation)
-    final = plan.rows if page is not None and plan.indexed else ([] if placement is None else old_rows)
-    plan.targets = [{name: row[name] for name in TARGET_COLUMNS} for row in final if row["page_id"]]
+    if page is not None and plan.indexed:
+        plan.targets = [link_target(row) for row in plan.rows if row.page_id]
+    elif placement is not None:
+        plan.targets = [{name: row[name] for name in TARGET_COLUMNS} for row in old_rows if row["page_id"]]
     before = {t for row in old_rows for t in node_targets(row)}
     after = {t for row in plan.targets for t in node_targets(row)}
     plan.changed_target_urls = sorted({url for url, _ in before ^ after})
@@ -175,8 +182,8 @@ def page_plan(placement: NodePlacement | None, page: ParsedPage | None, n_parsed
     A re-placed row whose representation changed (its path, in a path-aware
     representation) is marked RECHUNK: it is chunked again once its body and its
     live chunks are read back (ReplaceRows, `rechunk_replaced`). Each row of a
-    page parsed again carries `_old_chunks`, the (file, chunk id) of its live
-    chunks, from `old_chunks`: it is chunked by `ChunkRows`. `old_chunks` need
+    page parsed again has the (file, chunk id) of its live chunks, from
+    `old_chunks`, in the plan's `old_chunks`: it is chunked by `ChunkRows`. `old_chunks` need
     only be given for pages parsed again or gone (PlanPageUpdates reads no others).
     Anchor documents are the link stages' (transforms/link_delta.py): they die
     here only with their node's page."""
@@ -195,7 +202,7 @@ def page_plan(placement: NodePlacement | None, page: ParsedPage | None, n_parsed
     if placement.kind != "page" or (page is None and not old_rows):  # no text: no chunks
         old = old_rows[0] if old_rows else None
         row = placement_row(placement)
-        if old is None or any(old[f] != row[f] for f in PLACEMENT_FIELDS):
+        if old is None or any(old[f] != getattr(row, f) for f in PLACEMENT_FIELDS):
             plan.rows = [row]
             plan.dead_nodes = old_ids
         return plan
@@ -208,28 +215,37 @@ def page_plan(placement: NodePlacement | None, page: ParsedPage | None, n_parsed
         # The rows are chunked later (`ChunkRows`, after the metadata stage that
         # may change their node documents): each carries the live chunks of its
         # node id; those of node ids the page no longer has die here.
-        kept = {row["node_id"] for row in plan.rows}
-        for row in plan.rows:
-            row["_old_chunks"] = [(c["_file"], c["chunk_id"]) for c in old_chunks if c["node_id"] == row["node_id"]]
+        kept = {row.node_id for row in plan.rows}
+        plan.old_chunks = {row.node_id: [(c["_file"], c["chunk_id"]) for c in old_chunks
+                                         if c["node_id"] == row.node_id] for row in plan.rows}
         plan.dead_chunks = [(c["_file"], c["chunk_id"]) for c in old_chunks if c["node_id"] not in kept]
         return plan
     plan.rows_needing_body = replaced_rows(placement, old_rows)
     plan.dead_nodes = [r["node_id"] for r in plan.rows_needing_body]
     old_by_id = {r["node_id"]: r for r in old_rows}
     for row in plan.rows_needing_body:
-        if representation.node_inputs(row) != representation.node_inputs(old_by_id[row["node_id"]]):
+        if (representation.node_inputs(bodiless_record(row))
+                != representation.node_inputs(bodiless_record(old_by_id[row["node_id"]]))):
             # Its live chunks are read with its body (ReplaceRows): an unchanged
             # page's chunks are not among the group's (PlanPageUpdates).
             row[RECHUNK] = True
     return plan
 
 
+def bodiless_record(row: dict) -> NodeRow:
+    """A live node row read without its body (NODE_SKELETON_COLUMNS, and `_file`)
+    as a record whose body is "": what `Representation.node_inputs` reads of it."""
+    return NodeRow(**{name: row[name] for name in NODE_SKELETON_COLUMNS}, body="")
+
+
+@beam.typehints.with_output_types(NodeRow)
 class UpdatePagesFn(CountingDoFn):
     """One group -> node rows, chunk rows and tombstones of the delta segment; the
     page indexed is read back from its spill file, or read and parsed again
-    (`placed_page`: shuffles carry its source, not its text)."""
+    (`placed_page`: shuffles carry its source, not its text). OLD_CHUNKS: (node
+    id, its live chunk refs) of each node row to chunk (`PagePlan.old_chunks`)."""
 
-    NEED_BODY, CHUNKS, PAGES, TOMBSTONE = "need_body", "chunks", "pages", "tombstone"
+    NEED_BODY, CHUNKS, PAGES, TOMBSTONE, OLD_CHUNKS = "need_body", "chunks", "pages", "tombstone", "old_chunks"
     # For the link stages: TARGETS, PagePlan.targets; CHANGED_TARGETS, its
     # changed_target_urls; LINKS, (URL, links) of a page indexed; GONE, dead_source.
     TARGETS, CHANGED_TARGETS, LINKS, GONE = "targets", "changed_targets", "links", "gone"
@@ -258,6 +274,8 @@ class UpdatePagesFn(CountingDoFn):
         self.count("pages_merged_duplicates", plan.merged)
         self.count(DEPTH_CAPPED_COUNTER, plan.depth_capped)
         yield from plan.rows
+        for node_id, refs in plan.old_chunks.items():
+            yield beam.pvalue.TaggedOutput(self.OLD_CHUNKS, (node_id, refs))
         for row in plan.rows_needing_body:
             yield beam.pvalue.TaggedOutput(self.NEED_BODY, row)
         for row in plan.page_rows:
@@ -278,50 +296,63 @@ class UpdatePagesFn(CountingDoFn):
             yield beam.pvalue.TaggedOutput(self.GONE, plan.dead_source)
 
 
-def attach_bodies(file_and_rows: tuple[str, Iterable[dict]]) -> Iterable[dict]:
+RowToChunk = tuple[NodeRow, Optional[list[ChunkRef]]]  # a node row and its live chunks, None: not to chunk
+
+
+def attach_bodies(file_and_rows: tuple[str, Iterable[dict]]) -> Iterable[tuple[NodeRow, bool]]:
+    """Re-placed live rows of one file (without bodies) -> (each as a node row,
+    its body read back; whether it is marked RECHUNK)."""
     path, rows = file_and_rows
     rows = list(rows)
     found = read_rows_by_id(path, "node_id", [r["node_id"] for r in rows], ["body"])
     for row in rows:
-        yield {**{k: v for k, v in row.items() if k != "_file"}, "body": found[row["node_id"]]["body"]}
+        record = NodeRow(**{name: row[name] for name in NODE_SKELETON_COLUMNS}, body=found[row["node_id"]]["body"])
+        yield record, row.get(RECHUNK, False)
 
 
-def attach_old_chunks(joined: tuple[str, dict]) -> Iterable[dict]:
-    """A re-placed row and its node's live chunk refs -> the row, with
-    `_old_chunks` (file, chunk id) when it is marked RECHUNK."""
+def attach_old_chunks(joined: tuple[str, dict]) -> Iterable[RowToChunk]:
+    """A re-placed row (and whether it is marked RECHUNK) and its node's live
+    chunk refs -> the row, with those refs when it is marked, else None."""
     _, group = joined
     old = sorted((c["_file"], c["chunk_id"]) for c in group["old"])
+    for row, rechunk in group["row"]:
+        yield row, old if rechunk else None
+
+
+def with_old_chunks(joined: tuple[str, dict]) -> Iterable[RowToChunk]:
+    """A node row and the live chunk refs PlanPageUpdates gave its node id (none
+    for a row not to chunk) -> (the row, those refs or None)."""
+    _, group = joined
+    refs = list(group["old"])
     for row in group["row"]:
-        if row.pop(RECHUNK, False):
-            row["_old_chunks"] = old
-        yield row
+        yield row, refs[0] if refs else None
 
 
-def rechunk_replaced(row: dict, chunker: Callable[[dict], list[dict]]
-                     ) -> tuple[dict, list[dict], list[tuple[str, int]]]:
-    """(the node row, chunks to add, (file, chunk id) to tombstone) of a re-placed
-    row with its body: one that carries `_old_chunks` is chunked again; chunks
-    whose id survives are kept as they are."""
-    old = row.get("_old_chunks")
-    row = {k: v for k, v in row.items() if k != "_old_chunks"}
+def rechunk_replaced(row: NodeRow, old: list[ChunkRef] | None, chunker: Callable[[NodeRow], list[ChunkRow]]
+                     ) -> tuple[list[ChunkRow], list[ChunkRef]]:
+    """(chunks to add, (file, chunk id) to tombstone) of a node row with its
+    body and its live chunks `old`: a row with `old` (None: not to chunk) is
+    chunked again; chunks whose id survives are kept as they are."""
     if old is None:
-        return row, [], []
+        return [], []
     new = chunker(row)
-    new_ids, old_ids = {c["chunk_id"] for c in new}, {chunk_id for _, chunk_id in old}
-    return (row, [c for c in new if c["chunk_id"] not in old_ids],
+    new_ids, old_ids = {c.chunk_id for c in new}, {chunk_id for _, chunk_id in old}
+    return ([c for c in new if c.chunk_id not in old_ids],
             [(f, chunk_id) for f, chunk_id in old if chunk_id not in new_ids])
 
 
+@beam.typehints.with_output_types(NodeRow)
 class RechunkReplacedFn(CountingDoFn):
-    """Re-placed node rows (bodies attached) -> the rows; chunks (CHUNKS) and
-    chunk tombstones (TOMBSTONE) of those whose representation changed."""
+    """(node row with its body, its live chunks or None) -> the row; chunks
+    (CHUNKS) and chunk tombstones (TOMBSTONE) of those to chunk again."""
 
     def __init__(self, chunker: Chunker):
         super().__init__(COUNTERS)
         self._chunker = chunker
 
-    def process(self, row: dict):
-        row, chunks, dead = rechunk_replaced(row, self._chunker)
+    def process(self, row_and_old: RowToChunk) -> Iterable[NodeRow]:
+        row, old = row_and_old
+        chunks, dead = rechunk_replaced(row, old, self._chunker)
         self.count("chunks_added", len(chunks))
         yield row
         for chunk in chunks:
@@ -334,7 +365,7 @@ def removed_chunk_terms(file_and_ids: tuple[str, Iterable[int]], representation:
                         ) -> Iterable[ChunkTerms]:
     path, ids = file_and_ids
     for chunk_id, row in read_rows_by_id(path, "chunk_id", sorted(set(ids)), ["text", "ordinal"]).items():
-        yield chunk_terms({"chunk_id": chunk_id, **row}, representation)
+        yield chunk_terms(chunk_id, row["ordinal"], row["text"], representation)
 
 
 def write_tombstones(out_dir: str, dead: list[tuple[str, object]]) -> None:
@@ -358,9 +389,9 @@ def split_reuse(joined: tuple[str, dict]) -> Iterable:
     live = sorted(r["chunk_id"] for r in g["live"])
     for chunk in g["new"]:
         if live:
-            yield chunk["chunk_id"], live[0]
+            yield chunk.chunk_id, live[0]
         else:
-            yield beam.pvalue.TaggedOutput("embed", (chunk["chunk_id"], chunk["embedded_text"]))
+            yield beam.pvalue.TaggedOutput("embed", (chunk.chunk_id, chunk.embedded_text))
 
 
 class ReadStoredVectorsFn(CountingDoFn):
@@ -450,7 +481,7 @@ class PlanPageUpdates(beam.PTransform):
     """{"placements": NodePlacement, "pages": parsed pages, "live_nodes": live node rows
     (NODE_SKELETON_COLUMNS), "dead_urls": the URLs of live pages gone or parsed again}, joined
     by page with the live chunk refs (CHUNK_REF_COLUMNS) of the pages parsed again or gone ->
-    node rows (main) and UpdatePagesFn's NEED_BODY, CHUNKS, PAGES, TOMBSTONE and DEAD outputs.
+    node rows (main) and UpdatePagesFn's NEED_BODY, OLD_CHUNKS, PAGES, TOMBSTONE, ... and DEAD outputs.
     Only those pages' chunks are read: an unchanged page's are the update's business only
     when it is re-placed under a new path, and ReplaceRows reads those. With `spill_dir`,
     the pages are written there as they come and read back (`SpillPagesFn`): a stage
@@ -484,7 +515,7 @@ class PlanPageUpdates(beam.PTransform):
              "old_chunks": old_chunks | "KeyOldChunkByPage" >> beam.Map(lambda c: (c["page_id"], c))}
             | "JoinByPage" >> beam.CoGroupByKey()
             | "PlanPages" >> beam.ParDo(self._fn).with_outputs(
-                UpdatePagesFn.NEED_BODY, UpdatePagesFn.PAGES, UpdatePagesFn.TOMBSTONE, UpdatePagesFn.TARGETS,
+                UpdatePagesFn.NEED_BODY, UpdatePagesFn.OLD_CHUNKS, UpdatePagesFn.PAGES, UpdatePagesFn.TOMBSTONE, UpdatePagesFn.TARGETS,
                 UpdatePagesFn.CHANGED_TARGETS, UpdatePagesFn.LINKS, UpdatePagesFn.GONE,
                 DEAD, COUNTS, main="nodes"))
 
@@ -508,7 +539,7 @@ class ReplaceRows(beam.PTransform):
                        | "GroupByFile" >> beam.GroupByKey()
                        | "AttachBodies" >> beam.FlatMap(attach_bodies))
         return record_counts(
-            {"row": with_bodies | "KeyRowByNode" >> beam.Map(lambda r: (r["node_id"], r)),
+            {"row": with_bodies | "KeyRowByNode" >> beam.Map(lambda rr: (rr[0].node_id, rr)),
              "old": old | "KeyOldByNode" >> beam.Map(lambda c: (c["node_id"], c))}
             | "JoinByNode" >> beam.CoGroupByKey()
             | "AttachOldChunks" >> beam.FlatMap(attach_old_chunks)
@@ -518,16 +549,21 @@ class ReplaceRows(beam.PTransform):
 
 class ChunkRows(beam.PTransform):
     """Node rows -> the rows (main) and the CHUNKS and TOMBSTONE outputs of
-    those that carry `_old_chunks` (`rechunk_replaced`): the new and changed
-    pages' rows of PlanPageUpdates, chunked once their metadata is final."""
+    those that `old_chunks` (PlanPageUpdates' OLD_CHUNKS: (node id, live chunk
+    refs)) names (`rechunk_replaced`): the new and changed pages' rows of
+    PlanPageUpdates, chunked once their metadata is final."""
 
-    def __init__(self, chunker: Chunker):
+    def __init__(self, chunker: Chunker, old_chunks: beam.PCollection):
         super().__init__()
-        self._chunker = chunker
+        self._chunker, self._old_chunks = chunker, old_chunks
+        self.with_input_types(NodeRow)
 
     def expand(self, rows):
         return record_counts(
-            rows | "Rechunk" >> beam.ParDo(RechunkReplacedFn(self._chunker)).with_outputs(
+            {"row": rows | "KeyRowByNode" >> beam.Map(lambda r: (r.node_id, r)), "old": self._old_chunks}
+            | "JoinOldChunks" >> beam.CoGroupByKey()
+            | "WithOldChunks" >> beam.FlatMap(with_old_chunks)
+            | "Rechunk" >> beam.ParDo(RechunkReplacedFn(self._chunker)).with_outputs(
                 UpdatePagesFn.CHUNKS, UpdatePagesFn.TOMBSTONE, COUNTS, main="nodes"))
 
 
@@ -576,12 +612,12 @@ class ReuseOrEmbedVectors(beam.PTransform):
 
     def expand(self, chunks):
         embeds = self._representation.embeds
-        chunks = chunks | "Embedded" >> beam.Filter(lambda c: embeds(c["ordinal"]))
+        chunks = chunks | "Embedded" >> beam.Filter(lambda c: embeds(c.ordinal))
         live = chunks.pipeline | "SameText" >> ReadLiveRows(
             self._live, "chunks", CHUNK_REF_COLUMNS, where={"text_hash": chunks | "TextHashes" >> beam.Map(
-                lambda c: c["text_hash"])})
+                lambda c: c.text_hash)})
         split = (
-            {"new": chunks | "KeyNewByText" >> beam.Map(lambda c: (c["text_hash"], c)),
+            {"new": chunks | "KeyNewByText" >> beam.Map(lambda c: (c.text_hash, c)),
              # Only a live row with a vector has one to lend.
              "live": live | "KeyLiveByText" >> beam.FlatMap(
                  lambda c: [(c["text_hash"], c)] if embeds(c["ordinal"]) else [])}

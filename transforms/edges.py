@@ -1,9 +1,9 @@
 """The link graph: indexed pages' links resolved to nodes of the index (the edges
 table), and the anchor texts other pages link each node with.
 
-  ResolveEdges     (page URL, its ParsedPage.links) x node rows -> EDGES_SCHEMA rows
+  ResolveEdges     (page URL, its ParsedPage.links) x link targets -> EDGES_SCHEMA rows
   AnchorTexts      EDGES_SCHEMA rows -> (node id, the anchor texts of its in-links)
-  AnchorDocuments  EDGES_SCHEMA rows x node rows -> anchor-document chunk rows (ordinal -2)
+  AnchorDocuments  EDGES_SCHEMA rows x link targets -> anchor-document chunk rows (ordinal -2)
 
 Both are pure (the job writes what they produce). A link names a page URL and
 maybe a fragment: it resolves to the section node with that anchor where the
@@ -24,7 +24,7 @@ import apache_beam as beam
 
 from ritrag.embedder import EmbedderSpec
 from ritrag.ids import node_id_for
-from ritrag.schema import Link
+from ritrag.schema import Link, NodeRow
 from ritrag.transforms.chunk import AnchorDocFn
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 from ritrag.transforms.pages import COUNTERS
@@ -42,8 +42,18 @@ MAX_NODE_ANCHOR_CHARS = 2000
 _PAGE = ""  # the anchor a page node is keyed by among its page's nodes
 
 
+# What the link stages need of a node a link may name: a link target, a dict of
+# these columns (of a NodeRow, `link_target`, or of a live node row read back).
+TARGET_COLUMNS = ("node_id", "page_id", "kind", "url")
+
+
+def link_target(node: NodeRow) -> dict:
+    """The link target (TARGET_COLUMNS) of a node row."""
+    return {name: getattr(node, name) for name in TARGET_COLUMNS}
+
+
 def node_targets(row: dict) -> Iterable[tuple[str, tuple[str, str]]]:
-    """(page URL, (anchor, node id)) of a node row that a link can name: a page
+    """(page URL, (anchor, node id)) of a link target that a link can name: a page
     node (anchor "") or a section node with an anchor; nodes without text
     (site and virtual nodes: no page of the index) are no targets."""
     if row["page_id"] is None or not row["url"]:
@@ -98,16 +108,15 @@ class ResolveEdgesFn(CountingDoFn):
 
 class ResolveEdges(beam.PTransform):
     """(page URL, ParsedPage.links) of every indexed page -> EDGES_SCHEMA rows,
-    one per link resolved against `node_rows` (NODES_SCHEMA rows of the index,
-    or any dicts with their node_id, page_id, kind and url: the granularity is
-    theirs); links to nothing are counted."""
+    one per link resolved against `targets` (the link targets, TARGET_COLUMNS,
+    of the index's nodes: the granularity is theirs); links to nothing are counted."""
 
-    def __init__(self, node_rows: beam.PCollection):
+    def __init__(self, targets: beam.PCollection):
         super().__init__()
-        self._node_rows = node_rows
+        self._targets = targets
 
     def expand(self, page_links):
-        targets = self._node_rows | "NodeTargets" >> beam.FlatMap(node_targets)
+        targets = self._targets | "NodeTargets" >> beam.FlatMap(node_targets)
         links = page_links | "LinksByTarget" >> beam.FlatMap(links_by_target)
         return record_counts({"targets": targets, "links": links}
                              | "JoinLinksAndTargets" >> beam.CoGroupByKey()
@@ -167,16 +176,16 @@ def anchored_nodes(joined: tuple[str, dict]) -> Iterable[tuple[str, str, tuple[s
 class AnchorDocuments(beam.PTransform):
     """EDGES_SCHEMA rows -> the anchor-document chunk rows (ordinal -2) of the
     nodes they link to (their AnchorTexts), each with its node's page from
-    `node_rows` (dicts with node_id and page_id, of the nodes that may be
+    `targets` (the link targets, TARGET_COLUMNS, of the nodes that may be
     linked to), tokens counted by `spec`'s tokenizer."""
 
-    def __init__(self, node_rows: beam.PCollection, spec: EmbedderSpec):
+    def __init__(self, targets: beam.PCollection, spec: EmbedderSpec):
         super().__init__()
-        self._node_rows, self._spec = node_rows, spec
+        self._targets, self._spec = targets, spec
 
     def expand(self, edges):
         anchors = edges | "AnchorTexts" >> AnchorTexts()
-        pages = self._node_rows | "PageOfNode" >> beam.FlatMap(
+        pages = self._targets | "PageOfNode" >> beam.FlatMap(
             lambda r: [(r["node_id"], r["page_id"])] if r["page_id"] else [])
         return ({"anchors": anchors, "page": pages}
                 | "JoinAnchorsAndPages" >> beam.CoGroupByKey()

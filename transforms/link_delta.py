@@ -26,11 +26,11 @@ import apache_beam as beam
 
 from ritrag.embedder import EmbedderSpec
 from ritrag.ids import node_id_for
-from ritrag.schema import EDGES_KIND, row_links
+from ritrag.schema import EDGES_KIND, ChunkRow, row_links
 from ritrag.reader import IndexReader
 from ritrag.representation import ANCHOR_DOC_ORDINAL
-from ritrag.transforms.delta import CHUNK_REF_COLUMNS, TARGET_COLUMNS
-from ritrag.transforms.edges import AnchorDocuments, ResolveEdges
+from ritrag.transforms.delta import CHUNK_REF_COLUMNS
+from ritrag.transforms.edges import TARGET_COLUMNS, AnchorDocuments, ResolveEdges
 from ritrag.transforms.tables import ReadLiveRows, as_set
 
 TOMBSTONE = "tombstone"  # the tagged output of (TOMBSTONES_SCHEMA column, id) pairs
@@ -112,14 +112,15 @@ class UpdateEdges(beam.PTransform):
 
 
 def anchor_doc_delta(joined: tuple[str, dict]) -> Iterable:
-    """One node whose in-links changed: its anchor document now ("new", none when
-    nothing links to it with text) and its live one ("old", a chunk ref) -> the
+    """One node whose in-links changed: its anchor document now ("new", a
+    ChunkRow, none when nothing links to it with text) and its live one ("old",
+    a chunk ref read back) -> the
     row to add (main) and the old one's tombstone (TOMBSTONE), unless equal."""
     _, group = joined
     new, old = list(group["new"]), list(group["old"])
     old_ids = {c["chunk_id"] for c in old}
-    new_ids = {c["chunk_id"] for c in new}
-    yield from (c for c in new if c["chunk_id"] not in old_ids)
+    new_ids = {c.chunk_id for c in new}
+    yield from (c for c in new if c.chunk_id not in old_ids)
     for c in old:
         if c["chunk_id"] not in new_ids:
             yield beam.pvalue.TaggedOutput(TOMBSTONE, ("chunk_id", (c["_file"], c["chunk_id"])))
@@ -155,7 +156,8 @@ class UpdateAnchorDocs(beam.PTransform):
                | "ChunksOfChanged" >> ReadLiveRows(self._live, "chunks", CHUNK_REF_COLUMNS,
                                                    where={"node_id": changed_ids})
                | "LiveAnchorDocs" >> beam.Filter(lambda c: c["ordinal"] == ANCHOR_DOC_ORDINAL))
-        return ({"new": new | "KeyNew" >> beam.Map(lambda c: (c["node_id"], c)),
+        return ({"new": new | "KeyNew" >> beam.Map(lambda c: (c.node_id, c)),
                  "old": old | "KeyOld" >> beam.Map(lambda c: (c["node_id"], c))}
                 | "JoinByNode" >> beam.CoGroupByKey()
-                | "AnchorDocDelta" >> beam.FlatMap(anchor_doc_delta).with_outputs(TOMBSTONE, main="anchor_docs"))
+                | "AnchorDocDelta" >> beam.FlatMap(anchor_doc_delta).with_output_types(ChunkRow).with_outputs(
+                    TOMBSTONE, main="anchor_docs"))

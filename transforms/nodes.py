@@ -5,7 +5,7 @@ placed by `ritrag.transforms.forest.build_site_forest`; each placement is then j
 by URL with the sources of the pages parsed there, and the page indexed is
 read back from the spill file of its first parse (`SpillPagesFn`), or, without
 a spill folder, read and parsed again (`reread_page`), to fill its node rows,
-so no shuffle carries page text. Node rows follow `ritrag.schema.NODES_SCHEMA`;
+so no shuffle carries page text. Node rows are `ritrag.schema.NodeRow` records;
 `placement_row` is their one constructor, shared with the incremental update.
 """
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Iterable
 
 import apache_beam as beam
 
-from ritrag.schema import DeadLetter, NodePlacement, PageSkeleton, PageSource, ParsedPage, page_row
+from ritrag.schema import DeadLetter, NodePlacement, NodeRow, PageSkeleton, PageSource, ParsedPage, page_row
+from ritrag.transforms import records  # noqa: F401  (the records' RowCoder)
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 from ritrag.transforms.forest import build_site_forest, expand_sections
 from ritrag.transforms.pages import (COUNTERS, DEAD, PageParser, ParserArg, SpillPagesFn, chosen_source,
@@ -58,32 +59,33 @@ class PlaceSkeletons(beam.PTransform):
 
 
 def placement_row(placement: NodePlacement, body: str = "", page: ParsedPage | None = None,
-                  page_id: str | None = None) -> dict:
-    """The NODES_SCHEMA row of a placed node; `page` and `page_id` for nodes holding page text."""
-    return {
-        "node_id": placement.node_id,
-        "parent_id": placement.parent_id,
-        "page_id": page_id,
-        "site": placement.site,
-        "kind": placement.kind,
-        "position": placement.position,
-        "depth": placement.depth,
-        "title": placement.title,
-        "url": placement.url,
-        "ancestor_ids": list(placement.ancestor_ids),
-        "ancestor_titles": list(placement.ancestor_titles),
-        "body": body,
-        "summary": page.description if page else "",
-        "keywords": list(page.keywords) if page else [],
-        "source_summary": page.description if page else "",
-        "source_keywords": list(page.keywords) if page else [],
-        "metadata_key": "",
-        "content_hash": page.content_hash if page else "",
-        "trail_method": placement.trail_method,
-        "source_kind": placement.source_kind,
-    }
+                  page_id: str | None = None) -> NodeRow:
+    """The node row of a placed node; `page` and `page_id` for nodes holding page text."""
+    return NodeRow(
+        node_id=placement.node_id,
+        parent_id=placement.parent_id,
+        page_id=page_id,
+        site=placement.site,
+        kind=placement.kind,
+        position=placement.position,
+        depth=placement.depth,
+        title=placement.title,
+        url=placement.url,
+        ancestor_ids=list(placement.ancestor_ids),
+        ancestor_titles=list(placement.ancestor_titles),
+        body=body,
+        summary=page.description if page else "",
+        keywords=list(page.keywords) if page else [],
+        source_summary=page.description if page else "",
+        source_keywords=list(page.keywords) if page else [],
+        metadata_key="",
+        content_hash=page.content_hash if page else "",
+        trail_method=placement.trail_method,
+        source_kind=placement.source_kind,
+    )
 
 
+@beam.typehints.with_output_types(NodeRow)
 class NodeRowsFn(CountingDoFn):
     """The rows of one URL: its placement joined with the sources of the pages
     parsed at that URL. The page indexed is read back from its spill file, or
@@ -127,7 +129,7 @@ class NodeRowsFn(CountingDoFn):
         yield from rows
 
 
-def page_node_rows(placement: NodePlacement, page: ParsedPage, granularity: str) -> tuple[list[dict], int]:
+def page_node_rows(placement: NodePlacement, page: ParsedPage, granularity: str) -> tuple[list[NodeRow], int]:
     """(node rows holding one placed page's text: the page, and its sections when
     the granularity is "section"; how many of those sections were depth-capped)."""
     if granularity == "page":

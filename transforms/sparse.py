@@ -21,7 +21,8 @@ from ritrag.analyzer import term_frequencies
 from ritrag.bm25 import KIND_FIELDS, corpus_stats, row_kind
 from ritrag.layout import BM25_STATS_FILE
 from ritrag.representation import Representation
-from ritrag.schema import POSTINGS_SCHEMA, VOCABULARY_SCHEMA
+from ritrag.schema import POSTINGS_SCHEMA, VOCABULARY_SCHEMA, ChunkRow
+from ritrag.transforms import records  # noqa: F401  (the records' RowCoder)
 from ritrag.transforms.tables import WriteShards, write_bytes, write_sorted_table
 
 
@@ -29,11 +30,17 @@ from ritrag.transforms.tables import WriteShards, write_bytes, write_sorted_tabl
 ChunkTerms = tuple[int, dict[str, int], int]  # (chunk_id, term -> tf, BM25 field: ritrag.bm25.row_kind)
 
 
-def chunk_terms(chunk: dict, representation: Representation) -> ChunkTerms:
+def chunk_terms(chunk_id: int, ordinal: int, text: str, representation: Representation) -> ChunkTerms:
     """(chunk_id, term -> tf, field) of one chunks-table row (a chunk's body,
-    a node document or an anchor document), as `representation` indexes it."""
-    tf, _ = term_frequencies(representation.bm25_text(chunk))
-    return chunk["chunk_id"], dict(tf), row_kind(chunk["ordinal"])
+    a node document or an anchor document) by its id, ordinal and stored
+    text, as `representation` indexes it."""
+    tf, _ = term_frequencies(representation.bm25_text(text, ordinal))
+    return chunk_id, dict(tf), row_kind(ordinal)
+
+
+def row_terms(chunk: ChunkRow, representation: Representation) -> ChunkTerms:
+    """`chunk_terms` of a chunk row."""
+    return chunk_terms(chunk.chunk_id, chunk.ordinal, chunk.text, representation)
 
 
 def postings_table(chunks: list[ChunkTerms]) -> pa.Table:
@@ -112,7 +119,7 @@ CORPUS_STATS = "corpus_stats"  # one `ritrag.bm25.corpus_stats` dict (signed in 
 
 
 class BuildSparseIndex(beam.PTransform):
-    """Chunk rows -> {POSTINGS, VOCABULARY, CORPUS_STATS}, the terms of each row
+    """Chunk rows (ChunkRow) -> {POSTINGS, VOCABULARY, CORPUS_STATS}, the terms of each row
     as `representation` indexes them. Node documents (ordinal -1) share the
     postings with chunks; the server tells the two fields apart by ordinal and
     keeps separate statistics for each.
@@ -127,8 +134,8 @@ class BuildSparseIndex(beam.PTransform):
         self._representation = representation
         self._removed = removed
 
-    def expand(self, chunks: beam.PCollection) -> dict[str, beam.PCollection]:
-        terms = chunks | "AnalyzeChunks" >> beam.Map(chunk_terms, self._representation)
+    def expand(self, chunks: beam.PCollection[ChunkRow]) -> dict[str, beam.PCollection]:
+        terms = chunks | "AnalyzeChunks" >> beam.Map(row_terms, self._representation)
         signed = terms | "Added" >> beam.Map(lambda ct: (ct[1], ct[2], 1))
         if self._removed is not None:
             signed = ((signed, self._removed | "Removed" >> beam.Map(lambda ct: (ct[1], ct[2], -1)))

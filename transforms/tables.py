@@ -18,9 +18,11 @@ less memory per worker. The launching process deletes `.spill/` before publishin
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import logging
+import operator
 import os
 import shutil
 from collections import defaultdict
@@ -247,21 +249,43 @@ def remove_spill_files(segment_dir: str) -> None:
         LOG.warning("could not delete spill files under %s: %s", spill_dir, exc)
 
 
+def records_table(records: Sequence[tuple], schema: pa.Schema) -> pa.Table:
+    """The Arrow table of typed records (`ritrag.schema.table_record`) of
+    `schema`: their first fields, one column each; the fields after them
+    (`ChunkRow.embedded_text`) are no columns."""
+    if not records:
+        return schema.empty_table()
+    columns = list(zip(*records))[:len(schema)]
+    return pa.Table.from_arrays([pa.array(values, f.type) for values, f in zip(columns, schema)], schema=schema)
+
+
+def dicts_table(rows: Sequence[dict], schema: pa.Schema) -> pa.Table:
+    """The Arrow table of rows that are dicts of `schema`'s columns."""
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
 class WriteParquetTable(beam.PTransform):
-    """Rows (dicts of the table's schema) -> the table's Parquet files, as its
-    `ritrag.schema.TableSpec` says: sharded by its id column, sorted on its
-    sort keys (the id column alone: then unique)."""
+    """Rows -> the table's Parquet files, as its `ritrag.schema.TableSpec`
+    says: sharded by its id column, sorted on its sort keys (the id column
+    alone: then unique). Rows are the spec's typed records, or dicts of its
+    schema where it has none."""
 
     def __init__(self, out_dir: str, spec: TableSpec, num_shards: int):
         super().__init__()
         self._out_dir, self._spec, self._num_shards = out_dir, spec, num_shards
+        if spec.record is not None:  # rows of another table are refused when the pipeline is built
+            self.with_input_types(spec.record)
 
     def expand(self, rows):
         schema, id_column, sort_keys = self._spec.schema, self._spec.id_column, list(self._spec.sort_keys)
+        if self._spec.record is not None:
+            shard_key = operator.attrgetter(id_column)
+            to_table = functools.partial(records_table, schema=schema)
+        else:
+            shard_key = operator.itemgetter(id_column)
+            to_table = functools.partial(dicts_table, schema=schema)
         return rows | WriteShards(
-            self._out_dir, self._spec.kind, self._num_shards,
-            shard_key=lambda r: r[id_column],
-            to_table=lambda shard_rows: pa.Table.from_pylist(shard_rows, schema=schema),
+            self._out_dir, self._spec.kind, self._num_shards, shard_key=shard_key, to_table=to_table,
             write=lambda path, table: write_sorted_table(path, table, schema, sort_keys),
         )
 

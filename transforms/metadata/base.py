@@ -22,6 +22,8 @@ import hashlib
 import json
 from typing import Generic, Protocol, Sequence, TypeVar
 
+from ritrag.schema import NodeRow
+
 Answer = TypeVar("Answer")  # what a question's checked answer is: a node's NodeMetadata, a PDF window's headings
 PROMPT_VERSION = "node-metadata-v1"
 MAX_SUMMARY_WORDS = 60
@@ -95,10 +97,10 @@ class NodeMetadataModel(Protocol):
         ...
 
 
-def node_text(node: dict) -> str:
+def node_text(node: NodeRow) -> str:
     """A node's own text, what its cache key is taken of: its title and body
     (not its ancestors: a page moved without changing is not asked again)."""
-    return f"{node['title'].strip()}\n{node['body']}"
+    return f"{node.title.strip()}\n{node.body}"
 
 
 def question_key(model: str, prompt_version: str, text: str) -> str:
@@ -111,7 +113,7 @@ def question_key(model: str, prompt_version: str, text: str) -> str:
     return digest.hexdigest()
 
 
-def metadata_key(model: str, node: dict) -> str:
+def metadata_key(model: str, node: NodeRow) -> str:
     """The cache key of a node's metadata: of the model, the prompt version and
     the node's own text."""
     return question_key(model, PROMPT_VERSION, node_text(node))

@@ -37,6 +37,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from ritrag.flags import add_arguments, from_arguments, option
 from ritrag.index_config import ModelSteps
 from ritrag.representation import PATH_SEPARATOR
+from ritrag.schema import NodeRow
+from ritrag.transforms import records  # noqa: F401  (the records' RowCoder)
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 from ritrag.transforms.metadata.base import (MAX_BODY_CHARS, SYSTEM_PROMPT, USER_PROMPT,
                                              MetadataRequest, NodeMetadata, metadata_key)
@@ -100,14 +102,14 @@ class MetadataPlan:
                               cache_dir=opts.metadata_cache or default_cache_dir(index_dir))
 
 
-def describable(node: dict) -> bool:
+def describable(node: NodeRow) -> bool:
     """A node the model is asked about: one that holds text."""
-    return node["kind"] not in ("site", "virtual") and bool(node["body"].strip())
+    return node.kind not in ("site", "virtual") and bool(node.body.strip())
 
 
-def metadata_request(key: str, node: dict) -> MetadataRequest:
-    path = PATH_SEPARATOR.join(t.strip() for t in (*node["ancestor_titles"], node["title"]) if t.strip())
-    return MetadataRequest(key, path, node["body"][:MAX_BODY_CHARS])
+def metadata_request(key: str, node: NodeRow) -> MetadataRequest:
+    path = PATH_SEPARATOR.join(t.strip() for t in (*node.ancestor_titles, node.title) if t.strip())
+    return MetadataRequest(key, path, node.body[:MAX_BODY_CHARS])
 
 
 def estimated_tokens(request: MetadataRequest, max_answer_tokens: int) -> int:
@@ -116,9 +118,9 @@ def estimated_tokens(request: MetadataRequest, max_answer_tokens: int) -> int:
     return math.ceil(chars / CHARS_PER_TOKEN) + max_answer_tokens
 
 
-def with_model_metadata(node: dict, key: str, metadata: NodeMetadata) -> dict:
+def with_model_metadata(node: NodeRow, key: str, metadata: NodeMetadata) -> NodeRow:
     """The node row with the model's summary and keywords (its source's stay in source_*)."""
-    return {**node, "summary": metadata.summary, "keywords": list(metadata.keywords), "metadata_key": key}
+    return node._replace(summary=metadata.summary, keywords=list(metadata.keywords), metadata_key=key)
 
 
 class JoinCacheFn(SplitByCacheFn):
@@ -230,6 +232,7 @@ class EnrichNodeMetadata(beam.PTransform):
     def __init__(self, plan: MetadataPlan, job: str, spent_before: beam.PCollection | None = None):
         super().__init__()
         self._plan, self._job, self._spent_before = plan, job, spent_before
+        self.with_input_types(NodeRow)
 
     def expand(self, nodes):
         plan = self._plan
@@ -264,4 +267,4 @@ class EnrichNodeMetadata(beam.PTransform):
                                   RECORDS, COUNTS, main="nodes"))
         asked[RECORDS] | "WriteCache" >> WriteMetadataCache(plan.cache_dir, self._job)
         parts.append(asked.nodes)
-        return tuple(parts) | "AllNodes" >> beam.Flatten()
+        return tuple(parts) | "AllNodes" >> beam.Flatten().with_output_types(NodeRow)
