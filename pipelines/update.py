@@ -79,8 +79,8 @@ from ritrag.transforms.metadata.enrich import METADATA_COUNTERS, EnrichNodeMetad
 from ritrag.transforms.metadata.induce_toc import (PAGES, SPENT, TOC_COUNTERS, InduceTocFromModel, TocPlan,
                                                    asked_steps)
 from ritrag.transforms.link_delta import CHANGED_NODES, TOMBSTONE, UpdateAnchorDocs, UpdateEdges
-from ritrag.transforms.pages import (DEAD, PAGE_COUNTERS, InputOptions, PageParser, WriteDeadLetters, count_input_files,
-                              input_root_and_pattern)
+from ritrag.transforms.pages import (DEAD, PAGE_COUNTERS, InputOptions, PageParser, WriteDeadLetters,
+                                     input_root_and_pattern)
 from ritrag.transforms.progress import SECTIONS_CAPPED_COUNTER, CountSectionsCapped, LogProgress
 from ritrag.transforms.serving_files import WriteServingForm
 from ritrag.transforms.sparse import BuildSparseIndex, WriteSparseIndex
@@ -263,9 +263,10 @@ def run(argv: list[str] | None = None) -> str:
     with prepare_job(options, opts.index, "update") as (layout, segment_id, segment_dir):
         live = IndexReader(layout)
         started = time.time()
-        total_files = count_input_files(input_root_and_pattern(opts.input)[1])
-        LOG.info("updating %s (live %s) from %s (%d files) into %s", opts.index, live.manifest.version,
-                 opts.input, total_files, segment_dir)
+        # No count of the input files here: listing them is the diff's work, once
+        # (a second listing cost a stat per file); the manifest records pages_read.
+        LOG.info("updating %s (live %s) from %s into %s", opts.index, live.manifest.version, opts.input,
+                 segment_dir)
         result = run_pipeline(options, segment_dir,
                               lambda p: update_pipeline(p, options, live, segment_dir, metadata, toc))
         counts = job_counts(result, segment_dir, (*(UPDATE_METADATA_COUNTERS if metadata else UPDATE_COUNTERS),

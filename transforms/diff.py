@@ -27,6 +27,7 @@ from typing import Iterable
 import apache_beam as beam
 import pyarrow as pa
 from apache_beam.io import fileio
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.filesystem import FileMetadata
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -192,7 +193,8 @@ class MatchStampsFn(CountingDoFn):
     one page has one). The path may differ: a snapshot copied with its times kept (cp -a,
     rsync -a) is the same content at the same URLs. The InputFile carries the
     live row's raw hash, so ClassifyShardFn finds it unchanged as if it had
-    been read. Every other file goes to READ, to be read and hashed.
+    been read. Every other file goes to READ, in lists of DIFF_BATCH_FILES, to be
+    read and hashed.
     Only the shard's live (url, stamp, hash) columns are held."""
 
     READ = "read"
@@ -212,15 +214,16 @@ class MatchStampsFn(CountingDoFn):
             for url, stamp, digest in zip(*(table[c].to_pylist() for c in table.column_names)):
                 if url in located:
                     stored[url] = None if url in stored else (stamp, digest)
-        unchanged = []
+        unchanged, to_read = [], []
         for url, files in located.items():
             row = stored.get(url)
             if len(files) == 1 and row is not None and row[0] and row[0] == file_stamp(*files[0][1:]):
                 unchanged.append((url, (files[0][0], row[1])))
                 self.count(STAMP_COUNTER)
             else:
-                for listed in files:
-                    yield beam.pvalue.TaggedOutput(self.READ, listed)
+                to_read.extend(files)
+        for first in range(0, len(to_read), DIFF_BATCH_FILES):
+            yield beam.pvalue.TaggedOutput(self.READ, to_read[first: first + DIFF_BATCH_FILES])
         if unchanged:
             yield shard, unchanged
 
@@ -237,14 +240,23 @@ class HashInputBatchFn(ShardedBatchFn):
             yield from hashed_input(self._parser, readable)
 
 
-class _Batches(beam.PTransform):
-    """Listed files -> lists of DIFF_BATCH_FILES, spread over workers: listing or
-    reading one file is cheap, so the runner's cost per element is paid per batch."""
+class ListFileBatchesFn(beam.DoFn):
+    """A file pattern -> its files as listed (`FileSystems.match`, as Beam's
+    MatchFiles lists them), DIFF_BATCH_FILES to an element: at a million
+    input files the runner's cost per element, paid per file, was most of an
+    update that changed one page. A directory is listed as ReadMatches would
+    skip it (ShardedBatchFn skips it); no match is no files (the pattern is a
+    wildcard: an empty input folder empties the index, as it always did)."""
 
-    def expand(self, files):
-        return (files
-                | "Batch" >> beam.BatchElements(min_batch_size=DIFF_BATCH_FILES, max_batch_size=DIFF_BATCH_FILES)
-                | "Reshuffle" >> beam.Reshuffle())
+    def process(self, pattern: str) -> Iterable[list[ListedFile]]:
+        batch: list[ListedFile] = []
+        for metadata in FileSystems.match([pattern])[0].metadata_list:
+            batch.append(listed_file(metadata))
+            if len(batch) == DIFF_BATCH_FILES:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
 
 
 class DiffInput(beam.PTransform):
@@ -269,21 +281,19 @@ class DiffInput(beam.PTransform):
                       | "KeyByShard" >> beam.Map(lambda item: (shard_of(item[0], num_shards), [item]))]
         else:
             to_read = (pbegin
-                       | "MatchFiles" >> fileio.MatchFiles(self._pattern)
-                       | "Listed" >> beam.Map(listed_file))
+                       | "Pattern" >> beam.Create([self._pattern])
+                       | "ListFiles" >> beam.ParDo(ListFileBatchesFn())
+                       | "SpreadListed" >> beam.Reshuffle())  # batches over workers
             inputs = []
             if not self._read_every_input:
                 stamps = record_counts(to_read
-                                       | "BatchListed" >> _Batches()
                                        | "Locate" >> beam.ParDo(LocateInputBatchFn(parser, num_shards))
                                        | "GroupLocated" >> beam.GroupByKey()
                                        | "MatchStamps" >> beam.ParDo(MatchStampsFn(self._live)).with_outputs(
                                            MatchStampsFn.READ, COUNTS, main="unchanged"))
                 inputs.append(stamps["unchanged"])
-                to_read = stamps[MatchStampsFn.READ]
-            inputs.append(to_read
-                          | "BatchToRead" >> _Batches()
-                          | "HashBatches" >> beam.ParDo(HashInputBatchFn(parser, num_shards)))
+                to_read = stamps[MatchStampsFn.READ] | "SpreadToRead" >> beam.Reshuffle()
+            inputs.append(to_read | "HashBatches" >> beam.ParDo(HashInputBatchFn(parser, num_shards)))
         every_shard = pbegin | "EveryShard" >> beam.Create([(shard, []) for shard in range(num_shards)])
         return record_counts((*inputs, every_shard)
                              | "Shards" >> beam.Flatten()
