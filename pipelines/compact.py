@@ -28,7 +28,7 @@ from ritrag.storage import open_read
 from ritrag.schema import TABLES, TableSpec
 from ritrag.transforms import records  # noqa: F401  (the records' RowCoder)
 from ritrag.vectors import VectorShard
-from ritrag.transforms.dense import TRAINED, VECTORS, TrainedIndex, WriteDenseIndex
+from ritrag.transforms.dense import TRAINED, VECTORS, ReadTrainedIndex, WriteDenseIndex
 from ritrag.transforms.serving_files import WriteServingForm
 from ritrag.transforms.sparse import BuildSparseIndex, WriteSparseIndex
 from ritrag.transforms.tables import ReadLiveRows, WriteSegmentTables
@@ -68,7 +68,7 @@ def compact_pipeline(p: beam.Pipeline, live: IndexReader, segment_dir: str) -> N
     vectors = (p
                | "VectorFiles" >> beam.Create(live.files("vectors"))
                | "LiveVectors" >> beam.FlatMap(live_vectors))
-    trained = p | "LiveTrainedIndex" >> beam.Create([TrainedIndex(live.trained_dense_index())])
+    trained = p | "LiveTrainedIndex" >> ReadTrainedIndex(live.trained_dense_index)
 
     written = rows | "WriteTables" >> WriteSegmentTables(segment_dir, num_shards)
     sparse_written = sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, num_shards)

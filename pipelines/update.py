@@ -71,7 +71,7 @@ from ritrag.transforms.delta import (ChunkRows, PlaceChangedForests, ParseChange
 from ritrag.transforms.chunk import Chunker
 from ritrag.transforms.diff import STAMP_COUNTER, ClassifyShardFn, DiffInput, DiffOptions
 from ritrag.transforms.counts import WriteCounts
-from ritrag.transforms.dense import TRAINED, VECTORS, TrainedIndex, WriteDenseIndex
+from ritrag.transforms.dense import TRAINED, VECTORS, ReadTrainedIndex, WriteDenseIndex
 from ritrag.transforms.edges import EDGE_COUNTERS
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
 from ritrag.transforms.nodes import SITES_PLACED_COUNTER
@@ -209,7 +209,7 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     sparse = indexed | "Sparse" >> BuildSparseIndex(representation, removed=removed)
     vectors = chunks | "Vectors" >> ReuseOrEmbedVectors(live, EmbedChunks.from_options(spec, options),
                                                                  representation)
-    trained = p | "LiveTrainedIndex" >> beam.Create([TrainedIndex(live.trained_dense_index())])
+    trained = p | "LiveTrainedIndex" >> ReadTrainedIndex(live.trained_dense_index)
 
     # Sinks: the delta segment's files.
     (parsed[DEAD], delta[DEAD]) | "DeadLetters" >> WriteDeadLetters(segment_dir)

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from urllib.parse import unquote_plus, urljoin, urlsplit, urlunsplit
+from urllib.parse import SplitResult, unquote_plus, urljoin, urlsplit, urlunsplit
 
 WEB_SCHEMES = ("http", "https")
 PAGE_SCHEMES = (*WEB_SCHEMES, "file")
@@ -77,10 +77,7 @@ def normalize_url(url: str) -> str:
     selects a different page.
     """
     parts = urlsplit(url.strip())
-    scheme = parts.scheme.lower()
-    host = (parts.hostname or "").lower()
-    if parts.port and (scheme, parts.port) not in _DEFAULT_PORTS:
-        host = f"{host}:{parts.port}"
+    scheme, host = _origin(parts)
     path = parts.path or "/"
     path = posixpath.normpath(path) if path not in ("", "/") else "/"
     if path.startswith("//"):
@@ -92,6 +89,16 @@ def normalize_url(url: str) -> str:
     return urlunsplit((scheme, host, path, without_tracking_params(parts.query), ""))
 
 
+def _origin(parts: SplitResult) -> tuple[str, str]:
+    """(scheme, host[:port]) of a split URL as `normalize_url` spells them:
+    lower case, no user info, no default port."""
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    if parts.port and (scheme, parts.port) not in _DEFAULT_PORTS:
+        host = f"{host}:{parts.port}"
+    return scheme, host
+
+
 def path_segments(url: str) -> list[str]:
     """The non-empty segments of a URL's path, as written (percent-encoded)."""
     return [s for s in urlsplit(url).path.split("/") if s]
@@ -101,6 +108,10 @@ def site_of(url: str, site_depth: int = 0) -> str:
     """Normalized URL of the site (forest root) that `url` belongs to: scheme, host
     and the first `site_depth` path segments (products hosted side by side under
     one host, `docs.example.com/<product>/...`, want `site_depth=1`)."""
+    if site_depth == 0:
+        # The origin alone, which normalizing the path cannot change: an update
+        # asks the site of every input file's URL (a full normalization cost 2x).
+        return urlunsplit((*_origin(urlsplit(url.strip())), "/", "", ""))
     normalized = normalize_url(url)
     parts = urlsplit(normalized)
     segments = path_segments(normalized)[:site_depth]

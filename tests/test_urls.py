@@ -1,6 +1,8 @@
 """ritrag.urls: the page key, the site key, link resolution that never raises."""
 from __future__ import annotations
 
+from urllib.parse import urlsplit, urlunsplit
+
 import pytest
 
 from ritrag.urls import (directory_of, is_web_url, normalize_url, origin_of, path_segments, remove_dot_segments,
@@ -36,3 +38,16 @@ def test_url_parts():
     assert remove_dot_segments("/a/b/../../../c/.") == "/c/"
     assert [is_web_url(u) for u in ("https://h/x", "file:///x", "http:///x", "http://[broken/x", "/x")] == [
         True, False, False, False, False]
+
+
+@pytest.mark.parametrize("url", [
+    "https://Docs.Example.COM/a/b.html", "HTTP://example.com:80/x", "https://example.com:443", "http://example.com:8080",
+    "https://user:pw@Example.com:8443/p?q=1#f", "  https://example.com/../../a  ", "file:///srv/docs/index.html",
+    "https://example.com//double//slash/", "https://example.com/index.html", "mailto:a@b.c",
+    "relative/path.html", "", "https://example.com/?utm_source=x",
+])
+def test_site_of_depth_zero_is_the_normalized_origin(url):
+    """site_of(url, 0) takes the origin without normalizing the path: the same
+    answer as the site of the normalized URL."""
+    normalized = normalize_url(url)
+    assert site_of(url) == site_of(normalized) == urlunsplit((*urlsplit(normalized)[:2], "/", "", ""))

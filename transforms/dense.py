@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Iterable
+from typing import Callable, Iterable
 
 import apache_beam as beam
 import faiss
@@ -140,6 +140,22 @@ class TrainedIndex:
     # dense_info of the training; None for an index an earlier job trained, which
     # this job's shards join (dense.json and the trained index are not written again)
     info: dict | None = None
+
+
+class ReadTrainedIndex(beam.PTransform):
+    """pbegin -> the one TrainedIndex that `read` returns (an index an earlier
+    job trained: IndexReader.trained_dense_index), read when the pipeline
+    runs. As a Create value, its megabytes were part of the pipeline's
+    description, which the runner pickles and compresses several times (at
+    100k pages, 6 MB: 4-5 s of a one-page update)."""
+
+    def __init__(self, read: Callable[[], bytes]):
+        super().__init__()
+        self._read = read
+
+    def expand(self, pbegin):
+        read = self._read
+        return pbegin | "Once" >> beam.Create([None]) | "Read" >> beam.Map(lambda _: TrainedIndex(read()))
 
 
 def train_dense_index(sample: list[tuple[int, np.ndarray]], n_vectors: int, overrides: dict
