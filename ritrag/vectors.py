@@ -38,7 +38,6 @@ from typing import BinaryIO, Iterator, Sequence
 import numpy as np
 
 from ritrag.layout import parse_shard_file_name
-from ritrag.sorted_lookup import SortedLookup
 from ritrag.storage import is_remote, open_read
 
 VECTORS_KIND = "vectors"
@@ -158,7 +157,6 @@ class VectorShard:
         # one chunk (as written here) stays a view of the file: no copy in memory
         self.ids: np.ndarray = id_chunks[0] if len(id_chunks) == 1 else np.concatenate(
             id_chunks or [np.zeros(0, np.int64)])
-        self._ids_lookup = SortedLookup(self.ids)  # re-rank candidates are looked up here a few hundred at a time
         self._offsets, self._chunk_rows = self._chunk_offsets("vectors", meta["vectors"], "float16")
         self._row_bytes = 2 * self.dim
         # Row i of this view is the `_row_bytes` bytes from offset i of the file, so
@@ -197,7 +195,10 @@ class VectorShard:
 
     def rows_of(self, chunk_ids: np.ndarray) -> np.ndarray:
         """Row of each chunk id in this shard; -1 where the shard does not hold it."""
-        return self._ids_lookup.find(chunk_ids)
+        if not len(self.ids):
+            return np.full(len(chunk_ids), -1, np.int64)
+        pos = np.searchsorted(self.ids, chunk_ids).clip(0, len(self.ids) - 1)
+        return np.where(self.ids[pos] == chunk_ids, pos, -1)
 
     def read(self, rows: np.ndarray) -> np.ndarray:
         """float16 vectors of the given (valid) rows, in the order asked."""

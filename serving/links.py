@@ -28,7 +28,6 @@ import pyarrow as pa
 from ritrag.ids import node_keys, shard_of
 from ritrag.reader import IndexReader, LiveFile
 from ritrag.schema import EDGES_KIND
-from ritrag.sorted_lookup import SortedLookup
 from ritrag.serving.segments import SegmentShards
 from ritrag.serving.skeleton import NodeRows, Skeleton
 
@@ -37,14 +36,14 @@ MAX_SEE_ALSO = 3  # related nodes per hit: a few handles, not a second ToC
 DEFAULT_CROSS_LINKS = True  # GetToC lists them unless asked not to (benchmarks/RESULTS.md, "The link graph")
 
 
-def _ranges(sorted_ids: SortedLookup, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _ranges(sorted_ids: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(the positions in `sorted_ids` of the entries equal to each of `keys`,
     concatenated; the index in `keys` of each)."""
     # Integer keys: the entries equal to k end where k + 1 would start (one
     # search for both ends; no array holds NO_NODE_KEY, whose k + 1 wraps to 0).
     # Few calls per array, as a query asks this of every shard for a few keys.
     n = len(keys)
-    bounds = sorted_ids.positions(np.concatenate((keys, keys + _ONE)))
+    bounds = sorted_ids.searchsorted(np.concatenate((keys, keys + _ONE)))
     lo = bounds[:n]
     counts = np.maximum(bounds[n:] - lo, 0)
     owner = np.arange(n).repeat(counts)
@@ -58,15 +57,10 @@ class ShardLinks:
     unless its source was tombstoned). `edges`: the shard's edges file, which
     holds the edges of the sources it owns (ritrag.reader.LiveFile.owns)."""
 
-    def __init__(self, arrays: Mapping[str, np.ndarray], dead_sources: frozenset, edges: LiveFile | None = None,
-                 lookups: tuple[SortedLookup, SortedLookup] | None = None):
-        """`lookups`: SortedLookups of `arrays`' link_out_source and
-        link_in_target, where the process keeps them beside the mapped file
-        (MappedShard.link_lookups); else made here."""
+    def __init__(self, arrays: Mapping[str, np.ndarray], dead_sources: frozenset, edges: LiveFile | None = None):
         self.edges = edges
         self.out_source, self.out_target = arrays["link_out_source"], arrays["link_out_target"]
         self.in_target, self.in_source = arrays["link_in_target"], arrays["link_in_source"]
-        self._out, self._in = lookups or (SortedLookup(self.out_source), SortedLookup(self.in_target))
         dead = [s.encode("utf-8") for s in dead_sources]
         self.dead = np.sort(node_keys(np.array(dead, dtype=bytes))) if dead else np.zeros(0, np.uint64)
 
@@ -79,10 +73,10 @@ class ShardLinks:
         `keys` are sources this shard owns (None: all): only theirs can have
         out-links here."""
         asked = np.arange(len(keys)) if owned is None else np.flatnonzero(owned)
-        out_at, out_owner = _ranges(self._out, keys[asked])
+        out_at, out_owner = _ranges(self.out_source, keys[asked])
         out_owner = asked[out_owner]
         out_owner_live = self._live(keys)[out_owner] if len(self.dead) else np.ones(len(out_owner), bool)
-        in_at, in_owner = _ranges(self._in, keys)
+        in_at, in_owner = _ranges(self.in_target, keys)
         sources = self.in_source[in_at]
         in_live = self._live(sources)
         return (np.concatenate([self.out_target[out_at[out_owner_live]], sources[in_live]]),
@@ -90,7 +84,7 @@ class ShardLinks:
 
     def in_counts(self, keys: np.ndarray) -> np.ndarray:
         """How many live sources link to each of `keys`."""
-        at, owner = _ranges(self._in, keys)
+        at, owner = _ranges(self.in_target, keys)
         live = self._live(self.in_source[at])
         return np.bincount(owner[live], minlength=len(keys))
 
@@ -116,8 +110,8 @@ class LinkGraph:
         from the serving file of its segment and shard."""
         mapped = {(segment.segment, number): shard for segment in segments
                   for number, shard in enumerate(segment.shards)}
-        files = [(f, mapped[f.segment, f.shard]) for f in reader.files(EDGES_KIND)]
-        return cls([ShardLinks(shard.links(f), f.dead, f, shard.link_lookups(f)) for f, shard in files], skeleton)
+        return cls([ShardLinks(mapped[f.segment, f.shard].links(f), f.dead, f) for f in reader.files(EDGES_KIND)],
+                   skeleton)
 
     def __len__(self) -> int:
         """The number of stored (source, target) pairs, live or not: 0 when the version has no links."""

@@ -29,7 +29,6 @@ from ritrag.ids import shard_of
 from ritrag.layout import DamagedIndexError, IndexLoadError
 from ritrag.reader import IndexReader, LiveFile
 from ritrag.serving_form import LINK_ARRAYS, SERVING_KIND, link_arrays, map_arrays, shard_link_arrays
-from ritrag.sorted_lookup import SortedLookup
 from ritrag.serving.skeleton import NodeRows
 
 LOG = logging.getLogger("ritrag.serving")
@@ -59,9 +58,7 @@ class MappedShard:
             raise DamagedIndexError(f"{path}: its serving arrays do not fit together")
         self.arrays = arrays
         self.n_chunks = n_chunks
-        self.chunk_lookup = SortedLookup(arrays["chunk_ids"])  # its fence made once per process, as the mapping
         self._links: dict[str, np.ndarray] | None = None
-        self._link_lookups: tuple[SortedLookup, SortedLookup] | None = None
         self._links_lock = threading.Lock()
 
     def links(self, edges: LiveFile) -> dict[str, np.ndarray]:
@@ -78,15 +75,6 @@ class MappedShard:
                                if all(name in self.arrays for name in LINK_ARRAYS)
                                else shard_link_arrays(edges.read(["source_node_id", "target_node_id"])))
             return self._links
-
-    def link_lookups(self, edges: LiveFile) -> tuple[SortedLookup, SortedLookup]:
-        """SortedLookups of `links(edges)`' link_out_source and link_in_target,
-        made once per process: every version that holds this file shares them."""
-        links = self.links(edges)
-        with self._links_lock:
-            if self._link_lookups is None:
-                self._link_lookups = (SortedLookup(links["link_out_source"]), SortedLookup(links["link_in_target"]))
-            return self._link_lookups
 
     def term_range(self, key: bytes) -> tuple[int, int]:
         """The entries of the postings of `key` (UTF-8 term), (0, 0) if none."""
@@ -215,9 +203,12 @@ class VersionChunks:
             for local in np.unique(owner[found < 0]):
                 i = first + int(local)
                 asked = np.flatnonzero((found < 0) & (owner == local))
-                pos = self.shards[i].chunk_lookup.find(chunk_ids[asked])
+                ids = self.shards[i].arrays["chunk_ids"]
+                if not len(ids):
+                    continue
+                pos = np.clip(np.searchsorted(ids, chunk_ids[asked]), 0, len(ids) - 1)
                 rows = pos + self.starts[i]
-                hit = (pos >= 0) & self.live[rows]
+                hit = (ids[pos] == chunk_ids[asked]) & self.live[rows]
                 found[asked[hit]] = rows[hit]
             first += count
         return found

@@ -20,7 +20,6 @@ import pyarrow.compute as pc
 
 from ritrag.ids import NO_NODE_KEY, node_ids_of_keys, node_keys
 from ritrag.serving_form import utf8_fixed_width
-from ritrag.sorted_lookup import SortedLookup
 
 SKELETON_COLUMNS = ["node_id", "parent_id", "position", "title", "summary", "keywords", "ancestor_ids"]  # read
 # What is held of them: the node's own id, and its own, parent and ancestor ids as keys
@@ -67,7 +66,6 @@ class NodeRows(Mapping):
     def __init__(self, sorted_keys: np.ndarray, order: np.ndarray):
         """`sorted_keys` (uint64, ascending) and the row of each."""
         self._sorted, self._order = sorted_keys, order
-        self._lookup = SortedLookup(sorted_keys)
 
     @classmethod
     def of(cls, ids: np.ndarray, rows: np.ndarray | None = None) -> "NodeRows":
@@ -101,8 +99,8 @@ class NodeRows(Mapping):
         keys = ids if ids.dtype == np.uint64 else node_keys(ids)
         if not len(self._sorted):
             return np.full(len(keys), -1, np.int64)
-        pos = self._lookup.find(keys)
-        return np.where(pos >= 0, self._order[pos], -1)
+        pos = np.clip(np.searchsorted(self._sorted, keys), 0, len(self._sorted) - 1)
+        return np.where(self._sorted[pos] == keys, self._order[pos], -1)
 
     def __getitem__(self, node_id: str) -> int:
         try:
