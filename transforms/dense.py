@@ -229,7 +229,7 @@ class WriteDenseIndex(beam.PTransform):
         self._out_dir = out_dir
         self._num_shards = num_shards
 
-    def expand(self, dense: dict[str, beam.PCollection]) -> beam.PCollection:
+    def expand(self, dense) -> beam.PCollection:  # {name: PCollection}: no annotation, which Beam would warn of
         dense[TRAINED] | "WriteTrainedIndex" >> beam.Map(write_trained_index, self._out_dir)
         return dense[VECTORS] | "WriteShards" >> WriteShards(
             self._out_dir, "dense", self._num_shards, shard_key=lambda kv: kv[0], to_table=vectors_table,

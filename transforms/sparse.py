@@ -134,7 +134,7 @@ class BuildSparseIndex(beam.PTransform):
         self._representation = representation
         self._removed = removed
 
-    def expand(self, chunks: beam.PCollection[ChunkRow]) -> dict[str, beam.PCollection]:
+    def expand(self, chunks: beam.PCollection[ChunkRow]):  # -> {name: PCollection}: no annotation, which Beam would warn of
         terms = chunks | "AnalyzeChunks" >> beam.Map(row_terms, self._representation)
         signed = terms | "Added" >> beam.Map(lambda ct: (ct[1], ct[2], 1))
         if self._removed is not None:
@@ -161,7 +161,7 @@ class WriteSparseIndex(beam.PTransform):
         self._out_dir = out_dir
         self._num_shards = num_shards
 
-    def expand(self, sparse: dict[str, beam.PCollection]) -> beam.PCollection:
+    def expand(self, sparse) -> beam.PCollection:  # {name: PCollection}: no annotation, which Beam would warn of
         out_dir, num_shards = self._out_dir, self._num_shards
         sparse[CORPUS_STATS] | "WriteBm25Stats" >> beam.Map(write_bm25_stats, out_dir)
         vocabulary = sparse[VOCABULARY] | "WriteVocabulary" >> WriteShards(

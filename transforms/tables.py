@@ -299,7 +299,7 @@ class WriteSegmentTables(beam.PTransform):
         super().__init__()
         self._out_dir, self._num_shards = out_dir, num_shards
 
-    def expand(self, tables: dict):
+    def expand(self, tables):  # {kind: PCollection}: no annotation, which Beam would warn of
         return {kind: rows | f"Write{kind.title()}" >> WriteParquetTable(self._out_dir, TABLES[kind], self._num_shards)
                 for kind, rows in tables.items()}
 
