@@ -134,7 +134,7 @@ class BuildSparseIndex(beam.PTransform):
         self._representation = representation
         self._removed = removed
 
-    def expand(self, chunks: beam.PCollection[ChunkRow]):  # -> {name: PCollection}: no annotation, which Beam would warn of
+    def expand(self, chunks: beam.PCollection[ChunkRow]):  # -> {name: PCollection}, unannotated: Beam warns of it
         terms = chunks | "AnalyzeChunks" >> beam.Map(row_terms, self._representation)
         signed = terms | "Added" >> beam.Map(lambda ct: (ct[1], ct[2], 1))
         if self._removed is not None:
