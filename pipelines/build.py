@@ -41,7 +41,7 @@ from ritrag.storage import exists, open_read
 from ritrag.transforms.chunk import ChunkNodesFn, Chunker
 from ritrag.transforms.counts import WriteCounts
 from ritrag.transforms.edges import EDGE_COUNTERS, AnchorDocuments, ResolveEdges, link_target
-from ritrag.transforms.dense import TRAINED, VECTORS, TrainDenseIndex, WriteDenseIndex
+from ritrag.transforms.dense import TRAINED, VECTORS, TrainDenseIndex
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
 from ritrag.transforms.metadata.enrich import METADATA_COUNTERS, EnrichNodeMetadata, MetadataOptions, MetadataPlan
 from ritrag.transforms.metadata.induce_toc import (PAGES, SPENT, TOC_COUNTERS, InduceTocFromModel, TocPlan,
@@ -53,9 +53,9 @@ from ritrag.transforms.pages import (DEAD, LINKS_CAPPED_COUNTER, PAGE_COUNTERS, 
 from ritrag.transforms.progress import SECTIONS_CAPPED_COUNTER, CountSectionsCapped, LogProgress
 from ritrag.transforms.site_base import InferSiteBases
 from ritrag.transforms.sources.dispatch import HTML_SUFFIXES
-from ritrag.transforms.serving_files import WriteServingForm
-from ritrag.transforms.sparse import BuildSparseIndex, WriteSparseIndex
-from ritrag.transforms.tables import WriteSegmentTables, spill_location, write_bytes
+from ritrag.transforms.segment import SPARSE, WriteSegment
+from ritrag.transforms.sparse import BuildSparseIndex
+from ritrag.transforms.tables import spill_location, write_bytes
 from ritrag.transforms.sources.warc import crawl_dir_of
 
 LOG = logging.getLogger("ritrag.build")
@@ -134,12 +134,8 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
     if site_bases is not None:
         site_bases | "WriteSiteBases" >> beam.Map(write_site_bases, segment_dir)
     (parsed[DEAD], forest[DEAD]) | "DeadLetters" >> WriteDeadLetters(segment_dir)
-    written = ({"pages": forest[PAGES_OUTPUT], "nodes": nodes, "chunks": chunks, EDGES_KIND: edges}
-               | "WriteTables" >> WriteSegmentTables(segment_dir, num_shards))
-    sparse_written = sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, num_shards)
-    ((written["nodes"], written["chunks"], sparse_written)
-     | "WriteServingForm" >> WriteServingForm(segment_dir, num_shards))
-    {VECTORS: vectors, TRAINED: trained} | "WriteDense" >> WriteDenseIndex(segment_dir, num_shards)
+    ({"pages": forest[PAGES_OUTPUT], "nodes": nodes, "chunks": chunks, EDGES_KIND: edges, SPARSE: sparse,
+      VECTORS: vectors, TRAINED: trained} | "WriteSegment" >> WriteSegment(segment_dir, num_shards))
     # Last: every count the stages recorded (what the manifest records), as data.
     p | "WriteCounts" >> WriteCounts(segment_dir)
 

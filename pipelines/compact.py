@@ -28,10 +28,10 @@ from ritrag.storage import open_read
 from ritrag.schema import TABLES, TableSpec
 from ritrag.transforms import records  # noqa: F401  (the records' RowCoder)
 from ritrag.vectors import VectorShard
-from ritrag.transforms.dense import TRAINED, VECTORS, ReadTrainedIndex, WriteDenseIndex
-from ritrag.transforms.serving_files import WriteServingForm
-from ritrag.transforms.sparse import BuildSparseIndex, WriteSparseIndex
-from ritrag.transforms.tables import ReadLiveRows, WriteSegmentTables
+from ritrag.transforms.dense import TRAINED, VECTORS, ReadTrainedIndex
+from ritrag.transforms.segment import SPARSE, WriteSegment
+from ritrag.transforms.sparse import BuildSparseIndex
+from ritrag.transforms.tables import ReadLiveRows
 
 LOG = logging.getLogger("ritrag.compact")
 FLAGS: JobFlags = {IndexOptions: None, PublishOptions: None}
@@ -70,11 +70,8 @@ def compact_pipeline(p: beam.Pipeline, live: IndexReader, segment_dir: str) -> N
                | "LiveVectors" >> beam.FlatMap(live_vectors))
     trained = p | "LiveTrainedIndex" >> ReadTrainedIndex(live.trained_dense_index)
 
-    written = rows | "WriteTables" >> WriteSegmentTables(segment_dir, num_shards)
-    sparse_written = sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, num_shards)
-    ((written["nodes"], written["chunks"], sparse_written)
-     | "WriteServingForm" >> WriteServingForm(segment_dir, num_shards))
-    {VECTORS: vectors, TRAINED: trained} | "WriteDense" >> WriteDenseIndex(segment_dir, num_shards)
+    ({**rows, SPARSE: sparse, VECTORS: vectors, TRAINED: trained}
+     | "WriteSegment" >> WriteSegment(segment_dir, num_shards))
 
 
 def run(argv: list[str] | None = None) -> str:

@@ -71,7 +71,7 @@ from ritrag.transforms.delta import (ChunkRows, PlaceChangedForests, ParseChange
 from ritrag.transforms.chunk import Chunker
 from ritrag.transforms.diff import STAMP_COUNTER, ClassifyShardFn, DiffInput, DiffOptions
 from ritrag.transforms.counts import WriteCounts
-from ritrag.transforms.dense import TRAINED, VECTORS, ReadTrainedIndex, WriteDenseIndex
+from ritrag.transforms.dense import TRAINED, VECTORS, ReadTrainedIndex
 from ritrag.transforms.edges import EDGE_COUNTERS
 from ritrag.transforms.embed import EmbedChunks, EmbedOptions
 from ritrag.transforms.nodes import SITES_PLACED_COUNTER
@@ -82,9 +82,9 @@ from ritrag.transforms.link_delta import CHANGED_NODES, TOMBSTONE, UpdateAnchorD
 from ritrag.transforms.pages import (DEAD, PAGE_COUNTERS, InputOptions, PageParser, WriteDeadLetters,
                                      input_root_and_pattern)
 from ritrag.transforms.progress import SECTIONS_CAPPED_COUNTER, CountSectionsCapped, LogProgress
-from ritrag.transforms.serving_files import WriteServingForm
-from ritrag.transforms.sparse import BuildSparseIndex, WriteSparseIndex
-from ritrag.transforms.tables import WriteSegmentTables, spill_location
+from ritrag.transforms.segment import SPARSE, WriteSegment
+from ritrag.transforms.sparse import BuildSparseIndex
+from ritrag.transforms.tables import spill_location
 
 LOG = logging.getLogger("ritrag.update")
 UPDATE_COUNTERS = PAGE_COUNTERS + ("pages_unchanged", STAMP_COUNTER, "pages_deleted", "pages_replaced",
@@ -214,12 +214,8 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     # Sinks: the delta segment's files.
     (parsed[DEAD], delta[DEAD]) | "DeadLetters" >> WriteDeadLetters(segment_dir)
     dead | "Tombstones" >> WriteTombstones(segment_dir)
-    written = ({"pages": delta[UpdatePagesFn.PAGES], "nodes": nodes, "chunks": indexed, EDGES_KIND: edges["edges"]}
-               | "WriteTables" >> WriteSegmentTables(segment_dir, num_shards))
-    sparse_written = sparse | "WriteSparse" >> WriteSparseIndex(segment_dir, num_shards)
-    ((written["nodes"], written["chunks"], sparse_written)
-     | "WriteServingForm" >> WriteServingForm(segment_dir, num_shards))
-    {VECTORS: vectors, TRAINED: trained} | "WriteDense" >> WriteDenseIndex(segment_dir, num_shards)
+    ({"pages": delta[UpdatePagesFn.PAGES], "nodes": nodes, "chunks": indexed, EDGES_KIND: edges["edges"],
+      SPARSE: sparse, VECTORS: vectors, TRAINED: trained} | "WriteSegment" >> WriteSegment(segment_dir, num_shards))
     # Last: every count the stages recorded (what the manifest records), as data.
     p | "WriteCounts" >> WriteCounts(segment_dir)
 
