@@ -31,6 +31,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.filesystem import FileMetadata
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from ritrag.flags import add_arguments, option
 from ritrag.ids import raw_hash, shard_of
 from ritrag.reader import IndexReader
 from ritrag.schema import DeadLetter, PageSkeleton, WarcPage
@@ -47,14 +48,21 @@ STAMP_COUNTER = "pages_trusted_by_stamp"  # of pages_unchanged: files not read, 
 PAGE_SKELETON_COLUMNS = [f.name for f in dataclasses.fields(PageSkeleton)]  # PAGES_SCHEMA's, PageSkeleton.from_row's
 
 
+@dataclasses.dataclass(frozen=True)
+class DiffSettings:
+    """How an update finds the input files that changed: its flags."""
+
+    read_every_input: bool = option(False, "read and hash every input file; by default a file whose size and "
+                                           "modification time equal those its page was indexed with is taken "
+                                           "as unchanged unread")
+
+
 class DiffOptions(PipelineOptions):
-    """How an update finds the input files that changed."""
+    """How an update finds the input files that changed."""  # (its argument group's title) DiffSettings' flags
 
     @classmethod
     def _add_argparse_args(cls, parser):
-        parser.add_argument("--read_every_input", action="store_true",
-                            help="read and hash every input file; by default a file whose size and modification "
-                                 "time equal those its page was indexed with is taken as unchanged unread")
+        add_arguments(parser, DiffSettings)
 
 
 # The diff's per-file items are plain tuples, which Beam's coder writes itself;

@@ -30,6 +30,7 @@ its own batch and latency metrics under the same namespace.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Iterable, Mapping, Sequence
 
 import apache_beam as beam
@@ -40,6 +41,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from ritrag.embedder import DTYPES, EmbedderSpec, available_cpus, choose_device
 from ritrag.encoders import SentenceEncoder, load_encoder
+from ritrag.flags import add_arguments, from_arguments, option
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 
 METRICS_NAMESPACE = "ritrag.embed"
@@ -51,33 +53,33 @@ DTYPE_COUNTER_PREFIX = "chunks_embedded_"  # + the dtype: chunks each worker dty
 DEFAULT_BATCH_SIZE = 1024
 
 
+@dataclasses.dataclass(frozen=True)
+class EmbedRuntime:
+    """Where and how a job runs the model (EmbedderSpec says which model):
+    the embed step's flags, as `EmbedChunks.from_options` reads them."""
+
+    embed_device: str | None = option(None, "cuda, mps or cpu (default: auto)")
+    embed_accelerator: str | None = option(
+        None, 'Beam accelerator resource hint for the embed step only, e.g. '
+              '"type:nvidia-l4;count:1;install-nvidia-driver" (docs/GPU.md)')
+    embed_min_ram: str | None = option(None, "Beam min_ram resource hint for the embed step, e.g. 16GB")
+    embed_dtype: str = option("auto", "auto: float16 on CUDA, bfloat16 on a CPU with AMX (Intel Xeon since "
+                                      "Sapphire Rapids), float32 elsewhere; all give interchangeable vectors "
+                                      "(docs/GPU.md)", choices=("auto", *DTYPES))
+    embed_max_batch_tokens: int | None = option(None, "padded tokens per forward pass (default: by device)")
+    embed_batch_size: int = option(DEFAULT_BATCH_SIZE, "texts per RunInference batch, sorted by length inside")
+    embed_model_copies: int | None = option(None, "model copies per worker (default: one per visible GPU)")
+    embed_cpu_threads: int | None = option(None, "CPU workers: batches embedded at once per SDK process, one torch "
+                                                 "thread each (default: the process's CPUs; 1 where the runner "
+                                                 "starts one SDK process per core)")
+
+
 class EmbedOptions(PipelineOptions):
-    """Options of the embed step."""
+    """Options of the embed step."""  # (its argument group's title) EmbedRuntime's flags
 
     @classmethod
     def _add_argparse_args(cls, parser):
-        parser.add_argument("--embed_device", default=None, help="cuda, mps or cpu (default: auto)")
-        parser.add_argument(
-            "--embed_accelerator", default=None,
-            help='Beam accelerator resource hint for the embed step only, e.g. '
-                 '"type:nvidia-l4;count:1;install-nvidia-driver" (docs/GPU.md)')
-        parser.add_argument("--embed_min_ram", default=None,
-                            help="Beam min_ram resource hint for the embed step, e.g. 16GB")
-        parser.add_argument("--embed_dtype", default="auto",
-                            choices=("auto", *DTYPES),
-                            help="auto: float16 on CUDA, bfloat16 on a CPU with AMX (Intel Xeon since "
-                                 "Sapphire Rapids), float32 elsewhere; all give interchangeable vectors "
-                                 "(docs/GPU.md)")
-        parser.add_argument("--embed_max_batch_tokens", type=int, default=None,
-                            help="padded tokens per forward pass (default: by device)")
-        parser.add_argument("--embed_batch_size", type=int, default=DEFAULT_BATCH_SIZE,
-                            help="texts per RunInference batch, sorted by length inside")
-        parser.add_argument("--embed_model_copies", type=int, default=None,
-                            help="model copies per worker (default: one per visible GPU)")
-        parser.add_argument("--embed_cpu_threads", type=int, default=None,
-                            help="CPU workers: batches embedded at once per SDK process, one torch "
-                                 "thread each (default: the process's CPUs; 1 where the runner "
-                                 "starts one SDK process per core)")
+        add_arguments(parser, EmbedRuntime)
 
 
 class SentenceTransformerModelHandler(ModelHandler[str, tuple[np.ndarray, str], SentenceEncoder]):
@@ -176,11 +178,11 @@ class EmbedChunks(beam.PTransform):
     @classmethod
     def from_options(cls, spec: EmbedderSpec, options: PipelineOptions) -> "EmbedChunks":
         """The embed step configured by `EmbedOptions` flags."""
-        opts = options.view_as(EmbedOptions)
-        hints = {"accelerator": opts.embed_accelerator, "min_ram": opts.embed_min_ram}
-        return cls(spec, opts.embed_device, dtype=opts.embed_dtype, max_batch_tokens=opts.embed_max_batch_tokens,
-                   batch_size=opts.embed_batch_size, model_copies=opts.embed_model_copies,
-                   cpu_threads=opts.embed_cpu_threads, resource_hints={k: v for k, v in hints.items() if v})
+        run = from_arguments(EmbedRuntime, options.view_as(EmbedOptions))
+        hints = {"accelerator": run.embed_accelerator, "min_ram": run.embed_min_ram}
+        return cls(spec, run.embed_device, dtype=run.embed_dtype, max_batch_tokens=run.embed_max_batch_tokens,
+                   batch_size=run.embed_batch_size, model_copies=run.embed_model_copies,
+                   cpu_threads=run.embed_cpu_threads, resource_hints={k: v for k, v in hints.items() if v})
 
     def expand(self, chunks: beam.PCollection[tuple[int, str]]) -> beam.PCollection[tuple[int, np.ndarray]]:
         return record_counts(chunks
