@@ -175,13 +175,25 @@ def _use_store_options(args: argparse.Namespace) -> None:
         use_pipeline_options(PipelineOptions(job_flags(args, args.store_actions)))
 
 
+def _published_versions(layout) -> list[str]:
+    """The versions `layout` holds; MissingIndexError (index_unavailable) where
+    it holds none: a mistyped path is an error, not an empty list."""
+    from ritrag.layout import MissingIndexError
+
+    versions = layout.versions()
+    if not versions:
+        raise MissingIndexError(f"{layout.root}: no published version")
+    return versions
+
+
 def _versions(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.layout import IndexLayout
 
     _use_store_options(args)
     layout = IndexLayout(args.index)
     current = layout.current_version()
-    for version in layout.versions():
+    versions = _published_versions(layout)
+    for version in versions:
         m = layout.load_manifest(version)
         pages = m.stats.get("pages", {})
         print(f"{'*' if version == current else ' '} {version}  parent={m.parent or '-'}  "
@@ -210,6 +222,7 @@ def _prune(args: argparse.Namespace, extra: list[str]) -> int:
     keep = checked_int("keep", args.keep, 1)
     _use_store_options(args)
     layout = IndexLayout(args.index)
+    _published_versions(layout)  # before the lease, which would make a mistyped path's folder
     with IndexLease(layout, "prune", args.break_lock):
         deleted = prune_versions(layout, keep)
         kept = retained_versions(layout, keep)  # what prune kept, and why (after a rollback, maybe all)
@@ -409,17 +422,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.set_defaults(func=_versions)
     store_commands = [p]
 
+    from ritrag.flags import add_arguments
+    from ritrag.layout import Publishing  # the jobs' --break_lock, as rollback and prune take it too
     p = sub.add_parser("rollback", help="make an earlier version live again")
     p.add_argument("index", help="index directory or object-store prefix")
     p.add_argument("version", help="a published version, e.g. v000002 (ritrag versions lists them)")
-    p.add_argument("--break_lock", action="store_true", help="take the index's lease from a job known to be gone")
+    add_arguments(p, Publishing, only=("break_lock",))
     p.set_defaults(func=_rollback)
     store_commands.append(p)
 
     p = sub.add_parser("prune", help="delete all but the newest versions and unreferenced segments")
     p.add_argument("index", help="index directory or object-store prefix")
     p.add_argument("--keep", type=int, default=5, help="newest versions kept (the live one always is)")
-    p.add_argument("--break_lock", action="store_true", help="take the index's lease from a job known to be gone")
+    add_arguments(p, Publishing, only=("break_lock",))
     p.set_defaults(func=_prune)
     store_commands.append(p)
 

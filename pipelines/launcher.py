@@ -13,7 +13,6 @@ A job's `run(argv)` reads as:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import threading
@@ -27,9 +26,9 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from ritrag.pipelines.options import JobFlags, parse_job_options
-from ritrag.flags import add_arguments, option
+from ritrag.flags import add_arguments
 from ritrag.index_config import INDEX_FLAGS, IndexConfig
-from ritrag.layout import DEAD_LETTERS_FILE, DENSE_INFO_FILE, IndexLayout, prune_versions, segment_id_for
+from ritrag.layout import DEAD_LETTERS_FILE, DENSE_INFO_FILE, IndexLayout, Publishing, prune_versions, segment_id_for
 from ritrag.storage import dir_exists, exists, make_dirs, open_read, remove_tree, use_pipeline_options
 from ritrag.lease import IndexLease
 from ritrag.transforms.counts import read_counts
@@ -92,16 +91,6 @@ def _s3_options_key(options) -> tuple:
 
     s3 = options.view_as(S3Options)
     return tuple(getattr(s3, name, None) for name in _S3_CLIENT_OPTIONS)
-
-
-@dataclasses.dataclass(frozen=True)
-class Publishing:
-    """How a job that writes a version publishes it: its flags."""
-
-    keep_versions: int = option(10, "after publishing, delete older versions beyond this many "
-                                    "(and the segments only they used)")
-    break_lock: bool = option(False, "take the index's lease even if another job seems to hold it "
-                                     "(only when that job is known to be gone; docs/OPERATING.md)")
 
 
 class PublishOptions(PipelineOptions):

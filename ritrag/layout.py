@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Iterable
 
 from ritrag.embedder import MAX_EMBEDDING_DIMENSION
+from ritrag.flags import option
 from ritrag.index_config import ManifestConfig
 from ritrag.lease import lease_holder
 from ritrag.representation import DEFAULT_RETRIEVAL
@@ -445,6 +446,17 @@ def retained_versions(layout: IndexLayout, keep: int) -> dict[str, str]:
     for version in versions[-keep:]:
         why.setdefault(version, []).append(f"one of the {keep} newest (--keep {keep})")
     return {version: " and ".join(reasons) for version, reasons in sorted(why.items())}
+
+
+@dataclass(frozen=True)
+class Publishing:
+    """How a job that writes a version publishes it, and what `ritrag rollback` and
+    `prune` take of it: their flags (ritrag.flags)."""
+
+    keep_versions: int = option(10, "after publishing, delete older versions beyond this many "
+                                    "(and the segments only they used)")
+    break_lock: bool = option(False, "take the index's lease even if another job seems to hold it "
+                                     "(only when that job is known to be gone; docs/OPERATING.md)")
 
 
 def prune_versions(layout: IndexLayout, keep: int) -> list[str]:

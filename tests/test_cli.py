@@ -161,3 +161,14 @@ def test_sample_build_help_and_typo_via_the_entry_point(tmp_path):
     done = subprocess.run([str(script), "build", str(SAMPLE), "--out", str(tmp_path / "i"), "--granularty", "page"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "did you mean --granularity?" in done.stderr
+
+
+@pytest.mark.parametrize("command", [["versions"], ["prune", "--keep", "2"]])
+def test_a_path_without_an_index_is_an_error_not_an_empty_answer(tmp_path, command):
+    """A mistyped index path: `ritrag versions` and `prune` say it holds no
+    version (exit 1), and prune makes no folder there (its lease would)."""
+    missing = tmp_path / "no-such-index"
+    done = ritrag(command[0], str(missing), *command[1:], cwd=tmp_path)
+    assert done.returncode == 1
+    assert json.loads(done.stderr.strip().splitlines()[-1])["error"]["reason"] == "index_unavailable"
+    assert not missing.exists()
