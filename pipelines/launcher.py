@@ -13,6 +13,7 @@ A job's `run(argv)` reads as:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -26,7 +27,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from ritrag.pipelines.options import JobFlags, parse_job_options
-from ritrag.flags import add_arguments
+from ritrag.flags import add_arguments, option
 from ritrag.index_config import INDEX_FLAGS, IndexConfig
 from ritrag.layout import DEAD_LETTERS_FILE, DENSE_INFO_FILE, IndexLayout, Publishing, prune_versions, segment_id_for
 from ritrag.storage import dir_exists, exists, make_dirs, open_read, remove_tree, use_pipeline_options
@@ -109,12 +110,21 @@ def publish_and_prune(layout: IndexLayout, manifest, options: PipelineOptions) -
     return manifest.version
 
 
+@dataclasses.dataclass(frozen=True)
+class JobIndex:
+    """Where a job writes its versions: the index a build makes (`out`) or the
+    one an update or compaction changes (`index`); their flags."""
+
+    out: str | None = option(None, "index directory (local path or object-store prefix)")
+    index: str | None = option(None, "index directory with a published version")
+
+
 class IndexOptions(PipelineOptions):
     """The index changed (update, compact)."""
 
     @classmethod
     def _add_argparse_args(cls, parser):
-        parser.add_argument("--index", help="index directory with a published version")
+        add_arguments(parser, JobIndex, only=("index",))
 
 
 def required(options: PipelineOptions, view: type, *names: str):
@@ -131,7 +141,7 @@ class BuildOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser):
-        parser.add_argument("--out", help="index directory (local path or object-store prefix)")
+        add_arguments(parser, JobIndex, only=("out",))
         for flag in INDEX_FLAGS:  # defined with the IndexConfig they set
             flag.add_to(parser)
 

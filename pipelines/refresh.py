@@ -15,6 +15,7 @@ segment is an empty delta (0 pages indexed, 0 chunks added).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 
@@ -22,9 +23,17 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from ritrag.pipelines import build, crawl, update
 from ritrag.pipelines.options import JobFlags, JobOptionsError, check_job_argv, job_actions, job_flags, merge_flags
+from ritrag.flags import add_arguments, option
 from ritrag.layout import IndexLayout
 
 LOG = logging.getLogger("ritrag.refresh")
+
+
+@dataclasses.dataclass(frozen=True)
+class RefreshedCrawl:
+    """The crawl directory a refresh keeps: its flag."""
+
+    crawl_dir: str | None = option(None, "crawl directory (CrawlDB + WARC files), re-crawled in place")
 
 
 class RefreshOptions(PipelineOptions):
@@ -32,7 +41,7 @@ class RefreshOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser):
-        parser.add_argument("--crawl_dir", help="crawl directory (CrawlDB + WARC files), re-crawled in place")
+        add_arguments(parser, RefreshedCrawl)
 
 
 # One command line for the three jobs, each handed only its own flags (and every

@@ -75,6 +75,14 @@ LINKS_NAVIGATION_COUNTER = "links_navigation"  # link elements of parsed pages l
 STAMP_SETTLE_S = 60.0
 
 
+@dataclasses.dataclass(frozen=True)
+class JobInput:
+    """What a job reads pages from: its flag."""
+
+    input: str | None = option(None, f"directory or glob of input files: {described_kinds()}, by content "
+                                     "(any Beam filesystem)")
+
+
 class InputOptions(PipelineOptions):
     """The input of every job that reads pages (build, update). Beam gathers the
     flags of the direct subclasses of PipelineOptions (to pass them to workers), so
@@ -83,8 +91,7 @@ class InputOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser):
-        parser.add_argument("--input", help=f"directory or glob of input files: {described_kinds()}, by content "
-                                            "(any Beam filesystem)")
+        add_arguments(parser, JobInput)
         add_arguments(parser, PageParser)  # how a page is read: PageParser's flags
 
 
