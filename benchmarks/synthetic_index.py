@@ -60,7 +60,7 @@ from ritrag.representation import (ANCHOR_DOC_ORDINAL, LEGACY, NODE_DOC_ORDINAL,
                                    retrieval_defaults)
 from ritrag.serving_form import write_serving_form
 from ritrag.schema import (CHUNKS_SCHEMA, DEAD_LETTERS_SCHEMA, EDGES_KIND, EDGES_SCHEMA, NODES_SCHEMA,
-                           POSTINGS_SCHEMA, VOCABULARY_SCHEMA)
+                           POSTINGS_SCHEMA, VOCABULARY_SCHEMA, NodeRow)
 from ritrag.transforms.dense import TRAIN_SAMPLE_SIZE, choose_params, dense_info, rebuild_index, train_empty_index
 from ritrag.transforms.edges import bounded_anchors
 from ritrag.vectors import VECTORS_EXTENSION, VECTORS_KIND, write_vectors
@@ -400,6 +400,14 @@ def write_edges(corpus: SyntheticCorpus, writer: pq.ParquetWriter, block: np.nda
     return len(target)
 
 
+def text_node(title: str, ancestor_titles: list[str]) -> NodeRow:
+    """A node row holding what the representation reads of a node (its title
+    and ancestors' titles; a synthetic node has no summary or keywords); the
+    other columns, which it does not read, are None."""
+    return NodeRow(**{**dict.fromkeys(NodeRow._fields), "title": title, "ancestor_titles": ancestor_titles,
+                      "summary": "", "keywords": [], "source_summary": "", "source_keywords": [], "metadata_key": ""})
+
+
 def block_rows(corpus: SyntheticCorpus, block: np.ndarray, block_ids: pa.Array, titles: pa.Array,
                ancestor_titles: pa.Array, bodies: pa.Array, offsets: np.ndarray, tokens: np.ndarray,
                capital: pa.Array, word_id: dict[str, int], in_full: np.ndarray, in_short: np.ndarray,
@@ -421,7 +429,7 @@ def block_rows(corpus: SyntheticCorpus, block: np.ndarray, block_ids: pa.Array, 
 
     for i, node in enumerate(block.tolist()):
         nid, title, body = id_list[i], title_list[i], body_list[i]
-        placed = {"title": title, "ancestor_titles": ancestor_titles[i].as_py()}
+        placed = text_node(title, ancestor_titles[i].as_py())
         words = tokens[offsets[i]: offsets[i + 1]].tolist()
         spelled = body.split(" ")  # the body is its words joined by spaces: one spelling per word id
         cuts = np.linspace(0, len(words), min(corpus.chunks_per_node, len(words)) + 1).astype(int).tolist()
@@ -558,7 +566,7 @@ def write_synthetic_change(out: str, added: str = "Revised for the go-live bench
     node["body"] = f"{node['body']} {added}"
     chunk = {**old, "text": f"{old['text']} {added}"}
     chunk["chunk_id"] = chunk_id_for(node["node_id"], old["ordinal"],
-                                     representation.render(node, chunk["text"].partition("\n")[2]))
+                                     representation.render(NodeRow(**node), chunk["text"].partition("\n")[2]))
     bm25_text = representation.bm25_text
     (old_tf, old_n), (new_tf, new_n) = term_frequencies(bm25_text(old)), term_frequencies(bm25_text(chunk))
     kind = KIND_FIELDS[row_kind(old["ordinal"])]
