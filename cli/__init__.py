@@ -192,8 +192,7 @@ def _versions(args: argparse.Namespace, extra: list[str]) -> int:
     _use_store_options(args)
     layout = IndexLayout(args.index)
     current = layout.current_version()
-    versions = _published_versions(layout)
-    for version in versions:
+    for version in _published_versions(layout):
         m = layout.load_manifest(version)
         pages = m.stats.get("pages", {})
         print(f"{'*' if version == current else ' '} {version}  parent={m.parent or '-'}  "

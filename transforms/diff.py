@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import apache_beam as beam
 import pyarrow as pa
@@ -73,6 +73,18 @@ InputFile = tuple[str, str]  # (path, raw hash; "" where not read: matches no pa
 
 def listed_file(metadata: FileMetadata) -> ListedFile:
     return metadata.path, metadata.size_in_bytes, metadata.last_updated_in_seconds
+
+
+def file_batches(files: Iterable[ListedFile]) -> Iterator[list[ListedFile]]:
+    """`files` in lists of DIFF_BATCH_FILES (the last one shorter): the diff's elements."""
+    batch: list[ListedFile] = []
+    for listed in files:
+        batch.append(listed)
+        if len(batch) == DIFF_BATCH_FILES:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def by_url(batches: Iterable[list[tuple[str, object]]]) -> dict[str, list]:
@@ -230,8 +242,8 @@ class MatchStampsFn(CountingDoFn):
                 self.count(STAMP_COUNTER)
             else:
                 to_read.extend(files)
-        for first in range(0, len(to_read), DIFF_BATCH_FILES):
-            yield beam.pvalue.TaggedOutput(self.READ, to_read[first: first + DIFF_BATCH_FILES])
+        for batch in file_batches(to_read):
+            yield beam.pvalue.TaggedOutput(self.READ, batch)
         if unchanged:
             yield shard, unchanged
 
@@ -257,14 +269,7 @@ class ListFileBatchesFn(beam.DoFn):
     wildcard: an empty input folder empties the index, as it always did)."""
 
     def process(self, pattern: str) -> Iterable[list[ListedFile]]:
-        batch: list[ListedFile] = []
-        for metadata in FileSystems.match([pattern])[0].metadata_list:
-            batch.append(listed_file(metadata))
-            if len(batch) == DIFF_BATCH_FILES:
-                yield batch
-                batch = []
-        if batch:
-            yield batch
+        yield from file_batches(listed_file(m) for m in FileSystems.match([pattern])[0].metadata_list)
 
 
 class DiffInput(beam.PTransform):
