@@ -153,3 +153,29 @@ def test_a_file_of_several_pages_has_no_stamp_and_is_read_so_none_of_its_pages_i
     assert result["pages_trusted_by_stamp"] == stamped  # the files of one page, unread
     assert result["pages_unchanged"] == len(pages)  # every post of every thread read and found unchanged
     assert {r["url"] for r in live_table(index, "pages").values()} == {r["url"] for r in pages}
+
+
+def test_the_diff_lists_a_folder_as_beams_match_files_does(tmp_path):
+    """`listed_files` walks a local folder itself (one stat a file); what it
+    lists is what Beam's FileSystems.match lists, odd entries included."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from ritrag.transforms.diff import listed_files
+
+    root = tmp_path / "in"
+    (root / "a" / ".hidden").mkdir(parents=True)
+    (root / "a" / "page.html").write_text("<p>one</p>")
+    (root / "a" / ".hidden" / "x.html").write_text("<p>two</p>")
+    (root / "new\nline.html").write_text("<p>three</p>")
+    (root / "sp ace.md").write_text("# four")
+    os.symlink(root / "a" / "page.html", root / "link.html")
+    os.symlink(tmp_path / "missing", root / "dangling.html")  # skipped by both: its stat fails
+    os.symlink(root / "a", root / "folder-link")  # a link to a folder: not walked by either
+    os.mkfifo(root / "fifo.html")
+    os.utime(root / "sp ace.md", (1_000_000_000.5, 1_000_000_000.25))
+    for pattern in (f"{root}/**", f"{root}/a/*", f"{root}/*.html", f"{root}/**.md"):
+        expected = sorted((m.path, m.size_in_bytes, m.last_updated_in_seconds)
+                          for m in FileSystems.match([pattern])[0].metadata_list)
+        assert sorted(listed_files(pattern)) == expected, pattern
+    assert len(list(listed_files(f"{root}/**"))) == 6
+    assert list(listed_files(f"{tmp_path}/nowhere/**")) == []

@@ -299,11 +299,13 @@ class AnchorDocFn(beam.DoFn):
     def __init__(self, spec: EmbedderSpec):
         self._spec = spec
         self._docs = beam.metrics.Metrics.counter("ritrag.chunk", "anchor_docs")
-
-    def setup(self):
-        self._count, _, _ = model_counter(self._spec)
+        self._count: TokenCounter | None = None
 
     def process(self, node_page_anchors: tuple[str, str, tuple[str, ...]]) -> Iterable[ChunkRow]:
+        # The tokenizer is loaded at the first element, as the Chunker loads it: an
+        # update whose links changed no anchor text never loads it (1.6 s).
+        if self._count is None:
+            self._count, _, _ = model_counter(self._spec)
         node_id, page_id, anchors = node_page_anchors
         self._docs.inc()
         yield anchor_doc_row(node_id, page_id, anchors, self._count)
