@@ -68,6 +68,16 @@ def without_tracking_params(query: str) -> str:
     return query if len(kept) == len(pieces) else "&".join(kept)
 
 
+# A URL that normalize_url returns as it is: a lower-case web origin without
+# port or user info (or file:// without host), then "/" or non-empty segments
+# of plain characters that are no dot segments, no query or fragment (the
+# trailing index file is checked apart). Most URLs a job keys, every input
+# file's and most links', are of this form: one match instead of a split, a
+# normalization and a join (~20 us, a million times in an update).
+_NORMAL_FORM = re.compile(r"(?:https?://[a-z0-9-]+(?:\.[a-z0-9-]+)*|file://)"
+                          r"(?:/|(?:/(?!\.\.?(?:/|$))[A-Za-z0-9_.~!$&'()*+,;=%-]+)+)")
+
+
 def normalize_url(url: str) -> str:
     """Canonical form used to recognise the same page under different spellings.
 
@@ -76,6 +86,8 @@ def normalize_url(url: str) -> str:
     segments. The rest of the query string is kept as written: on many sites it
     selects a different page.
     """
+    if _NORMAL_FORM.fullmatch(url) and url[url.rfind("/") + 1:].lower() not in _INDEX_FILES:
+        return url
     parts = urlsplit(url.strip())
     scheme, host = _origin(parts)
     path = parts.path or "/"

@@ -4,6 +4,8 @@ from __future__ import annotations
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ritrag.urls import (directory_of, is_web_url, normalize_url, origin_of, path_segments, remove_dot_segments,
                          resolve, site_of)
@@ -51,3 +53,27 @@ def test_site_of_depth_zero_is_the_normalized_origin(url):
     answer as the site of the normalized URL."""
     normalized = normalize_url(url)
     assert site_of(url) == site_of(normalized) == urlunsplit((*urlsplit(normalized)[:2], "/", "", ""))
+
+
+# Pieces that each change what normalize_url does (case, ports, user info, dot
+# and empty segments, index files, queries, fragments, percent-encodings, odd
+# characters), so that random URLs reach both its full path and its shortcut for
+# URLs already in normal form.
+_ORIGINS = st.sampled_from(["http://example.com", "https://docs.example.org", "HTTP://Example.COM",
+                            "https://example.com:443", "http://example.com:8080", "http://user@example.com",
+                            "file://", "file://host", "https://exa_mple.com", "http://[::1]:8080",
+                            "http://example.com.", "ftp://example.com", " https://example.com"])
+_SEGMENTS = st.sampled_from(["a", "B", "docs", "v1.2", ".", "..", "...", "", "index.html", "INDEX.HTM",
+                             "index.php", "default.html", "%2e", "%7E", "a%20b", "x;y", "a:b", "a@b", "~u",
+                             "é", "a b", "(x)", "a+b", "*", ".hidden", "a\\b", "a\tb"])
+_TAILS = st.sampled_from(["", "", "/", "?q=1", "?utm_source=x", "#frag", "?", "#", "?a=1&gclid=2"])
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_ORIGINS, st.lists(_SEGMENTS, max_size=5), _TAILS)
+def test_a_url_already_in_normal_form_normalizes_as_any_other(origin, segments, tail):
+    """normalize_url returns a URL it recognises as normal as it is; that is
+    what the full normalization gives it (a leading space, which normalizing
+    strips, takes the full path)."""
+    url = origin + "".join("/" + s for s in segments) + tail
+    assert normalize_url(url) == normalize_url(" " + url)
