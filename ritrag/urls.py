@@ -74,8 +74,14 @@ def without_tracking_params(query: str) -> str:
 # trailing index file is checked apart). Most URLs a job keys, every input
 # file's and most links', are of this form: one match instead of a split, a
 # normalization and a join (~20 us, a million times in an update).
-_NORMAL_FORM = re.compile(r"(?:https?://[a-z0-9-]+(?:\.[a-z0-9-]+)*|file://)"
-                          r"(?:/|(?:/(?!\.\.?(?:/|$))[A-Za-z0-9_.~!$&'()*+,;=%-]+)+)")
+_NORMAL_FORM = re.compile(r"(?P<origin>https?://[a-z0-9-]+(?:\.[a-z0-9-]+)*|file://)"
+                          r"(?P<path>/|(?:/(?!\.\.?(?:/|$))[A-Za-z0-9_.~!$&'()*+,;=%-]+)+)")
+
+
+def _in_normal_form(url: str) -> re.Match | None:
+    """The origin and path of `url` where normalize_url returns it as it is."""
+    match = _NORMAL_FORM.fullmatch(url)
+    return match if match and url[url.rfind("/") + 1:].lower() not in _INDEX_FILES else None
 
 
 def normalize_url(url: str) -> str:
@@ -86,7 +92,7 @@ def normalize_url(url: str) -> str:
     segments. The rest of the query string is kept as written: on many sites it
     selects a different page.
     """
-    if _NORMAL_FORM.fullmatch(url) and url[url.rfind("/") + 1:].lower() not in _INDEX_FILES:
+    if _in_normal_form(url):
         return url
     parts = urlsplit(url.strip())
     scheme, host = _origin(parts)
@@ -120,9 +126,12 @@ def site_of(url: str, site_depth: int = 0) -> str:
     """Normalized URL of the site (forest root) that `url` belongs to: scheme, host
     and the first `site_depth` path segments (products hosted side by side under
     one host, `docs.example.com/<product>/...`, want `site_depth=1`)."""
+    normal = _in_normal_form(url)
+    if normal:  # an update asks the site of every input file's URL: string cuts, no split
+        segments = normal["path"].split("/")[1:site_depth + 1]
+        return normal["origin"] + "/" + "/".join(segments)
     if site_depth == 0:
-        # The origin alone, which normalizing the path cannot change: an update
-        # asks the site of every input file's URL (a full normalization cost 2x).
+        # The origin alone, which normalizing the path cannot change (a full normalization cost 2x).
         return urlunsplit((*_origin(urlsplit(url.strip())), "/", "", ""))
     normalized = normalize_url(url)
     parts = urlsplit(normalized)

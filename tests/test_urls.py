@@ -72,8 +72,10 @@ _TAILS = st.sampled_from(["", "", "/", "?q=1", "?utm_source=x", "#frag", "?", "#
 @settings(max_examples=3000, deadline=None)
 @given(_ORIGINS, st.lists(_SEGMENTS, max_size=5), _TAILS)
 def test_a_url_already_in_normal_form_normalizes_as_any_other(origin, segments, tail):
-    """normalize_url returns a URL it recognises as normal as it is; that is
-    what the full normalization gives it (a leading space, which normalizing
-    strips, takes the full path)."""
+    """normalize_url returns a URL it recognises as normal as it is, and
+    site_of cuts its site from it; that is what the full normalization gives
+    (a leading space, which normalizing strips, takes the full path)."""
     url = origin + "".join("/" + s for s in segments) + tail
     assert normalize_url(url) == normalize_url(" " + url)
+    for depth in (0, 1, 2):
+        assert site_of(url, depth) == site_of(" " + url, depth)
