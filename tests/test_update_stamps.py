@@ -179,3 +179,59 @@ def test_the_diff_lists_a_folder_as_beams_match_files_does(tmp_path):
         assert sorted(listed_files(pattern)) == expected, pattern
     assert len(list(listed_files(f"{root}/**"))) == 6
     assert list(listed_files(f"{tmp_path}/nowhere/**")) == []
+
+
+def test_stamps_trust_a_file_alone_at_its_url_and_the_shard_still_finds_twins_and_gone_pages(aged_index):
+    """The diff's two shard steps, fed directly: MatchStampsFn trusts a file by
+    its stamp only where it is the one file at a URL with one live row (a second
+    file at a URL sends both to be read); ClassifyShardFn counts the trusted ones
+    unchanged, compares a trusted URL that a read file also names like any
+    other (both parsed, the old page tombstoned), and finds a live page no
+    input names gone."""
+    from collections import defaultdict
+
+    from ritrag.ids import shard_of
+    from ritrag.transforms.diff import ClassifyShardFn, MatchStampsFn
+
+    _, index = aged_index
+    live = IndexReader(str(index))
+    num_shards = live.manifest.settings.index.num_shards
+    rows = sorted(live.table("pages", ["url", "source"]).to_pylist(), key=lambda r: r["url"])
+    twin_url, named_twice, gone = rows[0]["url"], rows[1]["url"], rows[2]["url"]
+    located = defaultdict(list)
+    for row in rows[:2] + rows[3:]:
+        status = os.stat(row["source"])
+        located[shard_of(row["url"], num_shards)].append((row["url"], (row["source"], status.st_size,
+                                                                        status.st_mtime)))
+    located[shard_of(twin_url, num_shards)].append((twin_url, ("/elsewhere/twin.md", 10, 1_000_000_000.0)))
+
+    trusted, to_read = {}, []
+    match = MatchStampsFn(live)
+    for shard, files in located.items():
+        for out in match.process((shard, [files])):
+            if isinstance(out, tuple):
+                trusted[shard] = out[1]
+            else:
+                to_read += out.value
+    trusted_urls = {u for table in trusted.values() for u in table["url"].to_pylist()}
+    assert trusted_urls == {r["url"] for r in rows} - {twin_url, gone}
+    assert sorted(path for path, _, _ in to_read) == sorted([rows[0]["source"], "/elsewhere/twin.md"])
+
+    classify = ClassifyShardFn(live)
+    outputs = defaultdict(list)
+    for shard in range(num_shards):
+        inputs = [trusted[shard]] if shard in trusted else []
+        read = [(url, (path, "not-the-stored-hash")) for url, (path, _, _) in located[shard] if url == twin_url]
+        if shard == shard_of(named_twice, num_shards):  # a record of another file names a trusted URL
+            read.append((named_twice, ("/elsewhere/thread.html", "another-hash")))
+        for out in classify.process((shard, inputs + [read, []])):
+            tag = getattr(out, "tag", "parse")
+            outputs[tag].append(out.value if tag != "parse" else out)
+    assert sorted(outputs[ClassifyShardFn.DEAD_URL]) == sorted([twin_url, named_twice, gone])
+    assert sorted(url for url, _ in outputs[ClassifyShardFn.OLD_SKELETON]) == sorted([twin_url, named_twice])
+    assert sorted(outputs["parse"]) == sorted([rows[0]["source"], "/elsewhere/twin.md", rows[1]["source"],
+                                               "/elsewhere/thread.html"])
+    assert len(outputs[ClassifyShardFn.GONE_SITE]) == 1
+    counts = dict(out.value.value for out in classify.finish_bundle())
+    assert counts == {"pages_read": len(rows) + 1, "pages_unchanged": len(rows) - 3, "pages_replaced": 2,
+                      "pages_deleted": 1}

@@ -27,7 +27,9 @@ from collections import defaultdict
 from typing import Iterable, Iterator
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.filesystem import FileMetadata, FileSystem
@@ -35,8 +37,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from ritrag.flags import add_arguments, option
 from ritrag.ids import raw_hash, shard_of
-from ritrag.reader import IndexReader
-from ritrag.schema import DeadLetter, PageSkeleton, WarcPage
+from ritrag.reader import IndexReader, LiveFile
+from ritrag.schema import PAGES_SCHEMA, DeadLetter, PageSkeleton, WarcPage
 from ritrag.storage import is_remote
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 from ritrag.transforms.pages import (COUNTERS, PageParser, ReadInput, file_stamp, read_bounded,
@@ -72,6 +74,10 @@ class DiffOptions(PipelineOptions):
 # a dataclass or FileMetadata is pickled, once per file at every shuffle.
 ListedFile = tuple[str, int, float]  # (path, size, mtime) as the file system listed it
 InputFile = tuple[str, str]  # (path, raw hash; "" where not read: matches no page)
+# The files a shard took as unchanged by their stamps, with their live row's raw
+# hash: MatchStampsFn's tables, which ClassifyShardFn counts column-wise.
+TRUSTED_SCHEMA = pa.schema([pa.field("url", pa.string()), pa.field("path", pa.string()),
+                            pa.field("raw_hash", pa.string())])
 
 
 def listed_files(pattern: str) -> Iterator[ListedFile]:
@@ -111,6 +117,19 @@ def file_batches(files: Iterable[ListedFile]) -> Iterator[list[ListedFile]]:
         yield batch
 
 
+def shard_pages(files: list[LiveFile], shard: int, columns: list[str]) -> pa.Table:
+    """`columns` of the live pages rows of one pages shard (its file in every
+    segment), always in the same order."""
+    tables = [f.table(columns) for f in files if f.shard == shard]
+    return pa.concat_tables(tables) if tables else PAGES_SCHEMA.empty_table().select(columns)
+
+
+def repeated(values: pa.Array) -> pa.Array:
+    """The values that `values` holds more than once."""
+    counts = pc.value_counts(values)
+    return counts.field("values").filter(pc.greater(counts.field("counts"), 1))
+
+
 def by_url(batches: Iterable[list[tuple[str, object]]]) -> dict[str, list]:
     """A shard's (URL, item) batches -> the items at each URL."""
     items: dict[str, list] = defaultdict(list)
@@ -128,10 +147,13 @@ class ClassifyShardFn(CountingDoFn):
     (OLD_SKELETON); gone -> its URL, to tombstone (DEAD_URL, as a changed
     page's), and its site (GONE_SITE: the site's forest changes).
 
-    The shard's live rows are read column-wise, once, and a row becomes a dict
-    only when its page changed: the diff's elements are the inputs, not the
-    index's pages too. A worker holds one shard's inputs and live rows (URL,
-    hash, skeleton): the pages over `--num_shards`."""
+    The inputs come as lists of (URL, InputFile), read and hashed, and as
+    tables of the files MatchStampsFn took as unchanged (URL, path, raw hash),
+    which are counted column-wise: at a million input files a dict per file
+    was most of an update that changed one page. The shard's live rows are
+    read column-wise too, their skeletons only where a page changed. A worker
+    holds one shard's inputs and live (URL, hash, site): the pages over
+    `--num_shards`."""
 
     DEAD_URL, OLD_SKELETON, GONE_SITE = "dead_url", "old_skeleton", "gone_site"
 
@@ -139,41 +161,59 @@ class ClassifyShardFn(CountingDoFn):
         super().__init__(COUNTERS)
         self._files = live.files("pages")
 
-    def process(self, shard_and_inputs: tuple[int, Iterable[list[tuple[str, InputFile]]]]):
+    def process(self, shard_and_inputs: tuple[int, Iterable[list[tuple[str, InputFile]] | pa.Table]]):
         shard, batches = shard_and_inputs
-        inputs_at = by_url(batches)  # one batch is empty: the marker that makes every shard's group exist
-        tables = [f.table(["raw_hash", *PAGE_SKELETON_COLUMNS]) for f in self._files if f.shard == shard]
-        table = pa.concat_tables(tables) if tables else None
+        read_batches, trusted_tables = [], []
+        for batch in batches:  # one batch is empty: the marker that makes every shard's group exist
+            (trusted_tables if isinstance(batch, pa.Table) else read_batches).append(batch)
+        inputs_at = by_url(read_batches)
+        trusted = pa.concat_tables(trusted_tables) if trusted_tables else TRUSTED_SCHEMA.empty_table()
+        if inputs_at and len(trusted):
+            # A URL trusted by its stamp that a file read also names (a record of a
+            # file of several pages) has two inputs: it is compared like any other.
+            twin = pc.is_in(trusted["url"], value_set=pa.array(list(inputs_at), pa.string()))
+            twins = trusted.filter(twin)
+            for url, path, digest in zip(*(twins[c].to_pylist() for c in TRUSTED_SCHEMA.names)):
+                inputs_at[url].append((path, digest))
+            trusted = trusted.filter(pc.invert(twin))
+        # Each trusted URL has one live row, of its hash (MatchStampsFn): unchanged.
+        self.count("pages_read", len(trusted))
+        self.count("pages_unchanged", len(trusted))
+        table = shard_pages(self._files, shard, ["url", "raw_hash", "site"])
+        rows = np.flatnonzero(pc.invert(pc.is_in(table["url"], value_set=trusted["url"].combine_chunks())).to_numpy(
+            zero_copy_only=False)) if len(trusted) else np.arange(len(table))
+        rest = table.take(rows)  # the live rows left to compare, as Python values
+        hashes, sites = rest["raw_hash"].to_pylist(), rest["site"].to_pylist()
         old_at: dict[str, list[int]] = defaultdict(list)
-        hashes = table["raw_hash"].to_pylist() if table is not None else []
-        for row, url in enumerate(table["url"].to_pylist() if table is not None else []):
-            old_at[url].append(row)
+        for i, url in enumerate(rest["url"].to_pylist()):
+            old_at[url].append(i)
+        skeletons: pa.Table | None = None  # read once, where a page changed
         for url in inputs_at.keys() | old_at.keys():
-            inputs, old_rows = inputs_at.get(url, []), old_at.get(url, [])
+            inputs, old = inputs_at.get(url, []), old_at.get(url, [])
             self.count("pages_read", len(inputs))
-            if len(inputs) == 1 and len(old_rows) == 1 and inputs[0][1] == hashes[old_rows[0]]:
+            if len(inputs) == 1 and len(old) == 1 and inputs[0][1] == hashes[old[0]]:
                 self.count("pages_unchanged")
                 continue
-            yield from self._changed(url, inputs, [table.slice(r, 1).to_pylist()[0] for r in old_rows])
-
-    def _changed(self, url: str, inputs: list[InputFile], old: list[dict]) -> Iterable:
-        if not inputs:
-            self.count("pages_deleted")
-            yield beam.pvalue.TaggedOutput(self.DEAD_URL, url)
-            for row in old:
-                yield beam.pvalue.TaggedOutput(self.GONE_SITE, row["site"])
-            return
-        if old:
-            self.count("pages_replaced")
-            yield beam.pvalue.TaggedOutput(self.DEAD_URL, url)
-            for row in old:
-                yield beam.pvalue.TaggedOutput(self.OLD_SKELETON, (url, PageSkeleton.from_row(row)))
-        for path, _ in inputs:
-            # A record of a file of several pages is parsed with its file, which the
-            # file's own page sends (every record of a file changes with the file).
-            in_file = split_record_source(path)
-            if in_file is None or in_file.warc_offset is not None:
-                yield path
+            if not inputs:
+                self.count("pages_deleted")
+                yield beam.pvalue.TaggedOutput(self.DEAD_URL, url)
+                for i in old:
+                    yield beam.pvalue.TaggedOutput(self.GONE_SITE, sites[i])
+                continue
+            if old:
+                self.count("pages_replaced")
+                yield beam.pvalue.TaggedOutput(self.DEAD_URL, url)
+                if skeletons is None:
+                    skeletons = shard_pages(self._files, shard, PAGE_SKELETON_COLUMNS)
+                for i in old:
+                    row = skeletons.slice(int(rows[i]), 1).to_pylist()[0]
+                    yield beam.pvalue.TaggedOutput(self.OLD_SKELETON, (url, PageSkeleton.from_row(row)))
+            for path, _ in inputs:
+                # A record of a file of several pages is parsed with its file, which the
+                # file's own page sends (every record of a file changes with the file).
+                in_file = split_record_source(path)
+                if in_file is None or in_file.warc_offset is not None:
+                    yield path
 
 
 def hashed_input(parser: PageParser, readable: fileio.ReadableFile | WarcPage | DeadLetter
@@ -231,15 +271,16 @@ class LocateInputBatchFn(ShardedBatchFn):
 
 
 class MatchStampsFn(CountingDoFn):
-    """(pages shard, the located input files of its URLs) -> (shard, [(URL,
-    InputFile)]) of the files taken as unchanged: alone at their URL, whose one
-    live row records the same stamp (`file_stamp`: only the page of a file of
-    one page has one). The path may differ: a snapshot copied with its times kept (cp -a,
-    rsync -a) is the same content at the same URLs. The InputFile carries the
-    live row's raw hash, so ClassifyShardFn finds it unchanged as if it had
-    been read. Every other file goes to READ, in lists of DIFF_BATCH_FILES, to be
-    read and hashed.
-    Only the shard's live (url, stamp, hash) columns are held."""
+    """(pages shard, the located input files of its URLs) -> (shard, a
+    TRUSTED_SCHEMA table) of the files taken as unchanged: alone at their URL,
+    whose one live row records the same stamp (`file_stamp`: only the page of a
+    file of one page has one). The path may differ: a snapshot copied with its
+    times kept (cp -a, rsync -a) is the same content at the same URLs. The
+    table carries the live row's raw hash, the one ClassifyShardFn would find
+    had the file been read. Every other file goes to READ, in lists of
+    DIFF_BATCH_FILES, to be read and hashed.
+    The match is a join of Arrow columns, the shard's live (url, stamp, hash)
+    against its files: no Python object per live row or unchanged file."""
 
     READ = "read"
 
@@ -249,27 +290,28 @@ class MatchStampsFn(CountingDoFn):
 
     def process(self, shard_and_files: tuple[int, Iterable[list[tuple[str, ListedFile]]]]):
         shard, batches = shard_and_files
-        located = by_url(batches)
-        stored: dict[str, tuple[str, str] | None] = {}  # url -> (stamp, raw hash); None: several rows
-        for f in self._files:
-            if f.shard != shard:
-                continue
-            table = f.table(["url", "source_stamp", "raw_hash"])
-            for url, stamp, digest in zip(*(table[c].to_pylist() for c in table.column_names)):
-                if url in located:
-                    stored[url] = None if url in stored else (stamp, digest)
-        unchanged, to_read = [], []
-        for url, files in located.items():
-            row = stored.get(url)
-            if len(files) == 1 and row is not None and row[0] and row[0] == file_stamp(*files[0][1:]):
-                unchanged.append((url, (files[0][0], row[1])))
-                self.count(STAMP_COUNTER)
-            else:
-                to_read.extend(files)
-        for batch in file_batches(to_read):
+        files = [located for batch in batches for located in batch]
+        if not files:
+            return
+        urls = pa.array([url for url, _ in files], pa.string())
+        stamps = pa.array([file_stamp(*listed[1:]) for _, listed in files], pa.string())
+        live = shard_pages(self._files, shard, ["url", "source_stamp", "raw_hash"])
+        live_urls = live["url"].combine_chunks()
+        row = pc.index_in(urls, value_set=live_urls)  # the file's URL's live row (its first), null: none
+        same = pc.and_(pc.equal(stamps, live["source_stamp"].take(row)), pc.not_equal(stamps, ""))
+        # Alone at its URL, which has one live row: a URL held twice on either side is read.
+        alone = pc.invert(pc.is_in(urls, value_set=pa.concat_arrays([repeated(urls), repeated(live_urls)])))
+        trusted_files = np.flatnonzero(pc.and_(pc.fill_null(same, False), alone).to_numpy(zero_copy_only=False))
+        trusted = pa.table({"url": urls.take(trusted_files),
+                            "path": pa.array([files[i][1][0] for i in trusted_files.tolist()], pa.string()),
+                            "raw_hash": live["raw_hash"].take(row.take(trusted_files))})
+        self.count(STAMP_COUNTER, len(trusted))
+        to_read = np.ones(len(files), bool)
+        to_read[trusted_files] = False
+        for batch in file_batches(files[i][1] for i in np.flatnonzero(to_read).tolist()):
             yield beam.pvalue.TaggedOutput(self.READ, batch)
-        if unchanged:
-            yield shard, unchanged
+        if len(trusted):
+            yield shard, trusted.cast(TRUSTED_SCHEMA)
 
 
 class HashInputBatchFn(ShardedBatchFn):
