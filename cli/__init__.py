@@ -33,15 +33,17 @@ import os
 import re
 import sys
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ritrag.flags import add_arguments, flag_values, from_arguments, option
 from ritrag.serving.errors import ToolError
 
 if TYPE_CHECKING:  # imported by the commands that use it: the agent loop loads the serving stack
     from ritrag.evaluation.agent import AgentSettings
 
 # The Beam jobs, each a module of ritrag.pipelines: (one-line help, the job flag
-# the CLI takes as its positional argument).
+# the CLI takes as its positional argument, a field of JobArguments).
 JOBS: dict[str, tuple[str, str]] = {
     "build": ("full build of an index version (a Beam job)", "input"),
     "update": ("incremental re-index from a new snapshot (a Beam job)", "input"),
@@ -65,6 +67,35 @@ JOB_DESCRIPTIONS = {
 }
 
 
+@dataclass(frozen=True)
+class CommandLine:
+    """The flags of `ritrag` itself, before the sub-command."""
+
+    verbose: bool = option(False, "log everything (Beam, model loading, requests)", short="v")
+
+
+@dataclass(frozen=True)
+class JobArguments:
+    """What a job's sub-command takes besides the job's flags: the positional
+    argument that stands for one job flag (JOBS), and the crawl's --out."""
+
+    input: str = option(help="directory, glob or object-store URL of the input files (see above)", positional=True)
+    index: str = option(help="index directory or object-store prefix with a published version", positional=True)
+    seed: tuple[str, ...] = option((), "seed URLs", positional=True, flag="seed_urls", metavar="SEED_URL")
+    # the crawl's --out: the job's --out (BuildOptions'), whose help names an index, not a crawl directory
+    crawl_dir: str | None = option(None, "crawl directory (crawldb.parquet, warc/)", flag="out")
+
+
+@dataclass(frozen=True)
+class IndexArgument:
+    """INDEX, the positional argument of the commands that manage or query a
+    published index (agent's and eval's are AgentQuestion's and EvalRun's),
+    in each family's words; every field is the argument `index`."""
+
+    managed: str = option(help="index directory or object-store prefix", positional=True, flag="index")
+    queried: str = option(help="index directory or object-store URL", positional=True, flag="index")
+
+
 def _job_module(name: str):
     try:
         return importlib.import_module(f"ritrag.pipelines.{name}")
@@ -86,16 +117,11 @@ def _add_job_parser(sub, name: str):
     description = JOB_DESCRIPTIONS[name].format(kinds=described_kinds())
     p = sub.add_parser(name, help=summary, description=f"{summary}. {description}",
                        epilog=BEAM_OPTIONS_HELP)
-    if positional == "input":
-        p.add_argument("input", help="directory, glob or object-store URL of the input files (see above)")
-    elif positional == "index":
-        p.add_argument("index", help="index directory or object-store prefix with a published version")
-    else:
-        p.add_argument("seed_urls", nargs="*", metavar="SEED_URL",
-                       help="seed URLs" + (" (a re-crawl may omit them: the CrawlDB's are used)"
-                                           if name == "refresh" else ""))
-    if name == "crawl":  # the crawl's --out is its crawl directory (BuildOptions' help names an index)
-        p.add_argument("--out", required=True, help="crawl directory (crawldb.parquet, warc/)")
+    add_arguments(p, JobArguments, only=(positional,),
+                  help_notes={"seed": " (a re-crawl may omit them: the CrawlDB's are used)"} if name == "refresh"
+                  else None)
+    if name == "crawl":
+        add_arguments(p, JobArguments, only=("crawl_dir",), required=("crawl_dir",))
     actions = add_job_arguments(p, job.FLAGS, skip=(positional, *(("out",) if name == "crawl" else ())))
     for action in actions:
         if action.dest in ("out", "index", "crawl_dir"):
@@ -128,11 +154,12 @@ def _run_job(name: str, actions: list):
 
 def _toc(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.serving.api import RitragIndex
-    from ritrag.serving.tools import ToolService
+    from ritrag.serving.tools import TocCall, ToolService
 
-    result = ToolService(RitragIndex(args.index)).get_toc(args.query, k=args.k, n=args.n, format=args.format,
-                                                          cross_links=args.cross_links == "on")
-    if args.format == "outline":  # the text itself, labelled by node ids (for `ritrag read`)
+    call = from_arguments(TocCall, args)
+    result = ToolService(RitragIndex(args.index)).get_toc(call.query, k=call.k, n=call.n, format=call.format,
+                                                          cross_links=call.cross_links)
+    if call.format == "outline":  # the text itself, labelled by node ids (for `ritrag read`)
         print(result["outline"])
         return 0
     json.dump(result, sys.stdout, ensure_ascii=False, indent=1)
@@ -142,9 +169,11 @@ def _toc(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _read(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.serving.api import RitragIndex
+    from ritrag.serving.tools import ReadCall
 
-    result = RitragIndex(args.index).read(args.node_ids, max_chars=args.max_chars, offset=args.offset,
-                                          query=args.query)
+    call = from_arguments(ReadCall, args)
+    result = RitragIndex(args.index).read(call.node_ids, max_chars=call.max_chars, offset=call.offset,
+                                          query=call.query)
     json.dump(result, sys.stdout, ensure_ascii=False, indent=1)
     print()
     return 0 if not result["unknown_ids"] else 3
@@ -202,23 +231,24 @@ def _versions(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _rollback(args: argparse.Namespace, extra: list[str]) -> int:
-    from ritrag.layout import IndexLayout, rollback
+    from ritrag.layout import IndexLayout, RollbackTarget, rollback
     from ritrag.lease import IndexLease
 
+    version = from_arguments(RollbackTarget, args).version
     _use_store_options(args)
     layout = IndexLayout(args.index)
     with IndexLease(layout, "rollback", args.break_lock):
-        rollback(layout, args.version)
-    print(json.dumps({"index": args.index, "current": args.version}))
+        rollback(layout, version)
+    print(json.dumps({"index": args.index, "current": version}))
     return 0
 
 
 def _prune(args: argparse.Namespace, extra: list[str]) -> int:
-    from ritrag.layout import IndexLayout, prune_versions, retained_versions
+    from ritrag.layout import IndexLayout, PruneRetention, prune_versions, retained_versions
     from ritrag.lease import IndexLease
     from ritrag.serving.errors import checked_int
 
-    keep = checked_int("keep", args.keep, 1)
+    keep = checked_int("keep", from_arguments(PruneRetention, args).keep, 1)
     _use_store_options(args)
     layout = IndexLayout(args.index)
     _published_versions(layout)  # before the lease, which would make a mistyped path's folder
@@ -230,22 +260,19 @@ def _prune(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _synth(args: argparse.Namespace, extra: list[str]) -> int:
-    from ritrag.evaluation.synth import SynthConfig, generate_corpus
-    from ritrag.flags import from_arguments
+    from ritrag.evaluation.synth import SynthConfig, SynthOutput, generate_corpus
 
-    print(json.dumps(generate_corpus(args.out, from_arguments(SynthConfig, args))))
+    print(json.dumps(generate_corpus(from_arguments(SynthOutput, args).out, from_arguments(SynthConfig, args))))
     return 0
 
 
 def _inspect(args: argparse.Namespace, extra: list[str]) -> int:
-    from ritrag.evaluation.forest_report import forest_report, render_html, render_text
-    from ritrag.storage import is_remote
+    from ritrag.evaluation.forest_report import ReportFile, forest_report, render_html, render_text
 
     _use_store_options(args)
     report = forest_report(args.index)
     print(render_text(report))
-    html_path = args.html or os.path.join("." if is_remote(args.index) else args.index,
-                                          f"report-{report['version']}.html")
+    html_path = from_arguments(ReportFile, args).path(args.index, report["version"])
     with open(html_path, "w", encoding="utf-8") as fh:
         fh.write(render_html(report))
     print(f"\nHTML report: {html_path}")
@@ -254,10 +281,10 @@ def _inspect(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _adapt(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.adaptation import AdaptConfig, AdaptError, adapt
-    from ritrag.flags import from_arguments
+    from ritrag.adaptation.train import AdaptOutput
 
     try:
-        record = adapt(args.index, args.out, from_arguments(AdaptConfig, args),
+        record = adapt(args.index, from_arguments(AdaptOutput, args).out, from_arguments(AdaptConfig, args),
                        progress=lambda line: print(line, file=sys.stderr))
     except AdaptError as exc:  # a clean refusal, printed by main as one JSON line
         raise ToolError("invalid_arguments", str(exc)) from None
@@ -266,7 +293,6 @@ def _adapt(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _serve(args: argparse.Namespace, extra: list[str]) -> int:
-    from ritrag.flags import from_arguments
     from ritrag.serving.server import ServerConfig, run_http
 
     run_http(from_arguments(ServerConfig, args, verbose=args.verbose))
@@ -274,17 +300,16 @@ def _serve(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _mcp(args: argparse.Namespace, extra: list[str]) -> int:
-    from ritrag.flags import from_arguments
     from ritrag.serving.server import ServerConfig, run_mcp
 
-    run_mcp(from_arguments(ServerConfig, args, verbose=args.verbose), args.transport)
+    run_mcp(from_arguments(ServerConfig, args, verbose=args.verbose))
     return 0
 
 
 def _tools(args: argparse.Namespace, extra: list[str]) -> int:
-    from ritrag.serving.tool_models import tool_definitions
+    from ritrag.serving.tool_models import ToolListing, tool_definitions
 
-    json.dump(tool_definitions(args.format), sys.stdout, indent=1)
+    json.dump(tool_definitions(from_arguments(ToolListing, args).format), sys.stdout, indent=1)
     print()
     return 0
 
@@ -301,14 +326,13 @@ def _api_key(settings: AgentSettings) -> str | None:
 
 
 def _agent(args: argparse.Namespace, extra: list[str]) -> int:
-    from ritrag.evaluation.agent import AgentSettings, run_agent
-    from ritrag.flags import from_arguments
+    from ritrag.evaluation.agent import AgentQuestion, AgentSettings, run_agent
 
-    settings = from_arguments(AgentSettings, args)
+    settings, asked = from_arguments(AgentSettings, args), from_arguments(AgentQuestion, args)
     api_key = _api_key(settings)
-    result = run_agent(args.index, args.question, base_url=settings.base_url, model=settings.model, api_key=api_key,
-                       max_calls=settings.max_calls, max_toc=settings.max_toc, transcript_path=args.transcript,
-                       toc_format=settings.toc_format, timeout_s=args.timeout_s, temperature=settings.temperature,
+    result = run_agent(asked.index, asked.question, base_url=settings.base_url, model=settings.model, api_key=api_key,
+                       max_calls=settings.max_calls, max_toc=settings.max_toc, transcript_path=asked.transcript_path,
+                       toc_format=settings.toc_format, timeout_s=asked.timeout_s, temperature=settings.temperature,
                        max_tokens=settings.max_tokens)
     print(result.answer)
     print(json.dumps(result.summary(), ensure_ascii=False))
@@ -318,22 +342,21 @@ def _agent(args: argparse.Namespace, extra: list[str]) -> int:
 def _eval(args: argparse.Namespace, extra: list[str]) -> int:
     from ritrag.serving.api import one_thread_per_query
     from ritrag.evaluation.agent import AgentSettings
-    from ritrag.evaluation.eval import (AgentConfig, EvalConfig, EvalInputError, compare_runs, evaluate,
+    from ritrag.evaluation.eval import (AgentConfig, EvalConfig, EvalInputError, EvalRun, compare_runs, evaluate,
                                         load_questions, open_index)
     from ritrag.evaluation.report import render_comparison, render_text, write_report
-    from ritrag.flags import flag_values, from_arguments
     from ritrag.serving.retrieval import RetrievalParams
 
     one_thread_per_query()  # questions run one after another; see one_thread_per_query
 
-    settings = from_arguments(AgentSettings, args)
+    run, settings = from_arguments(EvalRun, args), from_arguments(AgentSettings, args)
     agent = None
-    if args.agent:
+    if run.agent:
         if not (settings.base_url and settings.model):
             raise ToolError("invalid_arguments", "--agent needs --base_url and --model")
         agent = AgentConfig(base_url=settings.base_url, model=settings.model, api_key=_api_key(settings),
-                            max_calls=settings.max_calls, max_toc=settings.max_toc, transcripts_dir=args.transcripts,
-                            judge_model=args.judge_model, toc_format=settings.toc_format,
+                            max_calls=settings.max_calls, max_toc=settings.max_toc, transcripts_dir=run.transcripts,
+                            judge_model=run.judge_model, toc_format=settings.toc_format,
                             temperature=settings.temperature, max_tokens=settings.max_tokens)
     retrieval = flag_values(RetrievalParams, args)  # the flags given
     try:
@@ -342,20 +365,20 @@ def _eval(args: argparse.Namespace, extra: list[str]) -> int:
         raise ToolError("invalid_arguments", str(exc)) from None
     config = from_arguments(EvalConfig, args, max_calls=settings.max_calls, retrieval=retrieval or None)
     try:
-        questions = load_questions(args.questions)
+        questions = load_questions(run.questions)
         # One index loaded at a time: the first is let go before the second loads.
         reports = [evaluate(open_index(path), questions, config, agent,
                             progress=lambda line: print(line, file=sys.stderr))
-                   for path in (args.index, *([args.compare] if args.compare else []))]
+                   for path in (run.index, *([run.compare] if run.compare else []))]
     except EvalInputError as exc:  # a clean refusal, printed by main as one JSON line
         raise ToolError("invalid_arguments", str(exc)) from None
     report = reports[0]
     print(render_text(report))
-    if args.compare:
+    if run.compare:
         report["comparison"] = compare_runs(report, reports[1])
         print("\n" + render_comparison(report["comparison"]))
-    if args.out:
-        paths = write_report(report, args.out)
+    if run.out:
+        paths = write_report(report, run.out)
         print(f"\nreport: {paths['json']}, {paths['html']}")
     return 0
 
@@ -398,13 +421,15 @@ def _command_of(argv: list[str]) -> str | None:
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The `ritrag` parser. A job's sub-command gets its flags (which imports
     Beam) only when it is the `command` being run or asked for help, so that
-    the serving commands never load Beam."""
-    from ritrag.serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N
-    from ritrag.serving.links import DEFAULT_CROSS_LINKS
+    the serving commands never load Beam. Every argument is a dataclass
+    field's flag (ritrag.flags), argparse's --help and --version aside."""
+    from ritrag.layout import Publishing, PruneRetention, RollbackTarget
     from ritrag.serving.server import API_KEY_ENV, add_server_arguments
+    from ritrag.serving.tool_models import ToolListing
 
     top = _Parser(prog="ritrag", description=__doc__.split("\n\n")[0])
-    top.add_argument("-v", "--verbose", action="store_true", help="log everything (Beam, model loading, requests)")
+    add_arguments(top, CommandLine)
+    # argparse's own action, which prints and exits: no value, so no field
     top.add_argument("--version", action="version", version=f"ritrag {importlib.metadata.version('ritrag')}")
     sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -414,33 +439,33 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         else:
             sub.add_parser(name, help=summary, add_help=False)
         if name == "build":  # the commands in the order of the README
-            _add_query_parsers(sub, DEFAULT_K, DEFAULT_N, DEFAULT_MAX_CHARS, DEFAULT_CROSS_LINKS)
+            _add_query_parsers(sub)
 
     p = sub.add_parser("versions", help="list published versions (* = live)")
-    p.add_argument("index", help="index directory or object-store prefix")
+    add_arguments(p, IndexArgument, only=("managed",))
     p.set_defaults(func=_versions)
     store_commands = [p]
 
-    from ritrag.flags import add_arguments
-    from ritrag.layout import Publishing  # the jobs' --break_lock, as rollback and prune take it too
     p = sub.add_parser("rollback", help="make an earlier version live again")
-    p.add_argument("index", help="index directory or object-store prefix")
-    p.add_argument("version", help="a published version, e.g. v000002 (ritrag versions lists them)")
-    add_arguments(p, Publishing, only=("break_lock",))
+    add_arguments(p, IndexArgument, only=("managed",))
+    add_arguments(p, RollbackTarget)
+    add_arguments(p, Publishing, only=("break_lock",))  # the jobs' --break_lock
     p.set_defaults(func=_rollback)
     store_commands.append(p)
 
     p = sub.add_parser("prune", help="delete all but the newest versions and unreferenced segments")
-    p.add_argument("index", help="index directory or object-store prefix")
-    p.add_argument("--keep", type=int, default=5, help="newest versions kept (the live one always is)")
+    add_arguments(p, IndexArgument, only=("managed",))
+    add_arguments(p, PruneRetention)
     add_arguments(p, Publishing, only=("break_lock",))
     p.set_defaults(func=_prune)
     store_commands.append(p)
 
     p = sub.add_parser("inspect", help="forest quality per site, as text and an HTML report")
-    p.add_argument("index", help="index directory or object-store prefix")
-    p.add_argument("--html", help="where to write the HTML report (default: INDEX/report-VERSION.html; "
-                                  "./report-VERSION.html for an object-store index)")
+    add_arguments(p, IndexArgument, only=("managed",))
+    if command == "inspect":  # the report's module imports nothing heavy, but only the command run needs it
+        from ritrag.evaluation.forest_report import ReportFile
+
+        add_arguments(p, ReportFile)
     p.set_defaults(func=_inspect)
     store_commands.append(p)
     for p in store_commands if command in ("versions", "rollback", "prune", "inspect") else ():
@@ -452,21 +477,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                                    "negatives, and saves it to --out as a sentence-transformers folder with its "
                                    "training record and checksum. Re-embed with: ritrag build INPUT --out "
                                    "NEW_INDEX --embedding_model OUT (docs/OPERATING.md, 'Adapting the embedder').")
-    p.add_argument("index", help="index directory or object-store prefix")
-    p.add_argument("--out", required=True, help="new folder for the adapted model")
+    add_arguments(p, IndexArgument, only=("managed",))
     if command == "adapt":  # the options' home imports nothing heavy, but only the command run needs it
-        from ritrag.adaptation.train import AdaptConfig
-        from ritrag.flags import add_arguments
+        from ritrag.adaptation.train import AdaptConfig, AdaptOutput
 
+        add_arguments(p, AdaptOutput, required=("out",))
         add_arguments(p, AdaptConfig)
     p.set_defaults(func=_adapt)
 
     p = sub.add_parser("synth", help="write a deterministic synthetic corpus of documentation sites")
-    p.add_argument("--out", required=True, help="directory to write them to")
     if command == "synth":
-        from ritrag.evaluation.synth import SynthConfig
-        from ritrag.flags import add_arguments
+        from ritrag.evaluation.synth import SynthConfig, SynthOutput
 
+        add_arguments(p, SynthOutput, required=("out",))
         add_arguments(p, SynthConfig, required=("pages",))
     p.set_defaults(func=_synth)
 
@@ -479,49 +502,40 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("mcp", help="MCP server with the GetToC and Read tools (stdio or streamable HTTP)",
                        description=f"Streamable HTTP serves /mcp; set {API_KEY_ENV} to require that key.")
-    add_server_arguments(p, only=("toc_format", "allowed_host"), port=8001)
-    p.add_argument("--transport", choices=("stdio", "streamable-http"), default="stdio",
-                   help="stdio (a client starts this process) or streamable-http (a long-running server)")
+    add_server_arguments(p, only=("toc_format", "allowed_host", "transport"), port=8001)
     p.set_defaults(func=_mcp)
 
     p = sub.add_parser("tools", help="the GetToC and Read tool definitions, for wiring an agent")
-    p.add_argument("--format", choices=("openai", "anthropic", "mcp"), default="openai",
-                   help="the schema dialect")
+    add_arguments(p, ToolListing)
     p.set_defaults(func=_tools)
 
     p = sub.add_parser("agent", help="the method's agent loop against an OpenAI-compatible chat-completions endpoint",
                        description="Prints the answer, then a JSON summary (nodes read, calls, tokens, latency, "
                                    "error). Exit status 1 when the endpoint failed.")
-    p.add_argument("index", help="index directory")
-    p.add_argument("question", help="the question to answer")
     if command == "agent":  # the agent loop's module loads the serving stack: only for the command run
+        from ritrag.evaluation.agent import AgentQuestion
+
+        positionals = ("index", "question")  # first: an error names the missing arguments in the order added
+        add_arguments(p, AgentQuestion, only=positionals)
         _add_agent_flags(p, required=True)
-    p.add_argument("--transcript", help="write every model and tool call here, as JSONL")
-    p.add_argument("--timeout_s", type=float, default=120.0, help="per model call")
+        add_arguments(p, AgentQuestion, skip=positionals)
     p.set_defaults(func=_agent)
 
     p = sub.add_parser("eval", help="score an index on a question file: the sub-forest beside the method's baselines",
                        description="Question file format: benchmarks/questions/README.md. Prints the table; --out "
                                    "writes eval.json and a self-contained eval.html. Real agent numbers need a "
                                    "real model behind --base_url.")
-    p.add_argument("index", help="index directory")
-    p.add_argument("questions", help="JSONL question file")
-    if command == "eval":  # the evaluation's flags, then the retrieval parameters it may override
-        from ritrag.evaluation.eval import EvalConfig
-        from ritrag.flags import add_arguments
+    if command == "eval":  # the evaluation's flags, the retrieval parameters it may override, the run's own
+        from ritrag.evaluation.eval import EvalConfig, EvalRun
         from ritrag.serving.retrieval import RetrievalParams
 
+        positionals, agent_flags = ("index", "questions"), ("transcripts", "judge_model")  # as agent's, first
+        add_arguments(p, EvalRun, only=positionals)
         add_arguments(p, EvalConfig)
         add_arguments(p, RetrievalParams)
-    p.add_argument("--out", help="directory for eval.json and eval.html")
-    p.add_argument("--compare", metavar="OTHER_INDEX",
-                   help="also evaluate OTHER_INDEX (e.g. the same input embedded by an adapted model) on the same "
-                        "questions and set its metrics beside INDEX's, per system (the report's 'comparison')")
-    p.add_argument("--agent", action="store_true", help="also run the agent loop on every question")
-    if command == "eval":
+        add_arguments(p, EvalRun, skip=(*positionals, *agent_flags))
         _add_agent_flags(p, required=False)
-    p.add_argument("--transcripts", help="directory for one JSONL transcript per question (agent)")
-    p.add_argument("--judge_model", help="grade agent answers against questions' `answer` with this model")
+        add_arguments(p, EvalRun, only=agent_flags)  # in --help after the agent loop's settings
     p.set_defaults(func=_eval)
     return top
 
@@ -530,7 +544,6 @@ def _add_agent_flags(p: argparse.ArgumentParser, required: bool) -> None:
     """The agent loop's flags (ritrag.evaluation.agent.AgentSettings) for `agent`
     (the endpoint required) and `eval` (used with --agent)."""
     from ritrag.evaluation.agent import AgentSettings
-    from ritrag.flags import add_arguments
 
     endpoint = ("base_url", "model")
     if required:
@@ -539,27 +552,17 @@ def _add_agent_flags(p: argparse.ArgumentParser, required: bool) -> None:
         add_arguments(p, AgentSettings, help_notes={name: " (with --agent)" for name in endpoint})
 
 
-def _add_query_parsers(sub, default_k: int, default_n: int, default_max_chars: int, cross_links: bool) -> None:
+def _add_query_parsers(sub) -> None:
+    from ritrag.serving.tools import ReadCall, TocCall
+
     p = sub.add_parser("toc", help="GetToC: the query-induced sub-forest (JSON, or an outline)")
-    p.add_argument("index", help="index directory or object-store URL")
-    p.add_argument("query", help="what to look for")
-    p.add_argument("--k", type=int, default=default_k, help="chunks recalled per retriever (k')")
-    p.add_argument("--n", type=int, default=default_n, help="nodes kept")
-    p.add_argument("--format", choices=("json", "outline", "both"), default="json",
-                   help="json: the trees; outline: one line per node, labelled by node id (for ritrag read); "
-                        "both: JSON with the outline and the token counts of each")
-    p.add_argument("--cross_links", choices=("on", "off"), default="on" if cross_links else "off",
-                   help="hits list related nodes elsewhere that their pages link to or are linked from (see_also)")
+    add_arguments(p, IndexArgument, only=("queried",))
+    add_arguments(p, TocCall)
     p.set_defaults(func=_toc)
 
     p = sub.add_parser("read", help="Read: node bodies as JSON (exit 3 when an id is unknown)")
-    p.add_argument("index", help="index directory or object-store URL")
-    p.add_argument("node_ids", nargs="+", help="node ids from a GetToC answer")
-    p.add_argument("--max_chars", type=int, default=default_max_chars,
-                   help="characters of body text per node (a longer body carries next_offset)")
-    p.add_argument("--offset", type=int, default=0, help="where in each body to start (a next_offset)")
-    p.add_argument("--query", help="a body longer than --max_chars comes as its passages most relevant to this "
-                                   "query, best first, with their offsets")
+    add_arguments(p, IndexArgument, only=("queried",))
+    add_arguments(p, ReadCall)
     p.set_defaults(func=_read)
 
 

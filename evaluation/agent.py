@@ -117,6 +117,17 @@ class AgentSettings:
     max_tokens: int | None = option(None, "completion tokens per model call (default: the endpoint's)")
 
 
+@dataclass(frozen=True)
+class AgentQuestion:
+    """One question put to the loop by `ritrag agent`: the arguments of
+    `run_agent` that AgentSettings does not hold."""
+
+    index: str = option(help="index directory", positional=True)
+    question: str = option(help="the question to answer", positional=True)
+    transcript_path: str | None = option(None, "write every model and tool call here, as JSONL", flag="transcript")
+    timeout_s: float = option(TIMEOUT_S, "per model call")
+
+
 def run_agent(index: str | ToolService, question: str, *, base_url: str, model: str, api_key: str | None = None,
               max_calls: int = Budget.calls, max_toc: int = Budget.toc_calls, transcript_path: str | None = None,
               toc_format: TocFormat | None = None, max_turns: int | None = None, timeout_s: float = TIMEOUT_S,

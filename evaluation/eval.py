@@ -246,6 +246,24 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class EvalRun:
+    """`ritrag eval`'s own arguments: the index and questions it scores, where
+    it writes, what it compares and whether a model answers too (how it
+    scores is EvalConfig's, RetrievalParams' and AgentSettings' flags)."""
+
+    index: str = option(help="index directory", positional=True)
+    questions: str = option(help="JSONL question file", positional=True)
+    out: str | None = option(None, "directory for eval.json and eval.html")
+    compare: str | None = option(None, "also evaluate OTHER_INDEX (e.g. the same input embedded by an adapted model) "
+                                       "on the same questions and set its metrics beside INDEX's, per system (the "
+                                       "report's 'comparison')", metavar="OTHER_INDEX")
+    agent: bool = option(False, "also run the agent loop on every question")
+    # with --agent: AgentConfig's transcripts_dir and judge_model
+    transcripts: str | None = option(None, "directory for one JSONL transcript per question (agent)")
+    judge_model: str | None = option(None, "grade agent answers against questions' `answer` with this model")
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     """`ritrag eval --agent`: a real model runs the method's loop on every question."""
 

@@ -25,14 +25,16 @@ from __future__ import annotations
 import html
 import os
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow.compute as pc
 
+from ritrag.flags import option
 from ritrag.layout import DEAD_LETTERS_FILE
 from ritrag.schema import EDGES_KIND, TOC_INDUCED_COUNTER_PREFIX
 from ritrag.reader import IndexReader
-from ritrag.storage import open_parquet
+from ritrag.storage import is_remote, open_parquet
 
 SITE_ROOT_METHOD = "site_root"  # the method transforms.forest records for a site's root
 REPORT_COLUMNS = ["node_id", "parent_id", "site", "kind", "depth", "title", "url", "trail_method", "source_kind",
@@ -42,6 +44,18 @@ TOP_FANOUTS = 10
 # The build's link counters (manifest stats) that say what became of the links
 # not kept as edges; the edges kept are counted from the table itself.
 LINK_COUNTER_PREFIXES = ("links_", "edges")
+
+
+@dataclass(frozen=True)
+class ReportFile:
+    """Where `ritrag inspect` writes the HTML report: its flag."""
+
+    html: str | None = option(None, "where to write the HTML report (default: INDEX/report-VERSION.html; "
+                                    "./report-VERSION.html for an object-store index)")
+
+    def path(self, index_dir: str, version: str) -> str:
+        """--html, else the default the help states."""
+        return self.html or os.path.join("." if is_remote(index_dir) else index_dir, f"report-{version}.html")
 
 
 def forest_report(index_dir: str, version: str | None = None) -> dict:

@@ -58,6 +58,13 @@ class SynthConfig:
             raise ValueError("SynthConfig.base_url must not end with '/'")
 
 
+@dataclass(frozen=True)
+class SynthOutput:
+    """Where `generate_corpus` writes: `ritrag synth`'s --out."""
+
+    out: str | None = option(None, "directory to write them to")
+
+
 def generate_corpus(out_dir: str, config: SynthConfig) -> dict:
     """Write the corpus under `out_dir` (existing files of the same name are
     overwritten) and return {"pages", "bytes", "sites"}."""

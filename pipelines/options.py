@@ -54,10 +54,13 @@ class _Selected:
         self._target, self._names, self._skip = target, None if names is None else set(names), set(skip)
         self.actions: list[argparse.Action] = []
 
-    def add_argument(self, *flags: str, **kwargs):
+    def add_argument(self, *flags: str, **kwargs) -> argparse.Action | None:
+        """The action added, as argparse returns it (ritrag.flags records it); None for a flag left out."""
         name = flags[0].lstrip("-")
         if (self._names is None or name in self._names) and name not in self._skip:
             self.actions.append(self._target.add_argument(*flags, **kwargs))
+            return self.actions[-1]
+        return None
 
 
 def add_job_arguments(parser: argparse.ArgumentParser, flags: JobFlags, skip: Iterable[str] = ()

@@ -10,6 +10,8 @@ says how it is a flag (`option` writes it):
                      the true one first (("on", "off"), ("llm", "off"))
     type             the flag's value type, where the annotation does not say one
     positional       True: a positional argument, not a --flag
+    short            a one-letter alias ("v": -v), listed before the flag
+    metavar          the value's name in --help, where it is not the flag's
     cli              False: the field is no flag
     default_in_help  the flag's default is None (left out, the field's default
                      applies) and the help states the default in its own words:
@@ -18,11 +20,14 @@ says how it is a flag (`option` writes it):
 
 The rest comes from the annotation: `int | None` is an int flag, a
 `Literal[...]` takes its values, a `tuple[str, ...]` is repeatable, a bool
-without choices a switch (store_true). `add_arguments` adds a dataclass's
-flags to anything with argparse's `add_argument` (a parser, a group, Beam's
-`_add_argparse_args` parser); `from_arguments` reads the parsed values back
-into the dataclass. Standard library only: the serving commands, the jobs and
-the core all use it.
+without choices a switch (store_true). A positional `tuple[str, ...]` takes
+the words that follow: one or more, or any number when the field has a
+default. `add_arguments` adds a dataclass's flags to anything with argparse's
+`add_argument` (a parser, a group, Beam's `_add_argparse_args` parser), and
+`added_flag` says which flag made an argparse action (a test checks that every
+argument of the CLI is a field's); `from_arguments` reads the parsed values
+back into the dataclass. Standard library only: the serving commands, the jobs
+and the core all use it.
 """
 from __future__ import annotations
 
@@ -30,9 +35,11 @@ import dataclasses
 import functools
 import types
 import typing
+import weakref
 from typing import Any, Callable, Iterable, Literal, Mapping
 
-_METADATA_KEYS = {"help", "flag", "choices", "type", "positional", "cli", "default_in_help", "to_field", "to_flag"}
+_METADATA_KEYS = {"help", "flag", "choices", "type", "positional", "short", "metavar", "cli", "default_in_help",
+                  "to_field", "to_flag"}
 
 
 def option(default: Any = dataclasses.MISSING, help: str = "", **metadata: Any) -> Any:
@@ -61,6 +68,9 @@ class Flag:
     switch: bool = False  # a bool field without words: store_true
     repeatable: bool = False  # a tuple field: the flag repeats, each value appended
     positional: bool = False
+    nargs: str | None = None  # a repeatable positional's: "+" (one or more) or "*" (any number)
+    short: str | None = None  # the one-letter alias
+    metavar: str | None = None
     default_in_help: bool = False
     to_field: Callable[[Any], Any] = _same
     to_flag: Callable[[Any], Any] = _same
@@ -95,19 +105,25 @@ class Flag:
         if repeatable:
             default = [to_flag(item) for item in value or ()]
         text = meta["help"].format(default=to_flag(value)) if meta.get("default_in_help") else meta["help"]
+        positional = bool(meta.get("positional"))
+        nargs = ("+" if f.default is dataclasses.MISSING else "*") if positional and repeatable else None
         return cls(field=f.name, name=meta.get("flag", f.name), help=text, type=kind,
                    choices=tuple(choices) if choices else None, default=False if switch else default,
-                   words=words, switch=bool(switch), repeatable=repeatable,
-                   positional=bool(meta.get("positional")), default_in_help=bool(meta.get("default_in_help")),
-                   to_field=to_field, to_flag=to_flag)
+                   words=words, switch=bool(switch), repeatable=repeatable, positional=positional, nargs=nargs,
+                   short=meta.get("short"), metavar=meta.get("metavar"),
+                   default_in_help=bool(meta.get("default_in_help")), to_field=to_field, to_flag=to_flag)
 
     def add_to(self, parser: Any, *, default: Any = dataclasses.MISSING, required: bool = False,
                help: str | None = None) -> Any:
         """Add the flag to `parser` (anything with argparse's add_argument);
         `default`, `required`, `help`: a command's own. Returns what add_argument returned."""
         kwargs: dict[str, Any] = {"help": self.help if help is None else help}
+        if self.metavar is not None:
+            kwargs["metavar"] = self.metavar
         if self.positional:
-            return parser.add_argument(self.name, **kwargs)
+            if self.nargs is not None:
+                kwargs["nargs"] = self.nargs
+            return self._made(parser.add_argument(self.name, **kwargs))
         kwargs["default"] = self.default if default is dataclasses.MISSING else default
         if required:
             kwargs["required"] = True
@@ -120,13 +136,31 @@ class Flag:
                 kwargs["type"] = self.type
             if self.choices is not None:
                 kwargs["choices"] = self.choices
-        return parser.add_argument(f"--{self.name}", **kwargs)
+        names = (f"-{self.short}", f"--{self.name}") if self.short else (f"--{self.name}",)
+        return self._made(parser.add_argument(*names, **kwargs))
+
+    def _made(self, action: Any) -> Any:
+        """`action`, the argparse action this flag made (None where a parser
+        took no action back, e.g. a flag it leaves out), remembered as this flag's."""
+        if action is not None:
+            _MADE[action] = self
+        return action
 
     def field_value(self, flag_value: Any) -> Any:
         """The field's value of the flag's value `flag_value` (as parsed)."""
         if self.repeatable:
             return tuple(self.to_field(item) for item in flag_value or ())
         return None if flag_value is None else self.to_field(flag_value)
+
+
+# The argparse actions the flags made, and by which flag: held only as long as their parser.
+_MADE: weakref.WeakKeyDictionary[Any, Flag] = weakref.WeakKeyDictionary()
+
+
+def added_flag(action: Any) -> Flag | None:
+    """The flag that made argparse action `action`; None for an action added
+    otherwise (argparse's --help, a raw add_argument, Beam's own options)."""
+    return _MADE.get(action)
 
 
 def _flag_type(annotation: Any) -> tuple[Any, bool]:

@@ -459,6 +459,21 @@ class Publishing:
                                      "(only when that job is known to be gone; docs/OPERATING.md)")
 
 
+@dataclass(frozen=True)
+class RollbackTarget:
+    """The version `rollback` makes live: `ritrag rollback`'s argument."""
+
+    version: str = option(help="a published version, e.g. v000002 (ritrag versions lists them)", positional=True)
+
+
+@dataclass(frozen=True)
+class PruneRetention:
+    """What `prune_versions` keeps when a person prunes: `ritrag prune`'s flag
+    (a job keeps Publishing.keep_versions)."""
+
+    keep: int = option(5, "newest versions kept (the live one always is)")
+
+
 def prune_versions(layout: IndexLayout, keep: int) -> list[str]:
     """Delete every manifest but those `retained_versions` keeps, then every
     segment no remaining manifest names and no job is writing; returns what

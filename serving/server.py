@@ -76,6 +76,8 @@ class ServerConfig:
     cors_origin: tuple[str, ...] = option((), "an origin allowed to call from a browser (repeatable)")
     allowed_host: tuple[str, ...] = option((), "MCP: a Host header to accept when --host is not loopback "
                                                "(DNS rebinding protection; repeatable)")
+    transport: Literal["stdio", "streamable-http"] = option(
+        "stdio", "stdio (a client starts this process) or streamable-http (a long-running server)")
     verbose: bool = field(default=False, metadata={"cli": False})
 
     @property
@@ -103,7 +105,7 @@ class ServerConfig:
 
 
 # The flags only some commands take; every other field is a flag of both.
-PER_COMMAND_FLAGS = ("workers", "cors_origin", "toc_format", "allowed_host")
+PER_COMMAND_FLAGS = ("workers", "cors_origin", "toc_format", "allowed_host", "transport")
 
 
 def add_server_arguments(parser: Any, only: tuple[str, ...] = (), **defaults: Any) -> None:
@@ -183,8 +185,8 @@ def run_http(config: ServerConfig) -> None:
     _run_uvicorn(f"{__name__}:http_app_from_environment", config, factory=True, workers=config.workers)
 
 
-def run_mcp(config: ServerConfig, transport: Literal["stdio", "streamable-http"]) -> None:
-    """`ritrag mcp`: the MCP server over stdio or streamable HTTP."""
+def run_mcp(config: ServerConfig) -> None:
+    """`ritrag mcp`: the MCP server over stdio or streamable HTTP (`config.transport`)."""
     import anyio
 
     from ritrag.serving import mcp_server
@@ -195,7 +197,7 @@ def run_mcp(config: ServerConfig, transport: Literal["stdio", "streamable-http"]
     LOG.info("ready in %.1f s: %s", time.monotonic() - started, service.index.summary())
     if config.watch_s > 0:
         watcher(config, service).start()
-    if transport == "stdio":
+    if config.transport == "stdio":
         anyio.run(mcp_server.run_stdio, service)
         return
     app = mcp_server.streamable_http_app(service, host=config.host, api_key=config.api_key,

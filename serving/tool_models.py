@@ -10,10 +10,12 @@ episode id), so the two cannot drift apart.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ritrag.flags import option
 from ritrag.schema import MAX_TREE_DEPTH
 from ritrag.serving.budget import GET_TOC, READ
 from ritrag.serving.outline import PARENT_MARK, READ_MARK, SEE_MARK
@@ -191,7 +193,17 @@ def strict_schema(model: type[BaseModel]) -> dict[str, Any]:
     return walk(model.model_json_schema())
 
 
-def tool_definitions(fmt: Literal["openai", "anthropic", "mcp"] = "mcp") -> list[dict[str, Any]]:
+ToolDialect = Literal["openai", "anthropic", "mcp"]
+
+
+@dataclass(frozen=True)
+class ToolListing:
+    """The definitions `ritrag tools` prints: its flag."""
+
+    format: ToolDialect = option("openai", "the schema dialect")
+
+
+def tool_definitions(fmt: ToolDialect = "mcp") -> list[dict[str, Any]]:
     """GetToC and Read as `fmt` expects them: OpenAI chat-completions function
     tools with strict mode, Anthropic tools, or MCP tools (with output schemas)."""
     out = []

@@ -20,6 +20,7 @@ from typing import Any, Collection, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ValidationError
 
+from ritrag.flags import option
 from ritrag.serving.api import (DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N, RitragIndex, check_read_arguments,
                          check_toc_arguments)
 from ritrag.serving.budget import GET_TOC, READ, EpisodeBudgets, EpisodeMemory
@@ -30,6 +31,32 @@ from ritrag.serving.outline import (TOKENIZER, cap_depth, count_tokens, is_handl
 from ritrag.serving.tool_models import TOOLS
 
 TocFormat = Literal["json", "outline", "both"]
+
+
+@dataclass(frozen=True)
+class TocCall:
+    """One GetToC call as `ritrag toc` makes it: its query and flags, with
+    GetToC's defaults."""
+
+    query: str = option(help="what to look for", positional=True)
+    k: int = option(DEFAULT_K, "chunks recalled per retriever (k')")
+    n: int = option(DEFAULT_N, "nodes kept")
+    format: TocFormat = option("json", "json: the trees; outline: one line per node, labelled by node id (for "
+                                       "ritrag read); both: JSON with the outline and the token counts of each")
+    cross_links: bool = option(DEFAULT_CROSS_LINKS, "hits list related nodes elsewhere that their pages link to or "
+                                                    "are linked from (see_also)", choices=("on", "off"))
+
+
+@dataclass(frozen=True)
+class ReadCall:
+    """One Read call as `ritrag read` makes it: its node ids and flags, with
+    Read's defaults."""
+
+    node_ids: tuple[str, ...] = option(help="node ids from a GetToC answer", positional=True)
+    max_chars: int = option(DEFAULT_MAX_CHARS, "characters of body text per node (a longer body carries next_offset)")
+    offset: int = option(0, "where in each body to start (a next_offset)")
+    query: str | None = option(None, "a body longer than --max_chars comes as its passages most relevant to this "
+                                     "query, best first, with their offsets")
 
 
 @dataclass(frozen=True)

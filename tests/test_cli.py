@@ -4,6 +4,7 @@ with the closest one named; Beam's own flags passed to Beam; refusals in one
 line with an exit status (issue 24)."""
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ritrag import cli
+from ritrag.flags import added_flag
 from ritrag.pipelines import build, compact, crawl, refresh, update
 from ritrag.pipelines.options import JobOptionsError, check_job_argv, job_actions
 from support import ROOT, SAMPLE
@@ -69,6 +71,29 @@ def test_every_command_documents_every_option(capsys):
         assert options, command
         missing = [flag for flag, text in options.items() if flag != "--help" and not text.strip()]
         assert not missing, f"{command} --help: no help line for {missing}"
+
+
+def arguments_no_field_made(command: str | None) -> list[str]:
+    """The arguments of `ritrag` and of sub-command `command` that are no
+    dataclass field's flag (ritrag.flags): argparse's --help, --version and
+    sub-command choice aside, and Beam's own store options (S3Options,
+    --project), which the index commands take from Beam's definition."""
+    top = cli.build_parser(command)
+    parsers = {"ritrag": top}
+    if command:
+        parsers[command] = top._subparsers._group_actions[0].choices[command]
+    argparse_own = (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)
+    return [f"{name}: {'/'.join(action.option_strings) or action.dest}"
+            for name, parser in parsers.items() for action in parser._actions
+            if not isinstance(action, argparse_own) and action not in (parser.get_default("store_actions") or [])
+            and added_flag(action) is None]
+
+
+def test_every_argument_is_a_dataclass_fields_flag():
+    """One mechanism for every flag: none added by hand (issue #39)."""
+    commands = cli.build_parser()._subparsers._group_actions[0].choices
+    for command in (None, *commands):
+        assert not arguments_no_field_made(command), command
 
 
 def test_every_build_flag_the_readme_names_is_in_build_help(capsys):

@@ -8,7 +8,7 @@ from typing import Literal
 
 import pytest
 
-from ritrag.flags import add_arguments, flag_values, flags_of, from_arguments, option
+from ritrag.flags import add_arguments, added_flag, flag_values, flags_of, from_arguments, option
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +84,31 @@ def test_a_command_picks_flags_and_sets_its_own_defaults_required_and_notes():
     assert actions["example_label"].required
     # a namespace with some of the flags gives those fields only
     assert flag_values(Example, argparse.Namespace(size=4, other=1)) == {"size": 4}
+
+
+@dataclasses.dataclass(frozen=True)
+class Words:
+    first: tuple[str, ...] = option(help="one word or more", positional=True)
+    rest: tuple[str, ...] = option((), "any number of words", positional=True, metavar="WORD")
+    loud: bool = option(False, "log more", short="l")
+
+
+def test_positional_tuples_take_the_words_that_follow():
+    p = argparse.ArgumentParser(exit_on_error=False)
+    actions = {a.dest: a for a in add_arguments(p, Words)}
+    assert (actions["first"].nargs, actions["rest"].nargs) == ("+", "*")  # no default: at least one
+    assert actions["rest"].metavar == "WORD" and actions["loud"].option_strings == ["-l", "--loud"]
+    assert from_arguments(Words, p.parse_args(["a", "b", "-l"])) == Words(first=("a", "b"), loud=True)
+    with pytest.raises(SystemExit):  # argparse exits on a missing positional, exit_on_error or not
+        p.parse_args([])
+
+
+def test_every_action_knows_the_flag_that_made_it():
+    p = argparse.ArgumentParser()
+    made = add_arguments(p, Example)
+    raw = p.add_argument("--raw")
+    assert [added_flag(action).field for action in made] == list(flags_of(Example))
+    assert added_flag(raw) is None and added_flag(p._actions[0]) is None  # a raw flag; argparse's --help
 
 
 def test_a_flag_without_help_is_refused():

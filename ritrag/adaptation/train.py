@@ -71,6 +71,13 @@ class AdaptConfig:
             raise AdaptError(f"max minutes and learning rate must be positive, not {self.max_minutes} and {self.lr}")
 
 
+@dataclasses.dataclass(frozen=True)
+class AdaptOutput:
+    """Where `adapt` saves the model: `ritrag adapt`'s --out."""
+
+    out: str | None = option(None, "new folder for the adapted model")
+
+
 def pack_batches(pairs: Sequence[TrainingPair], batch_size: int) -> list[list[TrainingPair]]:
     """`pairs` in order, cut into batches in which no anchor repeats and no text
     is both one row's candidate and another's (a duplicate positive would be
