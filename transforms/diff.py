@@ -34,7 +34,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from ritrag.flags import add_arguments, option
 from ritrag.ids import raw_hash, shard_of
 from ritrag.reader import IndexReader
-from ritrag.schema import DeadLetter, PageSkeleton, WarcPage
+from ritrag.schema import DeadLetter, PageSkeleton, StoredSkeleton, WarcPage
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 from ritrag.transforms.pages import (COUNTERS, PageParser, ReadInput, file_stamp, read_bounded,
                                      warc_records_or_file)
@@ -45,7 +45,6 @@ from ritrag.urls import normalize_url
 
 DIFF_BATCH_FILES = 256  # input files the diff locates, or reads and hashes, per element
 STAMP_COUNTER = "pages_trusted_by_stamp"  # of pages_unchanged: files not read, their stamp unchanged
-PAGE_SKELETON_COLUMNS = [f.name for f in dataclasses.fields(PageSkeleton)]  # PAGES_SCHEMA's, PageSkeleton.from_row's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,8 +103,8 @@ class ClassifyShardFn(CountingDoFn):
     (OLD_SKELETON); gone -> its URL, to tombstone (DEAD_URL, as a changed
     page's), and its site (GONE_SITE: the site's forest changes).
 
-    The shard's live rows are read column-wise, once, and a row becomes a dict
-    only when its page changed: the diff's elements are the inputs, not the
+    The shard's live rows are read column-wise, once, and a row becomes a
+    record only when its page changed: the diff's elements are the inputs, not the
     index's pages too. A worker holds one shard's inputs and live rows (URL,
     hash, skeleton): the pages over `--num_shards`."""
 
@@ -118,7 +117,7 @@ class ClassifyShardFn(CountingDoFn):
     def process(self, shard_and_inputs: tuple[int, Iterable[list[tuple[str, InputFile]]]]):
         shard, batches = shard_and_inputs
         inputs_at = by_url(batches)  # one batch is empty: the marker that makes every shard's group exist
-        tables = [f.table(["raw_hash", *PAGE_SKELETON_COLUMNS]) for f in self._files if f.shard == shard]
+        tables = [f.table(["raw_hash", *StoredSkeleton._fields]) for f in self._files if f.shard == shard]
         table = pa.concat_tables(tables) if tables else None
         old_at: dict[str, list[int]] = defaultdict(list)
         hashes = table["raw_hash"].to_pylist() if table is not None else []
@@ -130,14 +129,15 @@ class ClassifyShardFn(CountingDoFn):
             if len(inputs) == 1 and len(old_rows) == 1 and inputs[0][1] == hashes[old_rows[0]]:
                 self.count("pages_unchanged")
                 continue
-            yield from self._changed(url, inputs, [table.slice(r, 1).to_pylist()[0] for r in old_rows])
+            yield from self._changed(url, inputs, [StoredSkeleton(**table.slice(r, 1).select(StoredSkeleton._fields)
+                                                                  .to_pylist()[0]) for r in old_rows])
 
-    def _changed(self, url: str, inputs: list[InputFile], old: list[dict]) -> Iterable:
+    def _changed(self, url: str, inputs: list[InputFile], old: list[StoredSkeleton]) -> Iterable:
         if not inputs:
             self.count("pages_deleted")
             yield beam.pvalue.TaggedOutput(self.DEAD_URL, url)
             for row in old:
-                yield beam.pvalue.TaggedOutput(self.GONE_SITE, row["site"])
+                yield beam.pvalue.TaggedOutput(self.GONE_SITE, row.site)
             return
         if old:
             self.count("pages_replaced")
