@@ -24,7 +24,6 @@ import sys
 
 from benchmarks.results import cpu_description, write_section
 from ritrag.reader import IndexReader
-from ritrag.schema import NODES_SCHEMA, NodeRow
 from ritrag.serving.outline import count_tokens
 from ritrag.transforms.metadata.enrich import describable, estimated_tokens, metadata_request
 from ritrag.transforms.metadata.openai_compatible import EndpointConfig
@@ -38,8 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     max_answer = next(f.default for f in dataclasses.fields(EndpointConfig) if f.name == "max_answer_tokens")
     nodes, tokens, estimates = 0, [], 0
-    for row in IndexReader(args.index).rows("nodes"):
-        node = NodeRow(**{name: row[name] for name in NODES_SCHEMA.names})
+    for node in IndexReader(args.index).rows("nodes"):
         nodes += 1
         if not describable(node):
             continue

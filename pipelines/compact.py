@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import time
-from typing import Any, Iterable
+from typing import Iterable
 
 import apache_beam as beam
 import numpy as np
@@ -25,8 +25,7 @@ from ritrag.pipelines.options import JobFlags
 from ritrag.layout import BM25_STATS_FILE, new_manifest
 from ritrag.reader import IndexReader, LiveFile
 from ritrag.storage import open_read
-from ritrag.schema import TABLES, TableSpec
-from ritrag.transforms import records  # noqa: F401  (the records' RowCoder)
+from ritrag.schema import TABLES
 from ritrag.vectors import VectorShard
 from ritrag.transforms.dense import TRAINED, VECTORS, ReadTrainedIndex
 from ritrag.transforms.segment import SPARSE, WriteSegment
@@ -35,18 +34,6 @@ from ritrag.transforms.tables import ReadLiveRows
 
 LOG = logging.getLogger("ritrag.compact")
 FLAGS: JobFlags = {IndexOptions: None, PublishOptions: None}
-
-
-def table_row(row: dict, spec: TableSpec) -> Any:
-    """A live row read back as its table is written from: the table's typed
-    record (a chunk's `embedded_text` is "": compaction embeds nothing, its
-    vectors are the stored ones), else a dict of its columns; the reader's
-    `_file` dropped either way."""
-    columns = {name: row[name] for name in spec.schema.names}
-    if spec.record is None:
-        return columns
-    extra = {name: "" for name in spec.record._fields[len(spec.schema):]}
-    return spec.record(**columns, **extra)
 
 
 def live_vectors(live_file: LiveFile) -> Iterable[tuple[int, np.ndarray]]:
@@ -61,9 +48,8 @@ def live_vectors(live_file: LiveFile) -> Iterable[tuple[int, np.ndarray]]:
 def compact_pipeline(p: beam.Pipeline, live: IndexReader, segment_dir: str) -> None:
     """Stages compute the live rows, postings and statistics; sinks write them, one segment into `segment_dir`."""
     num_shards = live.manifest.settings.index.num_shards
-    rows = {kind: (p | f"Live{kind.title()}" >> ReadLiveRows(live, kind)
-                   | f"Strip{kind.title()}" >> beam.Map(table_row, spec).with_output_types(spec.record or dict))
-            for kind, spec in TABLES.items()}  # every table of the segment, rewritten
+    # Every table of the segment, rewritten from its live rows read as the build writes them.
+    rows = {kind: p | f"Live{kind.title()}" >> ReadLiveRows(live, kind) for kind in TABLES}
     sparse = rows["chunks"] | "Sparse" >> BuildSparseIndex(live.manifest.settings.index.representation)
     vectors = (p
                | "VectorFiles" >> beam.Create(live.files("vectors"))

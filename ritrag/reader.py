@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 from ritrag.ids import shard_of
 from ritrag.layout import (DENSE_TRAINED_FILE, TOMBSTONES_FILE, DamagedIndexError, IndexLayout, Manifest,
                            parse_shard_file_name)
-from ritrag.schema import TABLES
+from ritrag.schema import FILE_FIELD, TABLES
 from ritrag.storage import is_remote, open_parquet, open_read
 
 # The id column that keys each kind of shard file, and that tombstones name
@@ -78,6 +78,11 @@ def refused_if_unreadable(path: str) -> Iterator[None]:
         raise
     except (OSError, ValueError) as exc:  # pyarrow's ArrowIOError and ArrowInvalid among them
         raise DamagedIndexError(f"{path}: does not load ({type(exc).__name__}: {exc})") from exc
+
+
+def live_row_type(kind: str, record: type | None = None) -> type:
+    """The type of the live rows of a `kind` table that `LiveFile.rows(record)` gives."""
+    return record or TABLES[kind].record or dict
 
 
 @dataclass(frozen=True)
@@ -124,23 +129,33 @@ class LiveFile:
         table = self.read(columns)
         return table.filter(self.live_mask(table[self.id_column]))
 
-    def rows(self, columns: list[str] | None = None, where: Mapping[str, Collection] | None = None
-             ) -> Iterator[dict[str, Any]]:
-        """The live rows as dicts; each carries `_file`, this file, for later point reads.
+    def rows(self, record: type | None = None, where: Mapping[str, Collection] | None = None) -> Iterator[Any]:
+        """The live rows as `record`s: a record made from this file's table
+        (ritrag.schema.table_record) holds the columns its fields name, and in
+        its FILE_FIELD, where it has one, this file (for later point reads and
+        tombstones). By default, the rows as their table is written: its
+        TableSpec.record, or dicts of its columns for a table without one.
         With `where` ({column: values}), only the rows whose every named column
         holds one of its values; "list.field" names a field of a list of structs,
         and a row matches when any of its elements' does. The filter is
         vectorized, so a job that needs a few rows of a large table pays a
-        column scan, not a dict per row."""
+        column scan, not a record per row."""
+        names = TABLES[self.kind].schema.names
+        record = live_row_type(self.kind, record)
+        columns = names if record is dict else [name for name in record._fields if name in names]
         table = self.table(columns)
         if where:
             keep = np.ones(len(table), bool)
             for name, values in where.items():
                 keep &= _holds_one_of(table, name, values)
             table = table.filter(keep)
-        for row in table.to_pylist():
-            row["_file"] = self.path
-            yield row
+        rows = table.select(columns).to_pylist()  # `table` holds the id column, asked for or not
+        if record is dict:
+            yield from rows
+            return
+        located = {FILE_FIELD: self.path} if FILE_FIELD in record._fields else {}
+        for values in rows:
+            yield record(**values, **located)
 
 
 def _holds_one_of(table: pa.Table, name: str, values: Collection) -> np.ndarray:
@@ -288,10 +303,10 @@ class IndexReader:
             return schema.empty_table().select(columns) if columns is not None else schema.empty_table()
         return pa.concat_tables(tables)
 
-    def rows(self, kind: str, columns: list[str] | None = None) -> Iterator[dict[str, Any]]:
-        """The live rows of a table, file by file, each with its `_file`."""
+    def rows(self, kind: str, record: type | None = None) -> Iterator[Any]:
+        """The live rows of a table, file by file, as `LiveFile.rows` gives them."""
         for live_file in self.files(kind):
-            yield from live_file.rows(columns)
+            yield from live_file.rows(record)
 
     def rows_by_id(self, kind: str, ids: Sequence[Any], columns: list[str]) -> dict[Any, dict[str, Any]]:
         """Point reads: the live rows of `ids` (those no live row has are left

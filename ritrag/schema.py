@@ -4,14 +4,17 @@ In-pipeline records are frozen dataclasses (small, picklable by Beam's coders);
 the Arrow schemas below are the on-disk Parquet schemas of the index. Node and
 chunk rows are typed records made from their schemas (`NodeRow`, `ChunkRow`:
 NamedTuples; ritrag/transforms/records.py gives them Beam's RowCoder); the
-other tables' rows are plain dicts whose columns their schemas fix.
+other tables' rows are plain dicts whose columns their schemas fix. Rows read
+back in part are typed records of the columns read (`ChunkRef`, `NodeSkeleton`,
+...), made from the schemas too.
 """
 from __future__ import annotations
 
+import collections
 import json
 import re
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Optional, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping, Optional, Sequence
 
 
 import pyarrow as pa
@@ -151,11 +154,11 @@ class PageSkeleton:
                    page.trail_method, page.nav_order, page.source_kind, page.source)
 
     @classmethod
-    def from_row(cls, row: dict) -> "PageSkeleton":
-        """The skeleton of a PAGES_SCHEMA row."""
-        return cls(row["url"], row["canonical_url"], row["site"], row["title"],
-                   tuple(Crumb(c["title"], c["url"]) for c in row["trail"]), row["trail_method"],
-                   tuple(row["nav_order"]), row["source_kind"], row["source"])
+    def from_row(cls, row: "StoredSkeleton") -> "PageSkeleton":
+        """The skeleton a live pages row stores."""
+        return cls(row.url, row.canonical_url, row.site, row.title,
+                   tuple(Crumb(c["title"], c["url"]) for c in row.trail), row.trail_method,
+                   tuple(row.nav_order), row.source_kind, row.source)
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -192,10 +195,10 @@ def page_row(page: ParsedPage) -> dict:
     }
 
 
-def row_links(row: dict) -> tuple[Link, ...]:
-    """The links of a PAGES_SCHEMA row (its list position is each link's)."""
+def row_links(row: "PageLinks") -> tuple[Link, ...]:
+    """The links a live pages row stores (its list position is each link's)."""
     return tuple(Link(link["url"], link["fragment"], link["anchor_text"], position)
-                 for position, link in enumerate(row["links"]))
+                 for position, link in enumerate(row.links))
 
 
 @dataclass(frozen=True)
@@ -309,20 +312,34 @@ def _python_type(arrow_field: pa.Field) -> Any:
         python_type = int
     elif pa.types.is_list(arrow_type) and pa.types.is_string(arrow_type.value_type):
         python_type = Sequence[str]
+    elif (pa.types.is_list(arrow_type) and pa.types.is_struct(arrow_type.value_type)
+          and all(pa.types.is_string(member.type) for member in arrow_type.value_type)):
+        # A list of structs of strings (a page's trail, its links): Arrow gives
+        # each struct as a dict, which Beam encodes as a map.
+        python_type = Sequence[Mapping[str, Optional[str]]]
     else:
         raise TypeError(f"no record field type for {arrow_field}")
     return Optional[python_type] if arrow_field.nullable else python_type
 
 
-def table_record(name: str, schema: pa.Schema, extra: Sequence[tuple[str, type]] = ()) -> type:
-    """A NamedTuple of `schema`'s columns, in order, then the `extra` fields
-    (in-pipeline data that is no column: a table sink writes the schema's
-    columns only). Made from the schema so that the columns are defined once,
-    by the on-disk format. A NamedTuple rather than a dataclass: Beam infers
-    its schema, so it encodes one field by field (RowCoder) and checks the
-    element types declared on transforms against it when a pipeline is built."""
-    record = NamedTuple(name, [(f.name, _python_type(f)) for f in schema] + list(extra))
-    record.__module__ = __name__  # pickled by reference: ritrag.schema.<name>
+def table_record(name: str, schema: pa.Schema, columns: Sequence[str] | None = None,
+                 extra: Sequence[tuple[str, type]] = (), defaults: Mapping[str, Any] | None = None) -> type:
+    """A NamedTuple of `schema`'s columns (or of those `columns` name, in that
+    order), then the `extra` fields (in-pipeline data that is no column: a
+    table sink writes the schema's columns only; `defaults` gives the last of
+    them a value when none is given). Made from the schema so that the columns
+    are defined once, by the on-disk format. A NamedTuple rather than a
+    dataclass: Beam infers its schema, so it encodes one field by field
+    (RowCoder) and checks the element types declared on transforms against it
+    when a pipeline is built. Made as typing.NamedTuple makes one (a
+    namedtuple and its fields' types): one made by a call takes no defaults."""
+    chosen = [schema.field(column) for column in columns] if columns is not None else list(schema)
+    annotations = {f.name: _python_type(f) for f in chosen} | dict(extra)
+    names = list(annotations)
+    trailing = [defaults[field_name] for field_name in names[len(names) - len(defaults):]] if defaults else []
+    # Pickled by reference: ritrag.schema.<name>.
+    record = collections.namedtuple(name, names, defaults=trailing, module=__name__)
+    record.__annotations__ = annotations
     return record
 
 
@@ -331,9 +348,10 @@ def table_record(name: str, schema: pa.Schema, extra: Sequence[tuple[str, type]]
 NodeRow = table_record("NodeRow", NODES_SCHEMA)
 # A CHUNKS_SCHEMA row, and `embedded_text`: what the model embeds of it (the
 # representation's rendering of the chunk, ritrag/representation.py; "" for an
-# anchor document, never embedded). It is no column: the stored text and its
-# hash are, and the embed stages read it here rather than render the chunk again.
-ChunkRow = table_record("ChunkRow", CHUNKS_SCHEMA, extra=[("embedded_text", str)])
+# anchor document, never embedded, and for a row read back: compaction embeds
+# nothing). It is no column: the stored text and its hash are, and the embed
+# stages read it here rather than render the chunk again.
+ChunkRow = table_record("ChunkRow", CHUNKS_SCHEMA, extra=[("embedded_text", str)], defaults={"embedded_text": ""})
 
 CRUMB_TYPE = pa.struct([pa.field("title", pa.string()), pa.field("url", pa.string())])
 # A page's Link, its position being its place in the list.
@@ -409,6 +427,28 @@ TABLES = {spec.kind: spec for spec in (
     # An edges row is live unless its source was tombstoned.
     TableSpec(EDGES_KIND, EDGES_SCHEMA, "source_node_id", ("source_node_id", "position")),
 )}
+
+# Live rows read back in part, by the update's stages (ritrag.reader.LiveFile.rows
+# reads a record's columns, and fills its FILE_FIELD, where it has one, with
+# the table file the row was read from: what a tombstone and a point read need).
+FILE_FIELD = "file"
+# A live chunk without its text, and its file: what the update tombstones
+# (transforms/delta.py, link_delta.py), and what a new chunk of the same text
+# hash finds a stored vector by.
+ChunkRef = table_record("ChunkRef", CHUNKS_SCHEMA, ("chunk_id", "node_id", "page_id", "ordinal", "text_hash"),
+                        extra=[(FILE_FIELD, str)])
+# A live node row without its body, and its file, where the body is read back
+# from once the update knows it needs it (a row it re-places).
+NodeSkeleton = table_record("NodeSkeleton", NODES_SCHEMA, [f.name for f in NODES_SCHEMA if f.name != "body"],
+                            extra=[(FILE_FIELD, str)])
+# The columns of a node that a link resolves against (transforms/edges.py: a link target).
+TARGET_COLUMNS = ("node_id", "page_id", "kind", "url")
+# A live node's link target and its site, for the update's link stages (transforms/link_delta.py).
+StoredTarget = table_record("StoredTarget", NODES_SCHEMA, (*TARGET_COLUMNS, "site"))
+# A live page's skeleton as its pages row stores it (`PageSkeleton.from_row`).
+StoredSkeleton = table_record("StoredSkeleton", PAGES_SCHEMA, [f.name for f in fields(PageSkeleton)])
+# A live page's links as its pages row stores them (`row_links`).
+PageLinks = table_record("PageLinks", PAGES_SCHEMA, ("url", "links"))
 
 DEAD_LETTERS_SCHEMA = pa.schema(
     [

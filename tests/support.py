@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ritrag.reader import ID_COLUMNS, IndexReader
-from ritrag.schema import ChunkRow, NodeRow
+from ritrag.schema import FILE_FIELD, ChunkRef, ChunkRow, NodeRow, NodeSkeleton
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample" / "pages"
@@ -102,8 +102,7 @@ def _entries(trees: list[dict]) -> list[dict]:
 def live_table(index_dir: Path, kind: str) -> dict:
     key = ID_COLUMNS[kind]
     rows = {}
-    for row in IndexReader(str(index_dir)).rows(kind):
-        row.pop("_file")
+    for row in IndexReader(str(index_dir)).table(kind).to_pylist():
         if kind == "pages":  # where and when the input was, not what it holds
             row.pop("source")
             row.pop("source_stamp")
@@ -132,6 +131,18 @@ def node_row(**fields) -> NodeRow:
                     source_summary="", source_keywords=[], metadata_key="", content_hash="", trail_method="",
                     source_kind="")
     return NodeRow(**{**defaults, **fields})
+
+
+def node_skeleton(file: str = "f", **fields) -> NodeSkeleton:
+    """A live node row as the update reads it back (no body), in `file`; `node_row`'s defaults."""
+    return NodeSkeleton(**{name: value for name, value in node_row(**fields)._asdict().items() if name != "body"},
+                        **{FILE_FIELD: file})
+
+
+def chunk_ref(file: str = "f", **fields) -> ChunkRef:
+    """A live chunk ref as the update reads it back, in `file`; `chunk_row`'s defaults."""
+    return ChunkRef(**{name: getattr(chunk_row(**fields), name) for name in ChunkRef._fields if name != FILE_FIELD},
+                    **{FILE_FIELD: file})
 
 
 def chunk_row(**fields) -> ChunkRow:

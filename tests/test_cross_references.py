@@ -175,7 +175,7 @@ def test_an_update_resolves_cross_references_as_a_fresh_build_does(tmp_path):
     build.run(["--input", str(b), "--out", str(fresh), *flags])
 
     def edges(index: Path) -> set[tuple]:
-        url = {r["node_id"]: r["url"] for r in IndexReader(str(index)).rows("nodes")}
+        url = {r.node_id: r.url for r in IndexReader(str(index)).rows("nodes")}
         return {(url[e["source_node_id"]], e["position"], url[e["target_node_id"]], e["anchor_text"])
                 for e in IndexReader(str(index)).rows("edges")}
 

@@ -33,7 +33,7 @@ def write(root: Path, files: dict[str, str]) -> Path:
 
 
 def nodes(index: Path) -> list[dict]:
-    return list(IndexReader(str(index)).rows("nodes"))
+    return IndexReader(str(index)).table("nodes").to_pylist()
 
 
 def dead_letters(index: Path) -> list[dict]:

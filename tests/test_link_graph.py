@@ -20,7 +20,7 @@ from ritrag.schema import NodePlacement
 from ritrag.transforms.delta import plan_page_update
 from ritrag.transforms.link_delta import TOMBSTONE, anchor_doc_delta, source_delta
 from ritrag.vectors import VectorStore
-from support import BASE, build_index, chunk_row, live_table, tiny_page
+from support import BASE, build_index, chunk_ref, chunk_row, live_table, node_skeleton, tiny_page
 
 GUIDE = [("Guide", "guide/")]
 
@@ -166,26 +166,25 @@ def test_a_source_is_rewritten_only_when_its_edges_change():
 
 
 def test_an_anchor_document_is_replaced_only_when_its_text_changes():
-    doc = {"chunk_id": 1, "node_id": "t", "_file": "f"}
+    doc = chunk_ref(file="f", chunk_id=1, node_id="t", ordinal=ANCHOR_DOC_ORDINAL)
     assert list(anchor_doc_delta(("t", {"new": [chunk_row(chunk_id=1, node_id="t")], "old": [doc]}))) == []
     replaced = list(anchor_doc_delta(("t", {"new": [chunk_row(chunk_id=2, node_id="t")], "old": [doc]})))
     assert replaced[0] == chunk_row(chunk_id=2, node_id="t")
-    assert (replaced[1].tag, replaced[1].value) == (TOMBSTONE, ("chunk_id", ("f", 1)))
+    assert (replaced[1].tag, replaced[1].value) == (TOMBSTONE, ("chunk_id", doc))
     gone = list(anchor_doc_delta(("t", {"new": [], "old": [doc]})))
-    assert [(g.tag, g.value) for g in gone] == [(TOMBSTONE, ("chunk_id", ("f", 1)))]
+    assert [(g.tag, g.value) for g in gone] == [(TOMBSTONE, ("chunk_id", doc))]
 
 
 def test_a_plan_names_the_urls_whose_nodes_a_link_may_name_changed():
-    page = {"node_id": "p", "parent_id": "r", "page_id": "p", "site": "s", "kind": "page", "position": 0, "depth": 1,
-            "title": "P", "url": "u", "ancestor_ids": ["r"], "ancestor_titles": ["R"], "trail_method": "url",
-            "source_kind": "html", "summary": "", "keywords": [], "source_summary": "", "source_keywords": [],
-            "metadata_key": "", "content_hash": ""}  # a live row as PlaceChangedForests reads it (no body)
-    section = {**page, "node_id": "s1", "kind": "section", "url": "u#a", "depth": 2}
-    anchor_doc = {"chunk_id": 9, "node_id": "p", "page_id": "p", "ordinal": ANCHOR_DOC_ORDINAL, "_file": "f"}
+    page = node_skeleton(node_id="p", parent_id="r", page_id="p", site="s", kind="page", position=0, depth=1,
+                         title="P", url="u", ancestor_ids=["r"], ancestor_titles=["R"], trail_method="url",
+                         source_kind="html")  # a live row as PlaceChangedForests reads it (no body)
+    section = page._replace(node_id="s1", kind="section", url="u#a", depth=2)
+    anchor_doc = chunk_ref(file="f", chunk_id=9, node_id="p", page_id="p", ordinal=ANCHOR_DOC_ORDINAL)
     gone = plan_page_update(None, None, 0, [page, section], [anchor_doc], "section",
                             representation=Representation())
     assert (gone.changed_target_urls, gone.targets, gone.dead_source) == (["u"], [], "p")
-    assert gone.dead_chunks == [("f", 9)]  # an anchor document dies with its page
+    assert gone.dead_chunks == [anchor_doc]  # an anchor document dies with its page
     # Moved under another parent, unchanged: the same nodes, no URL to resolve again, its anchor document kept.
     moved = NodePlacement("p", "x", "s", "page", 3, 1, "P", "u", ("x",), ("X",), "url", "html")
     kept = plan_page_update(moved, None, 0, [page, section], [anchor_doc], "section",

@@ -11,6 +11,7 @@ import pytest
 from ritrag.layout import DamagedIndexError, IndexLayout, IndexLoadError, MissingIndexError
 from ritrag.pipelines import update
 from ritrag.reader import ID_COLUMNS, IndexReader
+from ritrag.schema import PAGES_SCHEMA, ChunkRef, NodeRow
 from support import TINY_SITE, build_index, tiny_page, write_tiny_site
 
 TABLES = ("nodes", "chunks", "pages")
@@ -58,10 +59,28 @@ def test_the_live_rows_after_an_update_are_those_of_a_fresh_build(updated_and_fr
     assert len(updated.manifest.segments) == 2 and updated.manifest.tombstones["node_id"] > 0
     for kind in TABLES:
         assert rows_by_key(updated, kind) == rows_by_key(fresh, kind), kind
-    # Row by row, file by file: the same rows, each carrying the file it came from.
-    rows = list(updated.rows("chunks", ["text"]))
-    assert sorted(r["chunk_id"] for r in rows) == sorted(rows_by_key(fresh, "chunks"))
-    assert {r["_file"] for r in rows} <= {f.path for f in updated.files("chunks")}
+
+
+def test_live_rows_are_typed_records_and_a_chunk_ref_names_the_file_that_holds_it(updated_and_fresh):
+    updated, fresh = updated_and_fresh
+    # Whole rows, as the build writes them: its typed records, or dicts of the schema's columns.
+    nodes = list(updated.rows("nodes"))
+    assert all(type(row) is NodeRow for row in nodes)
+    assert sorted(row.node_id for row in nodes) == sorted(rows_by_key(fresh, "nodes"))
+    assert all(set(row) == set(PAGES_SCHEMA.names) for row in updated.rows("pages"))
+    # Chunk refs, file by file: each names the file whose table holds its chunk, and no
+    # chunk the update tombstoned is among them.
+    refs = list(updated.rows("chunks", ChunkRef))
+    assert sorted(ref.chunk_id for ref in refs) == sorted(rows_by_key(fresh, "chunks"))
+    ids_in = {f.path: set(f.read(["chunk_id"])["chunk_id"].to_pylist()) for f in updated.files("chunks")}
+    assert all(ref.chunk_id in ids_in[ref.file] for ref in refs)
+    first, update = (segment["id"] for segment in updated.manifest.segments)
+    dead = updated.dead[first]["chunk_id"]
+    assert dead and not dead & {ref.chunk_id for ref in refs}
+    # The chunks the update wrote are read from its segment's files.
+    segment_of = {f.path: f.segment for f in updated.files("chunks")}
+    built = set().union(*(ids for path, ids in ids_in.items() if segment_of[path] == first))
+    assert {segment_of[ref.file] for ref in refs if ref.chunk_id not in built} == {update}
 
 
 def test_point_reads_return_the_live_rows_and_skip_dead_ones(updated_and_fresh):

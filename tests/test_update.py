@@ -15,7 +15,8 @@ from ritrag.layout import IndexLayout
 from ritrag.reader import IndexReader
 from ritrag.representation import Representation
 from ritrag.schema import NodePlacement
-from support import TINY_SITE, assert_same_toc, live_table, build_index, node_row, tiny_page, write_tiny_site
+from support import (TINY_SITE, assert_same_toc, build_index, chunk_ref, live_table, node_row, node_skeleton,
+                     tiny_page, write_tiny_site)
 
 QUERIES = ["which port does version 3 listen on", "log rotation", "deploy containers replicas",
            "metrics endpoint prometheus", "TLS certificates"]
@@ -92,7 +93,7 @@ def test_update_embeds_exactly_the_chunks_with_new_text(snapshots):
 
 
 def live_table_version(index_dir: Path, manifest) -> dict:
-    return {row["chunk_id"]: row for row in IndexReader(str(index_dir), manifest.version).rows("chunks")}
+    return {row["chunk_id"]: row for row in IndexReader(str(index_dir), manifest.version).table("chunks").to_pylist()}
 
 
 @pytest.mark.slow
@@ -174,27 +175,27 @@ def test_a_failed_update_leaves_the_previous_version_served(snapshots, tmp_path,
 
 def test_replaced_rows_move_sections_with_their_page():
     old = [
-        {"node_id": "p", "parent_id": "x", "page_id": "p", "site": "s", "kind": "page", "position": 0,
-         "depth": 2, "title": "P", "url": "u", "ancestor_ids": ["r", "x"], "ancestor_titles": ["R", "X"],
-         "trail_method": "jsonld", "source_kind": "html"},
-        {"node_id": "s1", "parent_id": "p", "page_id": "p", "site": "s", "kind": "section", "position": 0,
-         "depth": 3, "title": "S1", "url": "u#a", "ancestor_ids": ["r", "x", "p"],
-         "ancestor_titles": ["R", "X", "P"], "trail_method": "jsonld", "source_kind": "html"},
+        node_skeleton(node_id="p", parent_id="x", page_id="p", site="s", kind="page", position=0, depth=2, title="P",
+                      url="u", ancestor_ids=["r", "x"], ancestor_titles=["R", "X"], trail_method="jsonld",
+                      source_kind="html"),
+        node_skeleton(node_id="s1", parent_id="p", page_id="p", site="s", kind="section", position=0, depth=3,
+                      title="S1", url="u#a", ancestor_ids=["r", "x", "p"], ancestor_titles=["R", "X", "P"],
+                      trail_method="jsonld", source_kind="html"),
     ]
     moved = NodePlacement("p", "r", "s", "page", 4, 1, "P", "u", ("r",), ("R",), "jsonld", "html")
-    rows = {r["node_id"]: r for r in replaced_rows(moved, old)}
-    assert rows["p"]["parent_id"] == "r" and rows["p"]["position"] == 4
-    assert rows["s1"]["ancestor_ids"] == ["r", "p"] and rows["s1"]["depth"] == 2
+    rows = {r.node_id: r for r in replaced_rows(moved, old)}
+    assert rows["p"].parent_id == "r" and rows["p"].position == 4
+    assert rows["s1"].ancestor_ids == ["r", "p"] and rows["s1"].depth == 2 and rows["s1"].file == "f"
     unmoved = NodePlacement("p", "x", "s", "page", 0, 2, "P", "u", ("r", "x"), ("R", "X"), "jsonld", "html")
     assert replaced_rows(unmoved, old) == []
 
 
 def test_plan_of_a_deleted_page_tombstones_its_rows_chunks_and_url():
-    old_rows = [{"node_id": "p", "page_id": "p", "kind": "page", "url": "u"}]
-    old_chunks = [{"chunk_id": 7, "_file": "f"}]
+    old_rows = [node_skeleton(node_id="p", page_id="p", kind="page", url="u")]
+    old_chunks = [chunk_ref(file="f", chunk_id=7)]
     plan = plan_page_update(None, None, 0, old_rows, old_chunks, "page",
                             representation=Representation())
-    assert (plan.dead_nodes, plan.dead_chunks, plan.dead_urls) == (["p"], [("f", 7)], ["u"])
+    assert (plan.dead_nodes, plan.dead_chunks, plan.dead_urls) == (["p"], old_chunks, ["u"])
     assert plan.rows == []
 
 

@@ -34,13 +34,12 @@ from ritrag.layout import TOMBSTONES_FILE
 from ritrag.reader import IndexReader, read_rows_by_id
 from ritrag.storage import open_parquet
 from ritrag.representation import ANCHOR_DOC_ORDINAL, Representation
-from ritrag.schema import (NODES_SCHEMA, TOMBSTONES_SCHEMA, ChunkRow, DeadLetter, Link, NodePlacement, NodeRow,
-                           PageSkeleton, PageSource, ParsedPage, page_row)
+from ritrag.schema import (TOMBSTONES_SCHEMA, ChunkRef, ChunkRow, DeadLetter, Link, NodePlacement, NodeRow,
+                           NodeSkeleton, PageSkeleton, PageSource, ParsedPage, StoredSkeleton, page_row)
 from ritrag.transforms import records  # noqa: F401  (the records' RowCoder)
 from ritrag.transforms.chunk import Chunker
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
-from ritrag.transforms.diff import PAGE_SKELETON_COLUMNS
-from ritrag.transforms.edges import TARGET_COLUMNS, link_target, node_targets
+from ritrag.transforms.edges import link_target, node_targets
 from ritrag.transforms.embed import EmbedChunks
 from ritrag.transforms.nodes import DEPTH_CAPPED_COUNTER, PlaceSkeletons, page_node_rows, placement_row
 from ritrag.transforms.pages import (COUNTERS, DEAD, PageParser, ParsePages, SpillPagesFn, chosen_source,
@@ -53,12 +52,9 @@ from ritrag.vectors import VectorStore
 
 PLACEMENT_FIELDS = ("parent_id", "site", "kind", "position", "depth", "title", "url",
                     "ancestor_ids", "ancestor_titles", "trail_method", "source_kind")
-NODE_SKELETON_COLUMNS = [f.name for f in NODES_SCHEMA if f.name != "body"]
-CHUNK_REF_COLUMNS = ["chunk_id", "node_id", "page_id", "ordinal", "text_hash"]
-# Marks a re-placed live row (a dict read back, before its body is) whose
-# representation changed: ReplaceRows reads its live chunk refs and chunks it again.
-RECHUNK = "_rechunk"
-ChunkRef = tuple[str, int]  # (the live file that holds a chunk, its chunk id): what a tombstone and a point read need
+# A re-placed live row, before its body is read back, and whether its
+# representation changed: then ReplaceRows reads its live chunk refs and chunks it again.
+RowNeedingBody = tuple[NodeSkeleton, bool]
 
 
 class OpenForParse(beam.DoFn):
@@ -90,10 +86,10 @@ def reshaped_sites(joined: tuple[str, dict]) -> Iterable[str]:
     yield from {s.site for s in new + old}
 
 
-def live_placement(row: dict) -> NodePlacement:
-    """The placement a live node row records (NODES_SCHEMA)."""
-    return NodePlacement(row["node_id"], **{name: tuple(row[name]) if isinstance(row[name], list) else row[name]
-                                            for name in PLACEMENT_FIELDS})
+def live_placement(row: NodeSkeleton) -> NodePlacement:
+    """The placement a live node row records."""
+    values = {name: getattr(row, name) for name in PLACEMENT_FIELDS}
+    return NodePlacement(row.node_id, **{name: tuple(v) if isinstance(v, list) else v for name, v in values.items()})
 
 
 # --- page by page ---------------------------------------------------------------
@@ -106,7 +102,8 @@ class PagePlan:
     # The live chunks of each row of `rows` to chunk (a page parsed again), by node
     # id: kept apart from the rows, which pass the metadata stage before ChunkRows.
     old_chunks: dict[str, list[ChunkRef]] = field(default_factory=dict)
-    rows_needing_body: list[dict] = field(default_factory=list)  # re-placed live rows; body from `_file`
+    rows_needing_body: list[NodeSkeleton] = field(default_factory=list)  # re-placed live rows; body from their file
+    rechunk: set[str] = field(default_factory=set)  # the node ids of those whose representation changed
     dead_nodes: list[str] = field(default_factory=list)
     dead_chunks: list[ChunkRef] = field(default_factory=list)
     dead_urls: list[str] = field(default_factory=list)  # pages-table rows
@@ -123,40 +120,35 @@ class PagePlan:
     depth_capped: int = 0  # sections of the page indexed placed at the depth cap
 
 
-def replaced_placement(row: dict, placement: NodePlacement) -> dict:
-    new = dict(row)
-    for name in PLACEMENT_FIELDS:
-        value = getattr(placement, name)
-        new[name] = list(value) if isinstance(value, tuple) else value
-    return new
+def replaced_placement(row: NodeSkeleton, placement: NodePlacement) -> NodeSkeleton:
+    # Lists, as the row read back holds them: a row is re-placed when a field differs.
+    values = {name: getattr(placement, name) for name in PLACEMENT_FIELDS}
+    return row._replace(**{name: list(v) if isinstance(v, tuple) else v for name, v in values.items()})
 
 
-def replaced_rows(placement: NodePlacement, old_rows: list[dict]) -> list[dict]:
+def replaced_rows(placement: NodePlacement, old_rows: list[NodeSkeleton]) -> list[NodeSkeleton]:
     """Old rows of an unchanged page (the page and its sections) under the page's
     new placement: only the rows whose placement differs."""
-    page = next(r for r in old_rows if r["node_id"] == placement.node_id)
-    base = len(page["ancestor_ids"])
+    page = next(r for r in old_rows if r.node_id == placement.node_id)
+    base = len(page.ancestor_ids)
     out = []
     for row in old_rows:
-        if row["node_id"] == placement.node_id:
+        if row.node_id == placement.node_id:
             new = replaced_placement(row, placement)
         else:
-            new = dict(row)
-            new["ancestor_ids"] = [*placement.ancestor_ids, placement.node_id, *row["ancestor_ids"][base + 1:]]
-            new["ancestor_titles"] = [*placement.ancestor_titles, placement.title,
-                                      *row["ancestor_titles"][base + 1:]]
-            new["depth"] = placement.depth + (row["depth"] - page["depth"])
-            new["site"], new["trail_method"] = placement.site, placement.trail_method
-            new["source_kind"] = placement.source_kind
-            if row["parent_id"] == page["node_id"]:
-                new["parent_id"] = placement.node_id
-        if any(new[f] != row[f] for f in PLACEMENT_FIELDS):
+            new = row._replace(
+                ancestor_ids=[*placement.ancestor_ids, placement.node_id, *row.ancestor_ids[base + 1:]],
+                ancestor_titles=[*placement.ancestor_titles, placement.title, *row.ancestor_titles[base + 1:]],
+                depth=placement.depth + (row.depth - page.depth),
+                site=placement.site, trail_method=placement.trail_method, source_kind=placement.source_kind,
+                parent_id=placement.node_id if row.parent_id == page.node_id else row.parent_id)
+        if any(getattr(new, f) != getattr(row, f) for f in PLACEMENT_FIELDS):
             out.append(new)
     return out
 
 
 def plan_page_update(placement: NodePlacement | None, page: ParsedPage | None, n_parsed: int,
-                     old_rows: list[dict], old_chunks: list[dict], granularity: str,
+                     old_rows: list[NodeSkeleton], old_chunks: list[ChunkRef], granularity: str,
                      representation: Representation) -> PagePlan:
     """`page_plan`, with the nodes of the group a link may name after it, and the
     page URLs whose such nodes it changes (the links to them are resolved again)."""
@@ -164,15 +156,15 @@ def plan_page_update(placement: NodePlacement | None, page: ParsedPage | None, n
     if page is not None and plan.indexed:
         plan.targets = [link_target(row) for row in plan.rows if row.page_id]
     elif placement is not None:
-        plan.targets = [{name: row[name] for name in TARGET_COLUMNS} for row in old_rows if row["page_id"]]
-    before = {t for row in old_rows for t in node_targets(row)}
+        plan.targets = [link_target(row) for row in old_rows if row.page_id]
+    before = {t for row in old_rows for t in node_targets(link_target(row))}
     after = {t for row in plan.targets for t in node_targets(row)}
     plan.changed_target_urls = sorted({url for url, _ in before ^ after})
     return plan
 
 
 def page_plan(placement: NodePlacement | None, page: ParsedPage | None, n_parsed: int,
-              old_rows: list[dict], old_chunks: list[dict], granularity: str,
+              old_rows: list[NodeSkeleton], old_chunks: list[ChunkRef], granularity: str,
               representation: Representation) -> PagePlan:
     """The delta of one group: a page (its placement, the page indexed of the
     `n_parsed` freshly parsed at its URL, its live node rows and chunk refs) or a
@@ -180,29 +172,29 @@ def page_plan(placement: NodePlacement | None, page: ParsedPage | None, n_parsed
     the page indexed could not be read again (then it is dead-lettered).
 
     A re-placed row whose representation changed (its path, in a path-aware
-    representation) is marked RECHUNK: it is chunked again once its body and its
+    representation) is in the plan's `rechunk`: it is chunked again once its body and its
     live chunks are read back (ReplaceRows, `rechunk_replaced`). Each row of a
-    page parsed again has the (file, chunk id) of its live chunks, from
+    page parsed again has the refs of its live chunks, from
     `old_chunks`, in the plan's `old_chunks`: it is chunked by `ChunkRows`. `old_chunks` need
     only be given for pages parsed again or gone (PlanPageUpdates reads no others).
     Anchor documents are the link stages' (transforms/link_delta.py): they die
     here only with their node's page."""
     plan = PagePlan()
-    old_ids = [r["node_id"] for r in old_rows]
+    old_ids = [r.node_id for r in old_rows]
     if placement is None:  # deleted, or merged into another page by its canonical link
         plan.merged = n_parsed
         plan.dead_nodes = old_ids
-        plan.dead_chunks = [(c["_file"], c["chunk_id"]) for c in old_chunks]
+        plan.dead_chunks = list(old_chunks)
         # Its pages row goes too, so that the page is parsed afresh if it comes back.
-        plan.dead_urls = [r["url"] for r in old_rows if r["kind"] == "page" and r["node_id"] == r["page_id"]]
-        plan.dead_source = next((r["node_id"] for r in old_rows if r["node_id"] == r["page_id"]), None)
+        plan.dead_urls = [r.url for r in old_rows if r.kind == "page" and r.node_id == r.page_id]
+        plan.dead_source = next((r.node_id for r in old_rows if r.node_id == r.page_id), None)
         return plan
-    old_chunks = [c for c in old_chunks if c["ordinal"] != ANCHOR_DOC_ORDINAL]
+    old_chunks = [c for c in old_chunks if c.ordinal != ANCHOR_DOC_ORDINAL]
     plan.merged = max(n_parsed - 1, 0)
     if placement.kind != "page" or (page is None and not old_rows):  # no text: no chunks
         old = old_rows[0] if old_rows else None
         row = placement_row(placement)
-        if old is None or any(old[f] != getattr(row, f) for f in PLACEMENT_FIELDS):
+        if old is None or any(getattr(old, f) != getattr(row, f) for f in PLACEMENT_FIELDS):
             plan.rows = [row]
             plan.dead_nodes = old_ids
         return plan
@@ -216,26 +208,24 @@ def page_plan(placement: NodePlacement | None, page: ParsedPage | None, n_parsed
         # may change their node documents): each carries the live chunks of its
         # node id; those of node ids the page no longer has die here.
         kept = {row.node_id for row in plan.rows}
-        plan.old_chunks = {row.node_id: [(c["_file"], c["chunk_id"]) for c in old_chunks
-                                         if c["node_id"] == row.node_id] for row in plan.rows}
-        plan.dead_chunks = [(c["_file"], c["chunk_id"]) for c in old_chunks if c["node_id"] not in kept]
+        plan.old_chunks = {row.node_id: [c for c in old_chunks if c.node_id == row.node_id] for row in plan.rows}
+        plan.dead_chunks = [c for c in old_chunks if c.node_id not in kept]
         return plan
     plan.rows_needing_body = replaced_rows(placement, old_rows)
-    plan.dead_nodes = [r["node_id"] for r in plan.rows_needing_body]
-    old_by_id = {r["node_id"]: r for r in old_rows}
-    for row in plan.rows_needing_body:
-        if (representation.node_inputs(bodiless_record(row))
-                != representation.node_inputs(bodiless_record(old_by_id[row["node_id"]]))):
-            # Its live chunks are read with its body (ReplaceRows): an unchanged
-            # page's chunks are not among the group's (PlanPageUpdates).
-            row[RECHUNK] = True
+    plan.dead_nodes = [r.node_id for r in plan.rows_needing_body]
+    old_by_id = {r.node_id: r for r in old_rows}
+    # Their live chunks are read with their bodies (ReplaceRows): an unchanged
+    # page's chunks are not among the group's (PlanPageUpdates).
+    plan.rechunk = {row.node_id for row in plan.rows_needing_body
+                    if (representation.node_inputs(with_body(row, ""))
+                        != representation.node_inputs(with_body(old_by_id[row.node_id], "")))}
     return plan
 
 
-def bodiless_record(row: dict) -> NodeRow:
-    """A live node row read without its body (NODE_SKELETON_COLUMNS, and `_file`)
-    as a record whose body is "": what `Representation.node_inputs` reads of it."""
-    return NodeRow(**{name: row[name] for name in NODE_SKELETON_COLUMNS}, body="")
+def with_body(row: NodeSkeleton, body: str) -> NodeRow:
+    """A live node row read without its body, as a node row with `body` (with
+    "": what `Representation.node_inputs` reads of it)."""
+    return NodeRow(**{name: getattr(row, name) for name in NodeRow._fields if name != "body"}, body=body)
 
 
 @beam.typehints.with_output_types(NodeRow)
@@ -277,15 +267,15 @@ class UpdatePagesFn(CountingDoFn):
         for node_id, refs in plan.old_chunks.items():
             yield beam.pvalue.TaggedOutput(self.OLD_CHUNKS, (node_id, refs))
         for row in plan.rows_needing_body:
-            yield beam.pvalue.TaggedOutput(self.NEED_BODY, row)
+            yield beam.pvalue.TaggedOutput(self.NEED_BODY, (row, row.node_id in plan.rechunk))
         for row in plan.page_rows:
             yield beam.pvalue.TaggedOutput(self.PAGES, row)
         for node_id in plan.dead_nodes:
             yield beam.pvalue.TaggedOutput(self.TOMBSTONE, ("node_id", node_id))
         for url in plan.dead_urls:
             yield beam.pvalue.TaggedOutput(self.TOMBSTONE, ("url", url))
-        for file, chunk_id in plan.dead_chunks:
-            yield beam.pvalue.TaggedOutput(self.TOMBSTONE, ("chunk_id", (file, chunk_id)))
+        for ref in plan.dead_chunks:
+            yield beam.pvalue.TaggedOutput(self.TOMBSTONE, ("chunk_id", ref))
         for target in plan.targets:
             yield beam.pvalue.TaggedOutput(self.TARGETS, target)
         for url in plan.changed_target_urls:
@@ -299,22 +289,21 @@ class UpdatePagesFn(CountingDoFn):
 RowToChunk = tuple[NodeRow, Optional[list[ChunkRef]]]  # a node row and its live chunks, None: not to chunk
 
 
-def attach_bodies(file_and_rows: tuple[str, Iterable[dict]]) -> Iterable[tuple[NodeRow, bool]]:
+def attach_bodies(file_and_rows: tuple[str, Iterable[RowNeedingBody]]) -> Iterable[tuple[NodeRow, bool]]:
     """Re-placed live rows of one file (without bodies) -> (each as a node row,
-    its body read back; whether it is marked RECHUNK)."""
+    its body read back; whether to chunk it again)."""
     path, rows = file_and_rows
     rows = list(rows)
-    found = read_rows_by_id(path, "node_id", [r["node_id"] for r in rows], ["body"])
-    for row in rows:
-        record = NodeRow(**{name: row[name] for name in NODE_SKELETON_COLUMNS}, body=found[row["node_id"]]["body"])
-        yield record, row.get(RECHUNK, False)
+    found = read_rows_by_id(path, "node_id", [row.node_id for row, _ in rows], ["body"])
+    for row, rechunk in rows:
+        yield with_body(row, found[row.node_id]["body"]), rechunk
 
 
 def attach_old_chunks(joined: tuple[str, dict]) -> Iterable[RowToChunk]:
-    """A re-placed row (and whether it is marked RECHUNK) and its node's live
-    chunk refs -> the row, with those refs when it is marked, else None."""
+    """A re-placed row (and whether to chunk it again) and its node's live
+    chunk refs -> the row, with those refs when it is to be chunked, else None."""
     _, group = joined
-    old = sorted((c["_file"], c["chunk_id"]) for c in group["old"])
+    old = sorted(group["old"])
     for row, rechunk in group["row"]:
         yield row, old if rechunk else None
 
@@ -330,15 +319,14 @@ def with_old_chunks(joined: tuple[str, dict]) -> Iterable[RowToChunk]:
 
 def rechunk_replaced(row: NodeRow, old: list[ChunkRef] | None, chunker: Callable[[NodeRow], list[ChunkRow]]
                      ) -> tuple[list[ChunkRow], list[ChunkRef]]:
-    """(chunks to add, (file, chunk id) to tombstone) of a node row with its
-    body and its live chunks `old`: a row with `old` (None: not to chunk) is
+    """(chunks to add, live chunks to tombstone) of a node row with its body
+    and its live chunks `old`: a row with `old` (None: not to chunk) is
     chunked again; chunks whose id survives are kept as they are."""
     if old is None:
         return [], []
     new = chunker(row)
-    new_ids, old_ids = {c.chunk_id for c in new}, {chunk_id for _, chunk_id in old}
-    return ([c for c in new if c.chunk_id not in old_ids],
-            [(f, chunk_id) for f, chunk_id in old if chunk_id not in new_ids])
+    new_ids, old_ids = {c.chunk_id for c in new}, {ref.chunk_id for ref in old}
+    return [c for c in new if c.chunk_id not in old_ids], [ref for ref in old if ref.chunk_id not in new_ids]
 
 
 @beam.typehints.with_output_types(NodeRow)
@@ -357,8 +345,8 @@ class RechunkReplacedFn(CountingDoFn):
         yield row
         for chunk in chunks:
             yield beam.pvalue.TaggedOutput(UpdatePagesFn.CHUNKS, chunk)
-        for file, chunk_id in dead:
-            yield beam.pvalue.TaggedOutput(UpdatePagesFn.TOMBSTONE, ("chunk_id", (file, chunk_id)))
+        for ref in dead:
+            yield beam.pvalue.TaggedOutput(UpdatePagesFn.TOMBSTONE, ("chunk_id", ref))
 
 
 def removed_chunk_terms(file_and_ids: tuple[str, Iterable[int]], representation: Representation
@@ -386,7 +374,7 @@ def split_reuse(joined: tuple[str, dict]) -> Iterable:
     """Per text hash: new chunks whose text a live chunk has -> (new id, live id) on
     the main output; the others -> (id, text) on 'embed'."""
     _, g = joined
-    live = sorted(r["chunk_id"] for r in g["live"])
+    live = sorted(ref.chunk_id for ref in g["live"])
     for chunk in g["new"]:
         if live:
             yield chunk.chunk_id, live[0]
@@ -416,7 +404,7 @@ class PlaceChangedForests(beam.PTransform):
     """{"parsed": parsed pages, "old_skeletons", "gone_sites" and "dead_urls"
     (DiffInput's)} -> {"placements": the placement of every node
     whose page changed or whose site's forest changed, "live_nodes": the live node
-    rows of the same pages (NODE_SKELETON_COLUMNS), "sites": the sites placed again,
+    rows of the same pages (NodeSkeleton), "sites": the sites placed again,
     "pages": the ids of the pages parsed}.
 
     A site's forest is a function of its pages' skeletons (PlaceSkeletons): it is
@@ -442,23 +430,21 @@ class PlaceChangedForests(beam.PTransform):
         pipeline = parsed.pipeline
         # The stored skeletons of the unchanged pages of those sites.
         unchanged = (pipeline
-                     | "PagesOfSites" >> ReadLiveRows(self._live, "pages", PAGE_SKELETON_COLUMNS,
-                                                      where={"site": reshaped})
-                     | "Unchanged" >> beam.Filter(lambda r, dead: r["url"] not in dead,
+                     | "PagesOfSites" >> ReadLiveRows(self._live, "pages", StoredSkeleton, where={"site": reshaped})
+                     | "Unchanged" >> beam.Filter(lambda r, dead: r.url not in dead,
                                                   as_set(inputs["dead_urls"], "Dead"))
                      | "StoredSkeletons" >> beam.Map(PageSkeleton.from_row))
         placed = ((unchanged, parsed | "OfReshapedSites" >> beam.Filter(lambda sk, placed: sk.site in placed, sites))
                   | "AllSkeletons" >> beam.Flatten()
                   | "Place" >> PlaceSkeletons())
         parsed_ids = inputs["parsed"] | "ParsedIds" >> beam.Map(lambda pg: node_id_for(pg.url))
-        of_sites = pipeline | "NodesOfSites" >> ReadLiveRows(self._live, "nodes", NODE_SKELETON_COLUMNS,
+        of_sites = pipeline | "NodesOfSites" >> ReadLiveRows(self._live, "nodes", NodeSkeleton,
                                                              where={"site": reshaped})
         of_pages = (pipeline
-                    | "NodesOfParsed" >> ReadLiveRows(self._live, "nodes", NODE_SKELETON_COLUMNS,
-                                                      where={"page_id": parsed_ids})
-                    | "OutsideSites" >> beam.Filter(lambda r, placed: r["site"] not in placed, sites))
+                    | "NodesOfParsed" >> ReadLiveRows(self._live, "nodes", NodeSkeleton, where={"page_id": parsed_ids})
+                    | "OutsideSites" >> beam.Filter(lambda r, placed: r.site not in placed, sites))
         kept = of_pages | "KeptPlacements" >> beam.FlatMap(
-            lambda r: [live_placement(r)] if r["node_id"] == r["page_id"] else [])
+            lambda r: [live_placement(r)] if r.node_id == r.page_id else [])
         return {"placements": (placed, kept) | "Placements" >> beam.Flatten(),
                 "live_nodes": (of_sites, of_pages) | "LiveNodes" >> beam.Flatten(),
                 "sites": reshaped, "pages": parsed_ids}
@@ -479,8 +465,8 @@ class ParseChangedPages(beam.PTransform):
 
 class PlanPageUpdates(beam.PTransform):
     """{"placements": NodePlacement, "pages": parsed pages, "live_nodes": live node rows
-    (NODE_SKELETON_COLUMNS), "dead_urls": the URLs of live pages gone or parsed again}, joined
-    by page with the live chunk refs (CHUNK_REF_COLUMNS) of the pages parsed again or gone ->
+    (NodeSkeleton), "dead_urls": the URLs of live pages gone or parsed again}, joined
+    by page with the live chunk refs (ChunkRef) of the pages parsed again or gone ->
     node rows (main) and UpdatePagesFn's NEED_BODY, OLD_CHUNKS, PAGES, TOMBSTONE, ... and DEAD outputs.
     Only those pages' chunks are read: an unchanged page's are the update's business only
     when it is re-placed under a new path, and ReplaceRows reads those. With `spill_dir`,
@@ -506,13 +492,13 @@ class PlanPageUpdates(beam.PTransform):
         touched = ((parsed | "ParsedIds" >> beam.Keys(), inputs["dead_urls"] | "GoneIds" >> beam.Map(node_id_for))
                    | "TouchedPages" >> beam.Flatten())
         old_chunks = inputs["pages"].pipeline | "OldChunks" >> ReadLiveRows(
-            self._live, "chunks", CHUNK_REF_COLUMNS, where={"page_id": touched})
+            self._live, "chunks", ChunkRef, where={"page_id": touched})
         return record_counts(
             {"placement": inputs["placements"] | "KeyPlacement" >> beam.Map(lambda n: (n.node_id, n)),
              "parsed": parsed,
              "old_nodes": inputs["live_nodes"] | "KeyOldNodeByPage" >> beam.Map(
-                 lambda r: (r["page_id"] or r["node_id"], r)),
-             "old_chunks": old_chunks | "KeyOldChunkByPage" >> beam.Map(lambda c: (c["page_id"], c))}
+                 lambda r: (r.page_id or r.node_id, r)),
+             "old_chunks": old_chunks | "KeyOldChunkByPage" >> beam.Map(lambda c: (c.page_id, c))}
             | "JoinByPage" >> beam.CoGroupByKey()
             | "PlanPages" >> beam.ParDo(self._fn).with_outputs(
                 UpdatePagesFn.NEED_BODY, UpdatePagesFn.OLD_CHUNKS, UpdatePagesFn.PAGES, UpdatePagesFn.TOMBSTONE, UpdatePagesFn.TARGETS,
@@ -522,25 +508,25 @@ class PlanPageUpdates(beam.PTransform):
 
 class ReplaceRows(beam.PTransform):
     """Re-placed rows without bodies -> the rows with their bodies read back (main),
-    and the CHUNKS and TOMBSTONE outputs of those chunked again (marked RECHUNK:
-    their live chunk refs are read back too, by node id)."""
+    and the CHUNKS and TOMBSTONE outputs of those chunked again (those marked
+    to be: their live chunk refs are read back too, by node id)."""
 
     def __init__(self, live: IndexReader, chunker: Chunker):
         super().__init__()
         self._live, self._chunker = live, chunker
 
     def expand(self, rows):
-        rechunked = rows | "RechunkIds" >> beam.FlatMap(lambda r: [r["node_id"]] if r.get(RECHUNK) else [])
+        rechunked = rows | "RechunkIds" >> beam.FlatMap(lambda rr: [rr[0].node_id] if rr[1] else [])
         old = (rows.pipeline
-               | "OldChunks" >> ReadLiveRows(self._live, "chunks", CHUNK_REF_COLUMNS, where={"node_id": rechunked})
-               | "NoAnchorDocs" >> beam.Filter(lambda c: c["ordinal"] != ANCHOR_DOC_ORDINAL))
+               | "OldChunks" >> ReadLiveRows(self._live, "chunks", ChunkRef, where={"node_id": rechunked})
+               | "NoAnchorDocs" >> beam.Filter(lambda c: c.ordinal != ANCHOR_DOC_ORDINAL))
         with_bodies = (rows
-                       | "KeyByFile" >> beam.Map(lambda r: (r["_file"], r))
+                       | "KeyByFile" >> beam.Map(lambda rr: (rr[0].file, rr))
                        | "GroupByFile" >> beam.GroupByKey()
                        | "AttachBodies" >> beam.FlatMap(attach_bodies))
         return record_counts(
             {"row": with_bodies | "KeyRowByNode" >> beam.Map(lambda rr: (rr[0].node_id, rr)),
-             "old": old | "KeyOldByNode" >> beam.Map(lambda c: (c["node_id"], c))}
+             "old": old | "KeyOldByNode" >> beam.Map(lambda c: (c.node_id, c))}
             | "JoinByNode" >> beam.CoGroupByKey()
             | "AttachOldChunks" >> beam.FlatMap(attach_old_chunks)
             | "RechunkReplaced" >> beam.ParDo(RechunkReplacedFn(self._chunker)).with_outputs(
@@ -577,13 +563,13 @@ class RemovedChunkTerms(beam.PTransform):
     def expand(self, dead):
         return (dead
                 | "DeadChunks" >> beam.Filter(lambda kv: kv[0] == "chunk_id")
-                | "DeadChunkByFile" >> beam.Map(lambda kv: kv[1])
+                | "DeadChunkByFile" >> beam.Map(lambda kv: (kv[1].file, kv[1].chunk_id))
                 | "GroupDeadByFile" >> beam.GroupByKey()
                 | "RemovedTerms" >> beam.FlatMap(removed_chunk_terms, self._representation))
 
 
 class WriteTombstones(beam.PTransform):
-    """Tombstones ((column, id) pairs; chunk ids as (file, id)) -> the segment's tombstones table."""
+    """Tombstones ((column, id) pairs; a chunk's as its ChunkRef) -> the segment's tombstones table."""
 
     def __init__(self, out_dir: str):
         super().__init__()
@@ -592,7 +578,7 @@ class WriteTombstones(beam.PTransform):
     def expand(self, dead):
         out_dir = self._out_dir
         return (dead
-                | "TombstoneIds" >> beam.Map(lambda kv: (kv[0], kv[1][1]) if kv[0] == "chunk_id" else kv)
+                | "TombstoneIds" >> beam.Map(lambda kv: (kv[0], kv[1].chunk_id) if kv[0] == "chunk_id" else kv)
                 | "AllTombstones" >> beam.combiners.ToList()
                 | "Write" >> beam.Map(lambda d: write_tombstones(out_dir, d)))
 
@@ -614,13 +600,13 @@ class ReuseOrEmbedVectors(beam.PTransform):
         embeds = self._representation.embeds
         chunks = chunks | "Embedded" >> beam.Filter(lambda c: embeds(c.ordinal))
         live = chunks.pipeline | "SameText" >> ReadLiveRows(
-            self._live, "chunks", CHUNK_REF_COLUMNS, where={"text_hash": chunks | "TextHashes" >> beam.Map(
+            self._live, "chunks", ChunkRef, where={"text_hash": chunks | "TextHashes" >> beam.Map(
                 lambda c: c.text_hash)})
         split = (
             {"new": chunks | "KeyNewByText" >> beam.Map(lambda c: (c.text_hash, c)),
              # Only a live row with a vector has one to lend.
              "live": live | "KeyLiveByText" >> beam.FlatMap(
-                 lambda c: [(c["text_hash"], c)] if embeds(c["ordinal"]) else [])}
+                 lambda c: [(c.text_hash, c)] if embeds(c.ordinal) else [])}
             | "JoinByText" >> beam.CoGroupByKey()
             | "SplitReuse" >> beam.FlatMap(split_reuse).with_outputs("embed", main="reuse"))
         reused = record_counts(split["reuse"] | "StoredVectors" >> beam.ParDo(

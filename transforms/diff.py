@@ -38,7 +38,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from ritrag.flags import add_arguments, option
 from ritrag.ids import raw_hash, shard_of
 from ritrag.reader import IndexReader, LiveFile
-from ritrag.schema import PAGES_SCHEMA, DeadLetter, PageSkeleton, WarcPage
+from ritrag.schema import PAGES_SCHEMA, DeadLetter, PageSkeleton, StoredSkeleton, WarcPage
 from ritrag.storage import is_remote
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 from ritrag.transforms.pages import (COUNTERS, PageParser, ReadInput, file_stamp, read_bounded,
@@ -50,7 +50,6 @@ from ritrag.urls import normalize_url
 
 DIFF_BATCH_FILES = 256  # input files the diff locates, or reads and hashes, per element
 STAMP_COUNTER = "pages_trusted_by_stamp"  # of pages_unchanged: files not read, their stamp unchanged
-PAGE_SKELETON_COLUMNS = [f.name for f in dataclasses.fields(PageSkeleton)]  # PAGES_SCHEMA's, PageSkeleton.from_row's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,9 +203,9 @@ class ClassifyShardFn(CountingDoFn):
                 self.count("pages_replaced")
                 yield beam.pvalue.TaggedOutput(self.DEAD_URL, url)
                 if skeletons is None:
-                    skeletons = shard_pages(self._files, shard, PAGE_SKELETON_COLUMNS)
+                    skeletons = shard_pages(self._files, shard, list(StoredSkeleton._fields))
                 for i in old:
-                    row = skeletons.slice(int(rows[i]), 1).to_pylist()[0]
+                    row = StoredSkeleton(**skeletons.slice(int(rows[i]), 1).to_pylist()[0])
                     yield beam.pvalue.TaggedOutput(self.OLD_SKELETON, (url, PageSkeleton.from_row(row)))
             for path, _ in inputs:
                 # A record of a file of several pages is parsed with its file, which the

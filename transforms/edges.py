@@ -24,7 +24,7 @@ import apache_beam as beam
 
 from ritrag.embedder import EmbedderSpec
 from ritrag.ids import node_id_for
-from ritrag.schema import Link, NodeRow
+from ritrag.schema import TARGET_COLUMNS, Link, NodeRow, NodeSkeleton, StoredTarget
 from ritrag.transforms.chunk import AnchorDocFn
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
 from ritrag.transforms.pages import COUNTERS
@@ -44,11 +44,8 @@ _PAGE = ""  # the anchor a page node is keyed by among its page's nodes
 
 # What the link stages need of a node a link may name: a link target, a dict of
 # these columns (of a NodeRow, `link_target`, or of a live node row read back).
-TARGET_COLUMNS = ("node_id", "page_id", "kind", "url")
-
-
-def link_target(node: NodeRow) -> dict:
-    """The link target (TARGET_COLUMNS) of a node row."""
+def link_target(node: NodeRow | NodeSkeleton | StoredTarget) -> dict:
+    """The link target (TARGET_COLUMNS) of a node row, whole or read back in part."""
     return {name: getattr(node, name) for name in TARGET_COLUMNS}
 
 

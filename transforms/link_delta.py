@@ -26,11 +26,10 @@ import apache_beam as beam
 
 from ritrag.embedder import EmbedderSpec
 from ritrag.ids import node_id_for
-from ritrag.schema import EDGES_KIND, ChunkRow, row_links
+from ritrag.schema import EDGES_KIND, ChunkRef, ChunkRow, PageLinks, StoredTarget, row_links
 from ritrag.reader import IndexReader
 from ritrag.representation import ANCHOR_DOC_ORDINAL
-from ritrag.transforms.delta import CHUNK_REF_COLUMNS
-from ritrag.transforms.edges import TARGET_COLUMNS, AnchorDocuments, ResolveEdges
+from ritrag.transforms.edges import AnchorDocuments, ResolveEdges, link_target
 from ritrag.transforms.tables import ReadLiveRows, as_set
 
 TOMBSTONE = "tombstone"  # the tagged output of (TOMBSTONES_SCHEMA column, id) pairs
@@ -62,15 +61,15 @@ def source_delta(joined: tuple[str, dict]) -> Iterable:
 
 def stored_targets(live: IndexReader, label: str, column: str, ids: beam.PCollection,
                    placed_sites: beam.PCollection, placed_pages: beam.PCollection) -> beam.PCollection:
-    """The targets (TARGET_COLUMNS) of the `live` node rows whose `column` holds
+    """The link targets of the `live` node rows whose `column` holds
     one of `ids`, on pages the update did not place (a page of a site placed
     again, or a page parsed again, has its targets from PlanPageUpdates)."""
     return (ids.pipeline
-            | f"{label}Nodes" >> ReadLiveRows(live, "nodes", [*TARGET_COLUMNS, "site"], where={column: ids})
+            | f"{label}Nodes" >> ReadLiveRows(live, "nodes", StoredTarget, where={column: ids})
             | f"{label}NotPlaced" >> beam.Filter(
-                lambda r, sites, pages: r["site"] not in sites and r["page_id"] not in pages,
+                lambda r, sites, pages: r.site not in sites and r.page_id not in pages,
                 as_set(placed_sites, f"{label}Sites"), as_set(placed_pages, f"{label}Pages"))
-            | f"{label}Targets" >> beam.Map(lambda r: {name: r[name] for name in TARGET_COLUMNS}))
+            | f"{label}Targets" >> beam.Map(link_target))
 
 
 class UpdateEdges(beam.PTransform):
@@ -90,11 +89,11 @@ class UpdateEdges(beam.PTransform):
 
     def expand(self, inputs):
         relinked = (inputs["changed_urls"].pipeline
-                    | "NamingChangedUrls" >> ReadLiveRows(self._live, "pages", ["url", "links"],
+                    | "NamingChangedUrls" >> ReadLiveRows(self._live, "pages", PageLinks,
                                                           where={"links.url": inputs["changed_urls"]})
-                    | "Unchanged" >> beam.Filter(lambda r, dead: r["url"] not in dead,
+                    | "Unchanged" >> beam.Filter(lambda r, dead: r.url not in dead,
                                                  as_set(inputs["dead_urls"], "Dead"))
-                    | "StoredLinks" >> beam.Map(lambda r: (r["url"], row_links(r))))
+                    | "StoredLinks" >> beam.Map(lambda r: (r.url, row_links(r))))
         page_links = (inputs["indexed"], relinked) | "LinksToResolve" >> beam.Flatten()
         linked = page_links | "LinkedPages" >> beam.FlatMap(lambda pl: {node_id_for(link.url) for link in pl[1]})
         targets = ((inputs["targets"], stored_targets(self._live, "Linked", "page_id", linked,
@@ -118,12 +117,12 @@ def anchor_doc_delta(joined: tuple[str, dict]) -> Iterable:
     row to add (main) and the old one's tombstone (TOMBSTONE), unless equal."""
     _, group = joined
     new, old = list(group["new"]), list(group["old"])
-    old_ids = {c["chunk_id"] for c in old}
+    old_ids = {ref.chunk_id for ref in old}
     new_ids = {c.chunk_id for c in new}
     yield from (c for c in new if c.chunk_id not in old_ids)
-    for c in old:
-        if c["chunk_id"] not in new_ids:
-            yield beam.pvalue.TaggedOutput(TOMBSTONE, ("chunk_id", (c["_file"], c["chunk_id"])))
+    for ref in old:
+        if ref.chunk_id not in new_ids:
+            yield beam.pvalue.TaggedOutput(TOMBSTONE, ("chunk_id", ref))
 
 
 class UpdateAnchorDocs(beam.PTransform):
@@ -153,11 +152,10 @@ class UpdateAnchorDocs(beam.PTransform):
         new = ((kept, written) | "InLinks" >> beam.Flatten()
                | "AnchorDocuments" >> AnchorDocuments(targets, self._spec))
         old = (changed_ids.pipeline
-               | "ChunksOfChanged" >> ReadLiveRows(self._live, "chunks", CHUNK_REF_COLUMNS,
-                                                   where={"node_id": changed_ids})
-               | "LiveAnchorDocs" >> beam.Filter(lambda c: c["ordinal"] == ANCHOR_DOC_ORDINAL))
+               | "ChunksOfChanged" >> ReadLiveRows(self._live, "chunks", ChunkRef, where={"node_id": changed_ids})
+               | "LiveAnchorDocs" >> beam.Filter(lambda c: c.ordinal == ANCHOR_DOC_ORDINAL))
         return ({"new": new | "KeyNew" >> beam.Map(lambda c: (c.node_id, c)),
-                 "old": old | "KeyOld" >> beam.Map(lambda c: (c["node_id"], c))}
+                 "old": old | "KeyOld" >> beam.Map(lambda c: (c.node_id, c))}
                 | "JoinByNode" >> beam.CoGroupByKey()
                 | "AnchorDocDelta" >> beam.FlatMap(anchor_doc_delta).with_output_types(ChunkRow).with_outputs(
                     TOMBSTONE, main="anchor_docs"))

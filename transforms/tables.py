@@ -38,9 +38,10 @@ from apache_beam.transforms.window import GlobalWindows
 
 from ritrag.ids import shard_of
 from ritrag.layout import shard_file_name
-from ritrag.reader import IndexReader
+from ritrag.reader import IndexReader, live_row_type
 from ritrag.schema import TABLES, TableSpec
 from ritrag.storage import is_remote
+from ritrag.transforms import records  # noqa: F401  (the records' RowCoder)
 
 LOG = logging.getLogger("ritrag.tables")
 ROW_GROUP_ROWS = 4096  # small groups keep point lookups of one node cheap
@@ -311,24 +312,27 @@ def as_set(ids: beam.PCollection, label: str) -> beam.pvalue.AsDict:
 
 
 class ReadLiveRows(beam.PTransform):
-    """The live rows of one kind of table (`ritrag.reader.LiveFile.rows`), each with its `_file`.
+    """The live rows of one kind of table (`ritrag.reader.LiveFile.rows`): as
+    `record`s of (some of) its columns, by default as its table is written.
 
     `where` ({column: PCollection of values}) keeps only the rows whose
     columns hold one of those values: the values (an update's changes, small)
     are a side input, and each file is filtered as it is read, so the rows
     that do not match never become elements."""
 
-    def __init__(self, live: IndexReader, kind: str, columns: list[str] | None = None,
+    def __init__(self, live: IndexReader, kind: str, record: type | None = None,
                  where: dict[str, beam.PCollection] | None = None):
         super().__init__()
-        self._files, self._columns, self._where = live.files(kind), columns, dict(where or {})
+        self._files, self._record, self._where = live.files(kind), record, dict(where or {})
+        self._element_type = live_row_type(kind, record)
 
     def expand(self, pbegin):
-        columns, names = self._columns, list(self._where)
+        record, names = self._record, list(self._where)
         files = pbegin | "Files" >> beam.Create(self._files)
         if not names:
-            return files | "Rows" >> beam.FlatMap(lambda f: f.rows(columns))
+            return files | "Rows" >> beam.FlatMap(lambda f: f.rows(record)).with_output_types(self._element_type)
         values = [beam.pvalue.AsList(self._where[name] | f"Distinct{i}" >> beam.Distinct())
                   for i, name in enumerate(names)]
         return files | "RowsWhere" >> beam.FlatMap(
-            lambda f, *wanted: f.rows(columns, dict(zip(names, wanted))), *values)
+            lambda f, *wanted: f.rows(record, dict(zip(names, wanted))), *values
+        ).with_output_types(self._element_type)
