@@ -235,3 +235,35 @@ def test_stamps_trust_a_file_alone_at_its_url_and_the_shard_still_finds_twins_an
     counts = dict(out.value.value for out in classify.finish_bundle())
     assert counts == {"pages_read": len(rows) + 1, "pages_unchanged": len(rows) - 3, "pages_replaced": 2,
                       "pages_deleted": 1}
+
+
+@pytest.mark.timeout(900)
+def test_an_update_takes_a_file_whose_name_is_not_utf8_as_a_build_does(aged_index, tmp_path):
+    """A name that is not UTF-8 reaches the diff's elements as lone surrogates,
+    which Beam's str coder refuses: the whole update failed on it. Now the file
+    is indexed as a build indexes it (same URL, source stored escaped), beside a
+    FIFO and a dangling link, which are dead-lettered or skipped as before."""
+    import shutil
+
+    site, built = aged_index
+    snapshot = tmp_path / "site"
+    shutil.copytree(site, snapshot, copy_function=shutil.copy2)
+    index = tmp_path / "index"
+    shutil.copytree(built, index)
+    odd = os.path.join(os.fsencode(snapshot / "shop"), b"caf\xe9-notes.html")
+    with open(odd, "w") as fh:
+        fh.write(tiny_page("Cafe notes", [("Shop Server", "shop/")],
+                           [("Beans", "The grinder keeps seven burr settings for espresso.")]))
+    os.mkfifo(snapshot / "shop" / "pipe.html")
+    os.symlink(tmp_path / "missing.html", snapshot / "shop" / "dangling.html")
+    update.run(["--input", str(snapshot), "--index", str(index)])
+    assert counts(index)["pages_indexed"] == 1
+    fresh = tmp_path / "fresh"
+    build_index(snapshot, fresh, "--embedding_model", "hashing:384")
+    def sources(at: Path) -> dict[str, str]:  # unchanged pages keep the source they were read from
+        return {r["url"]: r["source"] for r in IndexReader(str(at)).table("pages", ["url", "source"]).to_pylist()}
+
+    updated, rebuilt = sources(index), sources(fresh)
+    assert updated.keys() == rebuilt.keys()
+    odd_url = next(url for url, source in rebuilt.items() if source.endswith("caf\\xe9-notes.html"))
+    assert updated[odd_url] == rebuilt[odd_url]

@@ -24,7 +24,7 @@ import dataclasses
 import os
 import re
 from collections import defaultdict
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Union
 
 import apache_beam as beam
 import numpy as np
@@ -69,13 +69,31 @@ class DiffOptions(PipelineOptions):
         add_arguments(parser, DiffSettings)
 
 
+
+
+class NonUtf8Path(str):
+    """A path whose name is not UTF-8 (Python gives each such byte as a lone
+    surrogate). Beam's coders write a str as UTF-8, which refuses lone
+    surrogates (one such file failed the whole update); they pickle this
+    type, and pickle keeps them. `input_path` makes one where it is needed."""
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def input_path(path: str) -> str:
+    """`path` as the diff's elements carry it: as it is, or a NonUtf8Path."""
+    return NonUtf8Path(path) if not path.isascii() and _LONE_SURROGATE.search(path) else path
+
+
 # The diff's per-file items are plain tuples, which Beam's coder writes itself;
 # a dataclass or FileMetadata is pickled, once per file at every shuffle.
-ListedFile = tuple[str, int, float]  # (path, size, mtime) as the file system listed it
-InputFile = tuple[str, str]  # (path, raw hash; "" where not read: matches no page)
+InputPath = Union[str, NonUtf8Path]  # a path as `input_path` gives it (Beam: no UTF-8 coder for it)
+ListedFile = tuple[InputPath, int, float]  # (path, size, mtime) as the file system listed it
+InputFile = tuple[InputPath, str]  # (path, raw hash; "" where not read: matches no page)
 # The files a shard took as unchanged by their stamps, with their live row's raw
 # hash: MatchStampsFn's tables, which ClassifyShardFn counts column-wise.
-TRUSTED_SCHEMA = pa.schema([pa.field("url", pa.string()), pa.field("path", pa.string()),
+TRUSTED_SCHEMA = pa.schema([pa.field("url", pa.string()), pa.field("path", pa.binary()),  # os.fsencode: any name
                             pa.field("raw_hash", pa.string())])
 
 
@@ -90,7 +108,7 @@ def listed_files(pattern: str) -> Iterator[ListedFile]:
     prefix = re.match(r"^[^[*?]*", pattern).group(0)
     if is_remote(pattern) or prefix == pattern:
         for m in FileSystems.match([pattern])[0].metadata_list:
-            yield m.path, m.size_in_bytes, m.last_updated_in_seconds
+            yield input_path(m.path), m.size_in_bytes, m.last_updated_in_seconds
         return
     matches = re.compile(FileSystem.translate_pattern(pattern + "*" if pattern.endswith("/") else pattern)).match
     for folder, _, names in os.walk(os.path.dirname(prefix)):
@@ -101,7 +119,7 @@ def listed_files(pattern: str) -> Iterator[ListedFile]:
                     status = os.stat(path)
                 except OSError:
                     continue
-                yield path, status.st_size, status.st_mtime
+                yield input_path(path), status.st_size, status.st_mtime
 
 
 def file_batches(files: Iterable[ListedFile]) -> Iterator[list[ListedFile]]:
@@ -173,7 +191,7 @@ class ClassifyShardFn(CountingDoFn):
             twin = pc.is_in(trusted["url"], value_set=pa.array(list(inputs_at), pa.string()))
             twins = trusted.filter(twin)
             for url, path, digest in zip(*(twins[c].to_pylist() for c in TRUSTED_SCHEMA.names)):
-                inputs_at[url].append((path, digest))
+                inputs_at[url].append((input_path(os.fsdecode(path)), digest))
             trusted = trusted.filter(pc.invert(twin))
         # Each trusted URL has one live row, of its hash (MatchStampsFn): unchanged.
         self.count("pages_read", len(trusted))
@@ -221,12 +239,12 @@ def hashed_input(parser: PageParser, readable: fileio.ReadableFile | WarcPage | 
     refuses to open (outside the input, not a regular file) is not read: its
     empty hash matches no page, so it goes to ParsePagesFn, which dead-letters it."""
     if isinstance(readable, WarcPage):  # a WARC input's record: its URL is in it
-        yield normalize_url(readable.url), (readable.source, raw_hash(readable.payload))
+        yield normalize_url(readable.url), (input_path(readable.source), raw_hash(readable.payload))
         return
     if isinstance(readable, DeadLetter):  # an unreadable WARC record: read again by ParsePagesFn, dead-lettered
-        yield readable.source, (readable.source, "")
+        yield readable.source, (input_path(readable.source), "")
         return
-    path = readable.metadata.path
+    path = input_path(readable.metadata.path)
     if parser.refusal(path):
         yield parser.document_url(path), (path, "")
         return
@@ -236,7 +254,7 @@ def hashed_input(parser: PageParser, readable: fileio.ReadableFile | WarcPage | 
         yield parser.document_url(path), (path, "")
         return
     for url, source in parser.input_pages(path, data):  # a thread's posts: one each
-        yield url, (source, raw_hash(data))
+        yield url, (input_path(source), raw_hash(data))
 
 
 class ShardedBatchFn(beam.DoFn):
@@ -302,7 +320,8 @@ class MatchStampsFn(CountingDoFn):
         alone = pc.invert(pc.is_in(urls, value_set=pa.concat_arrays([repeated(urls), repeated(live_urls)])))
         trusted_files = np.flatnonzero(pc.and_(pc.fill_null(same, False), alone).to_numpy(zero_copy_only=False))
         trusted = pa.table({"url": urls.take(trusted_files),
-                            "path": pa.array([files[i][1][0] for i in trusted_files.tolist()], pa.string()),
+                            "path": pa.array([os.fsencode(files[i][1][0]) for i in trusted_files.tolist()],
+                                             pa.binary()),
                             "raw_hash": live["raw_hash"].take(row.take(trusted_files))})
         self.count(STAMP_COUNTER, len(trusted))
         to_read = np.ones(len(files), bool)
