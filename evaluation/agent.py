@@ -36,7 +36,7 @@ from ritrag.serving.budget import GET_TOC, READ, Budget, EpisodeBudgets
 from ritrag.serving.errors import ToolError
 from ritrag.serving.outline import count_tokens, toc_json_text
 from ritrag.serving.tool_models import TOOLS, tool_definitions
-from ritrag.serving.tools import ToolService, TocFormat
+from ritrag.serving.tools import DEFAULT_TOC_FORMAT, ToolService, TocFormat
 
 LOG = logging.getLogger("ritrag.evaluation.agent")
 
@@ -112,7 +112,7 @@ class AgentSettings:
     max_calls: int = option(Budget.calls, "tool calls per question, the one GetToC included")
     max_toc: int = option(Budget.toc_calls, "of which GetToC")
     toc_format: Literal["json", "outline"] = option(
-        "json", "what GetToC results show the model: the JSON trees or the compact outline")
+        DEFAULT_TOC_FORMAT, "what GetToC results show the model: the JSON trees or the compact outline")
     temperature: float | None = option(None, "sampling temperature (default: the endpoint's)")
     max_tokens: int | None = option(None, "completion tokens per model call (default: the endpoint's)")
 
@@ -183,7 +183,7 @@ def _episode_service(index: str | ToolService, budget: Budget, toc_format: TocFo
                            toc_format=toc_format or index.toc_format, episodes=index.episodes)
     from ritrag.serving.api import RitragIndex
 
-    return ToolService(RitragIndex(index), budgets=budgets, toc_format=toc_format or "json")
+    return ToolService(RitragIndex(index), budgets=budgets, toc_format=toc_format or DEFAULT_TOC_FORMAT)
 
 
 class _Episode:

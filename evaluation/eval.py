@@ -57,7 +57,9 @@ from ritrag.evaluation.metrics import evidence_found, first_rank, gains, ndcg, n
 from ritrag.layout import IndexLayout, IndexLoadError
 from ritrag.serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N, RitragIndex
 from ritrag.serving.outline import TOKENIZER, count_tokens, preorder, render_outline, toc_json_text
+from ritrag.serving.budget import Budget
 from ritrag.serving.retrieval import RetrievalParams, node_scores, reciprocal_rank_fusion, top_nodes
+from ritrag.serving.tools import DEFAULT_TOC_FORMAT
 from ritrag.serving_form import utf8_fixed_width
 from ritrag.urls import normalize_url
 
@@ -270,11 +272,11 @@ class AgentConfig:
     base_url: str
     model: str
     api_key: str | None = None
-    max_calls: int = 10
-    max_toc: int = 3
+    max_calls: int = Budget.calls
+    max_toc: int = Budget.toc_calls
     transcripts_dir: str | None = None  # one JSONL transcript per question, named by its id
     judge_model: str | None = None  # grade answers of questions with an `answer` (same endpoint)
-    toc_format: str = "json"  # what GetToC shows the model: json or outline
+    toc_format: str = DEFAULT_TOC_FORMAT  # what GetToC shows the model: json or outline
     temperature: float | None = None
     max_tokens: int | None = None
 

@@ -30,7 +30,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from importlib.resources import files
 from collections.abc import Sized
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 import anyio
 from fastapi import FastAPI, Request
@@ -50,7 +50,8 @@ from ritrag.serving.auth import UNAUTHORIZED, header_map, key_matches, send_erro
 from ritrag.serving.errors import ToolError
 from ritrag.serving.reload import VersionWatcher
 from ritrag.serving.remote import IndexMirror, mirrors
-from ritrag.serving.tool_models import ErrorResult, ReadRequest, ReadResult, TocRequest, TocResult, tool_definitions
+from ritrag.serving.tool_models import (ErrorResult, ReadRequest, ReadResult, TocRequest, TocResult, ToolDialect,
+                                        ToolListing, tool_definitions)
 from ritrag.serving.tools import ToolService, invalid_arguments
 
 LOG = logging.getLogger("ritrag.serving.http")
@@ -413,7 +414,7 @@ def create_app(load: Callable[[], ToolService], settings: HttpSettings = HttpSet
         return result
 
     @app.get("/v1/tools", summary="The tool definitions, for wiring an agent")
-    def tools(format: Literal["openai", "anthropic", "mcp"] = "openai") -> list[dict[str, Any]]:
+    def tools(format: ToolDialect = ToolListing.format) -> list[dict[str, Any]]:
         return tool_definitions(format)
 
     @app.get("/healthz", include_in_schema=False)

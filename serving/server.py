@@ -26,7 +26,7 @@ from ritrag.serving.api import DEFAULT_K, DEFAULT_MAX_CHARS, DEFAULT_N, RitragIn
 from ritrag.serving.budget import Budget, EpisodeBudgets, EpisodeMemory
 from ritrag.serving.errors import ToolError
 from ritrag.serving.links import DEFAULT_CROSS_LINKS
-from ritrag.serving.tools import Limits, ToolService
+from ritrag.serving.tools import DEFAULT_TOC_FORMAT, Limits, ToolService
 
 LOG = logging.getLogger("ritrag.serving")
 
@@ -69,7 +69,7 @@ class ServerConfig:
                                                "continue at next_offset)")
     max_request_bytes: int = option(Limits.max_request_bytes, "a larger HTTP request body is refused (413)")
     toc_format: Literal["json", "outline"] = option(
-        "json", "what GetToC results show a model by default: the JSON trees or the compact outline")
+        DEFAULT_TOC_FORMAT, "what GetToC results show a model by default: the JSON trees or the compact outline")
     cross_links: Literal["on", "off"] = option(
         "on" if DEFAULT_CROSS_LINKS else "off", "GetToC hits list related nodes elsewhere that their pages link "
         "to or are linked from (see_also; an HTTP request may turn them off)")

@@ -31,6 +31,7 @@ from ritrag.serving.outline import (TOKENIZER, cap_depth, count_tokens, is_handl
 from ritrag.serving.tool_models import TOOLS
 
 TocFormat = Literal["json", "outline", "both"]
+DEFAULT_TOC_FORMAT: TocFormat = "json"  # what GetToC shows, the command line and a model, unless asked
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class TocCall:
     query: str = option(help="what to look for", positional=True)
     k: int = option(DEFAULT_K, "chunks recalled per retriever (k')")
     n: int = option(DEFAULT_N, "nodes kept")
-    format: TocFormat = option("json", "json: the trees; outline: one line per node, labelled by node id (for "
+    format: TocFormat = option(DEFAULT_TOC_FORMAT, "json: the trees; outline: one line per node, labelled by node id (for "
                                        "ritrag read); both: JSON with the outline and the token counts of each")
     cross_links: bool = option(DEFAULT_CROSS_LINKS, "hits list related nodes elsewhere that their pages link to or "
                                                     "are linked from (see_also)", choices=("on", "off"))
@@ -86,7 +87,7 @@ class ToolService:
     """GetToC and Read over one loaded index, with limits and episode budgets."""
 
     def __init__(self, index: RitragIndex, limits: Limits = Limits(), budgets: EpisodeBudgets | None = None,
-                 k: int = DEFAULT_K, n: int = DEFAULT_N, toc_format: TocFormat = "json",
+                 k: int = DEFAULT_K, n: int = DEFAULT_N, toc_format: TocFormat = DEFAULT_TOC_FORMAT,
                  episodes: EpisodeMemory | None = None, cross_links: bool = DEFAULT_CROSS_LINKS):
         self.index = index
         self.limits = limits
