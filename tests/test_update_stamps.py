@@ -238,10 +238,11 @@ def test_stamps_trust_a_file_alone_at_its_url_and_the_shard_still_finds_twins_an
 
 
 @pytest.mark.timeout(900)
-def test_an_update_takes_a_file_whose_name_is_not_utf8_as_a_build_does(aged_index, tmp_path):
+def test_an_update_takes_odd_file_names_as_a_build_does(aged_index, tmp_path):
     """A name that is not UTF-8 reaches the diff's elements as lone surrogates,
-    which Beam's str coder refuses: the whole update failed on it. Now the file
-    is indexed as a build indexes it (same URL, source stored escaped), beside a
+    which Beam's str coder refuses, and a name with [ ] was read as a pattern
+    when the changed file was opened: either failed the whole update. Now both
+    files are indexed as a build indexes them (same URLs, sources), beside a
     FIFO and a dangling link, which are dead-lettered or skipped as before."""
     import shutil
 
@@ -254,10 +255,12 @@ def test_an_update_takes_a_file_whose_name_is_not_utf8_as_a_build_does(aged_inde
     with open(odd, "w") as fh:
         fh.write(tiny_page("Cafe notes", [("Shop Server", "shop/")],
                            [("Beans", "The grinder keeps seven burr settings for espresso.")]))
+    (snapshot / "shop" / "notes[1].html").write_text(tiny_page(
+        "Mooring notes", [("Shop Server", "shop/")], [("Masts", "Zeppelins moor at masts of steel lattice.")]))
     os.mkfifo(snapshot / "shop" / "pipe.html")
     os.symlink(tmp_path / "missing.html", snapshot / "shop" / "dangling.html")
     update.run(["--input", str(snapshot), "--index", str(index)])
-    assert counts(index)["pages_indexed"] == 1
+    assert counts(index)["pages_indexed"] == 2
     fresh = tmp_path / "fresh"
     build_index(snapshot, fresh, "--embedding_model", "hashing:384")
     def sources(at: Path) -> dict[str, str]:  # unchanged pages keep the source they were read from
@@ -265,5 +268,6 @@ def test_an_update_takes_a_file_whose_name_is_not_utf8_as_a_build_does(aged_inde
 
     updated, rebuilt = sources(index), sources(fresh)
     assert updated.keys() == rebuilt.keys()
-    odd_url = next(url for url, source in rebuilt.items() if source.endswith("caf\\xe9-notes.html"))
-    assert updated[odd_url] == rebuilt[odd_url]
+    for name in ("caf\\xe9-notes.html", "notes[1].html"):
+        odd_url = next(url for url, source in rebuilt.items() if source.endswith(name))
+        assert updated[odd_url] == rebuilt[odd_url]

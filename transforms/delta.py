@@ -27,6 +27,7 @@ from typing import Callable, Iterable, Optional
 
 import apache_beam as beam
 from apache_beam.io import fileio
+from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
 from ritrag.ids import node_id_for
@@ -58,7 +59,9 @@ RowNeedingBody = tuple[NodeSkeleton, bool]
 
 
 class OpenForParse(beam.DoFn):
-    """Path -> a readable file for ParsePagesFn (the raw bytes were dropped after hashing)."""
+    """Path -> a readable file for ParsePagesFn (the raw bytes were dropped after
+    hashing), or a dead letter where the file cannot be opened now (gone since it
+    was hashed)."""
 
     def __init__(self, max_page_bytes: int):
         self._max_page_bytes = max_page_bytes
@@ -68,7 +71,14 @@ class OpenForParse(beam.DoFn):
         if in_file is not None and in_file.warc_offset is not None:  # a WARC record (or a DeadLetter if unreadable)
             yield read_record(path, self._max_page_bytes)
             return
-        yield fileio.ReadableFile(FileSystems.match([path])[0].metadata_list[0])
+        try:
+            # The path as it is: FileSystems.match would read a name's [ ] ? * as a
+            # pattern (`notes[1].html` matched nothing, and failed the whole update).
+            metadata = FileSystems.get_filesystem(path).metadata(path)
+        except (BeamIOError, OSError) as exc:
+            yield DeadLetter(path, "read", "unreadable", f"{type(exc).__name__}: {exc}")
+            return
+        yield fileio.ReadableFile(metadata)
 
 
 # --- which forests change -----------------------------------------------------

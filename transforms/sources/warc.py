@@ -91,7 +91,7 @@ def read_warc_pages(path: str, max_bytes: int) -> Iterator[WarcPage | DeadLetter
                 if page is not None:
                     yield dataclasses.replace(page, source=record_source(path, offset))
                 end = offset + records.get_record_length()
-        size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+        size = FileSystems.get_filesystem(path).metadata(path).size_in_bytes  # the name as it is, no pattern
         if compressed and end != size:  # a gzip member cut short ends the iteration quietly
             offset = end
             raise ArchiveLoadFailed(f"truncated: {size - end} bytes after the last whole record")
