@@ -169,6 +169,12 @@ def _escaped_surrogate(match: re.Match) -> str:
     return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
 
 
+def has_lone_surrogate(text: str) -> bool:
+    """Whether `text` holds a lone surrogate: a byte of a file name that is not
+    UTF-8, as Python gives it (surrogateescape), which UTF-8 text cannot hold."""
+    return not text.isascii() and _LONE_SURROGATE.search(text) is not None
+
+
 def table_text(text: str) -> str:
     """A file name, or text that names one (a page's source, a dead letter's
     detail), as a table's string holds it. Python gives each byte of a name that
@@ -176,7 +182,7 @@ def table_text(text: str) -> str:
     Parquet string can hold: such text is stored with each such byte written
     `\\xNN` and each backslash doubled, so that `codecs.escape_decode` gives
     the name's bytes back. Text without a lone surrogate is stored as it is."""
-    if not _LONE_SURROGATE.search(text):
+    if not has_lone_surrogate(text):
         return text
     return _LONE_SURROGATE.sub(_escaped_surrogate, text.replace("\\", "\\\\"))
 
