@@ -164,7 +164,7 @@ def see_also(hits: Sequence[int], shown: np.ndarray, graph: LinkGraph, skeleton:
     `shown` with a positive score (with `unscored`, any such neighbour,
     those without a score after the others), listed under the first hit that
     has it; ties by in-link count, then row. The links, ancestors and
-    in-degrees are asked once for all hits (a search per shard), the rest is
+    in-degrees (of tied candidates) are asked once for all hits (a search per shard), the rest is
     array operations over all (hit, neighbour) pairs, and Python only walks
     the pairs left, in order, to list each neighbour once (a few hundred: the
     neighbours are the query's scored nodes)."""
@@ -197,7 +197,14 @@ def see_also(hits: Sequence[int], shown: np.ndarray, graph: LinkGraph, skeleton:
     found = np.minimum(np.searchsorted(chained, pair), max(len(chained) - 1, 0))
     descendant = chained[found] == pair if len(chained) else np.zeros(len(pair), bool)
     hit_of, at = hit_of[~descendant], at[~descendant]
-    candidate_score, degree = score(candidates), graph.in_degree(candidates)
+    candidate_score = score(candidates)
+    # In-links only break ties of score (the order below), so they are counted for the
+    # candidates whose score another candidate shares: a search per shard saved per query.
+    _, inverse, ties = np.unique(candidate_score, return_inverse=True, return_counts=True)
+    tied = ties[inverse] > 1
+    degree = np.zeros(len(candidates), np.int64)
+    if tied.any():
+        degree[tied] = graph.in_degree(candidates[tied])
     # Each hit's candidates best first (score, then in-links, then row); hits in rank
     # order, each listing its first `per_hit` that no earlier hit listed.
     order = np.lexsort((candidates[at], -degree[at], -candidate_score[at], hit_of))

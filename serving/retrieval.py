@@ -217,20 +217,22 @@ def build_subforest(hits: list[tuple[int, float]], skeleton: Skeleton, fields: S
             break
         best = lifted
 
-    values = {field: skeleton.columns[field].take(rows).to_pylist() for field in fields}
+    # Python walks plain lists: a numpy scalar read per entry costs more than the entry.
+    values = [(field, skeleton.columns[field].take(rows).to_pylist()) for field in fields]
     entries = []
-    for i, node_id in enumerate(ids):
+    for i, (node_id, hit, node_score) in enumerate(zip(ids, is_hit.tolist(), score.tolist())):
         entry = {"id": node_id}
-        for field in fields:
-            if values[field][i]:
-                entry[field] = values[field][i]
-        entry["hit"] = bool(is_hit[i])
-        if is_hit[i]:
-            entry["score"] = round(float(score[i]), 6)
+        for field, column in values:
+            if column[i]:
+                entry[field] = column[i]
+        entry["hit"] = hit
+        if hit:
+            entry["score"] = round(node_score, 6)
         entries.append(entry)
     # Children in document order: sorted by (parent, position, id), appended in that order.
     names = np.array(ids)
-    for i in np.lexsort((names[child], skeleton.position[rows[child]], parent_at)):
-        entries[parent_at[i]].setdefault("children", []).append(entries[child[i]])
+    order = np.lexsort((names[child], skeleton.position[rows[child]], parent_at))
+    for parent, kid in zip(parent_at[order].tolist(), child[order].tolist()):
+        entries[parent].setdefault("children", []).append(entries[kid])
     roots = np.flatnonzero(~has_parent)
     return [entries[i] for i in roots[np.lexsort((names[roots], -best[roots]))]]

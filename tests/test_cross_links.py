@@ -77,6 +77,8 @@ def test_related_nodes_are_those_the_query_scored_best_first_then_by_in_links():
     assert see_also([1], shown, graph, skeleton, {}) == {}  # the query scored none of them
     assert see_also([1], shown, graph, skeleton, {2: 0.1, 3: 0.1, 0: 0.9}) == {1: [2, 3]}  # not the root, in the ToC
     assert see_also([1], shown, graph, skeleton, {3: 0.2, 4: 0.1}, per_hit=1) == {1: [3]}  # the best score first
+    assert see_also([1], shown, graph, skeleton, {2: 0.1, 4: 0.1}) == {1: [4, 2]}  # a tie: 4 has more in-links
+    assert see_also([1], shown, graph, skeleton, {2: 0.3, 4: 0.1}) == {1: [2, 4]}  # no tie: the score decides
     assert see_also([1], shown, graph, skeleton, {}, unscored=True) == {1: [4, 2, 3]}  # in-links: 4 has two
     assert see_also([1], shown, graph, skeleton, {3: 0.2}, per_hit=2, unscored=True) == {1: [3, 4]}
     assert see_also([1], np.array([0, 1, 4]), graph, skeleton, {}, unscored=True) == {1: [2, 3]}  # 4 is in the ToC
