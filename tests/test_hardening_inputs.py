@@ -16,6 +16,7 @@ import pytest
 from support import build_index
 
 import ritrag.layout
+from ritrag.ids import node_id_for
 from ritrag.layout import IndexLayout, IndexLoadError
 from ritrag.storage import write_atomic
 
@@ -65,7 +66,9 @@ def test_a_current_that_cannot_be_read_is_reported_as_such_not_as_missing(tiny_h
 # backslash next to an undecodable byte (the stored form doubles backslashes).
 ODD_NAMES = ([b"byte-%02x-" % b + bytes([b]) + b".html" for b in range(0x80, 0x100)]
              + [b"ctl-%02x-" % b + bytes([b]) + b".html" for b in [*range(0x01, 0x20), 0x7f]]
-             + [b"back\\slash-\xff.html", b"dir-\xfe\x80/page-\xc3.md", b"ok.html"])
+             + [b"back\\slash-\xff.html", b"dir-\xfe\x80/page-\xc3.md", b"ok.html"]
+             # "?" and "#" are the file's: cut there, each pair would be one URL
+             + [b"hash#1.html", b"hash#2.html", b"list.php?utm_source=a.html", b"list.php?utm_source=b.html"])
 
 
 def test_names_that_are_not_utf8_are_indexed_and_their_bytes_kept(tmp_path):
@@ -77,16 +80,24 @@ def test_names_that_are_not_utf8_are_indexed_and_their_bytes_kept(tmp_path):
             fh.write(b"# A document\n\nMarkdown text.\n" if name.endswith(b".md") else
                      b"<html><head><title>%s</title></head><body><p>Text of the page.</p></body></html>"
                      % name.hex().encode())
+    # a link as `wget -k` writes it to a saved page whose URL had a query
+    (site / "ok.html").write_text('<html><head><title>ok</title></head><body><p>See '
+                                  '<a href="list.php%3Futm_source=a.html">the list</a>.</p></body></html>')
     out = tmp_path / "index"
     build_index(site, out, "--embedding_model", "hashing:384")
     [segment] = (out / "segments").iterdir()
     pages = pq.read_table(next(segment.glob("pages-*.parquet"))).to_pylist()
+    edges = pq.ParquetDataset(sorted(segment.glob("edges-*.parquet"))).read().to_pylist()
+    listed = node_id_for("https://docs.example.com/list.php%3Futm_source=a.html")
+    assert [(e["source_node_id"], e["target_node_id"]) for e in edges] == [
+        (node_id_for("https://docs.example.com/ok.html"), listed)]
     dead = pq.read_table(segment / "dead_letters.parquet").to_pylist()
     assert dead == []  # each file a page, none a dead letter
     stored = sorted(codecs.escape_decode(row["source"].encode("utf-8"))[0] for row in pages)
     assert stored == sorted(os.path.join(os.fsencode(site), name) for name in ODD_NAMES)  # bytes round-trip
     assert len({row["url"] for row in pages}) == len(ODD_NAMES)  # one URL each: none merged
-    assert "https://docs.example.com/byte-ff-%FF.html" in {row["url"] for row in pages}
+    assert {"https://docs.example.com/byte-ff-%FF.html", "https://docs.example.com/hash%231.html",
+            "https://docs.example.com/list.php%3Futm_source=a.html"} <= {row["url"] for row in pages}
 
 
 # --- item 6: no input is read past --max_page_bytes + 1 ---------------------------

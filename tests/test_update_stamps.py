@@ -242,7 +242,8 @@ def test_an_update_takes_odd_file_names_as_a_build_does(aged_index, tmp_path):
     """A name that is not UTF-8 reaches the diff's elements as lone surrogates,
     which Beam's str coder refuses, and a name with [ ] was read as a pattern
     when the changed file was opened: either failed the whole update. Now both
-    files are indexed as a build indexes them (same URLs, sources), beside a
+    files, and one with "#" in its name, are indexed as a build indexes them
+    (same URLs, sources), beside a
     FIFO and a dangling link, which are dead-lettered or skipped as before."""
     import shutil
 
@@ -257,10 +258,12 @@ def test_an_update_takes_odd_file_names_as_a_build_does(aged_index, tmp_path):
                            [("Beans", "The grinder keeps seven burr settings for espresso.")]))
     (snapshot / "shop" / "notes[1].html").write_text(tiny_page(
         "Mooring notes", [("Shop Server", "shop/")], [("Masts", "Zeppelins moor at masts of steel lattice.")]))
+    (snapshot / "shop" / "notes#2.html").write_text(tiny_page(
+        "Airship notes", [("Shop Server", "shop/")], [("Hangars", "Airships wait in hangars of timber.")]))
     os.mkfifo(snapshot / "shop" / "pipe.html")
     os.symlink(tmp_path / "missing.html", snapshot / "shop" / "dangling.html")
     update.run(["--input", str(snapshot), "--index", str(index)])
-    assert counts(index)["pages_indexed"] == 2
+    assert counts(index)["pages_indexed"] == 3
     fresh = tmp_path / "fresh"
     build_index(snapshot, fresh, "--embedding_model", "hashing:384")
     def sources(at: Path) -> dict[str, str]:  # unchanged pages keep the source they were read from
@@ -268,6 +271,7 @@ def test_an_update_takes_odd_file_names_as_a_build_does(aged_index, tmp_path):
 
     updated, rebuilt = sources(index), sources(fresh)
     assert updated.keys() == rebuilt.keys()
-    for name in ("caf\\xe9-notes.html", "notes[1].html"):
+    assert any(url.endswith("/shop/notes%232.html") for url in updated)  # "#" is the name's, not a fragment
+    for name in ("caf\\xe9-notes.html", "notes[1].html", "notes#2.html"):
         odd_url = next(url for url, source in rebuilt.items() if source.endswith(name))
         assert updated[odd_url] == rebuilt[odd_url]

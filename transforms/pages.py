@@ -107,7 +107,11 @@ def input_root_and_pattern(spec: str) -> tuple[str, str]:
 # What a file name may hold that a URL cannot: control characters (urlsplit
 # drops tabs and newlines, so `a\n.html` would be `a.html`), and the bytes of a
 # name that is not UTF-8 (Python's surrogateescape gives them as U+DC80-U+DCFF).
-_NOT_IN_URL = re.compile("[\x00-\x1f\x7f\udc80-\udcff]")
+# A name's "?" and "#" are characters of the file, not the start of a query or
+# fragment: a web server serves "a#1.html" at "a%231.html" (cut at "#", it and
+# "a#2.html" would be one URL), and `wget -k` links a saved "p.php?id=3.html" as
+# "p.php%3Fid=3.html".
+_NOT_IN_URL = re.compile("[\x00-\x1f\x7f?#\udc80-\udcff]")
 
 
 def _percent_encoded(match: re.Match) -> str:
@@ -117,8 +121,8 @@ def _percent_encoded(match: re.Match) -> str:
 
 def page_url(path: str, root: str, base_url: str) -> str:
     """The URL of the input file at `path`: its path under `root`, appended to
-    `base_url`, each control character and each byte of a name that is not
-    UTF-8 percent-encoded (as a web server serving the file names it)."""
+    `base_url`, each control character, "?", "#" and each byte of a name that
+    is not UTF-8 percent-encoded (as a web server serving the file names it)."""
     relative = path[len(root):] if path.startswith(root) else os.path.basename(path)
     relative = _NOT_IN_URL.sub(_percent_encoded, relative)
     return base_url.rstrip("/") + "/" + document_url_path(relative).lstrip("/")
