@@ -112,6 +112,8 @@ def _origin(parts: SplitResult) -> tuple[str, str]:
     lower case, no user info, no default port."""
     scheme = parts.scheme.lower()
     host = (parts.hostname or "").lower()
+    if ":" in host:  # an IPv6 address, which `hostname` gives without its brackets
+        host = f"[{host}]"
     if parts.port and (scheme, parts.port) not in _DEFAULT_PORTS:
         host = f"{host}:{parts.port}"
     return scheme, host

@@ -30,6 +30,12 @@ def test_page_key_and_site_key():
     assert normalize_url("http://docs.example.com:8080/a/") == "http://docs.example.com:8080/a"
     assert site_of("https://docs.example.com/prod/guide/x.html", 1) == "https://docs.example.com/prod"
     assert site_of("https://docs.example.com/prod/guide/x.html") == "https://docs.example.com/"
+    # an IPv6 host keeps its brackets (without them the address reads as a port)
+    assert normalize_url("http://[2001:DB8::1]:8080/a/") == "http://[2001:db8::1]:8080/a"
+    assert normalize_url("https://user@[::1]:443/x/index.html") == "https://[::1]/x"
+    assert site_of("http://[::1]:8080/docs/x.html", 1) == site_of(normalize_url("http://[::1]:8080/docs/x.html"), 1) \
+        == "http://[::1]:8080/docs"
+    assert site_of("http://[::1]/x.html") == "http://[::1]/"
 
 
 def test_url_parts():
@@ -46,7 +52,7 @@ def test_url_parts():
     "https://Docs.Example.COM/a/b.html", "HTTP://example.com:80/x", "https://example.com:443", "http://example.com:8080",
     "https://user:pw@Example.com:8443/p?q=1#f", "  https://example.com/../../a  ", "file:///srv/docs/index.html",
     "https://example.com//double//slash/", "https://example.com/index.html", "mailto:a@b.c",
-    "relative/path.html", "", "https://example.com/?utm_source=x",
+    "relative/path.html", "", "https://example.com/?utm_source=x", "http://[::1]:8080/x", "https://[FE80::1]/",
 ])
 def test_site_of_depth_zero_is_the_normalized_origin(url):
     """site_of(url, 0) takes the origin without normalizing the path: the same
