@@ -10,6 +10,7 @@ that answers exactly like the one it compacts.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -23,7 +24,7 @@ from ritrag.pipelines.launcher import (IndexOptions, PublishOptions, job_options
                                        publish_and_prune, required, run_pipeline)
 from ritrag.pipelines.options import JobFlags
 from ritrag.layout import BM25_STATS_FILE, new_manifest
-from ritrag.reader import IndexReader, LiveFile
+from ritrag.reader import IndexReader, LiveFile, read_trained_dense_index
 from ritrag.storage import open_read
 from ritrag.schema import TABLES
 from ritrag.vectors import VectorShard
@@ -54,7 +55,8 @@ def compact_pipeline(p: beam.Pipeline, live: IndexReader, segment_dir: str) -> N
     vectors = (p
                | "VectorFiles" >> beam.Create(live.files("vectors"))
                | "LiveVectors" >> beam.FlatMap(live_vectors))
-    trained = p | "LiveTrainedIndex" >> ReadTrainedIndex(live.trained_dense_index)
+    trained = p | "LiveTrainedIndex" >> ReadTrainedIndex(functools.partial(read_trained_dense_index,
+                                                                           live.trained_dense_source()))
 
     ({**rows, SPARSE: sparse, VECTORS: vectors, TRAINED: trained}
      | "WriteSegment" >> WriteSegment(segment_dir, num_shards))

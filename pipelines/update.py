@@ -45,6 +45,7 @@ served) on every update, and one built without cannot be given one.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -63,7 +64,7 @@ from ritrag.flags import from_arguments
 from ritrag.index_config import MODEL_STEP_ENTRIES, IndexConfig, ModelSteps
 from ritrag.layout import BM25_STATS_FILE, IndexLayout, TOMBSTONES_FILE, new_manifest
 from ritrag.schema import EDGES_KIND
-from ritrag.reader import IndexReader
+from ritrag.reader import IndexReader, read_trained_dense_index
 from ritrag.storage import open_read
 from ritrag.transforms.delta import (ChunkRows, PlaceChangedForests, ParseChangedPages, PlanPageUpdates,
                                      RemovedChunkTerms, ReplaceRows, ReuseOrEmbedVectors, UpdatePagesFn,
@@ -209,7 +210,8 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     sparse = indexed | "Sparse" >> BuildSparseIndex(representation, removed=removed)
     vectors = chunks | "Vectors" >> ReuseOrEmbedVectors(live, EmbedChunks.from_options(spec, options),
                                                                  representation)
-    trained = p | "LiveTrainedIndex" >> ReadTrainedIndex(live.trained_dense_index)
+    trained = p | "LiveTrainedIndex" >> ReadTrainedIndex(functools.partial(read_trained_dense_index,
+                                                                           live.trained_dense_source()))
 
     # Sinks: the delta segment's files.
     (parsed[DEAD], delta[DEAD]) | "DeadLetters" >> WriteDeadLetters(segment_dir)

@@ -22,6 +22,7 @@ among all rows of its kind's files in manifest order, dead rows included
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -324,16 +325,30 @@ class IndexReader:
             self._positions[kind] = RowPositions(kind, self.files(kind))
         return self._positions[kind]
 
-    def trained_dense_index(self) -> bytes:
-        """The trained empty index the version's dense shards were added to (its
-        base segment's DENSE_TRAINED_FILE), so that new shards share their
-        lists and codebooks; for an index written before that file existed,
-        its first dense shard, emptied."""
+    def trained_dense_source(self) -> str:
+        """The file the trained empty index of the version's dense shards
+        comes from (`read_trained_dense_index`), checked against the manifest
+        now: a job asks in its launcher, so a damaged file is refused before
+        the pipeline runs. It is the base segment's DENSE_TRAINED_FILE, so that
+        new shards share its lists and codebooks; for an index written before
+        that file existed, its first dense shard."""
         base = self.manifest.segments[0]
         if DENSE_TRAINED_FILE in base["files"]:
-            with open_read(self.verified_path(base, DENSE_TRAINED_FILE)) as fh:
-                return fh.read()
-        return trained_empty_index_of(self.files("dense")[0].path)
+            return self.verified_path(base, DENSE_TRAINED_FILE)
+        return self.files("dense")[0].path
+
+    def trained_dense_index(self) -> bytes:
+        """The trained empty index of the version's dense shards (`trained_dense_source`)."""
+        return read_trained_dense_index(self.trained_dense_source())
+
+
+def read_trained_dense_index(source: str) -> bytes:
+    """The trained empty index in `source` (IndexReader.trained_dense_source):
+    the file as it is, or a dense shard emptied."""
+    if os.path.basename(source) != DENSE_TRAINED_FILE:
+        return trained_empty_index_of(source)
+    with open_read(source) as fh:
+        return fh.read()
 
 
 def trained_empty_index_of(dense_path: str) -> bytes:

@@ -479,3 +479,27 @@ def test_an_index_built_before_source_kind_still_updates(tmp_path):
     fresh = tmp_path / "fresh"
     build_index(b, fresh, "--embedding_model", "hashing:384")
     assert set(live_table(index, "nodes")) == set(live_table(fresh, "nodes"))
+
+
+@pytest.mark.parametrize("job", ["update", "compact"])
+def test_a_damaged_trained_index_is_refused_before_the_job_runs(tiny_site, tiny_hash_index, tmp_path, capsys, job):
+    """The trained index is read inside the pipeline, but checked in the
+    launcher: a damaged one is one JSON line naming the file, no Beam stage's
+    traceback, and no version published."""
+    import json
+
+    from ritrag import cli
+    from ritrag.layout import DENSE_TRAINED_FILE
+
+    index = copy_index(tiny_hash_index, tmp_path / "idx")
+    [trained] = Path(index.root).glob(f"segments/*/{DENSE_TRAINED_FILE}")
+    data = bytearray(trained.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    trained.write_bytes(bytes(data))
+    argv = ["update", str(tiny_site), "--index", index.root] if job == "update" else ["compact", index.root]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "while running" not in err
+    error = json.loads(err.strip().splitlines()[-1])["error"]
+    assert error["reason"] == "index_unavailable" and DENSE_TRAINED_FILE in error["message"]
+    assert index.current_version() == "v000001"

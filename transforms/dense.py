@@ -144,7 +144,7 @@ class TrainedIndex:
 
 class ReadTrainedIndex(beam.PTransform):
     """pbegin -> the one TrainedIndex that `read` returns (an index an earlier
-    job trained: IndexReader.trained_dense_index), read when the pipeline
+    job trained: ritrag.reader.read_trained_dense_index), read when the pipeline
     runs. As a Create value, its megabytes were part of the pipeline's
     description, which the runner pickles and compresses several times (at
     100k pages, 6 MB: 4-5 s of a one-page update)."""
