@@ -29,9 +29,9 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from ritrag.pipelines.launcher import (BuildOptions, PublishOptions, check_page_accounting, index_config_of,
-                                       job_counts, job_options, prepare_job, publish_and_prune, refuse_empty,
-                                       required, run_pipeline)
+from ritrag.pipelines.launcher import (BuildOptions, PublishOptions, check_input_folder, check_page_accounting,
+                                       index_config_of, job_counts, job_options, prepare_job, publish_and_prune,
+                                       refuse_empty, required, run_pipeline)
 from ritrag.pipelines.options import JobFlags, JobOptionsError
 from ritrag.index_config import IndexConfig
 from ritrag.flags import from_arguments
@@ -175,6 +175,7 @@ def run(argv: list[str] | None = None) -> str:
     """Run a full build; returns the published version name."""
     options = job_options(argv, FLAGS)
     opts = required(options, BuildJobOptions, "input", "out")
+    check_input_folder(opts.input)
     config = index_config_of(options)
     # What the model is asked is recorded with the prompts' versions it is asked with.
     config = dataclasses.replace(config, model_steps=asked_steps(config.model_steps))

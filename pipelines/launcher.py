@@ -26,14 +26,15 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from ritrag.pipelines.options import JobFlags, parse_job_options
+from ritrag.pipelines.options import JobFlags, JobOptionsError, parse_job_options
 from ritrag.flags import add_arguments, option
 from ritrag.index_config import INDEX_FLAGS, IndexConfig
 from ritrag.layout import DEAD_LETTERS_FILE, DENSE_INFO_FILE, IndexLayout, Publishing, prune_versions, segment_id_for
-from ritrag.storage import dir_exists, exists, make_dirs, open_read, remove_tree, use_pipeline_options
+from ritrag.storage import (dir_exists, exists, is_remote, make_dirs, open_read, remove_tree,
+                            use_pipeline_options)
 from ritrag.lease import IndexLease
 from ritrag.transforms.counts import read_counts
-from ritrag.transforms.pages import PAGE_COUNTERS
+from ritrag.transforms.pages import PAGE_COUNTERS, input_root_and_pattern
 from ritrag.transforms.tables import remove_spill_files
 
 LOG = logging.getLogger("ritrag.launcher")
@@ -127,6 +128,18 @@ class IndexOptions(PipelineOptions):
         add_arguments(parser, JobIndex, only=("index",))
 
 
+def check_input_folder(spec: str) -> None:
+    """A local input's folder must exist: a typo, or a folder not mounted, is
+    a usage error, not an empty input (which a build would refuse as nothing to
+    index, and an update would read as every page deleted). An object store
+    has no folders: there, a prefix that lists nothing is an empty input."""
+    root, _ = input_root_and_pattern(spec)
+    if is_remote(root) or os.path.isdir(root):
+        return
+    problem = "a file, not a folder: give its folder or a glob" if os.path.isfile(spec) else "no such folder"
+    raise JobOptionsError(f"input {spec}: {problem}")
+
+
 def required(options: PipelineOptions, view: type, *names: str):
     """The view of `options`, after checking that flags `names` were given."""
     opts = options.view_as(view)
@@ -199,6 +212,18 @@ def refuse_empty(counts: dict[str, int], segment_dir: str) -> None:
         f"nothing to index, not publishing: read {counts['pages_read']} pages; indexed {counts['pages_indexed']} "
         f"(no text to chunk); dead-lettered {counts['pages_dead_lettered']} (by reason: {dead}); the reasons of "
         f"each file are in {os.path.join(segment_dir, DEAD_LETTERS_FILE)}")
+
+
+def refuse_emptying(counts: dict[str, int], input_spec: str, live_version: str) -> None:
+    """An update that would leave no live page publishes nothing, as a build
+    with nothing to index does: an input that lists no page (a prefix mistyped,
+    a mount gone) is far likelier a mistake than a site that removed every page."""
+    if counts["pages_unchanged"] + counts["pages_indexed"]:
+        return
+    raise NothingToPublishError(
+        f"nothing left to index, not publishing: the input {input_spec} gave no page (read "
+        f"{counts['pages_read']}, dead-lettered {counts['pages_dead_lettered']}), which would delete all "
+        f"{counts['pages_deleted']} live pages; {live_version} stays live")
 
 
 @contextlib.contextmanager

@@ -55,8 +55,9 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from ritrag.pipelines.launcher import (BuildOptions, IndexOptions, PublishOptions, check_page_accounting, job_counts,
-                                       job_options, prepare_job, publish_and_prune, required, run_pipeline)
+from ritrag.pipelines.launcher import (BuildOptions, IndexOptions, PublishOptions, check_input_folder,
+                                       check_page_accounting, job_counts, job_options, prepare_job, publish_and_prune,
+                                       refuse_emptying, required, run_pipeline)
 from ritrag.pipelines.options import JobFlags, JobOptionsError, given_flags, merge_flags
 from ritrag.bm25 import corpus_stats
 from ritrag.embedder import check_backend_available, check_model_files
@@ -249,6 +250,7 @@ def run(argv: list[str] | None = None) -> str:
     """Run an incremental update; returns the published version name."""
     options = job_options(argv, FLAGS)
     opts = required(options, UpdateOptions, "input", "index")
+    check_input_folder(opts.input)
     live_config = IndexLayout(opts.index).load_manifest().settings.index
     refuse_reshaping(live_config, given_flags(sys.argv[1:] if argv is None else argv, FLAGS))
     steps = asked_steps(live_config.model_steps)  # the index's, with this ritrag's prompts
@@ -271,6 +273,7 @@ def run(argv: list[str] | None = None) -> str:
                                                   *(TOC_COUNTERS if toc else ())))
         check_page_accounting(counts, ("pages_unchanged", "pages_indexed", "pages_dead_lettered",
                                        "pages_merged_duplicates"))
+        refuse_emptying(counts, opts.input, live.manifest.version)
         dead = tombstone_counts(os.path.join(segment_dir, TOMBSTONES_FILE))
         published = publish_update(layout, live, segment_id, counts, dead, time.time() - started, options, steps)
         LOG.info("published %s in %.1f s: %s", published, time.time() - started,

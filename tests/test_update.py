@@ -503,3 +503,27 @@ def test_a_damaged_trained_index_is_refused_before_the_job_runs(tiny_site, tiny_
     error = json.loads(err.strip().splitlines()[-1])["error"]
     assert error["reason"] == "index_unavailable" and DENSE_TRAINED_FILE in error["message"]
     assert index.current_version() == "v000001"
+
+
+def test_an_input_that_is_not_there_publishes_nothing(tiny_hash_index, tmp_path, capsys):
+    """A mistyped or unmounted input folder: a build and an update refuse it
+    before they run; an update of an empty folder, which would delete every
+    page, is refused when it ends. The live version stays live."""
+    import json
+
+    from ritrag import cli
+
+    index = copy_index(tiny_hash_index, tmp_path / "idx")
+    missing = str(tmp_path / "typo")
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["update", missing, "--index", index.root])
+    assert exited.value.code == 2 and f"input {missing}: no such folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["build", missing, "--out", str(tmp_path / "new"), "--embedding_model", "hashing:384"])
+    assert exited.value.code == 2 and not (tmp_path / "new").exists()
+    capsys.readouterr()
+    (tmp_path / "empty").mkdir()
+    assert cli.main(["update", str(tmp_path / "empty"), "--index", index.root]) == 1
+    error = json.loads(capsys.readouterr().err.strip().splitlines()[-1])["error"]
+    assert error["reason"] == "nothing_to_publish" and "would delete all" in error["message"]
+    assert index.current_version() == "v000001"

@@ -345,7 +345,8 @@ class ListFileBatchesFn(beam.DoFn):
     input files the runner's cost per element, paid per file, was most of an
     update that changed one page. A directory is listed as ReadMatches would
     skip it (ShardedBatchFn skips it); no match is no files (the pattern is a
-    wildcard: an empty input folder empties the index, as it always did)."""
+    wildcard; an update that would leave no page is refused when it ends:
+    launcher.refuse_emptying)."""
 
     def process(self, pattern: str) -> Iterable[list[ListedFile]]:
         yield from file_batches(listed_files(pattern))
