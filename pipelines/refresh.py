@@ -51,7 +51,8 @@ FLAGS: JobFlags = merge_flags({RefreshOptions: None}, crawl.FLAGS, build.FLAGS, 
 
 def run(argv: list[str] | None = None) -> dict:
     """Crawl, then update (or build) the index; returns {"crawl": row counts,
-    "index", "version": the published version, "built": whether it was a first build}."""
+    "index", "version": the published version (the live one where no page
+    changed), "built": whether it was a first build}."""
     argv = sys.argv[1:] if argv is None else list(argv)
     namespace, beam_flags = check_job_argv(argv, FLAGS)
     if not namespace.crawl_dir or not namespace.index:
@@ -60,14 +61,14 @@ def run(argv: list[str] | None = None) -> dict:
         return [*job_flags(namespace, job_actions(job.FLAGS)), *beam_flags]
 
     counts = crawl.run([*flags_of(crawl), "--out", namespace.crawl_dir])
-    first = IndexLayout(namespace.index).current_version() is None
-    if first:
+    live = IndexLayout(namespace.index).current_version()
+    if live is None:
         version = build.run([*flags_of(build), "--input", namespace.crawl_dir, "--out", namespace.index])
     else:
         version = update.run([*flags_of(update), "--input", namespace.crawl_dir, "--index", namespace.index])
-    LOG.info("refresh: crawled %s, %s %s, published %s", namespace.crawl_dir, "built" if first else "updated",
-             namespace.index, version)
-    return {"crawl": counts, "index": namespace.index, "version": version, "built": first}
+    LOG.info("refresh: crawled %s, %s %s, %s %s", namespace.crawl_dir, "built" if live is None else "updated",
+             namespace.index, "no page changed:" if version == live else "published", version)
+    return {"crawl": counts, "index": namespace.index, "version": version, "built": live is None}
 
 
 if __name__ == "__main__":

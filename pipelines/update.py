@@ -66,7 +66,7 @@ from ritrag.index_config import MODEL_STEP_ENTRIES, IndexConfig, ModelSteps
 from ritrag.layout import BM25_STATS_FILE, IndexLayout, TOMBSTONES_FILE, new_manifest
 from ritrag.schema import EDGES_KIND
 from ritrag.reader import IndexReader, read_trained_dense_index
-from ritrag.storage import open_read
+from ritrag.storage import open_read, remove_tree
 from ritrag.transforms.delta import (ChunkRows, PlaceChangedForests, ParseChangedPages, PlanPageUpdates,
                                      RemovedChunkTerms, ReplaceRows, ReuseOrEmbedVectors, UpdatePagesFn,
                                      WriteTombstones, tombstone_counts)
@@ -247,7 +247,8 @@ def publish_update(layout: IndexLayout, live: IndexReader, segment_id: str, coun
 
 
 def run(argv: list[str] | None = None) -> str:
-    """Run an incremental update; returns the published version name."""
+    """Run an incremental update; returns the published version name, or the live
+    one when no page changed (nothing published)."""
     options = job_options(argv, FLAGS)
     opts = required(options, UpdateOptions, "input", "index")
     check_input_folder(opts.input)
@@ -275,6 +276,14 @@ def run(argv: list[str] | None = None) -> str:
                                        "pages_merged_duplicates"))
         refuse_emptying(counts, opts.input, live.manifest.version)
         dead = tombstone_counts(os.path.join(segment_dir, TOMBSTONES_FILE))
+        if not (counts["pages_indexed"] or counts["pages_deleted"] or counts["pages_dead_lettered"]
+                or any(dead.values())):
+            # Nothing to add, remove or report: a version would only make servers reload
+            # and add a segment that queries visit (a scheduled update of a quiet site).
+            remove_tree(segment_dir)
+            LOG.info("no page changed, nothing published: %s stays live (%s)", live.manifest.version,
+                     ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+            return live.manifest.version
         published = publish_update(layout, live, segment_id, counts, dead, time.time() - started, options, steps)
         LOG.info("published %s in %.1f s: %s", published, time.time() - started,
                  ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))

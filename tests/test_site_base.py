@@ -149,7 +149,6 @@ def test_an_update_of_an_inferred_index_keys_pages_by_their_public_urls(tmp_path
     out = tmp_path / "idx"
     build.run(["--input", str(mirror), "--embedding_model", "hashing:384", "--out", str(out)])
     before = node_table(out)
-    update.run(["--input", str(mirror), "--index", str(out)])
-    manifest = IndexLayout(str(out)).load_manifest()
-    assert manifest.stats["pages"]["pages_unchanged"] == len(PAGES)
+    # every page found unchanged at the URL the build keyed it by: nothing to publish
+    assert update.run(["--input", str(mirror), "--index", str(out)]) == "v000001"
     assert node_table(out) == before

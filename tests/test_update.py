@@ -527,3 +527,19 @@ def test_an_input_that_is_not_there_publishes_nothing(tiny_hash_index, tmp_path,
     error = json.loads(capsys.readouterr().err.strip().splitlines()[-1])["error"]
     assert error["reason"] == "nothing_to_publish" and "would delete all" in error["message"]
     assert index.current_version() == "v000001"
+
+
+def test_an_update_that_changes_no_page_publishes_nothing(tiny_site, tiny_hash_index, tmp_path):
+    """A scheduled update of a quiet site: no new version for servers to
+    reload, no empty segment for queries to visit; the live version stays."""
+    index = copy_index(tiny_hash_index, tmp_path / "idx")
+    segments = sorted(p.name for p in Path(index.root, "segments").iterdir())
+    assert update.run(["--input", str(tiny_site), "--index", index.root]) == "v000001"
+    assert index.current_version() == "v000001" and not Path(index.manifest_path("v000002")).exists()
+    assert sorted(p.name for p in Path(index.root, "segments").iterdir()) == segments
+    # a change still publishes, under the next version's name
+    snapshot = tmp_path / "site"
+    shutil.copytree(tiny_site, snapshot)
+    (snapshot / "shop" / "new.html").write_text(tiny_page("New notes", [("Shop Server", "shop/")],
+                                                          [("Lamps", "Brass lamps light the reading room.")]))
+    assert update.run(["--input", str(snapshot), "--index", index.root]) == "v000002"
