@@ -49,7 +49,7 @@ from ritrag.transforms.metadata.induce_toc import (PAGES, SPENT, TOC_COUNTERS, I
 from ritrag.transforms.nodes import LINKS_OUTPUT, PAGES_OUTPUT, BuildForestNodes
 from ritrag.transforms.pages import (DEAD, LINKS_CAPPED_COUNTER, PAGE_COUNTERS, InputOptions, PageParser,
                                      ParsePages, ReadInput, WriteDeadLetters, count_input_files,
-                                     input_root_and_pattern)
+                                     index_inside_input, input_root_and_pattern)
 from ritrag.transforms.progress import SECTIONS_CAPPED_COUNTER, CountSectionsCapped, LogProgress
 from ritrag.transforms.site_base import InferSiteBases
 from ritrag.transforms.sources.dispatch import HTML_SUFFIXES
@@ -80,7 +80,8 @@ def build_pipeline(p: beam.Pipeline, options: PipelineOptions, segment_dir: str,
     spec, representation, num_shards = config.embedder, config.representation, config.num_shards
     root, pattern = input_root_and_pattern(opts.input)
     reader = from_arguments(PageParser, opts, root=root, base_url=config.page_base_url, site_depth=config.site_depth)
-    readables = p | "ReadInput" >> ReadInput(pattern, reader)
+    index_files = index_inside_input(root, options.view_as(BuildJobOptions).out)  # never input
+    readables = p | "ReadInput" >> ReadInput(pattern, reader, index_files)
     # Sites' public bases, from what their pages say of themselves: the parser that
     # keys pages under them is decided once and reaches parsing and node rows as a
     # side input. The user's --base_url wins; WARC records carry their own URLs.
@@ -175,7 +176,7 @@ def run(argv: list[str] | None = None) -> str:
     """Run a full build; returns the published version name."""
     options = job_options(argv, FLAGS)
     opts = required(options, BuildJobOptions, "input", "out")
-    check_input_folder(opts.input)
+    check_input_folder(opts.input, opts.out)
     config = index_config_of(options)
     # What the model is asked is recorded with the prompts' versions it is asked with.
     config = dataclasses.replace(config, model_steps=asked_steps(config.model_steps))

@@ -128,12 +128,17 @@ class IndexOptions(PipelineOptions):
         add_arguments(parser, JobIndex, only=("index",))
 
 
-def check_input_folder(spec: str) -> None:
+def check_input_folder(spec: str, index_dir: str) -> None:
     """A local input's folder must exist: a typo, or a folder not mounted, is
     a usage error, not an empty input (which a build would refuse as nothing to
     index, and an update would read as every page deleted). An object store
-    has no folders: there, a prefix that lists nothing is an empty input."""
+    has no folders: there, a prefix that lists nothing is an empty input. The
+    index may lie inside the input folder (its files are then no input) but
+    may not be it."""
     root, _ = input_root_and_pattern(spec)
+    if root.rstrip("/") == index_dir.rstrip("/") or (
+            not is_remote(root) and os.path.abspath(root) == os.path.abspath(index_dir)):
+        raise JobOptionsError(f"input {spec}: the index's own folder; give the index a folder of its own")
     if is_remote(root) or os.path.isdir(root):
         return
     problem = "a file, not a folder: give its folder or a glob" if os.path.isfile(spec) else "no such folder"

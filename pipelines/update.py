@@ -251,7 +251,7 @@ def run(argv: list[str] | None = None) -> str:
     one when no page changed (nothing published)."""
     options = job_options(argv, FLAGS)
     opts = required(options, UpdateOptions, "input", "index")
-    check_input_folder(opts.input)
+    check_input_folder(opts.input, opts.index)
     live_config = IndexLayout(opts.index).load_manifest().settings.index
     refuse_reshaping(live_config, given_flags(sys.argv[1:] if argv is None else argv, FLAGS))
     steps = asked_steps(live_config.model_steps)  # the index's, with this ritrag's prompts

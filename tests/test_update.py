@@ -543,3 +543,28 @@ def test_an_update_that_changes_no_page_publishes_nothing(tiny_site, tiny_hash_i
     (snapshot / "shop" / "new.html").write_text(tiny_page("New notes", [("Shop Server", "shop/")],
                                                           [("Lamps", "Brass lamps light the reading room.")]))
     assert update.run(["--input", str(snapshot), "--index", index.root]) == "v000002"
+
+
+def test_an_index_inside_its_input_folder_is_not_read_as_input(tiny_site, tmp_path, capsys):
+    """`--index docs/.index` for input `docs`: neither the build nor an update
+    lists the index's files (each would be a dead letter, and every update
+    would publish for them); the input folder itself cannot be the index."""
+    import pyarrow.parquet as pq
+
+    from ritrag import cli
+    from ritrag.layout import DEAD_LETTERS_FILE
+    from ritrag.pipelines import build
+
+    site = tmp_path / "docs"
+    shutil.copytree(tiny_site, site)
+    index = site / ".index"
+    build.run(["--input", str(site), "--out", str(index), "--embedding_model", "hashing:384"])
+    assert update.run(["--input", str(site), "--index", str(index)]) == "v000001"  # nothing new: its files unread
+    assert build.run(["--input", str(site), "--out", str(index), "--embedding_model", "hashing:384"]) == "v000002"
+    sources = IndexReader(str(index)).table("pages", ["source"])["source"].to_pylist()
+    dead = [source for path in IndexReader(str(index)).segment_files(DEAD_LETTERS_FILE)
+            for source in pq.read_table(path, columns=["source"])["source"].to_pylist()]
+    assert not [s for s in sources + dead if "/.index/" in s]
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["update", str(site), "--index", str(site)])
+    assert exited.value.code == 2 and "the index's own folder" in capsys.readouterr().err

@@ -41,8 +41,8 @@ from ritrag.reader import IndexReader, LiveFile
 from ritrag.schema import PAGES_SCHEMA, DeadLetter, PageSkeleton, StoredSkeleton, WarcPage, has_lone_surrogate
 from ritrag.storage import is_remote
 from ritrag.transforms.counts import COUNTS, CountingDoFn, record_counts
-from ritrag.transforms.pages import (COUNTERS, PageParser, ReadInput, file_stamp, read_bounded,
-                                     warc_records_or_file)
+from ritrag.transforms.pages import (COUNTERS, PageParser, ReadInput, file_stamp, index_inside_input,
+                                     read_bounded, warc_records_or_file)
 from ritrag.transforms.parse import UnparseablePage
 from ritrag.transforms.sources import split_record_source
 from ritrag.transforms.sources.warc import crawl_dir_of
@@ -92,21 +92,26 @@ TRUSTED_SCHEMA = pa.schema([pa.field("url", pa.string()), pa.field("path", pa.bi
                             pa.field("raw_hash", pa.string())])
 
 
-def listed_files(pattern: str) -> Iterator[ListedFile]:
+def listed_files(pattern: str, index_files: str | None = None) -> Iterator[ListedFile]:
     """The files `pattern` matches, as Beam's MatchFiles lists them
     (`FileSystems.match`). A local folder is walked here as Beam's
     LocalFileSystem walks it (os.walk: a link to a folder is not followed; a
     file gone or unreadable since it was listed is skipped), with one stat a
     file where Beam makes two (size, then time): 100,000 files listed in 0.85
     instead of 1.36 s (benchmarks/diff_steps.py). Only files the pattern
-    matches are stat'ed."""
+    matches are stat'ed. `index_files`: the prefix of the index's own files
+    where they lie under the input (pages.index_inside_input): not listed."""
     prefix = re.match(r"^[^[*?]*", pattern).group(0)
     if is_remote(pattern) or prefix == pattern:
         for m in FileSystems.match([pattern])[0].metadata_list:
-            yield input_path(m.path), m.size_in_bytes, m.last_updated_in_seconds
+            if not (index_files and m.path.startswith(index_files)):
+                yield input_path(m.path), m.size_in_bytes, m.last_updated_in_seconds
         return
     matches = re.compile(FileSystem.translate_pattern(pattern + "*" if pattern.endswith("/") else pattern)).match
-    for folder, _, names in os.walk(os.path.dirname(prefix)):
+    for folder, folders, names in os.walk(os.path.dirname(prefix)):
+        if index_files and os.path.join(folder, "").startswith(index_files):
+            folders.clear()  # the index's own folder: not walked
+            continue
         for name in names:
             path = os.path.join(folder, name)
             if matches(path):
@@ -348,8 +353,11 @@ class ListFileBatchesFn(beam.DoFn):
     wildcard; an update that would leave no page is refused when it ends:
     launcher.refuse_emptying)."""
 
+    def __init__(self, index_files: str | None = None):
+        self._index_files = index_files
+
     def process(self, pattern: str) -> Iterable[list[ListedFile]]:
-        yield from file_batches(listed_files(pattern))
+        yield from file_batches(listed_files(pattern, self._index_files))
 
 
 class DiffInput(beam.PTransform):
@@ -364,18 +372,20 @@ class DiffInput(beam.PTransform):
         super().__init__()
         self._pattern, self._parser, self._live = pattern, parser, live
         self._read_every_input = read_every_input
+        # the index's own files, where they lie under the input: never input
+        self._index_files = index_inside_input(parser.root, live.layout.root)
 
     def expand(self, pbegin):
         num_shards, parser = self._live.manifest.settings.index.num_shards, self._parser
         if crawl_dir_of(self._pattern) is not None:  # a crawl's pages, one element each as its directory yields them
             inputs = [pbegin
-                      | "Read" >> ReadInput(self._pattern, parser)
+                      | "Read" >> ReadInput(self._pattern, parser, self._index_files)
                       | "HashInputs" >> beam.FlatMap(lambda readable: hashed_input(parser, readable))
                       | "KeyByShard" >> beam.Map(lambda item: (shard_of(item[0], num_shards), [item]))]
         else:
             to_read = (pbegin
                        | "Pattern" >> beam.Create([self._pattern])
-                       | "ListFiles" >> beam.ParDo(ListFileBatchesFn())
+                       | "ListFiles" >> beam.ParDo(ListFileBatchesFn(self._index_files))
                        | "SpreadListed" >> beam.Reshuffle())  # batches over workers
             inputs = []
             if not self._read_every_input:

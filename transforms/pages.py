@@ -95,6 +95,21 @@ class InputOptions(PipelineOptions):
         add_arguments(parser, PageParser)  # how a page is read: PageParser's flags
 
 
+def index_inside_input(root: str, index_dir: str) -> str | None:
+    """The prefix, as the input's files are listed under `root`, of the
+    index's own files when the index folder lies inside the input folder
+    (`ritrag update docs --index docs/.index`); None when it lies elsewhere. A
+    job never reads its index as input: each of its files would be a dead
+    letter at every update, and every update would publish for them."""
+    if is_remote(root) or is_remote(index_dir):
+        inside = index_dir.rstrip("/") + "/"
+        return inside if inside.startswith(root) and inside != root else None
+    relative = os.path.relpath(os.path.abspath(index_dir), os.path.abspath(root))
+    if relative == os.curdir or relative.split(os.sep)[0] == os.pardir:
+        return None
+    return os.path.join(root, relative) + os.sep
+
+
 def input_root_and_pattern(spec: str) -> tuple[str, str]:
     """(directory that relative URLs start from, glob of the files to read)."""
     if any(ch in spec for ch in "*?["):
@@ -515,17 +530,22 @@ class ReadInput(beam.PTransform):
     matched file, a WARC file as its WarcPage records (and DeadLetters of its
     damage), any other as a ReadableFile."""
 
-    def __init__(self, pattern: str, parser: PageParser):
+    def __init__(self, pattern: str, parser: PageParser, index_files: str | None = None):
+        """`index_files`: the prefix of the index's own files, when they lie
+        under the input (`index_inside_input`): not read."""
         super().__init__()
         self._pattern = pattern
         self._parser = parser
+        self._index_files = index_files
 
     def expand(self, pbegin):
         crawl_dir = crawl_dir_of(self._pattern)
         if crawl_dir is not None:
             return pbegin | "ReadCrawlDir" >> ReadCrawlDirPages(crawl_dir, self._parser.max_page_bytes)
-        return (pbegin
-                | "MatchFiles" >> fileio.MatchFiles(self._pattern)
+        matched = pbegin | "MatchFiles" >> fileio.MatchFiles(self._pattern)
+        if self._index_files:
+            matched |= "NotTheIndex" >> beam.Filter(lambda m, index: not m.path.startswith(index), self._index_files)
+        return (matched
                 | "Reshuffle" >> beam.Reshuffle()  # files (a WARC file is many pages) spread over workers
                 | "ReadMatches" >> fileio.ReadMatches()
                 | "ReadWarcFiles" >> beam.FlatMap(warc_records_or_file, self._parser))
