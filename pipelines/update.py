@@ -53,6 +53,7 @@ import sys
 import time
 
 import apache_beam as beam
+import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from ritrag.pipelines.launcher import (BuildOptions, IndexOptions, PublishOptions, check_input_folder,
@@ -63,7 +64,7 @@ from ritrag.bm25 import corpus_stats
 from ritrag.embedder import check_backend_available, check_model_files
 from ritrag.flags import from_arguments
 from ritrag.index_config import MODEL_STEP_ENTRIES, IndexConfig, ModelSteps
-from ritrag.layout import BM25_STATS_FILE, IndexLayout, TOMBSTONES_FILE, new_manifest
+from ritrag.layout import BM25_STATS_FILE, DEAD_LETTERS_FILE, IndexLayout, TOMBSTONES_FILE, new_manifest
 from ritrag.schema import EDGES_KIND
 from ritrag.reader import IndexReader, read_trained_dense_index
 from ritrag.storage import open_read, remove_tree
@@ -223,6 +224,24 @@ def update_pipeline(p: beam.Pipeline, options: PipelineOptions, live: IndexReade
     p | "WriteCounts" >> WriteCounts(segment_dir)
 
 
+def only_known_dead_letters(live: IndexReader, segment_dir: str) -> bool:
+    """Whether every input this update dead-lettered is one a live segment
+    records as dead for the same reason: an image, a stylesheet or a FIFO in
+    the input is listed, read and dead-lettered again at every update, and is
+    no change (a new one, or one whose reason changed, is)."""
+    def pairs(path: str) -> set[tuple[str, str]]:
+        with open_read(path) as fh:
+            table = pq.read_table(fh, columns=["source", "reason"])
+        return set(zip(table["source"].to_pylist(), table["reason"].to_pylist()))
+
+    found = pairs(os.path.join(segment_dir, DEAD_LETTERS_FILE))
+    for path in live.segment_files(DEAD_LETTERS_FILE):
+        if not found:
+            break
+        found -= pairs(path)
+    return not found
+
+
 def publish_update(layout: IndexLayout, live: IndexReader, segment_id: str, counts: dict[str, int],
                    tombstones: dict[str, int], elapsed_s: float, options: PipelineOptions, steps: ModelSteps) -> str:
     """Checksum the delta segment, write the manifest of the live segments and
@@ -276,8 +295,8 @@ def run(argv: list[str] | None = None) -> str:
                                        "pages_merged_duplicates"))
         refuse_emptying(counts, opts.input, live.manifest.version)
         dead = tombstone_counts(os.path.join(segment_dir, TOMBSTONES_FILE))
-        if not (counts["pages_indexed"] or counts["pages_deleted"] or counts["pages_dead_lettered"]
-                or any(dead.values())):
+        unchanged = not (counts["pages_indexed"] or counts["pages_deleted"] or any(dead.values()))
+        if unchanged and only_known_dead_letters(live, segment_dir):
             # Nothing to add, remove or report: a version would only make servers reload
             # and add a segment that queries visit (a scheduled update of a quiet site).
             remove_tree(segment_dir)

@@ -537,12 +537,16 @@ def test_an_update_that_changes_no_page_publishes_nothing(tiny_site, tiny_hash_i
     assert update.run(["--input", str(tiny_site), "--index", index.root]) == "v000001"
     assert index.current_version() == "v000001" and not Path(index.manifest_path("v000002")).exists()
     assert sorted(p.name for p in Path(index.root, "segments").iterdir()) == segments
-    # a change still publishes, under the next version's name
+    # a new dead letter is recorded; the same one again is no change (an image, at every update)
     snapshot = tmp_path / "site"
     shutil.copytree(tiny_site, snapshot)
+    (snapshot / "shop" / "logo.png").write_bytes(bytes(range(256)) * 8)
+    assert update.run(["--input", str(snapshot), "--index", index.root]) == "v000002"
+    assert update.run(["--input", str(snapshot), "--index", index.root]) == "v000002"
+    # a change still publishes, under the next version's name
     (snapshot / "shop" / "new.html").write_text(tiny_page("New notes", [("Shop Server", "shop/")],
                                                           [("Lamps", "Brass lamps light the reading room.")]))
-    assert update.run(["--input", str(snapshot), "--index", index.root]) == "v000002"
+    assert update.run(["--input", str(snapshot), "--index", index.root]) == "v000003"
 
 
 def test_an_index_inside_its_input_folder_is_not_read_as_input(tiny_site, tmp_path, capsys):
