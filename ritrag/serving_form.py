@@ -27,15 +27,23 @@ The arrays of shard s (numbers of ritrag.bm25.KIND_FIELDS for fields):
     vocab_terms   S<w> (v,)    the terms of vocabulary-s, ascending
     vocab_df      int64 (v, 3) their document frequency per field over the whole
                                segment (signed in an update's delta)
-    link_out_source uint64 (e,) the node links of edges-s, each (source, target)
-    link_out_target uint64 (e,) pair once as node keys (ritrag.ids.node_keys),
-                               a node's links to itself left out, sorted by
-                               source then target (a node's out-links)
-    link_in_target  uint64 (e,) the same pairs sorted by target then source
-    link_in_source  uint64 (e,) (a node's in-links)
+    link_out_source uint64 (e,) the node links of edges-s (the sources shard s
+    link_out_target uint64 (e,) owns), each (source, target) pair once as node
+                               keys (ritrag.ids.node_keys), a node's links to
+                               itself left out, sorted by source then target
+                               (a node's out-links)
+    in_link_target  uint64 (i,) the segment's node links whose target shard s
+    in_link_source  uint64 (i,) owns (ritrag.ids.shard_of, as a source's shard),
+                               the same pairs of every edges shard, sorted by
+                               target then source (a node's in-links: one
+                               shard of each segment to search, as for its
+                               out-links)
 
-(Files written before the keys hold the link arrays as the ids' bytes, S<w>,
-sorted likewise: a server turns them into keys once, `link_arrays`.)
+Files written before the in-links were sharded by target hold, instead of
+`in_link_*`, `link_in_target` and `link_in_source`: edges-s's own pairs sorted
+by target, so a node's in-links may be in any shard (a server searches each);
+files written before node keys hold those four arrays as the ids' bytes,
+S<w>, sorted likewise (a server turns them into keys once, `link_arrays`).
 
 The container: 8 bytes of magic `RITRAG\\x01\\x00`, a little-endian uint64
 header length, the header as UTF-8 JSON ({"arrays": {name: {"dtype",
@@ -54,7 +62,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ritrag.bm25 import row_kinds
-from ritrag.ids import NO_NODE_KEY, node_keys
+from ritrag.ids import NO_NODE_KEY, node_keys, shard_of
 from ritrag.layout import DamagedIndexError, shard_file_name
 from ritrag.schema import EDGES_KIND
 from ritrag.storage import is_remote, open_parquet, open_read
@@ -194,26 +202,48 @@ def shard_serving_arrays(chunks: pa.Table, postings: pa.Table, vocabulary: pa.Ta
     }
 
 
+# The link arrays of a file written before the in-links were sharded by target.
 LINK_ARRAYS = ("link_out_source", "link_out_target", "link_in_target", "link_in_source")
+OUT_LINK_ARRAYS = ("link_out_source", "link_out_target")
+IN_LINK_ARRAYS = ("in_link_target", "in_link_source")
+LINK_COLUMNS = ["source_node_id", "target_node_id"]  # of an edges table, what the link arrays hold
 
 
-def shard_link_arrays(edges: pa.Table) -> dict[str, np.ndarray]:
-    """The link arrays of one edges shard (module docstring) from its
-    source_node_id and target_node_id columns: a server answers a node's links
-    by binary search in them, so no version derives a link graph at load."""
-    return link_arrays(utf8_fixed_width(edges["source_node_id"]), utf8_fixed_width(edges["target_node_id"]))
-
-
-def link_arrays(source: np.ndarray, target: np.ndarray) -> dict[str, np.ndarray]:
-    """The link arrays of the (source, target) pairs of node ids (bytes: an
-    edges table's, or a file's written before keys); a pair naming an id no
-    key stands for (ritrag.ids.NO_NODE_KEY: no node holds it) is left out."""
+def _link_pairs(source: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """The (source, target) pairs of node ids (bytes) as node keys, each once,
+    sorted by source then target; a node's links to itself and a pair naming
+    an id no key stands for (ritrag.ids.NO_NODE_KEY: no node holds it) left out."""
     source, target = node_keys(source), node_keys(target)
     pairs = np.zeros(len(source), [("source", np.uint64), ("target", np.uint64)])
     pairs["source"], pairs["target"] = source, target
     kept = (source != target) & (source != NO_NODE_KEY) & (target != NO_NODE_KEY)
-    pairs = np.unique(pairs[kept])  # sorted by source, then target
-    by_target = pairs[np.argsort(pairs, order=("target", "source"), kind="stable")]
+    return np.unique(pairs[kept])
+
+
+def _by_target(pairs: np.ndarray) -> np.ndarray:
+    return pairs[np.argsort(pairs, order=("target", "source"), kind="stable")]
+
+
+def shard_link_arrays(out_links: pa.Table, in_links: pa.Table) -> dict[str, np.ndarray]:
+    """The link arrays of one shard (module docstring) from the
+    source_node_id and target_node_id columns of the edges whose source it
+    owns (`out_links`: its edges file) and of those whose target it owns
+    (`in_links`, from every edges shard of the segment): a server answers a
+    node's links by binary search in them, so no version derives a link
+    graph at load."""
+    out = _link_pairs(utf8_fixed_width(out_links["source_node_id"]), utf8_fixed_width(out_links["target_node_id"]))
+    into = _by_target(_link_pairs(utf8_fixed_width(in_links["source_node_id"]),
+                                  utf8_fixed_width(in_links["target_node_id"])))
+    return {"link_out_source": out["source"], "link_out_target": out["target"],
+            "in_link_target": into["target"], "in_link_source": into["source"]}
+
+
+def link_arrays(source: np.ndarray, target: np.ndarray) -> dict[str, np.ndarray]:
+    """LINK_ARRAYS of one shard's own (source, target) pairs of node ids
+    (bytes: an edges file's, or a file's written before keys), as files
+    written before the in-links were sharded by target hold them."""
+    pairs = _link_pairs(source, target)
+    by_target = _by_target(pairs)
     return {"link_out_source": pairs["source"], "link_out_target": pairs["target"],
             "link_in_target": by_target["target"], "link_in_source": by_target["source"]}
 
@@ -225,10 +255,13 @@ def segment_node_ids(segment_dir: str, num_shards: int) -> pa.Array:
         .read(["node_id"])["node_id"].combine_chunks() for shard in range(num_shards)])
 
 
-def write_shard_serving_form(segment_dir: str, shard: int, num_shards: int, node_ids: pa.Array) -> str:
+def write_shard_serving_form(segment_dir: str, shard: int, num_shards: int, node_ids: pa.Array,
+                             in_links: pa.Table) -> str:
     """Write shard `shard`'s serving file from its chunks, postings,
-    vocabulary and edges files (written before); returns its path. `node_ids`:
-    `segment_node_ids`. Memory follows the shard."""
+    vocabulary and edges files (written before) and `in_links` (the
+    source_node_id and target_node_id of the segment's edges whose target the
+    shard owns); returns its path. `node_ids`: `segment_node_ids`. Memory
+    follows the shard."""
 
     def read(kind: str, columns: list[str]) -> pa.Table:
         return open_parquet(os.path.join(segment_dir, shard_file_name(kind, shard, num_shards, "parquet"))).read(
@@ -237,15 +270,26 @@ def write_shard_serving_form(segment_dir: str, shard: int, num_shards: int, node
     arrays = shard_serving_arrays(read("chunks", ["chunk_id", "ordinal", "node_id"]),
                                   read("postings", ["term", "chunk_id", "tf"]),
                                   read("vocabulary", ["term", "df_body", "df_doc", "df_anchors"]), node_ids)
-    arrays.update(shard_link_arrays(read(EDGES_KIND, ["source_node_id", "target_node_id"])))
+    arrays.update(shard_link_arrays(read(EDGES_KIND, LINK_COLUMNS), in_links))
     path = os.path.join(segment_dir, shard_file_name(SERVING_KIND, shard, num_shards, SERVING_EXT))
     write_arrays(path, arrays)
     return path
+
+
+def target_shards(edges: pa.Table, num_shards: int) -> np.ndarray:
+    """The shard that owns each edge's target (ritrag.ids.shard_of)."""
+    return np.fromiter((shard_of(t, num_shards) for t in edges["target_node_id"].to_pylist()), np.int64,
+                       edges.num_rows)
 
 
 def write_serving_form(segment_dir: str, num_shards: int) -> None:
     """Every shard's serving file, one after the other, in this process (the
     jobs write them in parallel: ritrag.transforms.serving_files)."""
     node_ids = segment_node_ids(segment_dir, num_shards)
+    edges = pa.concat_tables(
+        open_parquet(os.path.join(segment_dir, shard_file_name(EDGES_KIND, shard, num_shards, "parquet")))
+        .read(LINK_COLUMNS) for shard in range(num_shards))
+    owner = target_shards(edges, num_shards)
     for shard in range(num_shards):
-        write_shard_serving_form(segment_dir, shard, num_shards, node_ids)
+        write_shard_serving_form(segment_dir, shard, num_shards, node_ids,
+                                 edges.filter(pa.array(owner == shard)))

@@ -28,6 +28,7 @@ import pyarrow as pa
 from ritrag.ids import node_keys, shard_of
 from ritrag.reader import IndexReader, LiveFile
 from ritrag.schema import EDGES_KIND
+from ritrag.serving_form import IN_LINK_ARRAYS, LINK_ARRAYS
 from ritrag.serving.segments import SegmentShards
 from ritrag.serving.skeleton import NodeRows, Skeleton
 
@@ -51,42 +52,51 @@ def _ranges(sorted_ids: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 class ShardLinks:
-    """The link arrays of one edges shard of a segment (ritrag.serving_form
-    LINK_ARRAYS: node keys, mapped from its serving file), and the sources
-    whose edges later segments tombstoned there (sorted keys: an edge is live
-    unless its source was tombstoned). `edges`: the shard's edges file, which
-    holds the edges of the sources it owns (ritrag.reader.LiveFile.owns)."""
+    """The link arrays of one shard of a segment (ritrag.serving_form: node
+    keys, mapped from its serving file), and the sources whose edges later
+    segments tombstoned (sorted keys: an edge is live unless its source was
+    tombstoned). `edges`: the shard's edges file, which holds the edges of
+    the sources it owns (ritrag.reader.LiveFile.owns); `owns_targets`: its
+    in-links are those of the targets it owns (IN_LINK_ARRAYS), else, as a
+    file written before those holds them, those of its own edges (any
+    target's: LINK_ARRAYS)."""
 
-    def __init__(self, arrays: Mapping[str, np.ndarray], dead_sources: frozenset, edges: LiveFile | None = None):
-        self.edges = edges
+    def __init__(self, arrays: Mapping[str, np.ndarray], dead_sources: frozenset, edges: LiveFile | None = None,
+                 owns_targets: bool = False):
+        self.edges, self.owns_targets = edges, owns_targets
         self.out_source, self.out_target = arrays["link_out_source"], arrays["link_out_target"]
-        self.in_target, self.in_source = arrays["link_in_target"], arrays["link_in_source"]
+        self.in_target, self.in_source = (arrays[name] for name in (IN_LINK_ARRAYS if owns_targets
+                                                                    else LINK_ARRAYS[2:]))
         dead = [s.encode("utf-8") for s in dead_sources]
         self.dead = np.sort(node_keys(np.array(dead, dtype=bytes))) if dead else np.zeros(0, np.uint64)
 
     def _live(self, sources: np.ndarray) -> np.ndarray:
         return ~np.isin(sources, self.dead) if len(self.dead) else np.ones(len(sources), bool)
 
+    def _in_links(self, keys: np.ndarray, owned: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """(the live sources linking to each of `keys` here, concatenated; the index in `keys` of each)."""
+        asked = np.arange(len(keys)) if owned is None or not self.owns_targets else np.flatnonzero(owned)
+        at, owner = _ranges(self.in_target, keys[asked])
+        sources = self.in_source[at]
+        live = self._live(sources)
+        return sources[live], asked[owner[live]]
+
     def links_of(self, keys: np.ndarray, owned: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(the keys each of `keys` links to or is linked from by a live edge
         here, concatenated; the index in `keys` of each). `owned`: which of
-        `keys` are sources this shard owns (None: all): only theirs can have
-        out-links here."""
+        `keys` this shard owns (None: all): only theirs can have out-links
+        here, and, where it `owns_targets`, in-links."""
         asked = np.arange(len(keys)) if owned is None else np.flatnonzero(owned)
         out_at, out_owner = _ranges(self.out_source, keys[asked])
         out_owner = asked[out_owner]
         out_owner_live = self._live(keys)[out_owner] if len(self.dead) else np.ones(len(out_owner), bool)
-        in_at, in_owner = _ranges(self.in_target, keys)
-        sources = self.in_source[in_at]
-        in_live = self._live(sources)
-        return (np.concatenate([self.out_target[out_at[out_owner_live]], sources[in_live]]),
-                np.concatenate([out_owner[out_owner_live], in_owner[in_live]]))
+        sources, in_owner = self._in_links(keys, owned)
+        return (np.concatenate([self.out_target[out_at[out_owner_live]], sources]),
+                np.concatenate([out_owner[out_owner_live], in_owner]))
 
-    def in_counts(self, keys: np.ndarray) -> np.ndarray:
-        """How many live sources link to each of `keys`."""
-        at, owner = _ranges(self.in_target, keys)
-        live = self._live(self.in_source[at])
-        return np.bincount(owner[live], minlength=len(keys))
+    def in_counts(self, keys: np.ndarray, owned: np.ndarray | None = None) -> np.ndarray:
+        """How many live sources link to each of `keys` here (`owned`: as for `links_of`)."""
+        return np.bincount(self._in_links(keys, owned)[1], minlength=len(keys))
 
 
 class LinkGraph:
@@ -110,16 +120,29 @@ class LinkGraph:
         from the serving file of its segment and shard."""
         mapped = {(segment.segment, number): shard for segment in segments
                   for number, shard in enumerate(segment.shards)}
-        return cls([ShardLinks(mapped[f.segment, f.shard].links(f), f.dead, f) for f in reader.files(EDGES_KIND)],
-                   skeleton)
+        def shard(edges: LiveFile) -> ShardLinks:
+            arrays, owns_targets = mapped[edges.segment, edges.shard].links(edges)
+            return ShardLinks(arrays, edges.dead, edges, owns_targets)
+
+        return cls([shard(f) for f in reader.files(EDGES_KIND)], skeleton)
 
     def __len__(self) -> int:
         """The number of stored (source, target) pairs, live or not: 0 when the version has no links."""
         return self.edge_rows
 
+    def _owned(self, rows: np.ndarray) -> list[np.ndarray | None]:
+        """Per shard, which of `rows` it owns (ritrag.ids.shard_of, as the jobs
+        shard the edges table and the in-links); None where it is not known."""
+        ids = self._node_ids.take(pa.array(rows)).to_pylist()
+        owner = {n: np.array([shard_of(i, n) for i in ids], np.int64)
+                 for n in {s.edges.num_shards for s in self._shards if s.edges is not None}}
+        return [owner[s.edges.num_shards] == s.edges.shard if s.edges is not None else None for s in self._shards]
+
     def in_degree(self, rows: np.ndarray) -> np.ndarray:
-        keys = self._node_key[np.asarray(rows, np.int64)]
-        return sum((s.in_counts(keys) for s in self._shards), np.zeros(len(keys), np.int64))
+        rows = np.asarray(rows, np.int64)
+        keys = self._node_key[rows]
+        return sum((s.in_counts(keys, owned) for s, owned in zip(self._shards, self._owned(rows))),
+                   np.zeros(len(keys), np.int64))
 
     def neighbour_pairs(self, rows: np.ndarray, among: np.ndarray | None = None
                         ) -> tuple[np.ndarray, np.ndarray]:
@@ -131,13 +154,9 @@ class LinkGraph:
         hundred scored nodes)."""
         rows = np.asarray(rows, np.int64)
         keys = self._node_key[rows]
-        # A source's out-links are in the one shard of each segment that owns it
-        # (ritrag.ids.shard_of, as the jobs shard the edges table).
-        ids = self._node_ids.take(pa.array(rows)).to_pylist()
-        owner = {n: np.array([shard_of(i, n) for i in ids], np.int64)
-                 for n in {s.edges.num_shards for s in self._shards if s.edges is not None}}
-        found = [s.links_of(keys, owner[s.edges.num_shards] == s.edges.shard if s.edges is not None else None)
-                 for s in self._shards]
+        # A node's out-links are in the one shard of each segment that owns it, and so
+        # are its in-links (in files written since they were sharded by target).
+        found = [s.links_of(keys, owned) for s, owned in zip(self._shards, self._owned(rows))]
         ids = np.concatenate([f[0] for f in found]) if found else np.zeros(0, np.uint64)
         owner = np.concatenate([f[1] for f in found]) if found else np.zeros(0, np.int64)
         if among is None:

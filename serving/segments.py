@@ -28,7 +28,8 @@ from ritrag.bm25 import BODY, KIND_FIELDS, Field
 from ritrag.ids import shard_of
 from ritrag.layout import DamagedIndexError, IndexLoadError
 from ritrag.reader import IndexReader, LiveFile
-from ritrag.serving_form import LINK_ARRAYS, SERVING_KIND, link_arrays, map_arrays, shard_link_arrays
+from ritrag.serving_form import (IN_LINK_ARRAYS, LINK_ARRAYS, LINK_COLUMNS, OUT_LINK_ARRAYS, SERVING_KIND, link_arrays,
+                                 map_arrays, utf8_fixed_width)
 from ritrag.serving.skeleton import NodeRows
 
 LOG = logging.getLogger("ritrag.serving")
@@ -37,6 +38,9 @@ LOG = logging.getLogger("ritrag.serving")
 ARRAY_SHAPES = {"chunk_ids": ("i", 1), "chunk_kind": ("i", 1), "chunk_length": ("f", 1), "chunk_node": ("i", 1),
                 "chunk_node_id": ("S", 1), "terms": ("S", 1), "indptr": ("i", 1), "rows": ("i", 1),
                 "tf": ("u", 1), "vocab_terms": ("S", 1), "vocab_df": ("i", 2)}
+_NO_ARRAY = np.zeros(0, np.int8)  # what `links` reads of an array a file does not hold
+# The link arrays come in pairs of equal length (a file may predate either pair).
+_LINK_PAIRS = (OUT_LINK_ARRAYS, IN_LINK_ARRAYS, LINK_ARRAYS[2:])
 
 
 class MappedShard:
@@ -53,7 +57,8 @@ class MappedShard:
         indptr, rows = arrays["indptr"], arrays["rows"]
         fits = (all(len(arrays[n]) == n_chunks for n in ("chunk_kind", "chunk_length", "chunk_node", "chunk_node_id"))
                 and len(indptr) == n_terms + 1 and indptr[0] == 0 and indptr[-1] == len(rows) == len(arrays["tf"])
-                and arrays["vocab_df"].shape == (len(arrays["vocab_terms"]), len(KIND_FIELDS)))
+                and arrays["vocab_df"].shape == (len(arrays["vocab_terms"]), len(KIND_FIELDS))
+                and all(arrays.get(a, _NO_ARRAY).shape == arrays.get(b, _NO_ARRAY).shape for a, b in _LINK_PAIRS))
         if not fits:
             raise DamagedIndexError(f"{path}: its serving arrays do not fit together")
         self.arrays = arrays
@@ -61,20 +66,24 @@ class MappedShard:
         self._links: dict[str, np.ndarray] | None = None
         self._links_lock = threading.Lock()
 
-    def links(self, edges: LiveFile) -> dict[str, np.ndarray]:
-        """The link arrays of the segment shard's edges (ritrag.serving_form
-        LINK_ARRAYS) as the file holds them; a file written before they were
-        has them derived from `edges`, and one written before node keys has
-        its arrays made keys, once per process (its version's edges file of
-        this shard)."""
-        if all(name in self.arrays and self.arrays[name].dtype == np.uint64 for name in LINK_ARRAYS):
-            return self.arrays
+    def links(self, edges: LiveFile) -> tuple[dict[str, np.ndarray], bool]:
+        """(the shard's link arrays, whether its in-links are those of the
+        targets it owns): OUT_LINK_ARRAYS + IN_LINK_ARRAYS as the file holds
+        them (True), or, from a file written before the in-links were sharded
+        by target, LINK_ARRAYS (False): as it holds them, made keys once per
+        process from a file written before node keys, or derived from `edges`
+        (its version's edges file of this shard) where it has none."""
+        if all(self.arrays.get(name, _NO_ARRAY).dtype == np.uint64 for name in OUT_LINK_ARRAYS + IN_LINK_ARRAYS):
+            return self.arrays, True
+        if all(self.arrays.get(name, _NO_ARRAY).dtype == np.uint64 for name in LINK_ARRAYS):
+            return self.arrays, False
         with self._links_lock:
             if self._links is None:
                 self._links = (link_arrays(self.arrays["link_out_source"], self.arrays["link_out_target"])
                                if all(name in self.arrays for name in LINK_ARRAYS)
-                               else shard_link_arrays(edges.read(["source_node_id", "target_node_id"])))
-            return self._links
+                               else link_arrays(*(utf8_fixed_width(column) for column in edges.read(LINK_COLUMNS)
+                                                  .columns)))
+            return self._links, False
 
     def term_range(self, key: bytes) -> tuple[int, int]:
         """The entries of the postings of `key` (UTF-8 term), (0, 0) if none."""

@@ -15,7 +15,7 @@ from ritrag.evaluation.forest_report import forest_report, render_html, render_t
 from ritrag.reader import IndexReader
 from ritrag.serving.http import create_app
 from ritrag.serving.links import MAX_SEE_ALSO, LinkGraph, ShardLinks, see_also
-from ritrag.serving_form import shard_link_arrays
+from ritrag.serving_form import LINK_COLUMNS, link_arrays, shard_link_arrays, utf8_fixed_width
 from ritrag.ids import node_ids_of_keys, node_keys
 from ritrag.serving.outline import SEE_MARK, outline_ids, parse_outline, preorder
 from ritrag.serving.skeleton import NodeRows, Skeleton
@@ -66,13 +66,17 @@ def test_related_nodes_are_those_the_query_scored_best_first_then_by_in_links():
                         NodeRows.of(np.array(ids, dtype=bytes)))
     edges = pa.table({"source_node_id": ["n1", "n1", "n1", "n3", "n1", "n2"],
                       "target_node_id": ["n2", "n3", "n4", "n4", "n2", "n2"]})  # a repeated link, a link to itself
-    graph = LinkGraph([ShardLinks(shard_link_arrays(edges), frozenset())], skeleton)
-    assert graph.neighbours(1).tolist() == [2, 3, 4] and graph.neighbours(4).tolist() == [1, 3]
-    assert graph.in_degree(np.array([2, 3, 4, 0])).tolist() == [1, 1, 2, 0]
-    # n3's edges tombstoned by a later segment: its link to n4 is gone both ways
-    pruned = LinkGraph([ShardLinks(shard_link_arrays(edges), frozenset({"n3"}))], skeleton)
-    assert pruned.neighbours(4).tolist() == [1] and pruned.in_degree(np.array([4, 3])).tolist() == [1, 1]
-    assert pruned.neighbours(3).tolist() == [1]
+    ids_of = [utf8_fixed_width(edges[column]) for column in LINK_COLUMNS]
+    # one shard holding every link: as written now, and as a file written before the
+    # in-links were sharded by target holds them
+    for arrays, owns_targets in ((shard_link_arrays(edges, edges), True), (link_arrays(*ids_of), False)):
+        graph = LinkGraph([ShardLinks(arrays, frozenset(), owns_targets=owns_targets)], skeleton)
+        assert graph.neighbours(1).tolist() == [2, 3, 4] and graph.neighbours(4).tolist() == [1, 3]
+        assert graph.in_degree(np.array([2, 3, 4, 0])).tolist() == [1, 1, 2, 0]
+        # n3's edges tombstoned by a later segment: its link to n4 is gone both ways
+        pruned = LinkGraph([ShardLinks(arrays, frozenset({"n3"}), owns_targets=owns_targets)], skeleton)
+        assert pruned.neighbours(4).tolist() == [1] and pruned.in_degree(np.array([4, 3])).tolist() == [1, 1]
+        assert pruned.neighbours(3).tolist() == [1]
     shown = np.array([0, 1])
     assert see_also([1], shown, graph, skeleton, {}) == {}  # the query scored none of them
     assert see_also([1], shown, graph, skeleton, {2: 0.1, 3: 0.1, 0: 0.9}) == {1: [2, 3]}  # not the root, in the ToC
@@ -139,7 +143,7 @@ def test_inspect_reports_the_link_graph_per_site(sample_index, tmp_path):
 
 def test_a_serving_file_written_before_the_link_arrays_derives_them_from_its_edges(sample_index, tmp_path):
     from ritrag.serving.segments import MappedShard
-    from ritrag.serving_form import LINK_ARRAYS, map_arrays, write_arrays
+    from ritrag.serving_form import IN_LINK_ARRAYS, LINK_ARRAYS, OUT_LINK_ARRAYS, map_arrays, write_arrays
 
     class Edges:  # the shard's edges file, as a LiveFile reads it
         reads = 0
@@ -148,32 +152,37 @@ def test_a_serving_file_written_before_the_link_arrays_derives_them_from_its_edg
             Edges.reads += 1
             return pa.table({"source_node_id": ["n1", "n1"], "target_node_id": ["n2", "n0"]}).select(columns)
 
-    arrays = {name: np.array(a) for name, a in map_arrays(str(next(sample_index.rglob("serving-*.arrays")))).items() if name not in LINK_ARRAYS}
+    arrays = {name: np.array(a) for name, a in map_arrays(str(next(sample_index.rglob("serving-*.arrays")))).items()
+              if name not in LINK_ARRAYS + OUT_LINK_ARRAYS + IN_LINK_ARRAYS}
     write_arrays(str(tmp_path / "old.arrays"), arrays)
     shard = MappedShard(str(tmp_path / "old.arrays"))
-    links = shard.links(Edges())
+    links, owns_targets = shard.links(Edges())
     n0, n1, n2 = node_keys(np.array([b"n0", b"n1", b"n2"])).tolist()
     assert links["link_out_source"].tolist() == [n1, n1] and links["link_out_target"].tolist() == [n0, n2]
-    assert links["link_in_target"].tolist() == [n0, n2]
-    assert shard.links(Edges()) is links and Edges.reads == 1  # once per process
+    assert links["link_in_target"].tolist() == [n0, n2] and not owns_targets  # its own edges' in-links
+    assert shard.links(Edges())[0] is links and Edges.reads == 1  # once per process
 
 
 def test_a_serving_file_written_before_node_keys_has_its_link_arrays_made_keys(sample_index, tmp_path):
     """Link arrays of node ids as bytes (the serving form before keys) are
     turned into the keys of the same links, once per process."""
     from ritrag.serving.segments import MappedShard
-    from ritrag.serving_form import LINK_ARRAYS, map_arrays, write_arrays
+    from ritrag.serving_form import IN_LINK_ARRAYS, LINK_ARRAYS, map_arrays, write_arrays
 
     written = map_arrays(str(next(sample_index.rglob("serving-*.arrays"))))
-    ids = {int(k): i.encode("ascii") for k, i in zip(written["link_out_source"], node_ids_of_keys(written["link_out_source"]))}
-    ids.update({int(k): i.encode("ascii") for k, i in zip(written["link_out_target"],
-                                                        node_ids_of_keys(written["link_out_target"]))})
-    old = {name: np.array(a) for name, a in written.items()}
+    source, target = written["link_out_source"], written["link_out_target"]
+    by_target = np.lexsort((source, target))
+    # The link arrays of a file written before keys: its own edges' pairs, by source and by target.
+    keys = {"link_out_source": source, "link_out_target": target,
+            "link_in_target": target[by_target], "link_in_source": source[by_target]}
+    ids = {int(k): i.encode("ascii") for k, i in zip(source, node_ids_of_keys(source))}
+    ids.update({int(k): i.encode("ascii") for k, i in zip(target, node_ids_of_keys(target))})
+    old = {name: np.array(a) for name, a in written.items() if name not in IN_LINK_ARRAYS}
     for name in LINK_ARRAYS:  # as the writer made them before keys: the ids, sorted by their bytes
-        old[name] = np.array([ids[int(k)] for k in written[name]], dtype="S12")
+        old[name] = np.array([ids[int(k)] for k in keys[name]], dtype="S12")
     assert len(old["link_out_source"]) > 10
     write_arrays(str(tmp_path / "old.arrays"), old)
     shard = MappedShard(str(tmp_path / "old.arrays"))
-    links = shard.links(edges=None)
-    assert all(np.array_equal(links[name], written[name]) for name in LINK_ARRAYS)
-    assert shard.links(edges=None) is links
+    links, owns_targets = shard.links(edges=None)
+    assert all(np.array_equal(links[name], keys[name]) for name in LINK_ARRAYS) and not owns_targets
+    assert shard.links(edges=None)[0] is links

@@ -1,22 +1,29 @@
 """The link graph as the jobs write it (issue #30): the edges table and the anchor
 documents of a build; an update that moves, deletes and adds pages leaves the
-live edges and chunks a fresh build of its input writes; compaction keeps them."""
+live edges and chunks a fresh build of its input writes; compaction keeps them;
+each shard's serving file holds the links of the nodes it owns."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import apache_beam as beam
+import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from ritrag.ids import node_id_for
+from ritrag.ids import node_id_for, node_keys, shard_of
 from ritrag.layout import IndexLayout
 from ritrag.schema import EDGES_KIND
 from ritrag.pipelines import compact, update
 from ritrag.reader import IndexReader
 from ritrag.representation import ANCHOR_DOC_ORDINAL, Representation
 from ritrag.schema import NodePlacement
+from ritrag.serving.index import LoadedVersion
+from ritrag.serving.links import LinkGraph, ShardLinks
+from ritrag.serving_form import (IN_LINK_ARRAYS, LINK_COLUMNS, OUT_LINK_ARRAYS, SERVING_KIND, link_arrays, map_arrays,
+                                 utf8_fixed_width)
 from ritrag.transforms.delta import plan_page_update
 from ritrag.transforms.link_delta import TOMBSTONE, anchor_doc_delta, source_delta
 from ritrag.vectors import VectorStore
@@ -238,3 +245,55 @@ def test_an_edit_that_keeps_every_forest_reads_no_site_and_equals_a_fresh_build(
     assert any(s == url_id("api.html") and t == cli_flags for s, _, t, _ in live_edges(updated))
     docs = {c["node_id"]: c["text"] for c in live_table(updated, "chunks").values() if c["ordinal"] == ANCHOR_DOC_ORDINAL}
     assert docs[cli_flags] == "the CLI flags" and docs[url_id("moving.html")] == "the moving page"
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory) -> Path:
+    """SITE_V1 built in 3 shards, then updated to site_v2 (2 segments, tombstoned sources)."""
+    root = tmp_path_factory.mktemp("links_sharded")
+    index = root / "index"
+    build_index(write_site(root / "v1", SITE_V1), index, "--embedding_model", "hashing:384", "--num_shards", "3")
+    update.run(["--input", str(write_site(root / "v2", site_v2())), "--index", str(index)])
+    return index
+
+
+def test_a_nodes_links_are_in_the_one_shard_of_each_segment_that_owns_it(sharded):
+    """A serving file holds the out-links of the sources its shard owns and
+    the in-links of the targets it owns (from every edges shard of its
+    segment); served, they answer as the links of files written before the
+    in-links were sharded by target (each shard's own edges, searched in all)."""
+
+    def pairs(source: np.ndarray, target: np.ndarray) -> set[tuple[int, int]]:
+        return set(zip(source.tolist(), target.tolist()))
+
+    layout = IndexLayout(str(sharded))
+    linked = 0
+    for segment in layout.load_manifest().segments:
+        directory = Path(layout.segment_dir(segment["id"]))
+        edges = [pq.read_table(directory / f"{EDGES_KIND}-0000{s}-of-00003.parquet", columns=LINK_COLUMNS)
+                 for s in range(3)]
+        files = [map_arrays(str(directory / f"{SERVING_KIND}-0000{s}-of-00003.arrays")) for s in range(3)]
+        for shard, (own, arrays) in enumerate(zip(edges, files)):
+            source, target = own["source_node_id"].to_pylist(), own["target_node_id"].to_pylist()
+            assert pairs(*(arrays[name] for name in OUT_LINK_ARRAYS)) == {
+                (int(s), int(t)) for s, t in zip(node_keys(np.array(source, "S")), node_keys(np.array(target, "S")))
+                if s != t}
+            assert all(shard_of(s, 3) == shard for s in source)
+        every = [(s, t) for table in edges for s, t in zip(table["source_node_id"].to_pylist(),
+                                                          table["target_node_id"].to_pylist()) if s != t]
+        linked += len(every)
+        for shard, arrays in enumerate(files):
+            in_target, in_source = (arrays[name] for name in IN_LINK_ARRAYS)
+            assert np.all(np.diff(in_target.astype(np.float64)) >= 0)  # sorted by target
+            wanted = [(s, t) for s, t in every if shard_of(t, 3) == shard]
+            assert pairs(in_source, in_target) == pairs(node_keys(np.array([s for s, _ in wanted], "S")),
+                                                        node_keys(np.array([t for _, t in wanted], "S")))
+    assert linked > 10
+    served = LoadedVersion(str(sharded))
+    legacy = LinkGraph([ShardLinks(link_arrays(*(utf8_fixed_width(c) for c in f.read(LINK_COLUMNS).columns)),
+                                   f.dead, f, owns_targets=False) for f in served.reader.files(EDGES_KIND)],
+                       served.skeleton)
+    rows = np.arange(len(served.node_row))
+    got, want = served.links.neighbour_pairs(rows), legacy.neighbour_pairs(rows)
+    assert len(got[0]) > 10 and all(np.array_equal(a, b) for a, b in zip(got, want))
+    assert np.array_equal(served.links.in_degree(rows), legacy.in_degree(rows))

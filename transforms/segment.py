@@ -33,7 +33,11 @@ class WriteSegment(beam.PTransform):
         written = ({kind: parts[kind] for kind in TABLES}
                    | "WriteTables" >> WriteSegmentTables(segment_dir, num_shards))
         sparse_written = parts[SPARSE] | "WriteSparse" >> WriteSparseIndex(segment_dir, num_shards)
-        ((written["nodes"], written["chunks"], sparse_written)
+        # The serving form is made of the tables and postings written (each shard's
+        # files and every node file): it waits for them all.
+        tables_written = ((written["nodes"], written["chunks"], written["edges"], sparse_written)
+                          | "TablesWritten" >> beam.Flatten())
+        ({"edges": parts["edges"], "written": tables_written}
          | "WriteServingForm" >> WriteServingForm(segment_dir, num_shards))
         return ({VECTORS: parts[VECTORS], TRAINED: parts[TRAINED]}
                 | "WriteDense" >> WriteDenseIndex(segment_dir, num_shards))
