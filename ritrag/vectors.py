@@ -197,7 +197,7 @@ class VectorShard:
         """Row of each chunk id in this shard; -1 where the shard does not hold it."""
         if not len(self.ids):
             return np.full(len(chunk_ids), -1, np.int64)
-        pos = np.searchsorted(self.ids, chunk_ids).clip(0, len(self.ids) - 1)
+        pos = np.minimum(np.searchsorted(self.ids, chunk_ids), len(self.ids) - 1)
         return np.where(self.ids[pos] == chunk_ids, pos, -1)
 
     def read(self, rows: np.ndarray) -> np.ndarray:

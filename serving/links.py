@@ -194,7 +194,7 @@ def see_also(hits: Sequence[int], shown: np.ndarray, graph: LinkGraph, skeleton:
     scored, score_of = scored[order], np.fromiter(scores.values(), np.float64, len(scores))[order]
 
     def score(rows: np.ndarray) -> np.ndarray:
-        at = np.clip(np.searchsorted(scored, rows), 0, max(len(scored) - 1, 0))
+        at = np.minimum(np.searchsorted(scored, rows), max(len(scored) - 1, 0))
         return np.where(scored[at] == rows, score_of[at], 0.0) if len(scored) else np.zeros(len(rows))
 
     hits = np.asarray(hits, np.int64)

@@ -174,7 +174,12 @@ def with_node_docs(chunk_best: dict[int, float], doc_scores: dict[int, float], w
 
 
 def top_nodes(scores: dict[int, float], n: int) -> list[tuple[int, float]]:
-    return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+    """The `n` best (row, score) pairs, best first, ties by row."""
+    # One array sort: a Python sort keyed per item costs more at a query's few hundred nodes.
+    rows = np.fromiter(scores, np.int64, len(scores))
+    values = np.fromiter(scores.values(), np.float64, len(scores))
+    best = np.lexsort((rows, -values))[:n]
+    return list(zip(rows[best].tolist(), values[best].tolist()))
 
 
 def shown_rows(hit_rows: np.ndarray, skeleton: Skeleton) -> np.ndarray:

@@ -215,7 +215,7 @@ class VersionChunks:
                 ids = self.shards[i].arrays["chunk_ids"]
                 if not len(ids):
                     continue
-                pos = np.clip(np.searchsorted(ids, chunk_ids[asked]), 0, len(ids) - 1)
+                pos = np.minimum(np.searchsorted(ids, chunk_ids[asked]), len(ids) - 1)
                 rows = pos + self.starts[i]
                 hit = (ids[pos] == chunk_ids[asked]) & self.live[rows]
                 found[asked[hit]] = rows[hit]
@@ -268,7 +268,7 @@ class SegmentedPostings:
                 continue
             local = rows[first:last] - starts[i]
             postings = shard.arrays["rows"][lo:hi]
-            at = np.searchsorted(postings, local).clip(0, hi - lo - 1)
+            at = np.minimum(np.searchsorted(postings, local), hi - lo - 1)
             hit = postings[at] == local
             out[first:last][hit] = shard.arrays["tf"][lo:hi][at[hit]]
         return out

@@ -99,7 +99,7 @@ class NodeRows(Mapping):
         keys = ids if ids.dtype == np.uint64 else node_keys(ids)
         if not len(self._sorted):
             return np.full(len(keys), -1, np.int64)
-        pos = np.clip(np.searchsorted(self._sorted, keys), 0, len(self._sorted) - 1)
+        pos = np.minimum(np.searchsorted(self._sorted, keys), len(self._sorted) - 1)
         return np.where(self._sorted[pos] == keys, self._order[pos], -1)
 
     def __getitem__(self, node_id: str) -> int:
