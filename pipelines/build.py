@@ -187,7 +187,8 @@ def run(argv: list[str] | None = None) -> str:
         raise JobOptionsError(str(exc)) from None
     with prepare_job(options, opts.out, "build") as (layout, segment_id, segment_dir):
         started = time.time()
-        total_files = count_input_files(input_root_and_pattern(opts.input)[1])
+        root, pattern = input_root_and_pattern(opts.input)
+        total_files = count_input_files(pattern, index_inside_input(root, opts.out))
         LOG.info("building from %s (%d files) into %s", opts.input, total_files, segment_dir)
         result = run_pipeline(options, segment_dir,
                               lambda p: build_pipeline(p, options, segment_dir, config, total_files, metadata,

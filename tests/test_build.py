@@ -309,7 +309,8 @@ def dead_letters(index_dir) -> dict[str, str]:
 
 def hostile_input(tiny_site, tmp_path):
     """The tiny site plus a link to a file outside it, a link to a folder
-    outside it, and a FIFO (which blocks whoever opens it for reading)."""
+    outside it, a FIFO (which blocks whoever opens it for reading), and links
+    to nothing, inside and outside it (which Beam's listing drops)."""
     site = tmp_path / "site"
     shutil.copytree(tiny_site, site)
     outside = tmp_path / "outside"
@@ -318,6 +319,8 @@ def hostile_input(tiny_site, tmp_path):
     os.symlink(outside / "secret.html", site / "shop" / "leak.html")
     os.symlink(outside, site / "shop" / "linked")
     os.mkfifo(site / "shop" / "pipe.html")
+    os.symlink(site / "shop" / "moved.html", site / "shop" / "dangling.html")
+    os.symlink(outside / "gone.html", site / "shop" / "gone.html")
     return site
 
 
@@ -326,11 +329,13 @@ def test_links_outside_the_input_and_special_files_are_dead_letters_not_read(tin
     site = hostile_input(tiny_site, tmp_path)
     build_index(site, tmp_path / "idx", "--embedding_model", "hashing:384")
     letters = dead_letters(tmp_path / "idx")
-    assert letters["leak.html"] == "outside_input" and letters["pipe.html"] == "not_regular_file"
+    assert letters == {"leak.html": "outside_input", "pipe.html": "not_regular_file", "dangling.html": "unreadable",
+                       "gone.html": "outside_input"}
     assert not any("zanzibarpassword" in body for body in table(tmp_path / "idx", "nodes")["body"].to_pylist())
-    # explicitly allowed, the link is followed (the FIFO stays refused)
+    # explicitly allowed, the link is followed (the FIFO and the links to nothing stay refused)
     build_index(site, tmp_path / "allowed", "--embedding_model", "hashing:384", "--follow_links_outside_input")
-    assert dead_letters(tmp_path / "allowed") == {"pipe.html": "not_regular_file"}
+    assert dead_letters(tmp_path / "allowed") == {"pipe.html": "not_regular_file", "dangling.html": "unreadable",
+                                                  "gone.html": "unreadable"}
     toc = RitragIndex(str(tmp_path / "allowed")).get_toc("zanzibarpassword")
     assert any(n["title"] == "Secret" for t in toc["trees"] for n, _ in walk(t))
 

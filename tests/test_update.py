@@ -304,12 +304,17 @@ def test_an_update_dead_letters_links_outside_the_input_and_special_files(tiny_s
     (tmp_path / "secret.html").write_text("<html><title>Secret</title><p>zanzibarpassword</p></html>")
     os.symlink(tmp_path / "secret.html", snapshot / "shop" / "leak.html")
     os.mkfifo(snapshot / "shop" / "pipe.html")
+    # links to nothing (Beam's listing drops them): each a dead letter, for the reason a build gives
+    os.symlink(snapshot / "shop" / "moved.html", snapshot / "shop" / "dangling.html")
+    os.symlink(tmp_path / "gone.html", snapshot / "shop" / "gone.html")
     assert update.run(["--input", str(snapshot), "--index", index.root]) == "v000002"
     seg = index.load_manifest().segments[-1]
     letters = pq.read_table(os.path.join(index.segment_dir(seg["id"]), "dead_letters.parquet")).to_pylist()
     assert {os.path.basename(r["source"]): r["reason"] for r in letters} == {
-        "leak.html": "outside_input", "pipe.html": "not_regular_file"}
+        "leak.html": "outside_input", "pipe.html": "not_regular_file", "dangling.html": "unreadable",
+        "gone.html": "outside_input"}
     assert not any("zanzibarpassword" in r["body"] for r in live_table(Path(index.root), "nodes").values())
+    assert update.run(["--input", str(snapshot), "--index", index.root]) == "v000002"  # known: no change
 
 
 def test_names_from_users_and_from_files_stay_inside_the_index(tiny_hash_index, tmp_path, capsys):
@@ -558,6 +563,7 @@ def test_an_index_inside_its_input_folder_is_not_read_as_input(tiny_site, tmp_pa
     from ritrag import cli
     from ritrag.layout import DEAD_LETTERS_FILE
     from ritrag.pipelines import build
+    from ritrag.transforms.pages import count_input_files, index_inside_input
 
     site = tmp_path / "docs"
     shutil.copytree(tiny_site, site)
@@ -569,6 +575,10 @@ def test_an_index_inside_its_input_folder_is_not_read_as_input(tiny_site, tmp_pa
     dead = [source for path in IndexReader(str(index)).segment_files(DEAD_LETTERS_FILE)
             for source in pq.read_table(path, columns=["source"])["source"].to_pylist()]
     assert not [s for s in sources + dead if "/.index/" in s]
+    # nor counted for the build's ETA
+    pattern = f"{site}/**"
+    assert count_input_files(pattern, index_inside_input(str(site) + "/", str(index))) == len(
+        [f for f in site.rglob("*") if f.is_file() and ".index" not in f.parts])
     with pytest.raises(SystemExit) as exited:
         cli.main(["update", str(site), "--index", str(site)])
     assert exited.value.code == 2 and "the index's own folder" in capsys.readouterr().err

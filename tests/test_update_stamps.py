@@ -172,15 +172,18 @@ def test_the_diff_lists_a_folder_as_beams_match_files_does(tmp_path):
     (root / "new\nline.html").write_text("<p>three</p>")
     (root / "sp ace.md").write_text("# four")
     os.symlink(root / "a" / "page.html", root / "link.html")
-    os.symlink(tmp_path / "missing", root / "dangling.html")  # skipped by both: its stat fails
+    os.symlink(tmp_path / "missing", root / "dangling.html")  # Beam drops it (its stat fails); listed here
     os.symlink(root / "a", root / "folder-link")  # a link to a folder: not walked by either
     os.mkfifo(root / "fifo.html")
     os.utime(root / "sp ace.md", (1_000_000_000.5, 1_000_000_000.25))
+    dangling = os.lstat(root / "dangling.html")
     for pattern in (f"{root}/**", f"{root}/a/*", f"{root}/*.html", f"{root}/**.md"):
-        expected = sorted((m.path, m.size_in_bytes, m.last_updated_in_seconds)
-                          for m in FileSystems.match([pattern])[0].metadata_list)
+        expected = sorted([(m.path, m.size_in_bytes, m.last_updated_in_seconds)
+                           for m in FileSystems.match([pattern])[0].metadata_list]
+                          + [(str(root / "dangling.html"), dangling.st_size, dangling.st_mtime)]
+                          * (pattern in (f"{root}/**", f"{root}/*.html")))
         assert sorted(listed_files(pattern)) == expected, pattern
-    assert len(list(listed_files(f"{root}/**"))) == 6
+    assert len(list(listed_files(f"{root}/**"))) == 7
     assert list(listed_files(f"{tmp_path}/nowhere/**")) == []
 
 

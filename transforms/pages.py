@@ -33,11 +33,11 @@ import os
 import re
 import stat
 import time
-from typing import BinaryIO, Callable, Iterable
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.io import fileio
-from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystem import CompressionTypes, FileMetadata, FileSystem
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -545,7 +545,11 @@ class ReadInput(beam.PTransform):
         matched = pbegin | "MatchFiles" >> fileio.MatchFiles(self._pattern)
         if self._index_files:
             matched |= "NotTheIndex" >> beam.Filter(lambda m, index: not m.path.startswith(index), self._index_files)
-        return (matched
+        dangling = (pbegin
+                    | "Pattern" >> beam.Create([self._pattern])
+                    | "DanglingLinks" >> beam.FlatMap(dangling_links, self._index_files))
+        return ((matched, dangling)
+                | "Listed" >> beam.Flatten()
                 | "Reshuffle" >> beam.Reshuffle()  # files (a WARC file is many pages) spread over workers
                 | "ReadMatches" >> fileio.ReadMatches()
                 | "ReadWarcFiles" >> beam.FlatMap(warc_records_or_file, self._parser))
@@ -566,6 +570,48 @@ class ParsePages(beam.PTransform):
                                                                ).with_outputs(DEAD, COUNTS, main="pages"))
 
 
-def count_input_files(pattern: str) -> int:
-    """Files the job will read, for the ETA of progress lines."""
-    return sum(len(m.metadata_list) for m in FileSystems.match([pattern]))
+def count_input_files(pattern: str, index_files: str | None = None) -> int:
+    """Files the job will read, for the ETA of progress lines (the index's own
+    files left out, where it lies inside the input: `index_inside_input`)."""
+    return sum(1 for m in FileSystems.match([pattern])[0].metadata_list
+               if not (index_files and m.path.startswith(index_files)))
+
+
+def local_walk(pattern: str) -> tuple[str, Callable[[str], object]] | None:
+    """(the folder to walk, whether a path matches) of a local wildcard
+    pattern, as Beam's LocalFileSystem matches it; None for one file or an
+    object store's pattern (listed by FileSystems.match)."""
+    prefix = re.match(r"^[^[*?]*", pattern).group(0)
+    if is_remote(pattern) or prefix == pattern:
+        return None
+    return os.path.dirname(prefix), re.compile(
+        FileSystem.translate_pattern(pattern + "*" if pattern.endswith("/") else pattern)).match
+
+
+def dangling_links(pattern: str, index_files: str | None = None) -> Iterator[FileMetadata]:
+    """The symbolic links to nothing that a local `pattern` matches, as
+    metadata (size 0) a ReadableFile is made of. Beam's listing drops a file
+    it cannot stat: the build adds these to what it reads, so that each
+    becomes a dead letter (`PageParser.refusal`), not a page lost unseen. Only
+    the links are stat'ed (a folder entry says whether it is one)."""
+    walk = local_walk(pattern)
+    if walk is None:
+        if not is_remote(pattern) and os.path.islink(pattern) and not os.path.exists(pattern):
+            yield FileMetadata(pattern, 0, last_updated_in_seconds=0.0)
+        return
+    top, matches = walk
+    folders = [top]
+    while folders:
+        folder = folders.pop()
+        if index_files and os.path.join(folder, "").startswith(index_files):
+            continue  # the index's own folder: not input
+        try:
+            with os.scandir(folder) as entries:
+                found = list(entries)
+        except OSError:  # unreadable or gone: Beam's walk skips it too
+            continue
+        for entry in found:
+            if entry.is_dir(follow_symlinks=False):  # as os.walk: a link to a folder is not followed
+                folders.append(entry.path)
+            elif entry.is_symlink() and matches(entry.path) and not os.path.exists(entry.path):
+                yield FileMetadata(entry.path, 0, last_updated_in_seconds=0.0)
