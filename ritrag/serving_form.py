@@ -277,9 +277,12 @@ def write_shard_serving_form(segment_dir: str, shard: int, num_shards: int, node
 
 
 def target_shards(edges: pa.Table, num_shards: int) -> np.ndarray:
-    """The shard that owns each edge's target (ritrag.ids.shard_of)."""
-    return np.fromiter((shard_of(t, num_shards) for t in edges["target_node_id"].to_pylist()), np.int64,
-                       edges.num_rows)
+    """The shard that owns each edge's target (ritrag.ids.shard_of), hashed
+    once per distinct target."""
+    targets = edges["target_node_id"].combine_chunks()
+    distinct = pc.unique(targets)
+    owner = np.fromiter((shard_of(t, num_shards) for t in distinct.to_pylist()), np.int64, len(distinct))
+    return owner[pc.index_in(targets, value_set=distinct).to_numpy(zero_copy_only=False)]
 
 
 def write_serving_form(segment_dir: str, num_shards: int) -> None:

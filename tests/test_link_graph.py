@@ -4,6 +4,7 @@ live edges and chunks a fresh build of its input writes; compaction keeps them;
 each shard's serving file holds the links of the nodes it owns."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import apache_beam as beam
@@ -23,7 +24,7 @@ from ritrag.schema import NodePlacement
 from ritrag.serving.index import LoadedVersion
 from ritrag.serving.links import LinkGraph, ShardLinks
 from ritrag.serving_form import (IN_LINK_ARRAYS, LINK_COLUMNS, OUT_LINK_ARRAYS, SERVING_KIND, link_arrays, map_arrays,
-                                 utf8_fixed_width)
+                                 utf8_fixed_width, write_serving_form)
 from ritrag.transforms.delta import plan_page_update
 from ritrag.transforms.link_delta import TOMBSTONE, anchor_doc_delta, source_delta
 from ritrag.vectors import VectorStore
@@ -257,7 +258,7 @@ def sharded(tmp_path_factory) -> Path:
     return index
 
 
-def test_a_nodes_links_are_in_the_one_shard_of_each_segment_that_owns_it(sharded):
+def test_a_nodes_links_are_in_the_one_shard_of_each_segment_that_owns_it(sharded, tmp_path):
     """A serving file holds the out-links of the sources its shard owns and
     the in-links of the targets it owns (from every edges shard of its
     segment); served, they answer as the links of files written before the
@@ -289,6 +290,16 @@ def test_a_nodes_links_are_in_the_one_shard_of_each_segment_that_owns_it(sharded
             assert pairs(in_source, in_target) == pairs(node_keys(np.array([s for s, _ in wanted], "S")),
                                                         node_keys(np.array([t for _, t in wanted], "S")))
     assert linked > 10
+    # the serving form written in one process (write_serving_form) is the one the jobs write
+    for segment in layout.load_manifest().segments:
+        copy = tmp_path / segment["id"]
+        shutil.copytree(layout.segment_dir(segment["id"]), copy)
+        for written in copy.glob(f"{SERVING_KIND}-*"):
+            written.unlink()
+        write_serving_form(str(copy), 3)
+        for s in range(3):
+            name = f"{SERVING_KIND}-0000{s}-of-00003.arrays"
+            assert (copy / name).read_bytes() == (Path(layout.segment_dir(segment["id"])) / name).read_bytes()
     served = LoadedVersion(str(sharded))
     legacy = LinkGraph([ShardLinks(link_arrays(*(utf8_fixed_width(c) for c in f.read(LINK_COLUMNS).columns)),
                                    f.dead, f, owns_targets=False) for f in served.reader.files(EDGES_KIND)],
