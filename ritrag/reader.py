@@ -22,6 +22,8 @@ among all rows of its kind's files in manifest order, dead rows included
 """
 from __future__ import annotations
 
+import functools
+
 import os
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -61,6 +63,13 @@ def read_tombstones(path: str) -> dict[str, frozenset]:
     return {name: frozenset(v for v in table[name].to_pylist() if v is not None) for name in table.column_names}
 
 
+def _unpickled_live_file(kind: str, path: str, segment: str, shard: int, num_shards: int,
+                         tombstones: tuple[str, ...]) -> "LiveFile":
+    column = ID_COLUMNS.get(kind)
+    return LiveFile(kind, path, segment, shard, num_shards,
+                    later_tombstones(tombstones, column) if column else frozenset(), tombstones)
+
+
 def read_rows_by_id(path: str, id_column: str, ids: list, columns: list[str]) -> dict[Any, dict[str, Any]]:
     """Point reads: the rows of `ids` in one Parquet file sorted by
     `id_column` (row-group statistics prune what is not needed), by id."""
@@ -86,10 +95,21 @@ def live_row_type(kind: str, record: type | None = None) -> type:
     return record or TABLES[kind].record or dict
 
 
+@functools.lru_cache(maxsize=32)
+def later_tombstones(paths: tuple[str, ...], id_column: str) -> frozenset:
+    """The ids of `id_column` that the tombstones files at `paths` name, read
+    once per process for each set of files."""
+    return frozenset().union(*(read_tombstones(path).get(id_column, frozenset()) for path in paths))
+
+
 @dataclass(frozen=True)
 class LiveFile:
     """One shard file of a version, verified, with the ids of its kind that
-    later segments tombstoned (`dead`)."""
+    later segments tombstoned (`dead`) and those segments' tombstones files
+    (`tombstones`). A LiveFile pickles without its dead ids, which an update
+    of a large index counts in hundreds of thousands (its jobs' stages are
+    pickled again and again): where it is unpickled, they are read again
+    from `tombstones`, once per process."""
 
     kind: str
     path: str
@@ -97,6 +117,11 @@ class LiveFile:
     shard: int
     num_shards: int
     dead: frozenset
+    tombstones: tuple[str, ...] = ()
+
+    def __reduce__(self):
+        return _unpickled_live_file, (self.kind, self.path, self.segment, self.shard, self.num_shards,
+                                      self.tombstones)
 
     @property
     def id_column(self) -> str:
@@ -248,6 +273,7 @@ class IndexReader:
         self._verified: dict[tuple[str, str], str] = {}
         self._files: dict[str, list[LiveFile]] = {}
         self._positions: dict[str, RowPositions] = {}
+        self._later_tombstones: dict[str, tuple[str, ...]] = {}  # per segment: its later segments' tombstones files
         self.dead = self._dead_per_segment()
 
     def verified_path(self, segment: dict[str, Any], name: str) -> str:
@@ -269,15 +295,20 @@ class IndexReader:
                 self._verified[(segment["id"], name)] = path
 
     def _dead_per_segment(self) -> dict[str, dict[str, frozenset]]:
-        """Per segment, the ids (by id column) that any later segment tombstoned."""
+        """Per segment, the ids (by id column) that any later segment tombstoned
+        (and, in `_later_tombstones`, the files that name them)."""
         out: dict[str, dict[str, frozenset]] = {}
         later: dict[str, frozenset] = {}
+        paths: tuple[str, ...] = ()
         for segment in reversed(self.manifest.segments):
             out[segment["id"]] = later
+            self._later_tombstones[segment["id"]] = paths
             if TOMBSTONES_FILE in segment["files"]:
-                own = read_tombstones(self.verified_path(segment, TOMBSTONES_FILE))
+                path = self.verified_path(segment, TOMBSTONES_FILE)
+                own = read_tombstones(path)
                 later = {name: later.get(name, frozenset()) | own.get(name, frozenset())
                          for name in {*later, *own}}
+                paths = (path, *paths)
         return out
 
     def segment_files(self, name: str) -> list[str]:
@@ -292,7 +323,8 @@ class IndexReader:
                 dead = self.dead[seg["id"]].get(ID_COLUMNS.get(kind, ""), frozenset())
                 for name in self.layout.segment_files(seg, kind):
                     _, shard, num_shards = parse_shard_file_name(name)
-                    found.append(LiveFile(kind, self.verified_path(seg, name), seg["id"], shard, num_shards, dead))
+                    found.append(LiveFile(kind, self.verified_path(seg, name), seg["id"], shard, num_shards, dead,
+                                          self._later_tombstones[seg["id"]]))
             self._files[kind] = found
         return self._files[kind]
 

@@ -98,6 +98,23 @@ def test_point_reads_return_the_live_rows_and_skip_dead_ones(updated_and_fresh):
         i: nodes[i]["body"] for i in some}
 
 
+def test_a_live_file_pickles_without_its_dead_ids_and_reads_them_back(updated_and_fresh):
+    """The jobs' stages carry LiveFiles, and Beam pickles a stage again and
+    again: a file's dead ids (hundreds of thousands after an update that
+    re-placed a large site) travel as the tombstones files that name them."""
+    import pickle
+
+    updated, _ = updated_and_fresh
+    files = updated.files("nodes") + updated.files("chunks") + updated.files("dense")
+    tombstoned = [f for f in files if f.dead]
+    assert tombstoned and all(f.tombstones for f in tombstoned)
+    assert all(not f.tombstones for f in files if f.segment == updated.manifest.segments[-1]["id"])
+    for live_file in files:
+        pickled = pickle.dumps(live_file)
+        assert pickle.loads(pickled) == live_file
+        assert not any(i.encode() in pickled for i in list(live_file.dead)[:20] if isinstance(i, str))
+
+
 def test_positions_number_every_row_of_the_files_dead_ones_too(updated_and_fresh):
     updated, _ = updated_and_fresh
     positions = updated.positions("nodes")
