@@ -54,7 +54,15 @@ def live_mask(ids: pa.Array | pa.ChunkedArray, dead: frozenset) -> np.ndarray:
     """numpy bool mask: True for the `ids` that `dead` does not name."""
     if not dead:
         return np.ones(len(ids), bool)
-    return ~pc.is_in(ids, value_set=pa.array(sorted(dead), ids.type)).to_numpy(zero_copy_only=False)
+    return ~pc.is_in(ids, value_set=_value_set(dead, ids.type)).to_numpy(zero_copy_only=False)
+
+
+@functools.lru_cache(maxsize=8)
+def _value_set(dead: frozenset, value_type: pa.DataType) -> pa.Array:
+    # Made once per set: every file of a segment shares its dead ids (hundreds of
+    # thousands after an update that re-placed a large site), and a frozenset's
+    # hash is computed once.
+    return pa.array(sorted(dead), value_type)
 
 
 def read_tombstones(path: str) -> dict[str, frozenset]:
