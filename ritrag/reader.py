@@ -128,6 +128,8 @@ class LiveFile:
     tombstones: tuple[str, ...] = ()
 
     def __reduce__(self):
+        if self.dead and not self.tombstones:  # made with ids but no files that name them: the ids travel
+            return LiveFile, (self.kind, self.path, self.segment, self.shard, self.num_shards, self.dead)
         return _unpickled_live_file, (self.kind, self.path, self.segment, self.shard, self.num_shards,
                                       self.tombstones)
 

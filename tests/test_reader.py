@@ -102,6 +102,7 @@ def test_a_live_file_pickles_without_its_dead_ids_and_reads_them_back(updated_an
     """The jobs' stages carry LiveFiles, and Beam pickles a stage again and
     again: a file's dead ids (hundreds of thousands after an update that
     re-placed a large site) travel as the tombstones files that name them."""
+    import dataclasses
     import pickle
 
     updated, _ = updated_and_fresh
@@ -113,6 +114,9 @@ def test_a_live_file_pickles_without_its_dead_ids_and_reads_them_back(updated_an
         pickled = pickle.dumps(live_file)
         assert pickle.loads(pickled) == live_file
         assert not any(i.encode() in pickled for i in list(live_file.dead)[:20] if isinstance(i, str))
+    # one made with dead ids and no tombstones files keeps its ids
+    made = dataclasses.replace(tombstoned[0], tombstones=())
+    assert pickle.loads(pickle.dumps(made)).dead == tombstoned[0].dead
 
 
 def test_positions_number_every_row_of_the_files_dead_ones_too(updated_and_fresh):
