@@ -224,6 +224,11 @@ def _by_target(pairs: np.ndarray) -> np.ndarray:
     return pairs[np.argsort(pairs, order=("target", "source"), kind="stable")]
 
 
+def table_link_ids(edges: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(source, target) node ids of an edges table's LINK_COLUMNS, as bytes."""
+    return utf8_fixed_width(edges["source_node_id"]), utf8_fixed_width(edges["target_node_id"])
+
+
 def shard_link_arrays(out_links: pa.Table, in_links: pa.Table) -> dict[str, np.ndarray]:
     """The link arrays of one shard (module docstring) from the
     source_node_id and target_node_id columns of the edges whose source it
@@ -231,9 +236,7 @@ def shard_link_arrays(out_links: pa.Table, in_links: pa.Table) -> dict[str, np.n
     (`in_links`, from every edges shard of the segment): a server answers a
     node's links by binary search in them, so no version derives a link
     graph at load."""
-    out = _link_pairs(utf8_fixed_width(out_links["source_node_id"]), utf8_fixed_width(out_links["target_node_id"]))
-    into = _by_target(_link_pairs(utf8_fixed_width(in_links["source_node_id"]),
-                                  utf8_fixed_width(in_links["target_node_id"])))
+    out, into = _link_pairs(*table_link_ids(out_links)), _by_target(_link_pairs(*table_link_ids(in_links)))
     return {"link_out_source": out["source"], "link_out_target": out["target"],
             "in_link_target": into["target"], "in_link_source": into["source"]}
 

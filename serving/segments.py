@@ -29,7 +29,7 @@ from ritrag.ids import shard_of
 from ritrag.layout import DamagedIndexError, IndexLoadError
 from ritrag.reader import IndexReader, LiveFile
 from ritrag.serving_form import (IN_LINK_ARRAYS, LINK_ARRAYS, LINK_COLUMNS, OUT_LINK_ARRAYS, SERVING_KIND, link_arrays,
-                                 map_arrays, utf8_fixed_width)
+                                 map_arrays, table_link_ids)
 from ritrag.serving.skeleton import NodeRows
 
 LOG = logging.getLogger("ritrag.serving")
@@ -81,8 +81,7 @@ class MappedShard:
             if self._links is None:
                 self._links = (link_arrays(self.arrays["link_out_source"], self.arrays["link_out_target"])
                                if all(name in self.arrays for name in LINK_ARRAYS)
-                               else link_arrays(*(utf8_fixed_width(column) for column in edges.read(LINK_COLUMNS)
-                                                  .columns)))
+                               else link_arrays(*table_link_ids(edges.read(LINK_COLUMNS))))
             return self._links, False
 
     def term_range(self, key: bytes) -> tuple[int, int]:

@@ -15,7 +15,7 @@ from ritrag.evaluation.forest_report import forest_report, render_html, render_t
 from ritrag.reader import IndexReader
 from ritrag.serving.http import create_app
 from ritrag.serving.links import MAX_SEE_ALSO, LinkGraph, ShardLinks, see_also
-from ritrag.serving_form import LINK_COLUMNS, link_arrays, shard_link_arrays, utf8_fixed_width
+from ritrag.serving_form import link_arrays, shard_link_arrays, table_link_ids
 from ritrag.ids import node_ids_of_keys, node_keys
 from ritrag.serving.outline import SEE_MARK, outline_ids, parse_outline, preorder
 from ritrag.serving.skeleton import NodeRows, Skeleton
@@ -66,10 +66,9 @@ def test_related_nodes_are_those_the_query_scored_best_first_then_by_in_links():
                         NodeRows.of(np.array(ids, dtype=bytes)))
     edges = pa.table({"source_node_id": ["n1", "n1", "n1", "n3", "n1", "n2"],
                       "target_node_id": ["n2", "n3", "n4", "n4", "n2", "n2"]})  # a repeated link, a link to itself
-    ids_of = [utf8_fixed_width(edges[column]) for column in LINK_COLUMNS]
     # one shard holding every link: as written now, and as a file written before the
     # in-links were sharded by target holds them
-    for arrays, owns_targets in ((shard_link_arrays(edges, edges), True), (link_arrays(*ids_of), False)):
+    for arrays, owns_targets in ((shard_link_arrays(edges, edges), True), (link_arrays(*table_link_ids(edges)), False)):
         graph = LinkGraph([ShardLinks(arrays, frozenset(), owns_targets=owns_targets)], skeleton)
         assert graph.neighbours(1).tolist() == [2, 3, 4] and graph.neighbours(4).tolist() == [1, 3]
         assert graph.in_degree(np.array([2, 3, 4, 0])).tolist() == [1, 1, 2, 0]

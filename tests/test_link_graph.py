@@ -24,7 +24,7 @@ from ritrag.schema import NodePlacement
 from ritrag.serving.index import LoadedVersion
 from ritrag.serving.links import LinkGraph, ShardLinks
 from ritrag.serving_form import (IN_LINK_ARRAYS, LINK_COLUMNS, OUT_LINK_ARRAYS, SERVING_KIND, link_arrays, map_arrays,
-                                 utf8_fixed_width, write_serving_form)
+                                 table_link_ids, write_serving_form)
 from ritrag.transforms.delta import plan_page_update
 from ritrag.transforms.link_delta import TOMBSTONE, anchor_doc_delta, source_delta
 from ritrag.vectors import VectorStore
@@ -301,7 +301,7 @@ def test_a_nodes_links_are_in_the_one_shard_of_each_segment_that_owns_it(sharded
             name = f"{SERVING_KIND}-0000{s}-of-00003.arrays"
             assert (copy / name).read_bytes() == (Path(layout.segment_dir(segment["id"])) / name).read_bytes()
     served = LoadedVersion(str(sharded))
-    legacy = LinkGraph([ShardLinks(link_arrays(*(utf8_fixed_width(c) for c in f.read(LINK_COLUMNS).columns)),
+    legacy = LinkGraph([ShardLinks(link_arrays(*table_link_ids(f.read(LINK_COLUMNS))),
                                    f.dead, f, owns_targets=False) for f in served.reader.files(EDGES_KIND)],
                        served.skeleton)
     rows = np.arange(len(served.node_row))
