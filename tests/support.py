@@ -4,6 +4,8 @@ Imported by bare name (pytest.ini puts tests/ on the path; tests import the
 product only as `ritrag.*`)."""
 from __future__ import annotations
 
+import ast
+import gc
 import importlib.util
 import json
 import os
@@ -150,3 +152,18 @@ def chunk_row(**fields) -> ChunkRow:
     defaults = dict(chunk_id=1, node_id="n", page_id="n", ordinal=0, text="", text_hash="", n_tokens=0,
                     embedded_text="")
     return ChunkRow(**{**defaults, **fields})
+
+
+def parsed_source(source: str) -> ast.Module:
+    """`ast.parse` with the garbage collector held off. On CPython 3.11 a
+    finalizer that the collector runs in the middle of building the tree (such as
+    an object-store client's pending asyncio task that an earlier test left)
+    fails the parse with "SystemError: AST constructor recursion depth mismatch"
+    (python/cpython#106905). With the collector off, no finalizer runs inside it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return ast.parse(source)
+    finally:
+        if enabled:
+            gc.enable()

@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from ritrag.transforms.sources.kinds import KINDS
+from support import parsed_source
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = {"ritrag": "ritrag", "transforms": "ritrag.transforms", "pipelines": "ritrag.pipelines",
@@ -86,7 +87,7 @@ def imports(module: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
             else:
                 visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
 
-    visit(ast.parse(MODULES[module].read_text(encoding="utf-8")), False)
+    visit(parsed_source(MODULES[module].read_text(encoding="utf-8")), False)
     return top, local
 
 
@@ -184,7 +185,7 @@ def test_no_kind_parser_is_loaded_before_it_is_used(module):
 @pytest.mark.parametrize("module", sorted(PARSER_MODULES))
 def test_a_kind_names_a_parser_that_exists(module):
     function = PARSER_MODULES[module].parser.partition(":")[2]
-    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    tree = parsed_source(MODULES[module].read_text(encoding="utf-8"))
     assert function in {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
 
 
@@ -196,7 +197,7 @@ def test_a_kind_takes_the_html_parsers_pieces_from_common(module):
 
 
 def test_the_sources_extra_is_the_kinds_packages():
-    tree = ast.parse((REPO / "setup.py").read_text(encoding="utf-8"))
+    tree = parsed_source((REPO / "setup.py").read_text(encoding="utf-8"))
     extra = next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
                  and any(isinstance(t, ast.Name) and t.id == "SOURCES" for t in node.targets))
     assert sorted(extra) == sorted({package for kind in KINDS for package in kind.packages})

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from support import parsed_source
+
 REPO = Path(__file__).resolve().parent.parent
 FOLDERS = ("pipelines", "transforms", "serving", "evaluation", "cli")
 CODE = ("ritrag", *FOLDERS, "tests", "benchmarks")
@@ -19,7 +21,7 @@ def bare_names(source: str) -> list[tuple[int, str]]:
     """(line, what) for every import of a bare folder name and every
     `files("<folder>...")` / `import_module("<folder>...")` in `source`."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parsed_source(source)):
         if isinstance(node, ast.Import):
             found += [(node.lineno, f"import {a.name}") for a in node.names if a.name.split(".")[0] in FOLDERS]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
