@@ -158,11 +158,15 @@ class LiveFile:
             table = table.append_column(field, pa.array([value] * len(table), field.type))
         return table.select(columns) if columns is not None else table
 
-    def table(self, columns: list[str] | None = None) -> pa.Table:
-        """The live rows of a table file (its id column always among `columns`)."""
+    def table(self, columns: list[str] | None = None, rows: np.ndarray | None = None) -> pa.Table:
+        """The live rows of a table file (its id column always among
+        `columns`); with `rows`, only those of the file's rows (positions,
+        ascending), so that the dead ids are looked up for them alone."""
         if columns is not None and self.id_column not in columns:
             columns = [self.id_column, *columns]
         table = self.read(columns)
+        if rows is not None:
+            table = table.take(rows)
         return table.filter(self.live_mask(table[self.id_column]))
 
     def rows(self, record: type | None = None, where: Mapping[str, Collection] | None = None) -> Iterator[Any]:
@@ -174,17 +178,25 @@ class LiveFile:
         With `where` ({column: values}), only the rows whose every named column
         holds one of its values; "list.field" names a field of a list of structs,
         and a row matches when any of its elements' does. The filter is
-        vectorized, so a job that needs a few rows of a large table pays a
-        column scan, not a record per row."""
+        vectorized and comes first: the columns `where` names are read, and the
+        others only from a file where some row matches, so a job that needs a
+        few rows of a large table pays a scan of those columns, not a record
+        per row, and an empty set of values reads nothing."""
         names = TABLES[self.kind].schema.names
         record = live_row_type(self.kind, record)
         columns = names if record is dict else [name for name in record._fields if name in names]
-        table = self.table(columns)
-        if where:
-            keep = np.ones(len(table), bool)
+        if not where:
+            table = self.table(columns)
+        elif any(len(values) == 0 for values in where.values()):
+            return  # no row holds one of no values (an update that changed nothing asks so of every file)
+        else:
+            matching = self.read(list(dict.fromkeys(name.partition(".")[0] for name in where)))
+            keep = np.ones(len(matching), bool)
             for name, values in where.items():
-                keep &= _holds_one_of(table, name, values)
-            table = table.filter(keep)
+                keep &= _holds_one_of(matching, name, values)
+            if not keep.any():
+                return
+            table = self.table(columns, np.flatnonzero(keep))
         rows = table.select(columns).to_pylist()  # `table` holds the id column, asked for or not
         if record is dict:
             yield from rows

@@ -119,6 +119,30 @@ def test_a_live_file_pickles_without_its_dead_ids_and_reads_them_back(updated_an
     assert pickle.loads(pickle.dumps(made)).dead == tombstoned[0].dead
 
 
+def test_a_filtered_read_is_the_filter_of_the_live_rows(updated_and_fresh):
+    """`rows(where=...)` reads the filtered columns first and the rest only
+    from a file where some row matches: the same rows as filtering every
+    live row, dead ones never among them, and no read at all for no values."""
+    import dataclasses
+
+    updated, _ = updated_and_fresh
+    assert any(f.dead for f in updated.files("nodes"))
+    for live_file in updated.files("nodes"):
+        dead = live_file.dead
+        every = live_file.read(["node_id", "page_id"]).to_pylist()
+        dead_pages = {row["page_id"] for row in every if row["node_id"] in dead}
+        asked = dead_pages | {row["page_id"] for row in every[::2]} | {"no such page"}
+        expected = [row for row in live_file.rows() if row.page_id in asked]
+        assert [row for row in live_file.rows(where={"page_id": asked})] == expected
+        assert not {row.node_id for row in expected} & dead
+        assert list(live_file.rows(where={"page_id": {"no such page"}})) == []
+    # no values: no row can match, and no file is opened
+    gone = dataclasses.replace(updated.files("nodes")[0], path="/nonexistent/nodes.parquet")
+    assert list(gone.rows(where={"page_id": []})) == []
+    with pytest.raises(FileNotFoundError):
+        list(gone.rows(where={"page_id": ["a"]}))
+
+
 def test_positions_number_every_row_of_the_files_dead_ones_too(updated_and_fresh):
     updated, _ = updated_and_fresh
     positions = updated.positions("nodes")
