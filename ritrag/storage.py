@@ -99,8 +99,10 @@ def open_read(path: str) -> BinaryIO:
         return open(path, "rb")
     fs, inner = filesystem(path)
     # Each read fetches at most READ_AHEAD more than it asks (s3fs's default is
-    # 50 MiB, too much for a Parquet reader seeking from column to column).
-    return fs.open(inner, "rb", block_size=READ_AHEAD)
+    # 50 MiB, too much for a Parquet reader seeking from column to column). The
+    # cache is named: gcsfs's default ("adaptive", 2026.10) prefetches up to
+    # 128 MiB in background tasks, which also outlive a file left unclosed.
+    return fs.open(inner, "rb", block_size=READ_AHEAD, cache_type="readahead")
 
 
 def open_parquet(path: str):

@@ -21,7 +21,7 @@ from fleet_fixtures import object_store  # noqa: F401  (the fixture)
 import ritrag.lease
 from ritrag import cli
 from ritrag.layout import IndexLayout
-from ritrag.storage import exists, list_dirs, use_pipeline_options, write_atomic
+from ritrag.storage import READ_AHEAD, exists, list_dirs, open_read, use_pipeline_options, write_atomic
 from ritrag.lease import IndexLease, IndexLockedError
 from ritrag.pipelines import build, compact, update
 from ritrag.pipelines.launcher import job_options
@@ -100,6 +100,23 @@ def test_an_index_on_a_bucket_is_reached_with_the_options_given(object_store):
     with IndexLease(layout, "test") as lease:
         assert lease.holder()["token"] == lease.record["token"]
     assert lease.holder() is None
+
+
+@pytest.mark.parametrize("object_store", ["s3", "gcs"], indirect=True)
+def test_a_remote_file_is_read_through_a_bounded_read_ahead(object_store):
+    """A Parquet reader seeks from column to column: each read of a remote
+    file fetches what it asks and at most READ_AHEAD more, on every store,
+    through fsspec's read-ahead cache (gcsfs's own default prefetches up to
+    128 MiB in background tasks)."""
+    use_pipeline_options(PipelineOptions(object_store.flags))
+    data = bytes(range(256)) * (12 * READ_AHEAD // 256)
+    write_atomic(f"{object_store.url}/big", data)
+    with open_read(f"{object_store.url}/big") as remote:
+        for start in (0, 1024, 2048, 3072, 5 * READ_AHEAD):  # a sequential streak, then a seek
+            remote.seek(start)
+            assert remote.read(1024) == data[start:start + 1024]
+        assert remote.cache.name == "readahead" and remote.cache.blocksize == READ_AHEAD
+        assert remote.cache.total_requested_bytes <= 2 * (1024 + READ_AHEAD)  # the streak's one fetch, the seek's
 
 
 @pytest.mark.parametrize("object_store", ["s3"], indirect=True)
