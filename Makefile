@@ -12,7 +12,7 @@ TORCH_PIP_ARGS ?=
 PYTEST_ARGS ?=
 # The product is tested as users get it: the wheel, installed (not editable).
 WHEEL := dist/ritrag-0.1.0-py3-none-any.whl
-SOURCES := setup.py $(shell find ritrag pipelines transforms serving cli -name '*.py' -o -name '*.html')
+SOURCES := setup.py $(shell find ritrag pipelines transforms serving evaluation cli -name '*.py' -o -name '*.html')
 # The installed-product check: a fresh venv with only the wheel and a user's extras.
 USER_VENV ?= .venv-user
 USER_EXTRAS ?= pipeline,serving,crawl

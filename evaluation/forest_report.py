@@ -96,12 +96,20 @@ def forest_report(index_dir: str, version: str | None = None) -> dict:
         marked = sum(v for k, v in site["methods"].items() if k not in NO_MARKUP_METHODS + (SITE_ROOT_METHOD,))
         site["placed_by_markup"] = marked / placed if placed else 0.0
 
+    # Each update dead-letters again every input it cannot index (an image is
+    # listed and refused at every run): a source counts once, with the reasons
+    # of the newest segment that records it.
+    newest: dict[str, list[str]] = {}
+    for f in reader.segment_files(DEAD_LETTERS_FILE):
+        recorded: dict[str, list[str]] = defaultdict(list)
+        for row in open_parquet(f).read(columns=["source", "reason"]).to_pylist():
+            recorded[row["source"]].append(row["reason"])
+        newest.update(recorded)
     dead = Counter()
     dead_by_site: dict[str, Counter] = defaultdict(Counter)
-    for f in reader.segment_files(DEAD_LETTERS_FILE):
-        for row in open_parquet(f).read().to_pylist():
-            dead[row["reason"]] += 1
-            dead_by_site[_site_dir(row["source"])][row["reason"]] += 1
+    for source, reasons in newest.items():
+        dead.update(reasons)
+        dead_by_site[_site_dir(source)].update(reasons)
     for name, stats in link_statistics(reader, nodes).items():
         sites[name]["links"] = stats
     settings = manifest.settings

@@ -552,6 +552,17 @@ def test_an_update_that_changes_no_page_publishes_nothing(tiny_site, tiny_hash_i
     (snapshot / "shop" / "new.html").write_text(tiny_page("New notes", [("Shop Server", "shop/")],
                                                           [("Lamps", "Brass lamps light the reading room.")]))
     assert update.run(["--input", str(snapshot), "--index", index.root]) == "v000003"
+    # which records the image again: `ritrag inspect` counts it once
+    import pyarrow.parquet as pq
+
+    from ritrag.evaluation.forest_report import forest_report
+    from ritrag.layout import DEAD_LETTERS_FILE
+
+    recorded = [path for path in IndexReader(index.root).segment_files(DEAD_LETTERS_FILE)
+                if "logo.png" in str(pq.read_table(path, columns=["source"])["source"].to_pylist())]
+    report = forest_report(index.root)
+    assert len(recorded) == 2 and sum(report["dead_letters"].values()) == 1
+    assert sum(sum(reasons.values()) for reasons in report["dead_letters_by_source_dir"].values()) == 1
 
 
 def test_an_index_inside_its_input_folder_is_not_read_as_input(tiny_site, tmp_path, capsys):
