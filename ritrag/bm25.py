@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Protocol, Sequence
 
@@ -213,13 +213,16 @@ class Accumulator:
         self.scores = scores
         self._touched: list[np.ndarray] = []
 
-    def add(self, rows: np.ndarray, contribution: np.ndarray) -> None:
-        """Add `contribution` (> 0) at `rows`, each row at most once. The sum is
-        float32 + the contribution's dtype, stored as float32, term after term:
-        the arithmetic of the dense scorer, so rankings stay bit-identical."""
+    def add(self, rows: np.ndarray, contribution: np.ndarray) -> np.ndarray:
+        """Add `contribution` (> 0) at `rows`, each row at most once; return the
+        rows it touched first. The sum is float32 + the contribution's dtype,
+        stored as float32, term after term: the arithmetic of the dense scorer,
+        so rankings stay bit-identical."""
         current = self.scores[rows]
-        self._touched.append(rows[current == 0])  # contributions are > 0: zero means not yet touched
+        first = rows[current == 0]  # contributions are > 0: zero means not yet touched
+        self._touched.append(first)
         self.scores[rows] = current + contribution
+        return first
 
     def peek(self) -> Scores:
         """(rows touched, in no particular order; their float32 sums so far)."""
@@ -238,6 +241,65 @@ class Accumulator:
         for rows in self._touched:
             self.scores[rows] = 0
         self._touched = []
+
+
+@dataclass(frozen=True)
+class NodeAdditions:
+    """What node fields add to the body chunks of their nodes: per field, in
+    the order they are added, (node rows, weight x the node's score > 0), each
+    node at most once. `chunk_node`: each chunk row's node row; `node_chunks`:
+    (indptr over node rows, body chunk rows), each node's chunks."""
+
+    fields: Sequence[Scores]
+    chunk_node: np.ndarray
+    node_chunks: tuple[np.ndarray, np.ndarray]
+
+
+class _NodeBonus:
+    """One query's NodeAdditions laid out per node, in lent arrays: each
+    field's value and their float32 sum in field order (`total`: what a chunk
+    of the node scores without a body term), so that a chunk's addition is a
+    gather by its node and no node's value is spread over all its chunks."""
+
+    def __init__(self, additions: NodeAdditions, fields: list[Accumulator], total: Accumulator):
+        self.chunk_node = additions.chunk_node
+        self.indptr, self.node_rows = additions.node_chunks
+        self.fields = fields
+        for array, (nodes, values) in zip(fields, additions.fields):
+            array.add(nodes, values)
+            total.add(nodes, values)
+        self.total = total
+
+    def seeds(self, k: int) -> tuple[np.ndarray, float]:
+        """(the chunk rows of the nodes whose totals are the k largest, ties
+        included; the largest total of any other node, 0 if none). Each such
+        node has a chunk, so they hold at least k chunks, each scoring at least
+        its node's total: no chunk of another node scores more than the
+        second number unless a body term adds to it."""
+        nodes, totals = self.total.peek()
+        counts = self.indptr[nodes + 1] - self.indptr[nodes]
+        with_chunks = counts > 0
+        nodes, totals, counts = nodes[with_chunks], totals[with_chunks], counts[with_chunks]
+        rest = 0.0
+        if len(nodes) > k:
+            seed = totals >= np.partition(totals, len(totals) - k)[len(totals) - k]
+            if not seed.all():
+                rest = float(totals[~seed].max())
+            nodes, counts = nodes[seed], counts[seed]
+        starts = np.repeat(self.indptr[nodes] - np.cumsum(counts) + counts, counts)
+        return self.node_rows[starts + np.arange(counts.sum())].astype(np.int64), rest
+
+    def total_at(self, rows: np.ndarray) -> np.ndarray:
+        """Each chunk row's node total (0 where its node has none)."""
+        return self.total.scores[self.chunk_node[rows]]
+
+    def add_fields(self, accumulator: Accumulator, rows: np.ndarray) -> None:
+        """Add each field's value of their node to `rows` (each at most once), field after field."""
+        nodes = self.chunk_node[rows]
+        for field in self.fields:
+            values = field.scores[nodes]
+            has = values > 0
+            accumulator.add(rows[has], values[has])
 
 
 class _ReadOnce:
@@ -266,6 +328,9 @@ class Bm25:
         self.postings, self.fields, self.k1, self.b = postings, dict(fields), k1, b
         self.norm = row_norms(postings.chunk_length, list(self.fields.values()), k1, b) if norm is None else norm
         self.accumulators = ScoreAccumulators(len(self.norm))
+        # per number of node rows: arrays of a value per node, lent to a query's additions
+        self._node_accumulators: dict[int, ScoreAccumulators] = {}
+        self._node_accumulators_lock = threading.Lock()
         self.prune_min_postings = PRUNE_MIN_POSTINGS
 
     def scores(self, terms: Sequence[str], field: str = "all") -> Scores:
@@ -292,81 +357,111 @@ class Bm25:
         return weighted
 
     def top_k(self, terms: Sequence[str], field: str, k: int, row_ids: np.ndarray | None = None,
-              additions: Sequence[Scores] = ()) -> Scores:
-        """`top_k` of the rows' BM25 in `field` plus `additions` ((rows, float32
-        values > 0) each, each row at most once per addition, added after the
-        terms in their order), bit for bit, without adding every posting of
-        every term: MaxScore (Turtle and Flood 1995) in term-at-a-time form.
+              additions: NodeAdditions | None = None) -> Scores:
+        """`top_k` of the rows' BM25 in `field` plus `additions` (each row's
+        node's value of each node field, added after the terms in their order,
+        field after field), bit for bit, without adding every posting of every
+        term: MaxScore (Turtle and Flood 1995) in term-at-a-time form.
 
         A term adds at most qtf x idf x (k1 + 1) to any row (tf / (tf + norm) < 1).
         Terms are added in the order of that bound, largest first, to partial
-        sums that start from the additions; once the bounds of the terms left
-        sum below the k-th best partial sum, no row they alone hold can reach
-        the top k, so only the rows whose partial sum plus that bound reaches
-        it stay candidates, and the terms left are looked up at those rows by
-        binary search in their postings instead of read whole. The candidates'
-        exact sums are then added again in query order, so the scores are those
-        of adding every posting. A query whose terms hold fewer than
-        `prune_min_postings` postings adds them all (PRUNE_MIN_POSTINGS says why)."""
+        sums; once the bounds of the terms left sum below the k-th best partial
+        sum, no row they alone hold can reach the top k, so only the rows whose
+        partial sum plus that bound reaches it stay candidates, and the terms
+        left are looked up at those rows by binary search in their postings
+        instead of read whole. The candidates' exact sums are then added again
+        in query order, so the scores are those of adding every posting. A
+        query whose terms hold fewer than `prune_min_postings` postings adds
+        them all (PRUNE_MIN_POSTINGS says why).
+
+        The additions stay per node (a common word in a site's node documents
+        matches every node of the site): the partial sums start from the
+        chunks of the nodes with the k largest additions (`_NodeBonus.seeds`),
+        a chunk a term reaches gets its node's addition then, and no other
+        chunk can outscore those seeds."""
         with self.accumulators.lend() as partial, self.accumulators.lend() as exact:
             return self._top_k(partial, exact, terms, field, k, row_ids, additions)
 
+    @contextmanager
+    def _node_bonus(self, additions: NodeAdditions | None) -> Iterator["_NodeBonus | None"]:
+        """`additions` laid out per node in arrays lent for the query (None: nothing to add)."""
+        if additions is None or not any(len(nodes) for nodes, _ in additions.fields):
+            yield None
+            return
+        nodes = len(additions.node_chunks[0]) - 1
+        with self._node_accumulators_lock:
+            pool = self._node_accumulators.get(nodes) or self._node_accumulators.setdefault(
+                nodes, ScoreAccumulators(nodes))
+        with ExitStack() as lent:
+            fields = [lent.enter_context(pool.lend()) for _ in additions.fields]
+            yield _NodeBonus(additions, fields, lent.enter_context(pool.lend()))
+
     def _top_k(self, partial: Accumulator, exact: Accumulator, terms: Sequence[str], field: str, k: int,
-               row_ids: np.ndarray | None, additions: Sequence[Scores], postings: TermPostings | None = None
+               row_ids: np.ndarray | None, additions: NodeAdditions | None, postings: TermPostings | None = None
                ) -> Scores:
         f = self.fields[field]
         query = self._weighted(terms, f)
-        if sum(df for *_, df in query) < self.prune_min_postings:
-            for term in query:
-                partial.add(*self._term(term, f, postings))
-            for rows, values in additions:
-                partial.add(rows, values)
-            return top_k(partial.take(), k, row_ids)
-        bounds = [weight * (self.k1 + 1.0) for _, weight, _ in query]
-        for rows, values in additions:
-            partial.add(rows, values)
-        # no partial sum exceeds the bounds of the terms added plus the largest addition
-        reachable = sum(float(values.max()) for _, values in additions if len(values))
-        left, threshold, read, passes = sum(bounds), 0.0, {}, 0
-        for i in sorted(range(len(query)), key=lambda i: -bounds[i]):
-            if left < threshold * (1 - BOUND_SLACK):
-                break
-            rows, contribution = self._term(query[i], f, postings)
-            partial.add(rows, contribution)
-            read[i] = rows, contribution
-            left -= bounds[i]
-            reachable += bounds[i]
-            # The k-th best partial sum costs a pass over every row touched: taken
-            # only where it could stop the loop (no partial sum exceeds `reachable`),
-            # and at most `THRESHOLD_PASSES` times (a stale threshold only prunes less).
-            if left < reachable and passes < THRESHOLD_PASSES:
-                _, sums = partial.peek()
-                if len(sums) >= k:
-                    threshold = float(np.partition(sums, len(sums) - k)[len(sums) - k])
-                    passes += 1
-        touched, sums = partial.peek()
-        # Only the rows whose partial sum plus the bounds left reach the threshold
-        # can be in the top k; their exact sums are added again in query order.
-        # `partial` keeps them (and only them) non-zero as the candidates' mask.
-        partial.scores[touched[sums + left < threshold * (1 - BOUND_SLACK)]] = 0
-        candidates = None
-        for i, (term, weight, _) in enumerate(query):
-            if i in read:
-                rows, contribution = read[i]
-                kept = partial.scores[rows] > 0
-                exact.add(rows[kept], contribution[kept])
-            else:
-                if candidates is None:
-                    candidates = np.sort(touched[partial.scores[touched] > 0])
-                tf = (postings or self.postings).tf_at(term, candidates)
-                hit = np.flatnonzero(tf)
-                tf = tf[hit]
-                exact.add(candidates[hit], weight * tf * (self.k1 + 1.0) / (tf + self.norm[candidates[hit]]))
-        for rows, values in additions:
-            kept = partial.scores[rows] > 0
-            exact.add(rows[kept], values[kept])
-        partial.clear()
-        return top_k(exact.take(), k, row_ids)
+        with self._node_bonus(additions) as bonus:
+            if sum(df for *_, df in query) < self.prune_min_postings:
+                for term in query:
+                    partial.add(*self._term(term, f, postings))
+                if bonus is not None:
+                    seeds, _ = bonus.seeds(k)
+                    touched, _ = partial.peek()
+                    bonus.add_fields(partial, np.concatenate([touched, seeds[partial.scores[seeds] == 0]]))
+                return top_k(partial.take(), k, row_ids)
+            bounds = [weight * (self.k1 + 1.0) for _, weight, _ in query]
+            # Partial sums hold the additions of the seeds and of every row a term reaches;
+            # no other row's addition exceeds `rest`.
+            rest, reachable = 0.0, 0.0
+            if bonus is not None:
+                seeds, rest = bonus.seeds(k)
+                partial.add(seeds, bonus.total_at(seeds))
+                reachable = float(bonus.total.peek()[1].max())
+            left, threshold, read, passes = sum(bounds), 0.0, {}, 0
+            for i in sorted(range(len(query)), key=lambda i: -bounds[i]):
+                if left + rest < threshold * (1 - BOUND_SLACK):
+                    break
+                rows, contribution = self._term(query[i], f, postings)
+                first = partial.add(rows, contribution)
+                if bonus is not None:
+                    partial.scores[first] += bonus.total_at(first)
+                read[i] = rows, contribution
+                left -= bounds[i]
+                reachable += bounds[i]
+                # The k-th best partial sum costs a pass over every row touched: taken
+                # only where it could stop the loop (no partial sum exceeds `reachable`),
+                # and at most `THRESHOLD_PASSES` times (a stale threshold only prunes less).
+                if left + rest < reachable and passes < THRESHOLD_PASSES:
+                    _, sums = partial.peek()
+                    if len(sums) >= k:
+                        threshold = float(np.partition(sums, len(sums) - k)[len(sums) - k])
+                        passes += 1
+            touched, sums = partial.peek()
+            # Only the rows whose partial sum plus the bounds left reach the threshold
+            # can be in the top k; their exact sums are added again in query order.
+            # `partial` keeps them (and only them) non-zero as the candidates' mask.
+            # A row no term read scores at most `rest` + `left`: below the threshold
+            # once the loop stopped early, below the seeds when every term was read.
+            partial.scores[touched[sums + left < threshold * (1 - BOUND_SLACK)]] = 0
+            candidates = touched[partial.scores[touched] > 0]
+            in_order = False
+            for i, (term, weight, _) in enumerate(query):
+                if i in read:
+                    rows, contribution = read[i]
+                    kept = partial.scores[rows] > 0
+                    exact.add(rows[kept], contribution[kept])
+                else:
+                    if not in_order:  # a binary search in the postings wants them in order
+                        candidates, in_order = np.sort(candidates), True
+                    tf = (postings or self.postings).tf_at(term, candidates)
+                    hit = np.flatnonzero(tf)
+                    tf = tf[hit]
+                    exact.add(candidates[hit], weight * tf * (self.k1 + 1.0) / (tf + self.norm[candidates[hit]]))
+            if bonus is not None:
+                bonus.add_fields(exact, candidates)
+            partial.clear()
+            return top_k(exact.take(), k, row_ids)
 
     def _term(self, term: tuple[str, float, int], f: Field, postings: TermPostings | None = None
               ) -> tuple[np.ndarray, np.ndarray]:
@@ -388,9 +483,8 @@ class Bm25:
         "anchors") in `weights` that the index has, in that order; a field of
         weight 0 is not scored at all. `node_chunks`: (indptr over node rows,
         body chunk rows) of each node; a node has at most one row of each node
-        field, so a chunk gets at most one addition per field. The node
-        fields are scored whole (their rows are one per node); the bodies
-        through `top_k`."""
+        field. The node fields are scored whole (their rows are one per node);
+        the bodies through `top_k`, with the node fields as its additions."""
         # A term's postings hold every kind of row: read once for the node fields and the bodies.
         postings = _ReadOnce(self.postings)
         with self.accumulators.lend() as accumulator:
@@ -399,14 +493,10 @@ class Bm25:
                 if name in self.fields and weight > 0:
                     self._add_field(accumulator, terms, name, postings)
                     own[name] = accumulator.take()
-            indptr, node_rows = node_chunks
-            additions = []
+            fields = []
             for name, (field_rows, values) in own.items():
                 matched = values > 0
-                nodes = chunk_node[field_rows[matched]]
-                counts = indptr[nodes + 1] - indptr[nodes]
-                starts = np.repeat(indptr[nodes] - np.cumsum(counts) + counts, counts)
-                additions.append((node_rows[starts + np.arange(counts.sum())].astype(np.int64),
-                                  weights[name] * np.repeat(values[matched], counts)))
+                fields.append((chunk_node[field_rows[matched]], weights[name] * values[matched]))
+            additions = NodeAdditions(fields, chunk_node, node_chunks)
             with self.accumulators.lend() as exact:
                 return self._top_k(accumulator, exact, terms, "body", k, row_ids, additions, postings), own

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from ritrag.analyzer import analyze
-from ritrag.bm25 import (ANCHORS, BM25_PARAMETERS, BODY, DOC, PRUNE_MIN_POSTINGS, Bm25, Field, ScoreAccumulators,
-                         corpus_stats, top_k)
+from ritrag.bm25 import (ANCHORS, BM25_PARAMETERS, BODY, DOC, PRUNE_MIN_POSTINGS, Bm25, Field, NodeAdditions,
+                         ScoreAccumulators, corpus_stats, top_k)
 from ritrag.representation import LEGACY
 from support import benchmark_module
 
@@ -357,16 +357,29 @@ def test_the_pruned_top_k_equals_the_exhaustive_one_with_ties_and_additions(seed
     bm25 = one_field(docs)
     bm25.prune_min_postings = 0  # prune however few the postings
     ids = rng.permutation(len(docs))
+    # Rows grouped into nodes (the last 30 nodes hold none), two node fields added per node.
+    chunk_node = rng.integers(0, 120, len(docs))
+    order = np.argsort(chunk_node, kind="stable")
+    node_chunks = (np.searchsorted(chunk_node[order], np.arange(151)), order)
     for _ in range(25):
         terms = list(rng.choice(words, int(rng.integers(1, 6))))
-        extra_rows = rng.choice(len(docs), 60, replace=False)
-        additions = [(extra_rows, rng.choice([0.5, 1.0, 2.0], 60).astype(np.float32))]
+        fields = []
+        for _field in range(2):
+            nodes = rng.choice(150, int(rng.integers(1, 60)), replace=False)
+            fields.append((nodes, rng.choice([0.5, 1.0, 2.0, 0.3], len(nodes)).astype(np.float32)))
+        additions = NodeAdditions(fields, chunk_node, node_chunks)
         want = dense(bm25.scores(terms), len(docs))
         with_additions = want.copy()
-        with_additions[extra_rows] = with_additions[extra_rows] + additions[0][1]
+        for nodes, values in fields:
+            of_node = np.zeros(150, np.float32)
+            of_node[nodes] = values
+            with_additions = with_additions + of_node[chunk_node]
         for k in (1, 3, 10, 50, 1000):
             assert_identical(bm25.top_k(terms, "all", k, ids), old_top_k(want, k, ids))
             assert_identical(bm25.top_k(terms, "all", k, ids, additions), old_top_k(with_additions, k, ids))
+            bm25.prune_min_postings = PRUNE_MIN_POSTINGS  # and adding every posting
+            assert_identical(bm25.top_k(terms, "all", k, ids, additions), old_top_k(with_additions, k, ids))
+            bm25.prune_min_postings = 0
 
 
 def test_a_common_term_is_looked_up_at_the_candidates_not_read_whole():
