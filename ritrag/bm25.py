@@ -19,7 +19,8 @@ length norm k1 * (1 - b + b * |d| / avgdl). What each side does:
   added into a lent per-row score array (`ScoreAccumulators`), so its cost
   follows the postings it touches, not the corpus; GetToC asks only for the
   top k' (`Bm25.top_k`, `chunk_top_k`), which skips, where the query's
-  postings are many, the postings that cannot change it (MaxScore).
+  postings are many, the postings that cannot change it (MaxScore), and
+  adds the node fields' scores to chunks per node (`NodeAdditions`).
 
 Fields. An index of chunk bodies only has one field, every chunk, scored with
 the recorded statistics (vocabulary df, bm25.json N and mean length). An index
