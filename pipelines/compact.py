@@ -68,6 +68,7 @@ def run(argv: list[str] | None = None) -> str:
     opts = required(options, IndexOptions, "index")
     with prepare_job(options, opts.index, "compact") as (layout, segment_id, segment_dir):
         live = IndexReader(layout)
+        live.share_dead_ids()  # with the stages that carry its files
         started = time.time()
         LOG.info("compacting %s (%d segments) into %s", live.manifest.version, len(live.manifest.segments),
                  segment_dir)

@@ -282,6 +282,7 @@ def run(argv: list[str] | None = None) -> str:
         raise JobOptionsError(str(exc)) from None
     with prepare_job(options, opts.index, "update") as (layout, segment_id, segment_dir):
         live = IndexReader(layout)
+        live.share_dead_ids()  # with the stages that carry its files
         started = time.time()
         # No count of the input files here: listing them is the diff's work, once
         # (a second listing cost a stat per file); the manifest records pages_read.

@@ -3,6 +3,7 @@ segment tombstoned its id), point reads by id and by position, and the
 errors a missing or damaged file raises."""
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -141,6 +142,25 @@ def test_a_filtered_read_is_the_filter_of_the_live_rows(updated_and_fresh):
     assert list(gone.rows(where={"page_id": []})) == []
     with pytest.raises(FileNotFoundError):
         list(gone.rows(where={"page_id": ["a"]}))
+
+
+def test_a_job_shares_its_readers_dead_ids_with_the_files_it_unpickles(updated_and_fresh, tmp_path):
+    """The direct runner unpickles a job's stages in the job's own process:
+    their LiveFiles take the dead ids the job's reader read, and do not read
+    the tombstones files again (here moved away, so a read would fail)."""
+    import pickle
+
+    updated, _ = updated_and_fresh
+    copy = tmp_path / "index"
+    shutil.copytree(updated.layout.root, copy)
+    reader = IndexReader(str(copy))
+    tombstoned = [f for f in reader.files("nodes") + reader.files("chunks") if f.dead]
+    assert tombstoned
+    pickled = [pickle.dumps(f) for f in tombstoned]
+    reader.share_dead_ids()
+    for path in {path for f in tombstoned for path in f.tombstones}:
+        os.rename(path, path + ".moved")
+    assert [pickle.loads(p).dead for p in pickled] == [f.dead for f in tombstoned]
 
 
 def test_positions_number_every_row_of_the_files_dead_ones_too(updated_and_fresh):
