@@ -391,8 +391,9 @@ class Bm25:
             return
         nodes = len(additions.node_chunks[0]) - 1
         with self._node_accumulators_lock:
-            pool = self._node_accumulators.get(nodes) or self._node_accumulators.setdefault(
-                nodes, ScoreAccumulators(nodes))
+            if nodes not in self._node_accumulators:
+                self._node_accumulators[nodes] = ScoreAccumulators(nodes)
+            pool = self._node_accumulators[nodes]
         with ExitStack() as lent:
             fields = [lent.enter_context(pool.lend()) for _ in additions.fields]
             yield _NodeBonus(additions, fields, lent.enter_context(pool.lend()))
