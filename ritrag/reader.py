@@ -105,7 +105,7 @@ def live_row_type(kind: str, record: type | None = None) -> type:
 
 # (tombstones files, id column) -> the ids they name: what a process read, or
 # what its job's reader shared (`IndexReader.share_dead_ids`: 4 id columns per
-# segment), the newest first to stay.
+# segment); the 128 newest are kept.
 _LATER_TOMBSTONES: dict[tuple[tuple[str, ...], str], frozenset] = {}
 _LATER_TOMBSTONES_KEPT = 128
 
@@ -354,7 +354,7 @@ class IndexReader:
         """Give the LiveFiles this process unpickles the dead ids this reader
         read, so that they do not read the tombstones files again: a job's
         stages, which the direct runner unpickles in the job's own process
-        (310k node ids at 400k pages cost 3 s to read again). Not for a server,
+        (886,939 dead ids of 7 segments at 400k pages took 4.6 s to read again). Not for a server,
         which would keep the dead ids of versions it no longer serves."""
         for segment in self.manifest.segments:
             paths = self._later_tombstones[segment["id"]]
