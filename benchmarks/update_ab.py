@@ -7,7 +7,8 @@ BASE_INDEX is an index built from INPUT (e.g. `ritrag synth --pages 100000` then
 to pick up (edit a page first). DIR holds the baseline's ritrag (`pip install
 --no-deps --target DIR WHEEL` of an older commit), put first on PYTHONPATH; the
 current code is the ritrag this Python imports. Each run updates a fresh
-`cp -a` copy of BASE_INDEX (so every run starts from the same version), the two
+copy of BASE_INDEX, its segment files hard-linked (so every run starts from
+the same version), the two
 codes alternating which goes first in a round; prints each run's wall seconds,
 load average and the files trusted by their stamp, then the medians and their
 ratio.
@@ -28,7 +29,11 @@ import time
 def one_update(base: str, pages: str, copy: str, env: dict[str, str]) -> tuple[float, dict]:
     """Wall seconds of `ritrag update pages` on a fresh copy of `base`, and its page counts."""
     shutil.rmtree(copy, ignore_errors=True)
-    subprocess.run(["cp", "-a", base, copy], check=True)
+    # Segment files hard-linked (a job never writes into a published one: it
+    # adds a segment and replaces CURRENT), the rest copied: seconds, no disk.
+    os.makedirs(copy)
+    for name in os.listdir(base):
+        subprocess.run(["cp", "-al" if name == "segments" else "-a", os.path.join(base, name), copy], check=True)
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-c", "from ritrag.cli import main; main()", "update", pages,
                            "--index", copy], env=env, cwd=tempfile.gettempdir(), capture_output=True, text=True)

@@ -3,15 +3,20 @@ indexed with is taken as unchanged without being read (transforms/diff.py);
 `--read_every_input` reads and hashes every file instead."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ritrag.layout import IndexLayout
 from ritrag.pipelines import update
 from ritrag.reader import IndexReader
+from ritrag.transforms.pages import PageParser
+from ritrag.urls import site_of
 from support import TINY_SITE, build_index, live_table, tiny_page, write_tiny_site
 
 HOUR_AGO = time.time() - 3600
@@ -281,3 +286,31 @@ def test_an_update_takes_odd_file_names_as_a_build_does(aged_index, tmp_path):
     for name in ("caf\\xe9-notes.html", "notes[1].html", "notes#2.html"):
         odd_url = next(url for url, source in rebuilt.items() if source.endswith(name))
         assert updated[odd_url] == rebuilt[odd_url]
+
+
+# Folder and file names as inputs hold them: plain ones, and what a URL must
+# encode, normalize_url changes or a kind renames (index files, README.md, a
+# JSON file served without its suffix, dot segments, case, a name not UTF-8).
+_NAMES = st.sampled_from(["a.html", "b", "index.html", "INDEX.HTM", "README.md", "guide.md", "t.json", "x.rst",
+                          "a#1.html", "p.php?id=3.html", "sp ace.html", "..x", ".hidden", "é.html", "ctl\x01.html",
+                          "caf\udce9.html", "A~b!$&'()*+,;=%-_.html", "x.md.html", "index.php",
+                          "&gclid=1.html"])
+_FOLDERS = st.lists(st.sampled_from(["docs", "Docs", "v1.2", "sp ace", "q?x", "é", "_", "a", "aaa", "index.html"]),
+                    max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(files=st.lists(st.tuples(_FOLDERS, _NAMES), min_size=1, max_size=12),
+       base_url=st.sampled_from(["http://localhost/", "https://Docs.Example.com:443/root/", "file:///", "http://h/x?q=1"]),
+       site_depth=st.integers(0, 3), bases=st.sets(st.integers(0, 11), max_size=4))
+def test_document_urls_are_each_files_document_url(files, base_url, site_depth, bases):
+    """The diff locates a batch of files by folder (`PageParser.document_urls`):
+    each URL is the one `document_url` gives the file alone, with public bases
+    for some of the sites, at any site depth (a site keyed by a file's own name too)."""
+    root = "/in/"
+    paths = [root + "/".join([*folders, name]) for folders, name in files]
+    plain = PageParser(root, base_url, site_depth)
+    sites = sorted({site_of(plain.input_url(p), site_depth) for p in paths})
+    site_bases = tuple(sorted((site, f"https://public{i}.example/p{i}/") for i, site in enumerate(sites) if i in bases))
+    for parser in (plain, dataclasses.replace(plain, site_bases=site_bases)):
+        assert parser.document_urls(paths) == [parser.document_url(p) for p in paths]

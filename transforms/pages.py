@@ -58,7 +58,7 @@ from ritrag.transforms.sources.kinds import described_kinds
 from ritrag.transforms.sources.sniff import WARC_SNIFF_BYTES
 from ritrag.transforms.tables import parquet_bytes, write_bytes
 from ritrag.transforms.sources.warc import ReadCrawlDirPages, crawl_dir_of, open_raw, read_record, read_warc_pages
-from ritrag.urls import normalize_url, site_of
+from ritrag.urls import is_normal_form, is_plain_segment, normalize_url, site_of
 
 LOG = logging.getLogger("ritrag.pages")
 COUNTERS = "ritrag.build"
@@ -207,13 +207,18 @@ class PageParser:
         return dataclasses.replace(self, site_bases=tuple(sorted(
             (site, d["base"]) for site, d in decided.items() if d["base"])))
 
+    @functools.cached_property
+    def _public_bases(self) -> dict[str, str]:
+        """`site_bases` as a mapping, made once: `locate` asks it of every file."""
+        return dict(self.site_bases)
+
     def locate(self, path: str, url: str | None = None) -> tuple[str, str]:
         """(URL, site) of a page: `url` where the input records it (WARC), else the
         input's URL for `path`, under its site's public base where one was inferred.
         Every job keys pages by this URL."""
         url = url or self.input_url(path)
         site = site_of(url, self.site_depth)
-        base = dict(self.site_bases).get(site)
+        base = self._public_bases.get(site)
         return (public_url(url, site, base), base) if base else (url, site)
 
     def document_url(self, path: str) -> str:
@@ -221,6 +226,35 @@ class PageParser:
         names documents by path; an update's diff keys files by it). Without
         public bases no site is needed, so none is computed."""
         return normalize_url(self.locate(path)[0] if self.site_bases else self.input_url(path))
+
+    def document_urls(self, paths: Iterable[str]) -> list[str]:
+        """`document_url` of each of `paths`, its folder's part derived once per
+        folder (`_folder_url`): a file whose name, as its kind serves it, is a
+        plain URL segment (`is_plain_segment`) is at its folder's URL + "/" +
+        that name; any other is located whole. An update locates every input
+        file: 14 us a file whole, ~4 us so (benchmarks/RESULTS.md, session 23)."""
+        folders: dict[str, str | None] = {}
+        urls = []
+        for path in paths:
+            folder, _, name = path.rpartition("/")
+            if folder not in folders:
+                folders[folder] = self._folder_url(folder) if folder else None
+            prefix, served = folders[folder], document_url_path(name)
+            urls.append(f"{prefix}/{served}" if prefix is not None and is_plain_segment(served)
+                        else self.document_url(path))
+        return urls
+
+    def _folder_url(self, folder: str) -> str | None:
+        """What `document_url` gives each file of `folder` with a plain name,
+        before its "/" + name; None where that is not so: the folder's URL is
+        not in normal form, or the file's name is part of its site's key
+        (`site_depth` reaches below the folder), which a public base may map."""
+        probe = f"{folder}/a"
+        # A site key holding the name ends with it (a folder named "a" too: then not derived, still right).
+        if self.site_bases and site_of(self.input_url(probe), self.site_depth).endswith("/a"):
+            return None
+        url = self.document_url(probe)
+        return url[:-2] if url.endswith("/a") and is_normal_form(url) else None
 
     def parse(self, path: str, data: bytes, url: str | None = None, kind: str | None = None) -> list[ParsedPage]:
         """The pages of one input: one, or a thread's posts (each `source` then
