@@ -347,8 +347,11 @@ class IndexLayout:
         write_atomic(self.manifest_path(manifest.version), manifest.to_json())
         write_atomic(self.current_path, (manifest.version + "\n").encode("ascii"))
 
-    def verified_path(self, segment: dict[str, Any], name: str) -> str:
-        """Path of a segment file (local or remote) after checking it against the manifest."""
+    def sized_path(self, segment: dict[str, Any], name: str) -> str:
+        """Path of a segment file (local or remote) after checking that it is
+        there at the size the manifest lists, its content unread: for a reader
+        that checks each part it reads (the vector store's chunk CRCs,
+        ritrag/vectors.py), to whom hashing the whole file would cost the file."""
         path = os.path.join(self.segment_dir(segment["id"]), name)
         expected = segment["files"].get(name)
         if expected is None:
@@ -356,9 +359,17 @@ class IndexLayout:
         size = file_size(path)
         if size is None:
             raise MissingIndexError(f"{path}: listed in the manifest but missing on disk")
+        if size != expected["bytes"]:
+            raise DamagedIndexError(f"{path}: damaged (its size differs from the manifest); refusing to load it")
+        return path
+
+    def verified_path(self, segment: dict[str, Any], name: str) -> str:
+        """Path of a segment file (local or remote) after checking it against the manifest."""
+        path = self.sized_path(segment, name)
+        expected = segment["files"][name]
         if _seen_unchanged(path, expected["sha256"]):
             return path
-        if size != expected["bytes"] or sha256_file(path) != expected["sha256"]:
+        if sha256_file(path) != expected["sha256"]:
             raise DamagedIndexError(
                 f"{path}: damaged (size or sha256 differs from the manifest); refusing to load it"
             )

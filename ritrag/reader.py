@@ -11,7 +11,9 @@ rows of a version are the live rows of all its segments, each id once.
 Every file is checked against its manifest entry (size and sha256,
 `IndexLayout.verified_path`) the first time a reader opens it, and only then:
 a missing file raises MissingIndexError and a damaged one DamagedIndexError,
-the IndexLoadError kinds the server reports. Files are reached through
+the IndexLoadError kinds the server reports. The one exception is
+`sized_paths`, for a reader that checks the parts it reads (a job's vector
+store: ritrag/vectors.py, `checked`). Files are reached through
 ritrag/storage.py, so a job reads an index in an object store as it reads one
 on disk (the server reads its local mirror of one, ritrag.serving.remote).
 
@@ -365,6 +367,13 @@ class IndexReader:
     def segment_files(self, name: str) -> list[str]:
         """The one file `name` (bm25.json, dead_letters.parquet, ...) of every segment that has it."""
         return [self.verified_path(seg, name) for seg in self.manifest.segments if name in seg["files"]]
+
+    def sized_paths(self, kind: str) -> list[str]:
+        """The paths of the shard files of `kind` of every segment, in manifest
+        order, each there at its manifest size but not hashed
+        (`IndexLayout.sized_path`): for a reader that checks the parts it reads."""
+        return [self.layout.sized_path(seg, name) for seg in self.manifest.segments
+                for name in self.layout.segment_files(seg, kind)]
 
     def files(self, kind: str) -> list[LiveFile]:
         """The shard files of `kind` (nodes, chunks, postings, dense, ...) of every segment, in manifest order."""

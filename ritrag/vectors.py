@@ -33,11 +33,12 @@ import shutil
 import struct
 import tempfile
 import zipfile
+import zlib
 from typing import BinaryIO, Iterator, Sequence
 
 import numpy as np
 
-from ritrag.layout import parse_shard_file_name
+from ritrag.layout import DamagedIndexError, parse_shard_file_name
 from ritrag.storage import is_remote, open_read
 
 VECTORS_KIND = "vectors"
@@ -135,10 +136,16 @@ class VectorShard:
     """One shard's store, memory-mapped: `ids`, and rows read by position.
 
     `populate`: map every page at open (a server's choice; a job reading a few rows
-    would read the whole file for nothing).
+    would read the whole file for nothing). `checked`: for a file not hashed
+    against its manifest (`IndexLayout.sized_path`): the ids are checked
+    against the zip's CRC-32 of their member at open, and each chunk of
+    vectors the first time a row of it is read (12 MiB at 384 dimensions), so
+    a job that reuses a few stored vectors reads nothing unchecked, and
+    checks what it reads rather than every byte of the file; a mismatch is a
+    DamagedIndexError.
     """
 
-    def __init__(self, path: str, populate: bool = False):
+    def __init__(self, path: str, populate: bool = False, checked: bool = False):
         parsed = parse_shard_file_name(os.path.basename(path))
         if parsed is None or parsed[0] != VECTORS_KIND:
             raise ValueError(f"{path}: not named like a vector shard ({VECTORS_KIND}-SSSSS-of-NNNNN.zip)")
@@ -151,14 +158,20 @@ class VectorShard:
         n, self.dim = meta["vectors"]["shape"]
         if meta["ids"]["shape"] != [n]:
             raise ValueError(f"{path}: {meta['ids']['shape']} ids for {n} vectors")
-        id_offsets, id_rows = self._chunk_offsets("ids", meta["ids"], "int64")
+        id_offsets, id_rows, id_keys = self._chunk_offsets("ids", meta["ids"], "int64")
+        if checked:
+            for key, offset in zip(id_keys, id_offsets.tolist()):
+                self._check(key, offset)
         id_chunks = [np.frombuffer(self._buffer, "<i8", count=min(id_rows, n - c * id_rows), offset=int(offset))
                      for c, offset in enumerate(id_offsets)]
         # one chunk (as written here) stays a view of the file: no copy in memory
         self.ids: np.ndarray = id_chunks[0] if len(id_chunks) == 1 else np.concatenate(
             id_chunks or [np.zeros(0, np.int64)])
-        self._offsets, self._chunk_rows = self._chunk_offsets("vectors", meta["vectors"], "float16")
+        self._offsets, self._chunk_rows, self._keys = self._chunk_offsets("vectors", meta["vectors"], "float16")
         self._row_bytes = 2 * self.dim
+        # The vectors chunks not yet checked against their CRC-32 (None: the
+        # file was hashed whole, or its reader trusts it).
+        self._unchecked: set[int] | None = set(range(len(self._offsets))) if checked else None
         # Row i of this view is the `_row_bytes` bytes from offset i of the file, so
         # rows of any chunks are gathered by one fancy index (no loop over chunks).
         self._windows = (np.lib.stride_tricks.sliding_window_view(np.frombuffer(self._buffer, np.uint8),
@@ -167,8 +180,9 @@ class VectorShard:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def _chunk_offsets(self, name: str, meta: dict, dtype: str) -> tuple[np.ndarray, int]:
-        """File offsets of an array's chunks (chunked along axis 0 only), and rows per chunk."""
+    def _chunk_offsets(self, name: str, meta: dict, dtype: str) -> tuple[np.ndarray, int, list[str]]:
+        """File offsets of an array's chunks (chunked along axis 0 only), rows per
+        chunk, and the chunks' member names."""
         shape = meta.get("shape", [])
         grid = meta.get("chunk_grid", {})
         chunk_shape = grid.get("configuration", {}).get("chunk_shape", [])
@@ -180,8 +194,8 @@ class VectorShard:
                              "chunked by rows (not written by ritrag.vectors)")
         rows = chunk_shape[0]
         chunk_bytes = int(np.prod(chunk_shape)) * np.dtype(dtype).itemsize
-        keys = ("/".join([name, "c", str(c)] + ["0"] * (len(shape) - 1)) for c in range(-(-shape[0] // rows)))
-        return np.array([self._data_offset(key, chunk_bytes) for key in keys], dtype=np.int64), rows
+        keys = ["/".join([name, "c", str(c)] + ["0"] * (len(shape) - 1)) for c in range(-(-shape[0] // rows))]
+        return np.array([self._data_offset(key, chunk_bytes) for key in keys], dtype=np.int64), rows, keys
 
     def _data_offset(self, key: str, size: int) -> int:
         """Where a stored zip member's bytes start in the file."""
@@ -205,15 +219,29 @@ class VectorShard:
         if not len(rows):
             return np.zeros((0, self.dim), np.float16)
         chunk, within = np.divmod(rows, self._chunk_rows)
+        if self._unchecked:
+            for c in self._unchecked.intersection(chunk.tolist()):
+                self._check(self._keys[c], int(self._offsets[c]))
+                self._unchecked.discard(c)
         return self._windows[self._offsets[chunk] + within * self._row_bytes].view("<f2")
 
     def batches(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(ids, float16 vectors) one zarr chunk at a time: memory-bounded streaming."""
         for c, offset in enumerate(self._offsets.tolist()):
+            if self._unchecked:
+                self._check(self._keys[c], offset)
+                self._unchecked.discard(c)
             start = c * self._chunk_rows
             ids = self.ids[start: start + self._chunk_rows]
             yield ids, np.frombuffer(self._buffer, "<f2", count=len(ids) * self.dim,
                                      offset=offset).reshape(len(ids), self.dim)
+
+    def _check(self, key: str, offset: int) -> None:
+        """The bytes of the member `key`, from `offset`, against the CRC-32 the zip records for it."""
+        info = self._members[key]
+        if zlib.crc32(memoryview(self._buffer)[offset: offset + info.file_size]) != info.CRC:
+            raise DamagedIndexError(f"{self.path}: damaged (the CRC-32 of {key} differs from the zip's); "
+                                    "refusing to read it")
 
 
 class VectorStore:
@@ -237,8 +265,9 @@ class VectorStore:
             self._segments.setdefault(segment, {})[shard.shard] = shard
 
     @classmethod
-    def open(cls, paths: Sequence[str], populate: bool = False) -> "VectorStore":
-        return cls([VectorShard(p, populate) for p in paths])
+    def open(cls, paths: Sequence[str], populate: bool = False, checked: bool = False) -> "VectorStore":
+        """The shards at `paths` (VectorShard's `populate` and `checked`)."""
+        return cls([VectorShard(p, populate, checked) for p in paths])
 
     def __len__(self) -> int:
         return sum(len(s) for s in self.shards)

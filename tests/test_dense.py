@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 
 import apache_beam as beam
 import faiss
@@ -14,7 +15,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from zarr.storage import ZipStore
 
 from ritrag import vectors as vectors_module
-from ritrag.layout import shard_file_name
+from ritrag.layout import DamagedIndexError, shard_file_name
 from ritrag.reader import trained_empty_index_of
 from ritrag.vectors import MissingVectorsError, VectorShard, VectorStore, rerank_exact, write_vectors
 from ritrag.serving.retrieval import dense_top_k
@@ -93,6 +94,36 @@ def test_store_round_trips_ids_to_vectors(tmp_path, monkeypatch, n):
     np.testing.assert_array_equal(group["vectors"][:], vectors.astype(np.float16))
     streamed = list(VectorShard(path).batches())
     assert sum(len(i) for i, _ in streamed) == n and all(len(i) == len(v) for i, v in streamed)
+
+
+@pytest.mark.parametrize("member", ["vectors/c/1/0", "ids/c/0"])
+def test_a_checked_store_refuses_a_damaged_chunk_when_it_reads_it(tmp_path, monkeypatch, member):
+    """A job that did not hash a vector file whole (`IndexLayout.sized_path`)
+    reads it `checked`: the ids at open and each chunk of vectors at its first
+    read, against the zip's CRC-32 of their member. A flipped byte in a
+    chunk it never reads costs it nothing; one an unchecked reader would
+    read as a wrong vector is a DamagedIndexError naming the file."""
+    monkeypatch.setattr(vectors_module, "CHUNK_ROWS", 64)
+    ids, vectors = chunk_ids(200), unit_vectors(200)
+    path = write_store(tmp_path / "vectors-00000-of-00001.zip", ids, vectors)
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo(member)
+    data, header = bytearray(open(path, "rb").read()), info.header_offset
+    at = header + 30 + sum(int.from_bytes(data[header + i: header + i + 2], "little") for i in (26, 28))  # name, extra
+    data[at + 5] ^= 0x40  # inside the member's data: a row of chunk 1 (rows 64-127), or an id
+    open(path, "wb").write(bytes(data))
+    if member.startswith("ids"):
+        with pytest.raises(DamagedIndexError, match="vectors-00000-of-00001.zip.*CRC-32 of ids/c/0"):
+            VectorShard(path, checked=True)
+        return
+    store = VectorStore.open([path], checked=True)
+    np.testing.assert_allclose(store.vectors(ids[:64]), vectors[:64], atol=1e-3)  # chunk 0: intact
+    with pytest.raises(DamagedIndexError, match="vectors-00000-of-00001.zip.*CRC-32 of vectors/c/1/0"):
+        store.vectors(ids[[3, 70]])
+    with pytest.raises(DamagedIndexError, match="CRC-32 of vectors/c/1/0"):
+        list(VectorShard(path, checked=True).batches())
+    unchecked = VectorStore.open([path]).vectors(ids[64:128])  # what an unchecked reader would take as a vector
+    assert not np.allclose(unchecked, vectors[64:128], atol=1e-3)
 
 
 def test_store_refuses_unknown_ids(tmp_path):

@@ -510,6 +510,36 @@ def test_a_damaged_trained_index_is_refused_before_the_job_runs(tiny_site, tiny_
     assert index.current_version() == "v000001"
 
 
+def test_an_update_refuses_stored_vectors_it_reads_from_a_damaged_file(tiny_site, tiny_hash_index, tmp_path, capsys):
+    """An update does not hash the vector files whole: it checks the chunks
+    it reads (ritrag/vectors.py, `checked`). A moved page lends its stored
+    vectors to its new rows; read from a file damaged there, they are refused:
+    one error line naming the file, no version published."""
+    import json
+    import zipfile
+
+    from ritrag import cli
+
+    index = copy_index(tiny_hash_index, tmp_path / "idx")
+    site = tmp_path / "site"
+    shutil.copytree(tiny_site, site)
+    [vectors] = Path(index.root).glob("segments/*/vectors-*.zip")
+    with zipfile.ZipFile(vectors) as zf:
+        info = zf.getinfo("vectors/c/0/0")
+    data, header = bytearray(vectors.read_bytes()), info.header_offset
+    start = header + 30 + sum(int.from_bytes(data[header + i: header + i + 2], "little") for i in (26, 28))
+    for at in range(start + 1, start + info.file_size, 2):  # every vector's every high byte: any row read is hit
+        data[at] ^= 0x40
+    vectors.write_bytes(bytes(data))
+    page = site / "shop/v3/logging.html"  # a leaf: under a new URL, at the same place of its trail
+    page.rename(page.with_name("moved-logging.html"))  # new chunk rows, of the same texts
+    assert cli.main(["update", str(site), "--index", index.root]) == 1
+    error = json.loads(capsys.readouterr().err.strip().splitlines()[-1])["error"]
+    assert error["reason"] == "index_unavailable"
+    assert vectors.name in error["message"] and "CRC-32 of vectors/c/0/0" in error["message"]
+    assert index.current_version() == "v000001"
+
+
 def test_an_input_that_is_not_there_publishes_nothing(tiny_hash_index, tmp_path, capsys):
     """A mistyped or unmounted input folder: a build and an update refuse it
     before they run; an update of an empty folder, which would delete every

@@ -396,14 +396,17 @@ def split_reuse(joined: tuple[str, dict]) -> Iterable:
 
 
 class ReadStoredVectorsFn(CountingDoFn):
-    """(new chunk id, live chunk id) -> (new chunk id, the live chunk's stored vector)."""
+    """(new chunk id, live chunk id) -> (new chunk id, the live chunk's stored
+    vector). The files are not hashed whole (`IndexReader.sized_paths`): the
+    store checks the chunks it reads (`VectorShard`'s `checked`), so a
+    one-page update reads megabytes of a store of gigabytes, not all of it."""
 
     def __init__(self, vector_files: list[str]):
         super().__init__(COUNTERS)
         self._files = vector_files
 
     def setup(self):
-        self._store = VectorStore.open(self._files)
+        self._store = VectorStore.open(self._files, checked=True)
 
     def process(self, pair: tuple[int, int]):
         new_id, live_id = pair
@@ -605,7 +608,7 @@ class ReuseOrEmbedVectors(beam.PTransform):
     def __init__(self, live: IndexReader, embed: EmbedChunks, representation: Representation):
         super().__init__()
         self._live = live
-        self._vector_files = [f.path for f in live.files("vectors")]
+        self._vector_files = live.sized_paths("vectors")
         self._embed = embed
         self._representation = representation
 
