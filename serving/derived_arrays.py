@@ -21,7 +21,7 @@ import weakref
 import numpy as np
 import pyarrow as pa
 
-from ritrag.reader import IndexReader
+from ritrag.reader import IndexReader, LiveFile, live_mask, read_tombstones
 from ritrag.serving.skeleton import HELD_COLUMNS, SKELETON_COLUMNS, NodeRows, Skeleton, skeleton_columns
 
 
@@ -78,6 +78,43 @@ def node_columns(reader: IndexReader) -> NodeColumns:
     return made
 
 
+# Each node file's live mask, by the file and its later segments' tombstones
+# files ((path, sha256) each): the next version's mask of a file is this
+# one's, less the ids of the one tombstones file that version adds.
+_LIVE_MASKS: dict[tuple, np.ndarray] = {}
+_LIVE_MASKS_KEPT = 1024  # files x the versions a process holds at once
+_LIVE_MASKS_LOCK = threading.Lock()
+
+
+def file_live_mask(reader: IndexReader, f: LiveFile, ids: pa.Array) -> np.ndarray:
+    """`f.live_mask(ids)` for `ids`, the whole id column of `f`: made from the
+    mask this process made for the version before (the same file, all its
+    later tombstones files but the newest) where it holds one, so a reload
+    tests the ids against the tombstones it adds, not against every id the
+    index ever tombstoned (1.5 of a 600k-page reload's 3 s, each version)."""
+    by_id = {segment["id"]: segment["files"] for segment in reader.manifest.segments}
+
+    def named(path: str) -> tuple[str, str]:
+        return os.path.abspath(path), by_id[os.path.basename(os.path.dirname(path))][os.path.basename(path)]["sha256"]
+
+    key = (named(f.path), tuple(named(path) for path in f.tombstones))
+    with _LIVE_MASKS_LOCK:
+        mask = _LIVE_MASKS.get(key)
+        before = _LIVE_MASKS.get((key[0], key[1][:-1])) if mask is None and key[1] else None
+    if mask is not None:
+        return mask
+    if before is not None and len(before) == len(ids):
+        newest = read_tombstones(f.tombstones[-1]).get(f.id_column, frozenset())
+        mask = before & live_mask(ids, newest)
+    else:
+        mask = f.live_mask(ids)
+    with _LIVE_MASKS_LOCK:
+        _LIVE_MASKS[key] = mask
+        while len(_LIVE_MASKS) > _LIVE_MASKS_KEPT:
+            _LIVE_MASKS.pop(next(iter(_LIVE_MASKS)))
+    return mask
+
+
 def derive_nodes(reader: IndexReader) -> tuple[NodeColumns, NodeRows, Skeleton]:
     """(skeleton columns of every node row, live ids -> rows, the skeleton)."""
     held = node_columns(reader)
@@ -85,7 +122,7 @@ def derive_nodes(reader: IndexReader) -> tuple[NodeColumns, NodeRows, Skeleton]:
     positions = reader.positions("nodes")
     keys = columns["node_key"].to_numpy()
     bounds = positions.file_start.tolist()  # each file's first row, and the end
-    live = np.concatenate([f.live_mask(columns["node_id"][start:end])
+    live = np.concatenate([file_live_mask(reader, f, columns["node_id"][start:end])
                            for f, start, end in zip(positions.files, bounds, bounds[1:])] or [np.zeros(0, bool)])
     if held.node_row is None:
         if held.prefix is not None:  # rows only go (tombstones accumulate) or come with the files added

@@ -36,8 +36,9 @@ def update(site: Path, index: Path) -> None:
 
 @pytest.fixture(scope="module")
 def three_segments(tmp_path_factory) -> Path:
-    """The tiny site built, then updated twice: an edited page, a new page,
-    then another edit of the first and a deleted page (3 segments, tombstones)."""
+    """The tiny site built, then updated twice: an edited page, a new page
+    and a deleted one, then another edit of the first and another deleted
+    page (3 segments, tombstones)."""
     root = tmp_path_factory.mktemp("three_segments")
     site = write_tiny_site(root / "site")
     index = root / "index"
@@ -46,6 +47,7 @@ def three_segments(tmp_path_factory) -> Path:
     (site / "shop/v3/metrics.html").write_text(tiny_page(
         "Metrics", [("Shop Server", "shop/"), ("Version 3", "shop/v3/")],
         [("Endpoint", "Prometheus scrapes /metrics on port 9100.")]))
+    (site / "shop/v3/guide/deploy.html").unlink()
     update(site, index)
     edit(site, "shop/v3/logging.html", [("Rotation", "Logs rotate weekly, keep four files.")])
     (site / "shop/v2/config.html").unlink()
@@ -99,6 +101,40 @@ def test_a_reload_maps_and_hashes_only_the_segment_it_adds(tmp_path, monkeypatch
     assert read and {p.parent.name for p in read} == {new_segment}  # nor its dense shards
     rows, _ = top_k(fresh.bm25.scores(analyze("rotate hourly"), "body"), 5)
     assert len(rows)
+
+
+def test_a_reload_tests_node_ids_against_the_tombstones_it_adds_and_finds_the_live_rows_of_a_fresh_load(
+        three_segments, monkeypatch):
+    """Loading v1, v2, v3 in turn (a watcher's reloads), each node file's live
+    mask is the one before less the ids of the newest tombstones file, not
+    all the ids later segments ever tombstoned; the rows found are those a
+    process loading v3 alone finds."""
+    from ritrag.reader import LiveFile, read_tombstones
+    from ritrag.serving import derived_arrays
+
+    monkeypatch.setattr(derived_arrays, "_LIVE_MASKS", {})
+    whole, tested = [], []  # files whose mask was made from all their dead ids; the ids tested otherwise
+    real_mask, real_live_mask = LiveFile.live_mask, derived_arrays.live_mask
+    monkeypatch.setattr(LiveFile, "live_mask", lambda self, ids: whole.append(self.path) or real_mask(self, ids))
+    monkeypatch.setattr(derived_arrays, "live_mask", lambda ids, dead: tested.append(dead) or real_live_mask(ids, dead))
+    earlier = [LoadedVersion(str(three_segments), version) for version in ("v000001", "v000002")]
+    whole.clear(), tested.clear()
+    third = LoadedVersion(str(three_segments), "v000003")
+    node_files = third.reader.files("nodes")
+    newest = read_tombstones(node_files[0].tombstones[-1])["node_id"]
+    tombstoned = [f.path for f in node_files if f.tombstones]  # the files of v1 and v2
+    assert not set(whole) & set(tombstoned) and len(tested) == len(tombstoned) >= 2
+    assert all(dead == newest for dead in tested) and len(newest) < len(node_files[0].dead)  # v3's, not v2's too
+    for f in node_files:  # the masks held, each as all the file's dead ids make it
+        ids = f.read(["node_id"])["node_id"]
+        np.testing.assert_array_equal(derived_arrays.file_live_mask(third.reader, f, ids), real_mask(f, ids))
+    monkeypatch.setattr(derived_arrays, "_LIVE_MASKS", {})
+    whole.clear()
+    alone = LoadedVersion(str(three_segments), "v000003")
+    assert len(whole) == len(node_files)  # this time from all their dead ids
+    for a, b in zip(third.node_row.arrays(), alone.node_row.arrays()):
+        np.testing.assert_array_equal(a, b)
+    assert [v.version for v in earlier] == ["v000001", "v000002"]
 
 
 def test_the_arrays_container_round_trips_and_refuses_what_is_not_one(tmp_path):
