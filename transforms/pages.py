@@ -618,8 +618,14 @@ def local_walk(pattern: str) -> tuple[str, Callable[[str], object]] | None:
     prefix = re.match(r"^[^[*?]*", pattern).group(0)
     if is_remote(pattern) or prefix == pattern:
         return None
+    if pattern == prefix + "**" and prefix.endswith("/"):  # a folder's every file: no test per file (1.5 us)
+        return os.path.dirname(prefix), _every_path
     return os.path.dirname(prefix), re.compile(
         FileSystem.translate_pattern(pattern + "*" if pattern.endswith("/") else pattern)).match
+
+
+def _every_path(path: str) -> bool:
+    return True
 
 
 def dangling_links(pattern: str, index_files: str | None = None) -> Iterator[FileMetadata]:
