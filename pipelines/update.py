@@ -65,7 +65,7 @@ from ritrag.embedder import check_backend_available, check_model_files
 from ritrag.flags import from_arguments
 from ritrag.index_config import MODEL_STEP_ENTRIES, IndexConfig, ModelSteps
 from ritrag.layout import BM25_STATS_FILE, DEAD_LETTERS_FILE, IndexLayout, TOMBSTONES_FILE, new_manifest
-from ritrag.schema import EDGES_KIND
+from ritrag.schema import EDGES_KIND, TABLES
 from ritrag.reader import IndexReader, read_trained_dense_index
 from ritrag.storage import open_read, remove_tree
 from ritrag.transforms.delta import (ChunkRows, PlaceChangedForests, ParseChangedPages, PlanPageUpdates,
@@ -283,6 +283,9 @@ def run(argv: list[str] | None = None) -> str:
     with prepare_job(options, opts.index, "update") as (layout, segment_id, segment_dir):
         live = IndexReader(layout)
         live.share_dead_ids()  # with the stages that carry its files
+        # The live tables its stages read, hashed up front on every CPU (sha256
+        # releases the GIL); the stages made below find them verified.
+        live.verify_files(tuple(TABLES), os.cpu_count() or 1)
         started = time.time()
         # No count of the input files here: listing them is the diff's work, once
         # (a second listing cost a stat per file); the manifest records pages_read.
