@@ -394,8 +394,10 @@ class IndexLayout:
 _VERIFIED: dict[tuple[str, str], tuple[int, int, int]] = {}
 
 
-def _stat_key(path: str) -> tuple[int, int, int] | None:
-    if is_remote(path):  # an object's stat says too little: always hashed
+def file_identity(path: str) -> tuple[int, int, int] | None:
+    """(size, mtime, inode) of a local file, which a rewrite changes; None for
+    a remote object (its stat says too little) or a file gone."""
+    if is_remote(path):
         return None
     try:
         stat = os.stat(path)
@@ -406,12 +408,12 @@ def _stat_key(path: str) -> tuple[int, int, int] | None:
 
 def _seen_unchanged(path: str, sha256: str) -> bool:
     """Whether this process hashed the local file at `path` to `sha256` and it is unchanged since."""
-    key = _stat_key(path)
+    key = file_identity(path)
     return key is not None and _VERIFIED.get((os.path.abspath(path), sha256)) == key
 
 
 def _remember_verified(path: str, sha256: str) -> None:
-    key = _stat_key(path)
+    key = file_identity(path)
     if key is not None:
         _VERIFIED[(os.path.abspath(path), sha256)] = key
 

@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 
 from ritrag.ids import shard_of
 from ritrag.layout import (DENSE_TRAINED_FILE, TOMBSTONES_FILE, DamagedIndexError, IndexLayout, Manifest,
-                           parse_shard_file_name)
+                           file_identity, parse_shard_file_name)
 from ritrag.schema import FILE_FIELD, TABLES
 from ritrag.storage import is_remote, open_parquet, open_read
 
@@ -74,7 +74,7 @@ def read_tombstones(path: str) -> dict[str, frozenset]:
     version a server loads names the tombstones files of all its segments,
     and one update adds one (reading the others again was a third of a
     reload at 600k pages: 1.0 of 3 s)."""
-    key = (path, _file_identity(path))
+    key = (path, file_identity(path))
     with _TOMBSTONES_LOCK:
         ids = _TOMBSTONES.get(key) if key[1] is not None else None
     if ids is None:
@@ -86,17 +86,6 @@ def read_tombstones(path: str) -> dict[str, frozenset]:
                 while len(_TOMBSTONES) > _TOMBSTONES_KEPT:
                     _TOMBSTONES.pop(next(iter(_TOMBSTONES)))
     return ids
-
-
-def _file_identity(path: str) -> tuple[int, int, int] | None:
-    """(size, mtime, inode) of a local file; None for a remote one, or one gone."""
-    if is_remote(path):
-        return None
-    try:
-        status = os.stat(path)
-    except OSError:
-        return None
-    return status.st_size, status.st_mtime_ns, status.st_ino
 
 
 # Tombstones files read, by (path, identity): one per segment of the versions a process loads.
