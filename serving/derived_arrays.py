@@ -50,15 +50,27 @@ _NODE_COLUMNS: "weakref.WeakValueDictionary[tuple, NodeColumns]" = weakref.WeakV
 _NODE_COLUMNS_LOCK = threading.Lock()
 
 
+def node_files(reader: IndexReader) -> tuple[tuple[str, str], ...]:
+    """The version's node files as (path, sha256), in manifest order: what
+    numbers its node rows, so a version whose node files begin with another's
+    numbers those rows as it does."""
+    return tuple(file_named(reader, f.path) for f in reader.positions("nodes").files)
+
+
+def file_named(reader: IndexReader, path: str) -> tuple[str, str]:
+    """A segment file of the version as (absolute path, the manifest's sha256 of it)."""
+    segment = os.path.basename(os.path.dirname(path))
+    files = next(s["files"] for s in reader.manifest.segments if s["id"] == segment)
+    return os.path.abspath(path), files[os.path.basename(path)]["sha256"]
+
+
 def node_columns(reader: IndexReader) -> NodeColumns:
     """The skeleton columns of every node row of the version. A version whose
     node files begin with those of a version this process holds (the next one
     after an update: the same segments and one more) decodes only the files it
     adds and copies the rest: a reload's Parquet reads follow the delta."""
-    by_id = {segment["id"]: segment for segment in reader.manifest.segments}
     files = reader.positions("nodes").files
-    keys = tuple((os.path.abspath(f.path), by_id[f.segment]["files"][os.path.basename(f.path)]["sha256"])
-                 for f in files)
+    keys = node_files(reader)
     with _NODE_COLUMNS_LOCK:
         held = _NODE_COLUMNS.get(keys)
         if held is not None:
@@ -92,12 +104,7 @@ def file_live_mask(reader: IndexReader, f: LiveFile, ids: pa.Array) -> np.ndarra
     later tombstones files but the newest) where it holds one, so a reload
     tests the ids against the tombstones it adds, not against every id the
     index ever tombstoned (1.5 s of a 5.7 s reload at 600k pages, each version)."""
-    by_id = {segment["id"]: segment["files"] for segment in reader.manifest.segments}
-
-    def named(path: str) -> tuple[str, str]:
-        return os.path.abspath(path), by_id[os.path.basename(os.path.dirname(path))][os.path.basename(path)]["sha256"]
-
-    key = (named(f.path), tuple(named(path) for path in f.tombstones))
+    key = (file_named(reader, f.path), tuple(file_named(reader, path) for path in f.tombstones))
     with _LIVE_MASKS_LOCK:
         mask = _LIVE_MASKS.get(key)
         before = _LIVE_MASKS.get((key[0], key[1][:-1])) if mask is None and key[1] else None

@@ -65,6 +65,10 @@ class MappedShard:
         self.n_chunks = n_chunks
         self._links: dict[str, np.ndarray] | None = None
         self._links_lock = threading.Lock()
+        # (chunk rows whose node is not where the segment wrote it, their node
+        # rows) as the last versions loaded resolved them, by those versions'
+        # node files ((path, sha256) in manifest order): VersionChunks.
+        self.node_rows: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
     def links(self, edges: LiveFile) -> tuple[dict[str, np.ndarray], bool]:
         """(the shard's link arrays, whether its in-links are those of the
@@ -164,7 +168,7 @@ class VersionChunks:
     are ritrag.reader.RowPositions')."""
 
     def __init__(self, reader: IndexReader, segments: list[SegmentShards], node_starts: list[int],
-                 node_row: NodeRows, n_node_rows: int):
+                 node_row: NodeRows, n_node_rows: int, node_files: tuple = ()):
         self.shards = [shard for seg in segments for shard in seg.shards]
         self._shards_per_segment = [len(seg.shards) for seg in segments]
         self.starts = np.concatenate([[0], np.cumsum([shard.n_chunks for shard in self.shards])]).astype(np.int64)
@@ -186,15 +190,32 @@ class VersionChunks:
                 i += 1
         # A row whose node is in another segment, or whose node row a later
         # segment replaced, is resolved by its node id: as many rows as the
-        # later segments changed, not the whole index. (-1 indexes the last
+        # later segments changed, not the whole index. A row a version this
+        # process loaded resolved keeps that node row while it is live (the
+        # version's node files begin with that version's, so its rows number
+        # the same; a live row is the one row of its id): a reload resolves
+        # the rows whose node the new version re-placed. (-1 indexes the last
         # slot, which no node row is.)
         live_node = np.zeros(n_node_rows + 1, bool)
         live_node[node_row.arrays()[1]] = True
         stale = live & ~live_node[node]
         for i, shard in enumerate(self.shards):
-            rows = np.flatnonzero(stale[self.starts[i]:self.starts[i + 1]])
+            stale_rows = rows = np.flatnonzero(stale[self.starts[i]:self.starts[i + 1]])
+            earlier = max((k for k in list(shard.node_rows) if len(k) <= len(node_files)
+                           and node_files[:len(k)] == k), key=len, default=None)
+            if len(rows) and earlier is not None:
+                held_rows, held_nodes = shard.node_rows[earlier]
+                at = np.minimum(np.searchsorted(held_rows, rows), max(len(held_rows) - 1, 0))
+                held = np.where(held_rows[at] == rows, held_nodes[at], -1) if len(held_rows) else np.full(len(rows), -1)
+                still = live_node[held]
+                node[rows[still] + self.starts[i]] = held[still]
+                rows = rows[~still]
             if len(rows):
                 node[rows + self.starts[i]] = node_row.rows(shard.arrays["chunk_node_id"][rows])
+            if node_files:
+                shard.node_rows[node_files] = (stale_rows, node[stale_rows + self.starts[i]].astype(np.int32))
+                while len(shard.node_rows) > _NODE_ROWS_KEPT:
+                    shard.node_rows.pop(next(iter(shard.node_rows)))
         if (node[live] < 0).any():
             raise DamagedIndexError(f"{reader.layout.root}: chunks point at nodes the node table lacks")
         self.chunk_node = np.where(live, node, 0).astype(np.int32)
@@ -220,6 +241,9 @@ class VersionChunks:
                 found[asked[hit]] = rows[hit]
             first += count
         return found
+
+
+_NODE_ROWS_KEPT = 2  # versions whose chunk -> node rows a shard keeps: the live one and the next
 
 
 def _concat(arrays: list[np.ndarray], dtype) -> np.ndarray:

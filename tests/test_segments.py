@@ -129,12 +129,55 @@ def test_a_reload_tests_node_ids_against_the_tombstones_it_adds_and_finds_the_li
         ids = f.read(["node_id"])["node_id"]
         np.testing.assert_array_equal(derived_arrays.file_live_mask(third.reader, f, ids), real_mask(f, ids))
     monkeypatch.setattr(derived_arrays, "_LIVE_MASKS", {})
+    for shard in third.chunks.shards:  # nor the chunks' node rows resolved for v2 (the mapped files are shared)
+        shard.node_rows.clear()
     whole.clear()
     alone = LoadedVersion(str(three_segments), "v000003")
     assert len(whole) == len(node_files)  # this time from all their dead ids
     for a, b in zip(third.node_row.arrays(), alone.node_row.arrays()):
         np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(third.chunk_node, alone.chunk_node)
     assert [v.version for v in earlier] == ["v000001", "v000002"]
+
+
+def test_a_reload_keeps_the_node_rows_it_resolved_for_chunks_whose_node_moved(tmp_path, monkeypatch):
+    """A page added before its siblings re-places them: their node rows are
+    written again in the new segment, their chunks stay where they were, and
+    a load finds those chunks' node rows by node id. The next version (an
+    edit elsewhere) keeps the rows the process found, while they are live:
+    it asks no node id again, and its chunks point where a fresh process's do."""
+    from ritrag.serving import skeleton
+
+    site = write_tiny_site(tmp_path / "site")
+    index = tmp_path / "index"
+    build_index(site, index, "--embedding_model", "hashing:384", "--num_shards", "2")
+    (site / "shop/v3/aaa.html").write_text(tiny_page(  # first among its siblings: they move one place down
+        "Aardvark", [("Shop Server", "shop/"), ("Version 3", "shop/v3/")], [("A", "An aardvark page.")]))
+    update(site, index)
+    edit(site, "shop/v2/config.html", [("Ports", "Version 2 listens on port 8081.")])
+    update(site, index)
+    asked = []
+    real_rows = skeleton.NodeRows.rows
+    monkeypatch.setattr(skeleton.NodeRows, "rows", lambda self, ids: asked.append(len(ids)) or real_rows(self, ids))
+    second = LoadedVersion(str(index), "v000002")
+    moved = sum(asked)
+    asked.clear()
+    third = LoadedVersion(str(index), "v000003")
+    again = sum(asked)
+    for shard in third.chunks.shards:  # what a process that held no version would do
+        shard.node_rows.clear()
+    asked.clear()
+    alone = LoadedVersion(str(index), "v000003")
+    assert second.version == "v000002" and moved > 0 and sum(asked) >= moved > again
+    np.testing.assert_array_equal(third.chunk_node, alone.chunk_node)
+    # A second page first among them moves them again: the rows held for them died, and are found anew.
+    (site / "shop/v3/aab.html").write_text(tiny_page(
+        "Aardwolf", [("Shop Server", "shop/"), ("Version 3", "shop/v3/")], [("A", "An aardwolf page.")]))
+    update(site, index)
+    fourth = LoadedVersion(str(index), "v000004")
+    for shard in fourth.chunks.shards:
+        shard.node_rows.clear()
+    np.testing.assert_array_equal(fourth.chunk_node, LoadedVersion(str(index), "v000004").chunk_node)
 
 
 def test_the_arrays_container_round_trips_and_refuses_what_is_not_one(tmp_path):
