@@ -27,7 +27,6 @@ from __future__ import annotations
 import functools
 
 import os
-import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -74,24 +73,18 @@ def read_tombstones(path: str) -> dict[str, frozenset]:
     version a server loads names the tombstones files of all its segments,
     and one update adds one (reading the others again took 1.0 s of a
     5.7 s reload at 600k pages, 10 segments, beside another job)."""
-    key = (path, file_identity(path))
-    with _TOMBSTONES_LOCK:
-        ids = _TOMBSTONES.get(key) if key[1] is not None else None
-    if ids is None:
-        table = open_parquet(path).read()
-        ids = {name: frozenset(table[name].drop_null().to_pylist()) for name in table.column_names}
-        if key[1] is not None:
-            with _TOMBSTONES_LOCK:
-                _TOMBSTONES[key] = ids
-                while len(_TOMBSTONES) > _TOMBSTONES_KEPT:
-                    _TOMBSTONES.pop(next(iter(_TOMBSTONES)))
-    return ids
+    identity = file_identity(path)
+    return _read_tombstones(path) if identity is None else _held_tombstones(path, identity)
 
 
-# Tombstones files read, by (path, identity): one per segment of the versions a process loads.
-_TOMBSTONES: dict[tuple[str, tuple[int, int, int]], dict[str, frozenset]] = {}
-_TOMBSTONES_KEPT = 256
-_TOMBSTONES_LOCK = threading.Lock()
+def _read_tombstones(path: str) -> dict[str, frozenset]:
+    table = open_parquet(path).read()
+    return {name: frozenset(table[name].drop_null().to_pylist()) for name in table.column_names}
+
+
+@functools.lru_cache(maxsize=256)  # one per segment of the versions a process loads
+def _held_tombstones(path: str, identity: tuple[int, int, int]) -> dict[str, frozenset]:
+    return _read_tombstones(path)
 
 
 def _unpickled_live_file(kind: str, path: str, segment: str, shard: int, num_shards: int,

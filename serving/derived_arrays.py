@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from typing import Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -31,15 +32,16 @@ class NodeColumns:
     at every take). `files_read`: how many of those files were decoded to make
     it, the others' rows copied from an earlier version's (`node_columns`).
 
+    `node_files`: those files, (path, sha256) in manifest order (`node_files`).
     `node_row`, once `derive_nodes` made it: the live ids -> rows of these
     files (a function of the files: a segment's tombstones are its own);
     `ids_sorted`: how many ids were sorted to make it, all the live ones or,
     merged into the map of the version whose files these begin with
     (`prefix`: that map and its rows), those of the files added."""
 
-    def __init__(self, columns: dict[str, pa.Array], files_read: int,
+    def __init__(self, columns: dict[str, pa.Array], node_files: tuple[tuple[str, str], ...], files_read: int,
                  prefix: tuple[NodeRows, int] | None = None):
-        self.columns, self.files_read, self.prefix = columns, files_read, prefix
+        self.columns, self.node_files, self.files_read, self.prefix = columns, node_files, files_read, prefix
         self.node_row: NodeRows | None = None
         self.ids_sorted = 0
 
@@ -55,6 +57,12 @@ def node_files(reader: IndexReader) -> tuple[tuple[str, str], ...]:
     numbers its node rows, so a version whose node files begin with another's
     numbers those rows as it does."""
     return tuple(file_named(reader, f.path) for f in reader.positions("nodes").files)
+
+
+def longest_prefix(held: Iterable[tuple], files: tuple) -> tuple | None:
+    """The longest of the `held` keys (files in manifest order) that `files`
+    begins with, `files` itself included; None if none does."""
+    return max((k for k in held if len(k) <= len(files) and files[:len(k)] == k), key=len, default=None)
 
 
 def file_named(reader: IndexReader, path: str) -> tuple[str, str]:
@@ -75,15 +83,14 @@ def node_columns(reader: IndexReader) -> NodeColumns:
         held = _NODE_COLUMNS.get(keys)
         if held is not None:
             return held
-        prefix = max((k for k in list(_NODE_COLUMNS.keys()) if 0 < len(k) < len(keys) and keys[:len(k)] == k),
-                     key=len, default=())
+        prefix = longest_prefix((k for k in list(_NODE_COLUMNS.keys()) if 0 < len(k) < len(keys)), keys) or ()
         base = _NODE_COLUMNS.get(prefix) if prefix else None
     done = len(prefix) if base is not None else 0
     added = skeleton_columns(pa.concat_tables([f.read(SKELETON_COLUMNS) for f in files[done:]]))
     columns = added if base is None else {
         name: pa.concat_arrays([base.columns[name], added[name]]) for name in HELD_COLUMNS}
     held_map = base.node_row if base is not None else None
-    made = NodeColumns(columns, len(files) - done,
+    made = NodeColumns(columns, keys, len(files) - done,
                        (held_map, len(base.columns["node_id"])) if held_map is not None else None)
     with _NODE_COLUMNS_LOCK:
         _NODE_COLUMNS[keys] = made

@@ -45,7 +45,7 @@ from ritrag.storage import is_remote
 from ritrag.serving_form import SERVING_KIND
 from ritrag.vectors import VECTORS_KIND, VectorStore
 from ritrag.serving.dense_shards import load_dense_shards
-from ritrag.serving.derived_arrays import derive_nodes, node_files
+from ritrag.serving.derived_arrays import derive_nodes
 from ritrag.serving.links import LinkGraph
 from ritrag.serving.root_prior import RootPrior
 from ritrag.serving.remote import IndexMirror, StampedLayout, default_cache_dir, local_stamps, mirror
@@ -123,7 +123,7 @@ class LoadedVersion:
         for i, f in enumerate(positions.files):
             first_file.setdefault(f.segment, int(positions.file_start[i]))
         self.chunks = VersionChunks(self.reader, segments, [first_file[seg.segment] for seg in segments],
-                                    self.node_row, positions.num_rows, node_files(self.reader))
+                                    self.node_row, positions.num_rows, self.node_columns.node_files)
         self.chunk_ids, self.chunk_node = self.chunks.chunk_ids, self.chunks.chunk_node
         self.chunk_kind = self.chunks.chunk_kind  # body chunk, node document or anchor document (ritrag.bm25)
         self.node_chunks = node_chunks(self.chunks, positions.num_rows)  # each node's body chunks

@@ -30,6 +30,7 @@ from ritrag.layout import DamagedIndexError, IndexLoadError
 from ritrag.reader import IndexReader, LiveFile
 from ritrag.serving_form import (IN_LINK_ARRAYS, LINK_ARRAYS, LINK_COLUMNS, OUT_LINK_ARRAYS, SERVING_KIND, link_arrays,
                                  map_arrays, table_link_ids)
+from ritrag.serving.derived_arrays import longest_prefix
 from ritrag.serving.skeleton import NodeRows
 
 LOG = logging.getLogger("ritrag.serving")
@@ -168,7 +169,7 @@ class VersionChunks:
     are ritrag.reader.RowPositions')."""
 
     def __init__(self, reader: IndexReader, segments: list[SegmentShards], node_starts: list[int],
-                 node_row: NodeRows, n_node_rows: int, node_files: tuple = ()):
+                 node_row: NodeRows, n_node_rows: int, node_files: tuple[tuple[str, str], ...]):
         self.shards = [shard for seg in segments for shard in seg.shards]
         self._shards_per_segment = [len(seg.shards) for seg in segments]
         self.starts = np.concatenate([[0], np.cumsum([shard.n_chunks for shard in self.shards])]).astype(np.int64)
@@ -201,8 +202,7 @@ class VersionChunks:
         stale = live & ~live_node[node]
         for i, shard in enumerate(self.shards):
             stale_rows = rows = np.flatnonzero(stale[self.starts[i]:self.starts[i + 1]])
-            earlier = max((k for k in list(shard.node_rows) if len(k) <= len(node_files)
-                           and node_files[:len(k)] == k), key=len, default=None)
+            earlier = longest_prefix(list(shard.node_rows), node_files)
             if len(rows) and earlier is not None:
                 held_rows, held_nodes = shard.node_rows[earlier]
                 at = np.minimum(np.searchsorted(held_rows, rows), max(len(held_rows) - 1, 0))
@@ -212,10 +212,9 @@ class VersionChunks:
                 rows = rows[~still]
             if len(rows):
                 node[rows + self.starts[i]] = node_row.rows(shard.arrays["chunk_node_id"][rows])
-            if node_files:
-                shard.node_rows[node_files] = (stale_rows, node[stale_rows + self.starts[i]].astype(np.int32))
-                while len(shard.node_rows) > _NODE_ROWS_KEPT:
-                    shard.node_rows.pop(next(iter(shard.node_rows)))
+            shard.node_rows[node_files] = (stale_rows, node[stale_rows + self.starts[i]].astype(np.int32))
+            while len(shard.node_rows) > _NODE_ROWS_KEPT:
+                shard.node_rows.pop(next(iter(shard.node_rows)))
         if (node[live] < 0).any():
             raise DamagedIndexError(f"{reader.layout.root}: chunks point at nodes the node table lacks")
         self.chunk_node = np.where(live, node, 0).astype(np.int32)
