@@ -567,8 +567,8 @@ def write_synthetic_change(out: str, added: str = "Revised for the go-live bench
     chunk = {**old, "text": f"{old['text']} {added}"}
     chunk["chunk_id"] = chunk_id_for(node["node_id"], old["ordinal"],
                                      representation.render(NodeRow(**node), chunk["text"].partition("\n")[2]))
-    bm25_text = representation.bm25_text
-    (old_tf, old_n), (new_tf, new_n) = term_frequencies(bm25_text(old)), term_frequencies(bm25_text(chunk))
+    (old_tf, old_n), (new_tf, new_n) = (term_frequencies(representation.bm25_text(row["text"], row["ordinal"]))
+                                        for row in (old, chunk))
     kind = KIND_FIELDS[row_kind(old["ordinal"])]
     df = {t: int(t in new_tf) - int(t in old_tf) for t in sorted(set(old_tf) | set(new_tf))}
     df = {t: d for t, d in df.items() if d}
