@@ -4,9 +4,19 @@ when they are IVF (`segment_dense_indexes`), read once per process per
 segment (`segment_indexes`), each with the search parameters that leave out
 the chunk ids later segments tombstoned (`tombstone_parameters`: a FAISS ID
 selector the search applies as it scans, so it fetches no deeper).
+
+The segments of a version share the coarse quantizer its build trained (an
+update adds its vectors to the live trained index), so their IVF shards are
+joined across segments too (`load_dense_shards`): the query is assigned to its
+lists once per version, not once per segment. That assignment is most of an
+IVF search's cost at any size (0.08 of 0.21 ms at 4,096 lists of 384
+dimensions, against 0.004 ms to scan a one-page delta's lists): 16 segments
+had taken GetToC at 100k pages from 5.5 to 9.8 ms p50 (benchmarks/RESULTS.md,
+session 24).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import weakref
@@ -26,6 +36,7 @@ class SegmentIndexes:
 
     def __init__(self, paths: list[str], nprobe: int):
         self.indexes = segment_dense_indexes([read_dense_shard(path, nprobe) for path in paths])
+        self.quantizer = quantizer_key(self.indexes)
 
 
 _READ: "weakref.WeakValueDictionary[tuple, SegmentIndexes]" = weakref.WeakValueDictionary()
@@ -52,13 +63,29 @@ def load_dense_shards(reader: IndexReader) -> tuple[list, list, list[SegmentInde
         files.setdefault(f.segment, []).append(f)
     checksums = {seg["id"]: seg["files"] for seg in reader.manifest.segments}
     indexes, params, holders = [], [], []
+    # quantizer -> the IVF shards of every segment it assigns for, with their segments' parameters
+    joined: dict[tuple, tuple[list, list]] = {}
     for segment, shard_files in files.items():
         holder = segment_indexes([f.path for f in shard_files],
                                  [checksums[segment][os.path.basename(f.path)]["sha256"] for f in shard_files], nprobe)
         holders.append(holder)
         dead = np.array(sorted(shard_files[0].dead), np.int64)
-        indexes += holder.indexes
-        params += [tombstone_parameters(index, dead) for index in holder.indexes]
+        if holder.quantizer is None:
+            indexes += holder.indexes
+            params += [tombstone_parameters(index, dead) for index in holder.indexes]
+            continue
+        shards, shard_params = joined.setdefault(holder.quantizer, ([], []))
+        for index in holder.indexes:
+            for shard in index.shards if isinstance(index, JoinedIVFShards) else [index]:
+                shards.append(shard)
+                shard_params.append(tombstone_parameters(shard, dead))
+    for shards, shard_params in joined.values():
+        if len(shards) == 1:
+            indexes.append(shards[0])
+            params.append(shard_params[0])
+        else:
+            indexes.append(JoinedIVFShards(shards, shard_params))
+            params.append(None)
     return indexes, params, holders
 
 
@@ -119,6 +146,23 @@ def read_dense_shard(path: str, nprobe: int):
     return index
 
 
+def quantizer_key(indexes: list) -> tuple | None:
+    """What identifies the one flat coarse quantizer of a segment's IVF indexes
+    (lists, nprobe, a digest of its centroids), so that segments sharing it are
+    joined; None where the indexes are not all IVF behind one flat quantizer."""
+    try:  # a joined index's shards share their quantizer (segment_dense_indexes): its first stands for them
+        ivfs = [index.ivfs[0] if isinstance(index, JoinedIVFShards) else faiss.extract_index_ivf(index)
+                for index in indexes]
+    except RuntimeError:
+        return None
+    quantizers = [faiss.downcast_index(ivf.quantizer) for ivf in ivfs]
+    if not ivfs or not all(isinstance(q, faiss.IndexFlat) for q in quantizers):
+        return None
+    digests = {hashlib.blake2b(faiss.vector_to_array(q.codes).tobytes(), digest_size=16).digest() for q in quantizers}
+    settings = {(int(ivf.nlist), int(ivf.nprobe)) for ivf in ivfs}
+    return (*settings.pop(), digests.pop()) if len(digests) == len(settings) == 1 else None
+
+
 def segment_dense_indexes(shards: list) -> list:
     """The shards of one segment as the indexes to search. IVF shards trained
     together (one coarse quantizer) become one `JoinedIVFShards`: a query is
@@ -145,17 +189,21 @@ class JoinedIVFShards:
     scans those lists, and the best k of all shards are kept. faiss's own
     `IndexShardsIVF` does the same but drops the search parameters, so a
     tombstone selector never reached the shards (faiss 1.15.1); this passes
-    them to each shard's `search_preassigned`."""
+    them to each shard's `search_preassigned`: the caller's, or where it gives
+    none each shard's own (`shard_params`: shards of several segments, each
+    with its segment's tombstones)."""
 
-    def __init__(self, shards: list):
+    def __init__(self, shards: list, shard_params: list | None = None):
         self.shards = shards
+        self.shard_params = shard_params or [None] * len(shards)
         self.ivfs = [faiss.extract_index_ivf(shard) for shard in shards]
         self.quantizer = self.ivfs[0].quantizer
         self.nprobe = int(self.ivfs[0].nprobe)
         self.ntotal = sum(int(shard.ntotal) for shard in shards)
 
     def search(self, queries: np.ndarray, k: int, params=None) -> tuple[np.ndarray, np.ndarray]:
-        """(similarities, ids), each (n, k), best first; -1 ids past the hits."""
+        """(similarities, ids), each (n, k), best first; -1 ids past the hits.
+        `params`: for every shard, in place of their own."""
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         n = len(queries)
         list_scores, lists = self.quantizer.search(queries, min(self.nprobe, self.ivfs[0].nlist))
@@ -165,7 +213,8 @@ class JoinedIVFShards:
             # method (kept by faiss as search_preassigned_c) takes them.
             ivf.search_preassigned_c(n, faiss.swig_ptr(queries), k, faiss.swig_ptr(lists),
                                      faiss.swig_ptr(list_scores), faiss.swig_ptr(scores[s]),
-                                     faiss.swig_ptr(ids[s]), False, params)
+                                     faiss.swig_ptr(ids[s]), False,
+                                     params if params is not None else self.shard_params[s])
         scores, ids = scores.transpose(1, 0, 2).reshape(n, -1), ids.transpose(1, 0, 2).reshape(n, -1)
         scores = np.where(ids >= 0, scores, -np.inf)
         best = np.argsort(-scores, axis=1, kind="stable")[:, :k]

@@ -24,6 +24,7 @@ from ritrag.vectors import VectorStore
 from support import benchmark_module
 
 write_synthetic_index = benchmark_module("synthetic_index").write_synthetic_index
+write_synthetic_change = benchmark_module("synthetic_index").write_synthetic_change
 
 
 def files(index_dir: str, kind: str) -> list[str]:
@@ -283,3 +284,32 @@ def test_a_synthetic_ivf_index_loads_joined_with_the_recorded_parameters(tmp_pat
     assert faiss.extract_index_ivf(loaded.dense_shards[0].shards[0]).nprobe == 4
     assert len(loaded.dense_shards) == len(loaded.dense_params) == 1
     assert loaded.dense_shards[0].ntotal == 3_000 and loaded.vector_store is not None  # the chunks: no node documents
+
+
+def test_the_ivf_shards_of_all_segments_are_searched_behind_their_one_quantizer_as_each_segment_apart(tmp_path):
+    out = str(tmp_path / "ivf")
+    write_synthetic_index(out, nodes=3_000, sites=3, num_shards=3, vocabulary_size=1_000, factory="IVF16,PQ96x4fs",
+                          nprobe=4, rerank=4)
+    write_synthetic_change(out)  # a delta segment of one vector, in the version's trained index; one chunk tombstoned
+    loaded = LoadedVersion(out)
+    (joined,), (joined_params,) = loaded.dense_shards, loaded.dense_params
+    assert isinstance(joined, JoinedIVFShards) and len(joined.shards) == 4 and joined.ntotal == 3_001
+    assert joined_params is None and sum(p is not None for p in joined.shard_params) == 3  # the base's tombstone
+    # the same shards searched a segment at a time, as before the join
+    reader = IndexReader(IndexLayout(out))
+    apart, apart_params = [], []
+    for segment in loaded.manifest.segments:
+        files = [f for f in reader.files("dense") if f.segment == segment["id"]]
+        dead = np.array(sorted(files[0].dead), np.int64)
+        for index in segment_dense_indexes([read_dense_shard(f.path, 4) for f in files]):
+            apart.append(index)
+            apart_params.append(tombstone_parameters(index, dead))
+    dead_of_base = np.array(sorted(reader.files("dense")[0].dead), np.int64)
+    assert len(apart) == 2 and len(dead_of_base) == 1  # the base's shards joined, and the delta's one
+    for query in unit_vectors(20, loaded.vector_store.dim, 2):
+        ids, scores = dense_top_k(query, [joined], 100)
+        apart_ids, apart_scores = dense_top_k(query, apart, 100, apart_params)
+        assert not np.isin(ids, dead_of_base).any()
+        np.testing.assert_array_equal(scores, apart_scores)
+        above = scores > scores[-1]  # equal scores at the cut may be any of the tied ids
+        np.testing.assert_array_equal(np.sort(ids[above]), np.sort(apart_ids[above]))
