@@ -148,7 +148,7 @@ def read_dense_shard(path: str, nprobe: int):
 
 def quantizer_key(indexes: list) -> tuple | None:
     """What identifies the one flat coarse quantizer of a segment's IVF indexes
-    (lists, nprobe, a digest of its centroids), so that segments sharing it are
+    (lists, nprobe, metric, a digest of its centroids), so that segments sharing it are
     joined; None where the indexes are not all IVF behind one flat quantizer."""
     try:  # a joined index's shards share their quantizer (segment_dense_indexes): its first stands for them
         ivfs = [index.ivfs[0] if isinstance(index, JoinedIVFShards) else faiss.extract_index_ivf(index)
@@ -159,7 +159,7 @@ def quantizer_key(indexes: list) -> tuple | None:
     if not ivfs or not all(isinstance(q, faiss.IndexFlat) for q in quantizers):
         return None
     digests = {hashlib.blake2b(faiss.vector_to_array(q.codes).tobytes(), digest_size=16).digest() for q in quantizers}
-    settings = {(int(ivf.nlist), int(ivf.nprobe)) for ivf in ivfs}
+    settings = {(int(ivf.nlist), int(ivf.nprobe), int(ivf.metric_type)) for ivf in ivfs}
     return (*settings.pop(), digests.pop()) if len(digests) == len(settings) == 1 else None
 
 
@@ -207,15 +207,23 @@ class JoinedIVFShards:
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         n = len(queries)
         list_scores, lists = self.quantizer.search(queries, min(self.nprobe, self.ivfs[0].nlist))
-        scores, ids = np.empty((len(self.ivfs), n, k), np.float32), np.empty((len(self.ivfs), n, k), np.int64)
+        # A shard gives at most the vectors it holds: a one-page update's segment a few
+        # columns, not k, so the merge follows what the shards hold, not k x shards.
+        scores, ids = [np.full((n, k), -np.inf, np.float32)], [np.full((n, k), -1, np.int64)]
         for s, ivf in enumerate(self.ivfs):
+            shard_k = min(k, int(self.shards[s].ntotal))
+            if shard_k == 0:
+                continue
+            scores.append(np.empty((n, shard_k), np.float32))
+            ids.append(np.empty((n, shard_k), np.int64))
             # The wrapper's search_preassigned refuses parameters; its C++
             # method (kept by faiss as search_preassigned_c) takes them.
-            ivf.search_preassigned_c(n, faiss.swig_ptr(queries), k, faiss.swig_ptr(lists),
-                                     faiss.swig_ptr(list_scores), faiss.swig_ptr(scores[s]),
-                                     faiss.swig_ptr(ids[s]), False,
+            ivf.search_preassigned_c(n, faiss.swig_ptr(queries), shard_k, faiss.swig_ptr(lists),
+                                     faiss.swig_ptr(list_scores), faiss.swig_ptr(scores[-1]),
+                                     faiss.swig_ptr(ids[-1]), False,
                                      params if params is not None else self.shard_params[s])
-        scores, ids = scores.transpose(1, 0, 2).reshape(n, -1), ids.transpose(1, 0, 2).reshape(n, -1)
+        # the padding first, at -inf: a stable sort leaves it behind every hit
+        scores, ids = np.concatenate(scores, axis=1), np.concatenate(ids, axis=1)
         scores = np.where(ids >= 0, scores, -np.inf)
         best = np.argsort(-scores, axis=1, kind="stable")[:, :k]
         return np.take_along_axis(scores, best, 1), np.take_along_axis(ids, best, 1)
