@@ -12,7 +12,7 @@ Runs the build's and the server's own code on synthetic vectors:
    (transforms.dense.train_empty_index), and builds every shard's index from its
    vectors file (transforms.dense.rebuild_index, as a rebuild would);
 3. searches one query at a time as the server does (the shards joined behind
-   one coarse quantizer as serving.index loads them, `segment_dense_indexes`;
+   one coarse quantizer as serving.index loads them, `joined_by_quantizer`;
    serving.retrieval.dense_top_k, depth rerank x k), re-ranks exactly (ritrag.vectors.rerank_exact)
    when rerank > 1, and reports recall@k, latency p50/p99 per FAISS thread count,
    and the median CPU time per query (what the latency would be on an idle machine).
@@ -36,7 +36,7 @@ import numpy as np
 
 from ritrag.layout import shard_file_name
 from ritrag.vectors import VECTORS_EXTENSION, VECTORS_KIND, VectorStore, rerank_exact, write_vectors
-from ritrag.serving.dense_shards import segment_dense_indexes
+from ritrag.serving.dense_shards import joined_by_quantizer
 from ritrag.serving.retrieval import dense_top_k
 from ritrag.transforms.dense import choose_params, rebuild_index, train_empty_index
 from benchmarks.synthetic_index import BATCH, QUERY_STREAM, SyntheticEmbeddings
@@ -165,7 +165,7 @@ def measure_factory(factory: str, args, gen: SyntheticEmbeddings, data: dict, st
     rows = []
     for nprobe in args.nprobe:
         set_nprobe(shards, nprobe)
-        searched = segment_dense_indexes(shards)
+        searched, _ = joined_by_quantizer(shards)
         for rerank in args.rerank:
             row = {"factory": factory, "nprobe": nprobe, "rerank": rerank, "train_s": round(train_s, 1),
                    "add_s": round(add_s, 1), "index_mib": round(index_bytes / 2**20, 1)}

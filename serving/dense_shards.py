@@ -1,14 +1,14 @@
 """The dense shards a server searches: each segment's FAISS shard files,
-memory-mapped (`read_dense_shard`), joined behind their one coarse quantizer
-when they are IVF (`segment_dense_indexes`), read once per process per
-segment (`segment_indexes`), each with the search parameters that leave out
-the chunk ids later segments tombstoned (`tombstone_parameters`: a FAISS ID
-selector the search applies as it scans, so it fetches no deeper).
+memory-mapped (`read_dense_shard`), read once per process per segment
+(`segment_indexes`), each with the search parameters that leave out the chunk
+ids later segments tombstoned (`tombstone_parameters`: a FAISS ID selector the
+search applies as it scans, so it fetches no deeper), and joined behind their
+one coarse quantizer where they are IVF (`joined_by_quantizer`).
 
 The segments of a version share the coarse quantizer its build trained (an
-update adds its vectors to the live trained index), so their IVF shards are
-joined across segments too (`load_dense_shards`): the query is assigned to its
-lists once per version, not once per segment. That assignment is most of an
+update adds its vectors to the live trained index), so the IVF shards of all
+of them are joined: the query is assigned to its lists once per version, not
+once per shard or segment. That assignment is most of an
 IVF search's cost at any size (0.08 of 0.21 ms at 4,096 lists of 384
 dimensions, against 0.004 ms to scan a one-page delta's lists): 16 segments
 had taken GetToC at 100k pages from 5.5 to 9.8 ms p50 (benchmarks/RESULTS.md,
@@ -29,14 +29,14 @@ from ritrag.reader import IndexReader
 
 
 class SegmentIndexes:
-    """One segment's dense indexes to search, read once per process however
-    many loaded versions name the segment (`segment_indexes`): searching
-    does not change them, and a new version then reads only the dense files
-    of the segments it adds."""
+    """One segment's dense shards, each with its `quantizer_key`, read once
+    per process however many loaded versions name the segment
+    (`segment_indexes`): searching does not change them, and a new version
+    then reads only the dense files of the segments it adds."""
 
     def __init__(self, paths: list[str], nprobe: int):
-        self.indexes = segment_dense_indexes([read_dense_shard(path, nprobe) for path in paths])
-        self.quantizer = quantizer_key(self.indexes)
+        self.shards = [read_dense_shard(path, nprobe) for path in paths]
+        self.quantizers = [quantizer_key(shard) for shard in self.shards]
 
 
 _READ: "weakref.WeakValueDictionary[tuple, SegmentIndexes]" = weakref.WeakValueDictionary()
@@ -54,38 +54,24 @@ def segment_indexes(paths: list[str], checksums: list[str], nprobe: int) -> Segm
 
 def load_dense_shards(reader: IndexReader) -> tuple[list, list, list[SegmentIndexes]]:
     """The indexes to search; for index i its search parameters (`params[i]`,
-    None when no later segment tombstoned any of its chunks); and the
-    per-segment holders, which the caller keeps for as long as it searches the
-    indexes."""
+    None when no later segment tombstoned any of its chunks, or when it joins
+    shards that carry their own); and the per-segment holders, which the
+    caller keeps for as long as it searches the indexes."""
     nprobe = reader.manifest.settings.dense.nprobe
     files: dict[str, list] = {}
     for f in reader.files("dense"):
         files.setdefault(f.segment, []).append(f)
     checksums = {seg["id"]: seg["files"] for seg in reader.manifest.segments}
-    indexes, params, holders = [], [], []
-    # quantizer -> the IVF shards of every segment it assigns for, with their segments' parameters
-    joined: dict[tuple, tuple[list, list]] = {}
+    shards, quantizers, shard_params, holders = [], [], [], []
     for segment, shard_files in files.items():
         holder = segment_indexes([f.path for f in shard_files],
                                  [checksums[segment][os.path.basename(f.path)]["sha256"] for f in shard_files], nprobe)
         holders.append(holder)
         dead = np.array(sorted(shard_files[0].dead), np.int64)
-        if holder.quantizer is None:
-            indexes += holder.indexes
-            params += [tombstone_parameters(index, dead) for index in holder.indexes]
-            continue
-        shards, shard_params = joined.setdefault(holder.quantizer, ([], []))
-        for index in holder.indexes:
-            for shard in index.shards if isinstance(index, JoinedIVFShards) else [index]:
-                shards.append(shard)
-                shard_params.append(tombstone_parameters(shard, dead))
-    for shards, shard_params in joined.values():
-        if len(shards) == 1:
-            indexes.append(shards[0])
-            params.append(shard_params[0])
-        else:
-            indexes.append(JoinedIVFShards(shards, shard_params))
-            params.append(None)
+        shards += holder.shards
+        quantizers += holder.quantizers
+        shard_params += [tombstone_parameters(shard, dead) for shard in holder.shards]
+    indexes, params = joined_by_quantizer(shards, shard_params, quantizers)
     return indexes, params, holders
 
 
@@ -146,41 +132,45 @@ def read_dense_shard(path: str, nprobe: int):
     return index
 
 
-def quantizer_key(indexes: list) -> tuple | None:
-    """What identifies the one flat coarse quantizer of a segment's IVF indexes
-    (lists, nprobe, metric, a digest of its centroids), so that segments sharing it are
-    joined; None where the indexes are not all IVF behind one flat quantizer."""
-    try:  # a joined index's shards share their quantizer (segment_dense_indexes): its first stands for them
-        ivfs = [index.ivfs[0] if isinstance(index, JoinedIVFShards) else faiss.extract_index_ivf(index)
-                for index in indexes]
-    except RuntimeError:
-        return None
-    quantizers = [faiss.downcast_index(ivf.quantizer) for ivf in ivfs]
-    if not ivfs or not all(isinstance(q, faiss.IndexFlat) for q in quantizers):
-        return None
-    digests = {hashlib.blake2b(faiss.vector_to_array(q.codes).tobytes(), digest_size=16).digest() for q in quantizers}
-    settings = {(int(ivf.nlist), int(ivf.nprobe), int(ivf.metric_type)) for ivf in ivfs}
-    return (*settings.pop(), digests.pop()) if len(digests) == len(settings) == 1 else None
-
-
-def segment_dense_indexes(shards: list) -> list:
-    """The shards of one segment as the indexes to search. IVF shards trained
-    together (one coarse quantizer) become one `JoinedIVFShards`: a query is
-    assigned to its lists once, not once per shard, and every shard scans those
-    lists (the same candidates, up to the order of equal scores). Shards with
-    different quantizers, or not IVF, stay as they are."""
+def quantizer_key(shard) -> tuple | None:
+    """What identifies the flat coarse quantizer of an IVF shard (lists,
+    nprobe, metric, a digest of its centroids), so that shards trained
+    together are joined; None for a shard that is not IVF behind a flat
+    quantizer (an exact index)."""
     try:
-        ivfs = [faiss.extract_index_ivf(shard) for shard in shards]
+        ivf = faiss.extract_index_ivf(shard)
     except RuntimeError:
-        return shards
-    quantizers = [faiss.downcast_index(ivf.quantizer) for ivf in ivfs]
-    first = ivfs[0]
-    if len(shards) < 2 or not all(isinstance(q, faiss.IndexFlat) for q in quantizers) or any(
-            ivf.nlist != first.nlist or ivf.nprobe != first.nprobe
-            or not np.array_equal(faiss.vector_to_array(q.codes), faiss.vector_to_array(quantizers[0].codes))
-            for ivf, q in zip(ivfs[1:], quantizers[1:])):
-        return shards
-    return [JoinedIVFShards(shards)]
+        return None
+    quantizer = faiss.downcast_index(ivf.quantizer)
+    if not isinstance(quantizer, faiss.IndexFlat):
+        return None
+    digest = hashlib.blake2b(faiss.vector_to_array(quantizer.codes).tobytes(), digest_size=16).digest()
+    return int(ivf.nlist), int(ivf.nprobe), int(ivf.metric_type), digest
+
+
+def joined_by_quantizer(shards: list, shard_params: list | None = None, quantizers: list | None = None
+                        ) -> tuple[list, list]:
+    """The indexes to search for `shards`, with their search parameters
+    (`shard_params`, None: none), in the shards' order: IVF shards of one
+    quantizer (`quantizers`, each shard's `quantizer_key`, computed here when
+    not given) become one `JoinedIVFShards` in the place of the first, each
+    shard keeping its parameters; any other shard stays as it is."""
+    shard_params = list(shard_params) if shard_params is not None else [None] * len(shards)
+    quantizers = quantizers if quantizers is not None else [quantizer_key(shard) for shard in shards]
+    groups: dict[tuple, list[int]] = {}
+    for i, key in enumerate(quantizers):
+        if key is not None:
+            groups.setdefault(key, []).append(i)
+    indexes, params = [], []
+    for i, key in enumerate(quantizers):
+        group = groups.get(key, [i]) if key is not None else [i]
+        if len(group) == 1:
+            indexes.append(shards[i])
+            params.append(shard_params[i])
+        elif group[0] == i:
+            indexes.append(JoinedIVFShards([shards[j] for j in group], [shard_params[j] for j in group]))
+            params.append(None)
+    return indexes, params
 
 
 class JoinedIVFShards:

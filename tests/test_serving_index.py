@@ -17,7 +17,7 @@ from ritrag.bm25 import Bm25, top_k
 from ritrag.ids import NO_NODE_KEY, node_id_for, node_ids_of_keys, node_keys
 from ritrag.layout import DamagedIndexError, IndexLayout
 from ritrag.reader import IndexReader
-from ritrag.serving.dense_shards import JoinedIVFShards, read_dense_shard, segment_dense_indexes, tombstone_parameters
+from ritrag.serving.dense_shards import JoinedIVFShards, joined_by_quantizer, read_dense_shard, tombstone_parameters
 from ritrag.serving.index import LoadedVersion
 from ritrag.serving.retrieval import dense_top_k
 from ritrag.vectors import VectorStore
@@ -247,7 +247,7 @@ def trained_shards(vectors: np.ndarray, num_shards: int, seed: int = 0) -> list:
 def test_shards_of_one_quantizer_are_searched_as_one_index_like_each_apart():
     vectors = unit_vectors(3000, 16, 0)
     shards = trained_shards(vectors, 3)
-    joined = segment_dense_indexes(shards)
+    joined, _ = joined_by_quantizer(shards)
     assert len(joined) == 1 and isinstance(joined[0], JoinedIVFShards) and joined[0].ntotal == 3000
     queries = unit_vectors(20, 16, 1)
     # the ids some query finds first, tombstoned: the search skips them and still answers 100
@@ -269,9 +269,9 @@ def test_shards_of_one_quantizer_are_searched_as_one_index_like_each_apart():
 def test_shards_of_different_quantizers_or_exact_ones_stay_apart():
     vectors = unit_vectors(3000, 16, 0)
     mixed = trained_shards(vectors, 2, seed=0)[:1] + trained_shards(vectors, 2, seed=1)[1:]
-    assert segment_dense_indexes(mixed) == mixed
+    assert joined_by_quantizer(mixed)[0] == mixed
     exact = [faiss.index_factory(16, "IDMap2,Flat", faiss.METRIC_INNER_PRODUCT) for _ in range(2)]
-    assert segment_dense_indexes(exact) == exact
+    assert joined_by_quantizer(exact)[0] == exact
 
 
 def test_a_synthetic_ivf_index_loads_joined_with_the_recorded_parameters(tmp_path):
@@ -301,9 +301,10 @@ def test_the_ivf_shards_of_all_segments_are_searched_behind_their_one_quantizer_
     for segment in loaded.manifest.segments:
         files = [f for f in reader.files("dense") if f.segment == segment["id"]]
         dead = np.array(sorted(files[0].dead), np.int64)
-        for index in segment_dense_indexes([read_dense_shard(f.path, 4) for f in files]):
-            apart.append(index)
-            apart_params.append(tombstone_parameters(index, dead))
+        shards = [read_dense_shard(f.path, 4) for f in files]
+        indexes, params = joined_by_quantizer(shards, [tombstone_parameters(shard, dead) for shard in shards])
+        apart += indexes
+        apart_params += params
     dead_of_base = np.array(sorted(reader.files("dense")[0].dead), np.int64)
     assert len(apart) == 2 and len(dead_of_base) == 1  # the base's shards joined, and the delta's one
     for query in unit_vectors(20, loaded.vector_store.dim, 2):
